@@ -1,1 +1,38 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/monitor.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace keel {
+
+static uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t TscHz() {
+  static const uint64_t hz = [] {
+    uint64_t t0 = MonotonicNs(), c0 = Rdtsc();
+    timespec d{0, 50 * 1000 * 1000};
+    nanosleep(&d, nullptr);
+    uint64_t t1 = MonotonicNs(), c1 = Rdtsc();
+    return (c1 - c0) * 1000000000ull / (t1 - t0);
+  }();
+  return hz;
+}
+
+void MoveOffCore(int core) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 2 || core < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (long c = 0; c < n; c++)
+    if (c != core) CPU_SET(c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+}  // namespace keel

@@ -1,1 +1,138 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/pktbuf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace keel {
+
+static size_t Align(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+bool PktBuf::Map(int fd, size_t size, std::string* err) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    *err = path_ + ": mmap: " + std::strerror(errno);
+    return false;
+  }
+  size_ = size;
+  base_ = static_cast<uint8_t*>(p);
+  hdr_ = reinterpret_cast<PktBufHeader*>(base_);
+  return true;
+}
+
+std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots, std::string* err) {
+  uint32_t n = 1;
+  while (n < nslots) n <<= 1;
+  size_t desc_off = Align(sizeof(PktBufHeader), 4096);
+  size_t slot_off = Align(desc_off + sizeof(PktDesc) * n, 4096);
+  size_t size = Align(slot_off + size_t{kSlotSize} * n, 2 << 20);
+
+  std::unique_ptr<PktBuf> b(new PktBuf());
+  b->path_ = path;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *err = path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  b->owner_ = true;
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *err = path + ": ftruncate: " + std::strerror(errno);
+    close(fd);
+    return nullptr; /* the destructor unlinks the file */
+  }
+  bool ok = b->Map(fd, size, err);
+  close(fd);
+  if (!ok) return nullptr;
+  PktBufHeader* h = b->hdr_;
+  h->nslots = n;
+  h->slot_size = kSlotSize;
+  h->desc_offset = desc_off;
+  h->slot_offset = slot_off;
+  h->head.store(0);
+  h->tail.store(0);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kPktBufMagic;
+  b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + desc_off);
+  b->slots_ = b->base_ + slot_off;
+  b->mask_ = n - 1;
+  return b;
+}
+
+std::unique_ptr<PktBuf> PktBuf::Open(const std::string& path, std::string* err) {
+  std::unique_ptr<PktBuf> b(new PktBuf());
+  b->path_ = path;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    *err = path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(PktBufHeader)) {
+    *err = path + ": not a keel packet buffer (too small)";
+    close(fd);
+    return nullptr;
+  }
+  bool ok = b->Map(fd, static_cast<size_t>(st.st_size), err);
+  close(fd);
+  if (!ok) return nullptr;
+  const PktBufHeader* h = b->hdr_;
+  uint64_t n = h->nslots;
+  if (h->magic != kPktBufMagic || n == 0 || (n & (n - 1)) || h->slot_size != kSlotSize ||
+      h->slot_offset + n * h->slot_size > b->size_ || h->desc_offset + n * sizeof(PktDesc) > h->slot_offset) {
+    *err = path + ": not a keel packet buffer (bad header)";
+    return nullptr;
+  }
+  b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + h->desc_offset);
+  b->slots_ = b->base_ + h->slot_offset;
+  b->mask_ = n - 1;
+  return b;
+}
+
+PktBuf::~PktBuf() {
+  if (base_) munmap(base_, size_);
+  if (owner_) unlink(path_.c_str());
+}
+
+uint32_t PktBuf::used() const {
+  return static_cast<uint32_t>(hdr_->head.load(std::memory_order_acquire) - tail());
+}
+
+bool PktBuf::Push(const uint8_t* data, uint16_t len) {
+  uint64_t seq = hdr_->head.load(std::memory_order_relaxed);
+  if (seq - tail() >= hdr_->nslots || len > kSlotDataRoom) return false;
+  std::memcpy(slot(seq) + kSlotHeadroom, data, len);
+  PktDesc& d = descs_[seq & mask_];
+  d.off = kSlotHeadroom;
+  d.len = len;
+  d.flags = 0;
+  d.stage = 0;
+  d.seq = seq;
+  hdr_->head.store(seq + 1, std::memory_order_release);
+  return true;
+}
+
+void PktBuf::View(uint32_t i, Packet* p) {
+  uint64_t seq = tail() + i;
+  const PktDesc& d = descs_[seq & mask_];
+  p->Reset(slot(seq), d.off, d.len, static_cast<uint16_t>(hdr_->slot_size));
+  if (d.flags & kDescDrop) p->Drop();
+}
+
+void PktBuf::Store(uint32_t i, const Packet& p, uint16_t stage) {
+  PktDesc& d = descs_[(tail() + i) & mask_];
+  d.off = p.headroom();
+  d.len = p.len();
+  d.flags = p.dropped() ? kDescDrop : 0;
+  d.stage = stage;
+}
+
+void PktBuf::Release(uint32_t n) {
+  hdr_->tail.store(tail() + n, std::memory_order_release);
+}
+
+}  // namespace keel

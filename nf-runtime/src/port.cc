@@ -1,1 +1,48 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/port.h"
+
+#include <rte_ethdev.h>
+
+#include <cstring>
+
+namespace keel {
+
+static constexpr uint16_t kRxDesc = 1024;
+static constexpr uint16_t kTxDesc = 1024;
+
+bool PortInit(uint16_t port, rte_mempool* pool, std::string* err) {
+  auto fail = [&](const char* what, int rc) {
+    *err = PortName(port) + ": " + what + ": " + std::strerror(rc < 0 ? -rc : rc);
+    return false;
+  };
+  rte_eth_conf conf;
+  std::memset(&conf, 0, sizeof(conf));
+  int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+  if (rc < 0) return fail("configure", rc);
+  uint16_t nb_rxd = kRxDesc, nb_txd = kTxDesc;
+  rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rxd, &nb_txd);
+  if (rc < 0) return fail("descriptor counts", rc);
+  int socket = rte_eth_dev_socket_id(port);
+  if (socket < 0) socket = 0;
+  rc = rte_eth_rx_queue_setup(port, 0, nb_rxd, socket, nullptr, pool);
+  if (rc < 0) return fail("RX queue", rc);
+  rc = rte_eth_tx_queue_setup(port, 0, nb_txd, socket, nullptr);
+  if (rc < 0) return fail("TX queue", rc);
+  rc = rte_eth_dev_start(port);
+  if (rc < 0) return fail("start", rc);
+  rte_eth_promiscuous_enable(port);
+  return true;
+}
+
+int PortRxQueueLen(uint16_t port) {
+  int n = rte_eth_rx_queue_count(port, 0);
+  return n < 0 ? -1 : n;
+}
+
+std::string PortName(uint16_t port) {
+  char name[RTE_ETH_NAME_MAX_LEN];
+  if (rte_eth_dev_get_name_by_port(port, name) != 0) return "port " + std::to_string(port);
+  return name;
+}
+
+}  // namespace keel

@@ -1,1 +1,192 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/redis_mirror.h"
+
+#include <hiredis/hiredis.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "keel/monitor.h"
+
+namespace keel {
+
+/* Changes held while Redis is away, per table; beyond this the oldest
+ * flows' changes are lost (the local table still has them). */
+static constexpr size_t kMaxPending = 1 << 20;
+static constexpr auto kReconnectBackoff = std::chrono::milliseconds(500);
+static constexpr timeval kIoTimeout = {0, 200 * 1000};
+
+std::string StateKey(const std::string& tenant, const std::string& chain, size_t position,
+                     const std::string& nf) {
+  return "keel:state:" + tenant + ":" + chain + ":" + std::to_string(position) + "-" + nf;
+}
+
+RedisMirror::RedisMirror(const std::string& addr, std::chrono::milliseconds period)
+    : period_(period) {
+  size_t colon = addr.rfind(':');
+  host_ = addr.substr(0, colon);
+  port_ = colon == std::string::npos ? 6379 : std::atoi(addr.c_str() + colon + 1);
+}
+
+RedisMirror::~RedisMirror() {
+  Stop(std::chrono::milliseconds(0));
+  Disconnect();
+}
+
+bool RedisMirror::Connect() {
+  if (ctx_) return true;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_connect_) return false;
+  next_connect_ = now + kReconnectBackoff;
+  redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, kIoTimeout);
+  if (!c || c->err) {
+    if (c) redisFree(c);
+    return false;
+  }
+  redisSetTimeout(c, kIoTimeout);
+  ctx_ = c;
+  connected_ = true;
+  reconnects_++;
+  return true;
+}
+
+void RedisMirror::Disconnect() {
+  if (ctx_) redisFree(ctx_);
+  ctx_ = nullptr;
+  connected_ = false;
+}
+
+size_t RedisMirror::Add(FlowState* state, const std::string& key) {
+  state->set_mirrored(true);
+  tables_.push_back(Table{state, key, {}, {}, {}});
+  if (!Connect()) {
+    std::fprintf(stderr, "keel: redis %s:%d unreachable; %s starts with empty state\n",
+                 host_.c_str(), port_, key.c_str());
+    return 0;
+  }
+  size_t loaded = 0;
+  std::string cursor = "0";
+  do {
+    auto* r = static_cast<redisReply*>(
+        redisCommand(ctx_, "HSCAN %s %s COUNT 1000", key.c_str(), cursor.c_str()));
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      if (r) freeReplyObject(r);
+      Disconnect();
+      break;
+    }
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    const redisReply* kv = r->element[1];
+    for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+      const redisReply* f = kv->element[i];
+      const redisReply* v = kv->element[i + 1];
+      if (f->len != sizeof(FlowKey) || v->len == 0 || v->len > kMaxStateValue) continue;
+      StateRecord rec;
+      std::memcpy(&rec.key, f->str, sizeof(FlowKey));
+      rec.len = static_cast<uint8_t>(v->len);
+      std::memcpy(rec.data, v->str, v->len);
+      state->Preload(rec);
+      loaded++;
+    }
+    freeReplyObject(r);
+  } while (cursor != "0");
+  return loaded;
+}
+
+void RedisMirror::Start(int packet_core) {
+  thread_ = std::thread([this, packet_core] {
+    MoveOffCore(packet_core);
+    Loop();
+  });
+}
+
+void RedisMirror::Stop(std::chrono::milliseconds deadline) {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  /* Last round: what the packet thread handed over at shutdown. */
+  auto end = std::chrono::steady_clock::now() + deadline;
+  next_connect_ = {};
+  do {
+    Round();
+    bool empty = true;
+    for (const Table& t : tables_) empty = empty && t.pending.empty();
+    if (empty) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    next_connect_ = {};
+  } while (std::chrono::steady_clock::now() < end);
+}
+
+/* Writes a table's pending changes and asks for its pulls in one pipeline;
+ * false (and nothing lost) if Redis failed. */
+bool RedisMirror::Flush(Table* t) {
+  size_t sent = 0;
+  for (const auto& [k, rec] : t->pending) {
+    if (rec.len)
+      redisAppendCommand(ctx_, "HSET %s %b %b", t->key.c_str(), &rec.key, sizeof(FlowKey),
+                         rec.data, static_cast<size_t>(rec.len));
+    else
+      redisAppendCommand(ctx_, "HDEL %s %b", t->key.c_str(), &rec.key, sizeof(FlowKey));
+    sent++;
+  }
+  for (const FlowKey& k : t->pulls)
+    redisAppendCommand(ctx_, "HGET %s %b", t->key.c_str(), &k, sizeof(FlowKey));
+  for (size_t i = 0; i < sent + t->pulls.size(); i++) {
+    void* reply = nullptr;
+    if (redisGetReply(ctx_, &reply) != REDIS_OK || !reply) return false;
+    auto* r = static_cast<redisReply*>(reply);
+    if (i >= sent) {
+      StateRecord rec;
+      rec.key = t->pulls[i - sent];
+      rec.len = 0;
+      if (r->type == REDIS_REPLY_STRING && r->len > 0 && r->len <= kMaxStateValue) {
+        rec.len = static_cast<uint8_t>(r->len);
+        std::memcpy(rec.data, r->str, r->len);
+      }
+      t->pulled.push_back(rec);
+    }
+    freeReplyObject(r);
+  }
+  writes_ += sent;
+  t->pending.clear();
+  t->pulls.clear();
+  return true;
+}
+
+void RedisMirror::Round() {
+  for (Table& t : tables_) {
+    std::vector<StateRecord> dirty;
+    t.state->Exchange(&dirty, &t.pulls, &t.pulled);
+    for (const StateRecord& r : dirty) {
+      if (t.pending.size() >= kMaxPending && !t.pending.count(r.key)) continue;
+      t.pending[r.key] = r;
+    }
+  }
+  if (!Connect()) {
+    /* No store to ask: the flows stay unknown (FlowState asks once). */
+    for (Table& t : tables_) t.pulls.clear();
+    return;
+  }
+  for (Table& t : tables_) {
+    if (t.pending.empty() && t.pulls.empty()) continue;
+    if (!Flush(&t)) {
+      Disconnect();
+      return;
+    }
+  }
+}
+
+void RedisMirror::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    l.unlock();
+    Round();
+    l.lock();
+    cv_.wait_for(l, period_, [this] { return stop_; });
+  }
+}
+
+}  // namespace keel

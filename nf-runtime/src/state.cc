@@ -45,10 +45,13 @@ void FlowState::Preload(const StateRecord& rec) {
   std::memcpy(e.data, rec.data, rec.len);
 }
 
-void FlowState::Sync() {
+void FlowState::Sync(bool wait) {
   if (!mirrored_) return;
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (wait)
+    lock.lock();
+  else if (!lock.try_lock())
+    return;
   for (const FlowKey& k : dirty_keys_) {
     auto it = table_.find(k);
     if (it == table_.end() || !it->second.dirty) continue;

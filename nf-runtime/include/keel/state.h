@@ -56,8 +56,9 @@ class FlowState {
 
   /* Packet thread, between batches: hands dirty entries and pull requests
    * to the mirror and takes in values the mirror pulled. Never blocks: if the
-   * mirror thread holds the lock, it tries again next time. */
-  void Sync();
+   * mirror thread holds the lock, it tries again next time, unless |wait|
+   * (shutdown) asks it to wait for the lock. */
+  void Sync(bool wait = false);
 
   /* Mirror thread: moves out what Sync handed over and hands in |pulled|
    * (values found in the store for requested flows). */

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Monitoring of a chain instance (Galleon §5.1): packet rate, NIC queue
+ * length, cycles per batch sampled with rdtsc, and drops.
+ *
+ * Counters have one writer, the packet thread, which adds with plain
+ * relaxed stores (no locked instructions on the packet path). Any other
+ * thread may read them at any time; Snapshot() gives a consistent-enough
+ * copy for rates and reports.
+ */
+#ifndef KEEL_MONITOR_H_
+#define KEEL_MONITOR_H_
+
+#include <x86intrin.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace keel {
+
+/* A counter written by one thread and read by others. */
+class Counter {
+ public:
+  void Add(uint64_t n) { v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  void Set(uint64_t n) { v_.store(n, std::memory_order_relaxed); }
+  uint64_t Get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+inline uint64_t Rdtsc() { return __rdtsc(); }
+
+/* The TSC frequency in Hz, measured once against CLOCK_MONOTONIC. */
+uint64_t TscHz();
+
+/* Moves the calling thread to every online CPU but |core|, so service
+ * threads never run on the packet core (if there is another CPU). */
+void MoveOffCore(int core);
+
+/* What one NF of the chain did. */
+struct NfCounters {
+  Counter packets_in;
+  Counter packets_out;
+  Counter dropped;
+  Counter batches;
+  Counter cycles; /* rdtsc around ProcessBatch, summed */
+};
+
+/* What the chain's ports did. */
+struct PortCounters {
+  Counter rx_packets;
+  Counter rx_bytes;
+  Counter rx_malformed;   /* dropped before the first NF: truncated or bad headers */
+  Counter tx_packets;
+  Counter tx_bytes;
+  Counter tx_dropped;     /* the TX queue was full */
+  Counter copy_dropped;   /* the chain's packet buffer was full */
+  Counter rx_queue_len;   /* RX descriptors in use at the last sample; see rx_queue_len_known */
+  Counter rx_queue_len_known; /* 1 if the PMD reports RX queue occupancy */
+  Counter batches;
+  Counter batch_cycles;   /* rdtsc over whole batches (RX to TX), summed */
+};
+
+}  // namespace keel
+
+#endif  // KEEL_MONITOR_H_

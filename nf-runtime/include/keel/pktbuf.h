@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The per-chain shared packet buffer (Galleon §4.2 "Memory", §4.4).
+ *
+ * One file per chain instance (under /dev/shm or /dev/hugepages) holds a
+ * header, a ring of packet descriptors and fixed-size packet slots. The first
+ * NF of a chain copies each received burst into it (the spatial-isolation
+ * copy); the NFs after it map the same file and work on the slots in place.
+ * Everything in the file is addressed by index, never by pointer, so each
+ * process may map it at a different address.
+ *
+ * Layout: [PktBufHeader | PktDesc x nslots | slot x nslots], nslots a power
+ * of two. Descriptor i of the ring lives at index (seq & (nslots - 1)) and
+ * always describes slot of the same index.
+ */
+#ifndef KEEL_PKTBUF_H_
+#define KEEL_PKTBUF_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "keel/packet.h"
+
+namespace keel {
+
+constexpr uint16_t kSlotHeadroom = 128;
+constexpr uint16_t kSlotDataRoom = 2048;
+constexpr uint32_t kSlotSize = kSlotHeadroom + kSlotDataRoom;
+constexpr uint64_t kPktBufMagic = 0x6b65656c70627566ull; /* "keelpbuf" */
+
+struct PktDesc {
+  uint16_t off;     /* start of the packet inside its slot */
+  uint16_t len;
+  uint16_t flags;   /* kDescDrop */
+  uint16_t stage;   /* position of the last NF that finished this packet */
+  uint64_t seq;     /* ring sequence number of the packet */
+};
+constexpr uint16_t kDescDrop = 1;
+
+struct PktBufHeader {
+  uint64_t magic;
+  uint32_t nslots;
+  uint32_t slot_size;
+  uint64_t desc_offset;
+  uint64_t slot_offset;
+  alignas(64) std::atomic<uint64_t> head; /* next sequence the first NF fills */
+  alignas(64) std::atomic<uint64_t> tail; /* next sequence the egress sends */
+};
+
+class PktBuf {
+ public:
+  /* Creates |path| (mode 0600, failing if it exists) with |nslots| slots
+   * (rounded up to a power of two) and maps it. Returns nullptr and sets
+   * |*err| on failure. */
+  static std::unique_ptr<PktBuf> Create(const std::string& path, uint32_t nslots, std::string* err);
+  /* Maps an existing buffer created by Create. */
+  static std::unique_ptr<PktBuf> Open(const std::string& path, std::string* err);
+  ~PktBuf();
+
+  uint32_t nslots() const { return hdr_->nslots; }
+  /* Packets copied in and not yet released. */
+  uint32_t used() const;
+  uint32_t free_slots() const { return nslots() - used(); }
+
+  /* Copies |len| bytes into the next slot; false if the ring is full or the
+   * packet does not fit a slot. This is the first NF's isolation copy. */
+  bool Push(const uint8_t* data, uint16_t len);
+  /* Points |p| at the |i|-th packet after the tail (0 <= i < used()). */
+  void View(uint32_t i, Packet* p);
+  /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
+  void Store(uint32_t i, const Packet& p, uint16_t stage);
+  const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
+  /* Frees the |n| oldest packets. */
+  void Release(uint32_t n);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  PktBuf() = default;
+  uint64_t tail() const { return hdr_->tail.load(std::memory_order_relaxed); }
+  uint8_t* slot(uint64_t seq) { return slots_ + (seq & mask_) * hdr_->slot_size; }
+  bool Map(int fd, size_t size, std::string* err);
+
+  std::string path_;
+  bool owner_ = false;
+  size_t size_ = 0;
+  uint8_t* base_ = nullptr;
+  PktBufHeader* hdr_ = nullptr;
+  PktDesc* descs_ = nullptr;
+  uint8_t* slots_ = nullptr;
+  uint64_t mask_ = 0;
+};
+
+}  // namespace keel
+
+#endif  // KEEL_PKTBUF_H_

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* DPDK port set-up for a chain instance: one RX and one TX queue. */
+#ifndef KEEL_PORT_H_
+#define KEEL_PORT_H_
+
+#include <rte_mempool.h>
+
+#include <cstdint>
+#include <string>
+
+namespace keel {
+
+/* Configures |port| with one RX queue (buffers from |pool|) and one TX
+ * queue, starts it and enables promiscuous mode where the PMD has it.
+ * Returns false and sets |*err| on failure. */
+bool PortInit(uint16_t port, rte_mempool* pool, std::string* err);
+
+/* RX descriptors in use on queue 0 of |port|, or -1 if the PMD cannot tell. */
+int PortRxQueueLen(uint16_t port);
+
+/* A short name for |port| ("net_pcap0", a PCI address, ...). */
+std::string PortName(uint16_t port);
+
+}  // namespace keel
+
+#endif  // KEEL_PORT_H_

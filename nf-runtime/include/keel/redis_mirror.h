@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Mirrors NF flow tables into Redis (Galleon §4.2): a background thread
+ * writes the changes each table hands over, answers pulls for flows a table
+ * does not know, and reconnects when Redis goes away. The packet path only
+ * ever calls FlowState::Sync, which never waits for Redis.
+ *
+ * Each table is one Redis hash, keel:state:<tenant>:<chain>:<K>-<nf>, whose
+ * fields are 16-byte flow keys; two chains never share a hash.
+ */
+#ifndef KEEL_REDIS_MIRROR_H_
+#define KEEL_REDIS_MIRROR_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "keel/state.h"
+
+struct redisContext;
+
+namespace keel {
+
+/* The Redis hash that holds the state of NF |position| (0-based) named |nf|. */
+std::string StateKey(const std::string& tenant, const std::string& chain, size_t position,
+                     const std::string& nf);
+
+class RedisMirror {
+ public:
+  /* |addr| is HOST:PORT; |period| is how often changes are written. */
+  RedisMirror(const std::string& addr, std::chrono::milliseconds period);
+  ~RedisMirror();
+
+  /* Before Start: mirrors |state| into hash |key| and loads what the hash
+   * already holds into it, so a restarted NF continues with its state.
+   * Returns the number of flows loaded (0 if Redis is unreachable). */
+  size_t Add(FlowState* state, const std::string& key);
+  /* Starts the mirror thread, kept off CPU |packet_core| (-1: anywhere). */
+  void Start(int packet_core);
+  /* Writes what is still pending (for at most |deadline|) and stops. */
+  void Stop(std::chrono::milliseconds deadline);
+
+  bool connected() const { return connected_.load(); }
+  uint64_t writes() const { return writes_.load(); }
+  uint64_t reconnects() const { return reconnects_.load(); }
+
+ private:
+  struct Table {
+    FlowState* state;
+    std::string key;
+    std::unordered_map<FlowKey, StateRecord, FlowKeyHash> pending; /* latest change per flow */
+    std::vector<FlowKey> pulls;
+    std::vector<StateRecord> pulled;
+  };
+  bool Connect();
+  void Disconnect();
+  bool Flush(Table* t);
+  void Loop();
+  void Round();
+
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds period_;
+  redisContext* ctx_ = nullptr;
+  std::chrono::steady_clock::time_point next_connect_{};
+  std::vector<Table> tables_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> writes_{0};
+  std::atomic<uint64_t> reconnects_{0};
+};
+
+}  // namespace keel
+
+#endif  // KEEL_REDIS_MIRROR_H_

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/runner.h"
+
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_prefetch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "keel/port.h"
+
+namespace keel {
+
+/* Packets to prefetch ahead while setting up views (DPDK l3fwd does 8). */
+static constexpr int kPrefetchOffset = 8;
+/* Poll iterations between NIC queue-length samples and state hand-overs. */
+static constexpr uint32_t kHousekeepingPolls = 64;
+
+Runner::Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt)
+    : chain_(chain), pool_(pool), opt_(opt) {}
+
+std::unique_ptr<Runner> Runner::Create(Chain* chain, rte_mempool* pool, const RunnerOptions& opt,
+                                       std::string* err) {
+  std::unique_ptr<Runner> r(new Runner(chain, pool, opt));
+  if (!opt.pktbuf_path.empty() && chain->size() > 1) {
+    /* Room for the bursts of one scheduling round (Galleon §4.3: B x 32). */
+    r->pktbuf_ = PktBuf::Create(opt.pktbuf_path, 4 * kMaxBurst, err);
+    if (!r->pktbuf_) return nullptr;
+  }
+  return r;
+}
+
+void Runner::Transmit(rte_mbuf** mbufs, int n) {
+  if (n == 0) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += rte_pktmbuf_pkt_len(mbufs[i]);
+  int sent = rte_eth_tx_burst(opt_.tx_port, 0, mbufs, static_cast<uint16_t>(n));
+  for (int i = sent; i < n; i++) {
+    bytes -= rte_pktmbuf_pkt_len(mbufs[i]);
+    rte_pktmbuf_free(mbufs[i]);
+  }
+  port_.tx_packets.Add(sent);
+  port_.tx_bytes.Add(bytes);
+  port_.tx_dropped.Add(n - sent);
+}
+
+/* One received burst through the chain (Galleon Fig. 2 steps 1-6). */
+void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
+  Packet views[kMaxBurst];
+  PacketBatch batch;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n && i < kPrefetchOffset; i++)
+    rte_prefetch0(rte_pktmbuf_mtod(mbufs[i], void*));
+  for (int i = 0; i < n; i++) {
+    if (i + kPrefetchOffset < n) rte_prefetch0(rte_pktmbuf_mtod(mbufs[i + kPrefetchOffset], void*));
+    rte_mbuf* m = mbufs[i];
+    bytes += rte_pktmbuf_pkt_len(m);
+    views[i].Reset(static_cast<uint8_t*>(m->buf_addr), m->data_off, m->data_len, m->buf_len);
+    if (m->nb_segs != 1 || views[i].malformed() != Malformed::kNone) {
+      views[i].Drop();
+      port_.rx_malformed.Add(1);
+      continue;
+    }
+    batch.Add(&views[i]);
+  }
+  port_.rx_packets.Add(n);
+  port_.rx_bytes.Add(bytes);
+
+  size_t first_end = pktbuf_ ? 1 : chain_->size();
+  chain_->Run(&batch, 0, first_end);
+
+  if (pktbuf_) {
+    /* The spatial-isolation copy: only survivors of NF 1 enter the chain's
+     * buffer; the NIC's buffers go straight back to the port. */
+    for (Packet* p : batch)
+      if (!pktbuf_->Push(p->data(), p->len())) port_.copy_dropped.Add(1);
+    rte_pktmbuf_free_bulk(mbufs, n);
+    RunFromChainBuffer();
+    return;
+  }
+
+  rte_mbuf* out[kMaxBurst];
+  int nout = 0;
+  for (Packet* p : batch) {
+    rte_mbuf* m = mbufs[p - views];
+    m->data_off = p->headroom();
+    m->data_len = p->len();
+    m->pkt_len = p->len();
+    out[nout++] = m;
+  }
+  for (int i = 0; i < n; i++)
+    if (views[i].dropped()) rte_pktmbuf_free(mbufs[i]);
+  Transmit(out, nout);
+}
+
+/* NFs 2..N over the chain's buffer in place, then the egress copy. */
+void Runner::RunFromChainBuffer() {
+  while (uint32_t used = pktbuf_->used()) {
+    int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    for (int i = 0; i < n; i++) {
+      pktbuf_->View(i, &views[i]);
+      batch.Add(&views[i]);
+    }
+    chain_->Run(&batch, 1, chain_->size());
+    rte_mbuf* out[kMaxBurst];
+    int nout = 0;
+    if (batch.cnt() > 0 &&
+        rte_pktmbuf_alloc_bulk(pool_, out, static_cast<unsigned>(batch.cnt())) == 0) {
+      for (Packet* p : batch) {
+        rte_mbuf* m = out[nout++];
+        std::memcpy(rte_pktmbuf_append(m, p->len()), p->data(), p->len());
+      }
+    } else {
+      port_.tx_dropped.Add(batch.cnt());
+    }
+    pktbuf_->Release(static_cast<uint32_t>(n));
+    Transmit(out, nout);
+  }
+}
+
+void Runner::Run() {
+  const uint64_t hz = TscHz();
+  const uint64_t idle_cycles = hz / 1000 * static_cast<uint64_t>(opt_.exit_when_idle_ms);
+  start_tsc_ = Rdtsc();
+  std::thread control([this] { ControlLoop(); });
+  const bool queue_len_known = PortRxQueueLen(opt_.rx_port) >= 0;
+  port_.rx_queue_len_known.Set(queue_len_known);
+  uint64_t last_rx = Rdtsc();
+  uint32_t polls = 0;
+  rte_mbuf* mbufs[kMaxBurst];
+  while (!stop_.load(std::memory_order_relaxed)) {
+    uint16_t n = rte_eth_rx_burst(opt_.rx_port, 0, mbufs, static_cast<uint16_t>(opt_.burst));
+    uint64_t now = Rdtsc();
+    if (++polls == kHousekeepingPolls) {
+      polls = 0;
+      if (queue_len_known) port_.rx_queue_len.Set(static_cast<uint64_t>(PortRxQueueLen(opt_.rx_port)));
+      chain_->SyncState(false);
+    }
+    if (n == 0) {
+      if (idle_cycles && now - last_rx > idle_cycles) break;
+      continue;
+    }
+    last_rx = now;
+    ProcessBurst(mbufs, n);
+    port_.batches.Add(1);
+    port_.batch_cycles.Add(Rdtsc() - now);
+  }
+  end_tsc_ = Rdtsc();
+  chain_->SyncState(true);
+  done_ = true;
+  control.join();
+  WriteStats();
+}
+
+void Runner::ControlLoop() {
+  MoveOffCore(static_cast<int>(rte_lcore_to_cpu_id(static_cast<int>(rte_get_main_lcore()))));
+  const auto interval = std::chrono::milliseconds(opt_.stats_interval_ms);
+  uint64_t last_rx = port_.rx_packets.Get();
+  auto last = std::chrono::steady_clock::now();
+  auto next_write = last + interval;
+  while (!done_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_write) continue;
+    uint64_t rx = port_.rx_packets.Get();
+    double secs = std::chrono::duration<double>(now - last).count();
+    rx_pps_ = static_cast<double>(rx - last_rx) / secs;
+    last_rx = rx;
+    last = now;
+    next_write = now + interval;
+    WriteStats();
+  }
+}
+
+Json Runner::StatsJson() const {
+  uint64_t hz = TscHz();
+  uint64_t end = end_tsc_.load() ? end_tsc_.load() : Rdtsc();
+  uint64_t batches = port_.batches.Get();
+  Json ports = {{"rx_port", PortName(opt_.rx_port)},
+                {"tx_port", PortName(opt_.tx_port)},
+                {"rx_packets", port_.rx_packets.Get()},
+                {"rx_bytes", port_.rx_bytes.Get()},
+                {"rx_malformed", port_.rx_malformed.Get()},
+                {"tx_packets", port_.tx_packets.Get()},
+                {"tx_bytes", port_.tx_bytes.Get()},
+                {"tx_dropped", port_.tx_dropped.Get()},
+                {"copy_dropped", port_.copy_dropped.Get()},
+                {"rx_queue_len", port_.rx_queue_len_known.Get()
+                                     ? Json(port_.rx_queue_len.Get()) : Json(nullptr)},
+                {"rx_pps", rx_pps_.load()}};
+  return {{"tsc_hz", hz},
+          {"seconds", static_cast<double>(end - start_tsc_) / static_cast<double>(hz)},
+          {"chain_buffer", pktbuf_ ? Json(pktbuf_->path()) : Json(nullptr)},
+          {"batches", batches},
+          {"cycles_per_batch", batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0},
+          {"port", ports},
+          {"nfs", chain_->StatsJson(done_.load())}};
+}
+
+void Runner::WriteStats() const {
+  if (opt_.stats_path.empty()) return;
+  std::string tmp = opt_.stats_path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << StatsJson().dump(2) << "\n";
+  }
+  std::rename(tmp.c_str(), opt_.stats_path.c_str());
+}
+
+}  // namespace keel
