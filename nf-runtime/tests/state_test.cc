@@ -1,1 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/state.h"
+
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "keel/redis_mirror.h"
+
+namespace keel {
+namespace {
+
+using std::chrono::milliseconds;
+
+FlowKey Flow(uint16_t port) {
+  FlowKey k;
+  k.src_ip = 0xc6120001;
+  k.dst_ip = 0xc6130001;
+  k.src_port = port;
+  k.dst_port = 80;
+  k.proto = kProtoTcp;
+  return k;
+}
+
+struct Value {
+  uint32_t a;
+  uint16_t b;
+};
+
+TEST(FlowState, LocalReadUpdateRemove) {
+  FlowState s;
+  Value v{};
+  EXPECT_FALSE(s.Read(Flow(1), &v));
+  s.Update(Flow(1), Value{7, 9});
+  ASSERT_TRUE(s.Read(Flow(1), &v));
+  EXPECT_EQ(v.a, 7u);
+  EXPECT_EQ(v.b, 9);
+  s.Remove(Flow(1));
+  EXPECT_FALSE(s.Read(Flow(1), &v));
+  EXPECT_EQ(s.size(), 0u);
+}
+
+TEST(FlowState, HandsChangesAndPullsToTheMirror) {
+  FlowState s;
+  s.set_mirrored(true);
+  s.Update(Flow(1), Value{1, 1});
+  s.Update(Flow(1), Value{2, 2}); /* one record for the latest value */
+  s.Update(Flow(2), Value{3, 3});
+  s.Remove(Flow(2));
+  Value v;
+  EXPECT_FALSE(s.Read(Flow(3), &v));
+  EXPECT_FALSE(s.Read(Flow(3), &v)); /* asked once */
+  s.Sync();
+  std::vector<StateRecord> dirty, pulled;
+  std::vector<FlowKey> pulls;
+  s.Exchange(&dirty, &pulls, &pulled);
+  ASSERT_EQ(dirty.size(), 2u);
+  EXPECT_EQ(dirty[0].key, Flow(1));
+  EXPECT_EQ(reinterpret_cast<Value*>(dirty[0].data)->a, 2u);
+  EXPECT_EQ(dirty[1].key, Flow(2));
+  EXPECT_EQ(dirty[1].len, 0) << "a removal is a record without value";
+  ASSERT_EQ(pulls.size(), 1u);
+  EXPECT_EQ(pulls[0], Flow(3));
+
+  /* The mirror answers the pull; the next Sync makes the flow known. */
+  StateRecord found;
+  found.key = Flow(3);
+  found.len = sizeof(Value);
+  Value stored{42, 4};
+  std::memcpy(found.data, &stored, sizeof stored);
+  pulled.push_back(found);
+  s.Exchange(&dirty, &pulls, &pulled);
+  EXPECT_FALSE(s.Read(Flow(3), &v));
+  s.Sync();
+  ASSERT_TRUE(s.Read(Flow(3), &v));
+  EXPECT_EQ(v.a, 42u);
+}
+
+/* A redis-server of the test's own on a free loopback port. */
+class RedisServer {
+ public:
+  /* |port| 0: the first free port from a per-process start. */
+  explicit RedisServer(int port = 0) {
+    int first = port ? port : 26379 + getpid() % 2000, last = port ? port : 65000;
+    for (port_ = first; port_ <= last; port_ += 7) {
+      pid_ = fork();
+      if (pid_ == 0) {
+        std::string p = std::to_string(port_);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", "--loglevel", "warning", nullptr);
+        _exit(127);
+      }
+      for (int i = 0; i < 50; i++) {
+        std::this_thread::sleep_for(milliseconds(20));
+        int status;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = -1;
+          if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return; /* not installed */
+          break; /* port taken: try the next */
+        }
+        redisContext* c = redisConnect("127.0.0.1", port_);
+        bool up = c && !c->err;
+        if (c) redisFree(c);
+        if (up) return;
+      }
+      Stop();
+    }
+  }
+  ~RedisServer() { Stop(); }
+  void Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+  bool up() const { return pid_ > 0; }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST(RedisMirror, RestartedInstanceContinuesWithItsState) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const std::string key = StateKey("t1", "chain-a", 1, "nat");
+  EXPECT_EQ(key, "keel:state:t1:chain-a:1-nat");
+  {
+    FlowState s;
+    RedisMirror m(redis.addr(), milliseconds(10));
+    EXPECT_EQ(m.Add(&s, key), 0u);
+    m.Start(-1);
+    for (uint16_t i = 0; i < 100; i++) s.Update(Flow(i), Value{i, 1});
+    s.Remove(Flow(5));
+    s.Sync(true);
+    m.Stop(milliseconds(2000));
+    EXPECT_EQ(m.writes(), 100u);
+  }
+  /* Another chain's table in the same Redis does not see it. */
+  FlowState other;
+  RedisMirror m2(redis.addr(), milliseconds(10));
+  EXPECT_EQ(m2.Add(&other, StateKey("t1", "chain-b", 1, "nat")), 0u);
+
+  FlowState again;
+  RedisMirror m3(redis.addr(), milliseconds(10));
+  EXPECT_EQ(m3.Add(&again, key), 99u);
+  Value v;
+  ASSERT_TRUE(again.Read(Flow(42), &v));
+  EXPECT_EQ(v.a, 42u);
+  EXPECT_FALSE(again.Read(Flow(5), &v));
+}
+
+TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const std::string key = StateKey("t", "c", 0, "lb");
+  FlowState writer;
+  RedisMirror mw(redis.addr(), milliseconds(5));
+  mw.Add(&writer, key);
+  mw.Start(-1);
+  FlowState reader;
+  RedisMirror mr(redis.addr(), milliseconds(5));
+  mr.Add(&reader, key);
+  mr.Start(-1);
+
+  writer.Update(Flow(9), Value{99, 0});
+  writer.Sync(true);
+  std::this_thread::sleep_for(milliseconds(100));
+  Value v;
+  EXPECT_FALSE(reader.Read(Flow(9), &v)) << "the first read only asks the store";
+  bool found = false;
+  for (int i = 0; i < 200 && !found; i++) {
+    std::this_thread::sleep_for(milliseconds(5));
+    reader.Sync();
+    found = reader.Read(Flow(9), &v);
+  }
+  ASSERT_TRUE(found);
+  EXPECT_EQ(v.a, 99u);
+  mw.Stop(milliseconds(500));
+  mr.Stop(milliseconds(500));
+}
+
+TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const int port = redis.port();
+  redis.Stop();
+  FlowState s;
+  RedisMirror m("127.0.0.1:" + std::to_string(port), milliseconds(10));
+  EXPECT_EQ(m.Add(&s, "keel:state:t:c:0-nat"), 0u);
+  m.Start(-1);
+  auto t0 = std::chrono::steady_clock::now();
+  for (uint16_t i = 0; i < 1000; i++) {
+    s.Update(Flow(i), Value{i, 0});
+    Value v;
+    s.Read(Flow(static_cast<uint16_t>(i + 5000)), &v);
+    s.Sync();
+  }
+  auto spent = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(spent, milliseconds(50)) << "the packet path waited for Redis";
+  EXPECT_FALSE(m.connected());
+
+  /* Redis comes back: the mirror reconnects and writes what it held. */
+  RedisServer back(port);
+  ASSERT_TRUE(back.up());
+  redisContext* c = redisConnect("127.0.0.1", port);
+  ASSERT_TRUE(c && !c->err);
+  long long stored = 0;
+  for (int i = 0; i < 300 && stored < 1000; i++) {
+    std::this_thread::sleep_for(milliseconds(10));
+    auto* r = static_cast<redisReply*>(redisCommand(c, "HLEN keel:state:t:c:0-nat"));
+    stored = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    if (r) freeReplyObject(r);
+  }
+  redisFree(c);
+  EXPECT_EQ(stored, 1000);
+  EXPECT_TRUE(m.connected());
+  m.Stop(milliseconds(0));
+}
+
+}  // namespace
+}  // namespace keel

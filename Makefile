@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0
+# keel — network functions the cloud-native way.
+#
+#   make deps   install what is missing (Debian packages, Python venv)
+#   make build  build everything into build/ (binaries in build/bin/)
+#   make test   deps + build + every test (C++ unit tests, pytest)
+#   make bench  deps + build + benchmarks (bench/results/*.json)
+#   make demo   deps + build + run the demo and print its report
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+BUILD   ?= build
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PYTHON  ?= python3
+JOBS    ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+CMAKE_FLAGS += -DKEEL_WERROR=ON
+endif
+
+APT_PACKAGES := build-essential cmake ninja-build pkg-config \
+	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
+	nlohmann-json3-dev libgtest-dev redis-server tcpdump python3-venv
+
+.PHONY: deps apt-deps py-deps build test unit-test py-test bench demo clean
+
+deps: apt-deps py-deps
+
+# Installs only the Debian packages that are missing (idempotent).
+apt-deps:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+$(VENV)/.deps: tests/requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r tests/requirements.txt
+	touch $@
+
+py-deps: $(VENV)/.deps
+
+build: deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
+	ninja -C $(BUILD) -j $(JOBS)
+
+test: build
+	$(MAKE) --no-print-directory unit-test py-test
+
+unit-test:
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# pytest exits 5 when it collected no test: that fails the target too.
+py-test:
+	$(PY) -m pytest -q tests
+
+bench: build
+	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
+
+demo: build
+	$(PY) tests/demo.py --bin $(BUILD)/bin
+
+clean:
+	rm -rf $(BUILD)
