@@ -65,7 +65,7 @@ bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 
 demo: build
-	$(PY) tests/demo.py --bin $(BUILD)/bin
+	$(PY) deploy/local/demo.py --bin $(BUILD)/bin
 
 clean:
 	rm -rf $(BUILD)
