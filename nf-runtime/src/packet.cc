@@ -23,7 +23,11 @@ bool FlowKey::operator==(const FlowKey& o) const {
 size_t FlowKeyHash::operator()(const FlowKey& k) const {
   uint64_t a = (uint64_t{k.src_ip} << 32) | k.dst_ip;
   uint64_t b = (uint64_t{k.src_port} << 24) | (uint64_t{k.dst_port} << 8) | k.proto;
-  uint64_t h = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull + (a >> 29));
+  /* splitmix64's finalizer: every input bit reaches the low bits, so
+   * "hash % n" spreads flows that differ in one field only. */
+  uint64_t h = a ^ (b * 0x9E3779B97F4A7C15ull);
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
   return static_cast<size_t>(h ^ (h >> 31));
 }
 

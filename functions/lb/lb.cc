@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * LB: L4 load balancer. Each flow goes to one of the backends, chosen by a
+ * hash of its 5-tuple, and keeps it: the choice is stored in the NF's
+ * FlowState as the backend's address, so it survives a restart and a change
+ * of the backend list. The destination address is rewritten to the backend
+ * and the IPv4 and TCP/UDP checksums are patched.
+ *
+ * Packets without ports (other protocols, and every fragment so that all
+ * fragments of a datagram stay together) are keyed by (src, dst, proto).
+ * Non-IPv4 frames and TCP/UDP packets with a truncated header are dropped.
+ */
+#include <cstdint>
+#include <vector>
+
+#include "keel/nf.h"
+
+namespace keel {
+
+namespace {
+
+/* The stored choice of a flow: the backend address in host byte order. */
+struct LbChoice {
+  uint32_t backend;
+};
+
+constexpr uint16_t kFragMask = 0x3fff; /* MF flag and fragment offset */
+
+}  // namespace
+
+class Lb : public NF {
+ public:
+  void Init(const Config& config) override {
+    config.CheckObject({"backends"});
+    Config list = config["backends"];
+    for (const Config& b : list.Array()) backends_.push_back(b.Ipv4());
+    if (backends_.empty()) list.Fail("needs at least one backend");
+  }
+
+  void ProcessBatch(PacketBatch* batch) override {
+    for (Packet* p : *batch) {
+      Ipv4Hdr* ip = p->ipv4();
+      if (!ip || p->malformed() != Malformed::kNone) {
+        p->Drop();
+        continue;
+      }
+      FlowKey key;
+      p->GetFlowKey(&key);
+      if (ip->frag_off & htons(kFragMask)) key.src_port = key.dst_port = 0;
+      LbChoice choice;
+      if (!state().Read(key, &choice)) {
+        choice.backend = backends_[FlowKeyHash()(key) % backends_.size()];
+        state().Update(key, choice);
+        new_flows_++;
+      }
+      uint32_t dst = htonl(choice.backend);
+      if (TcpHdr* tcp = p->tcp()) {
+        ChecksumReplace32(&tcp->checksum, ip->dst, dst);
+      } else if (UdpHdr* udp = p->udp()) {
+        if (udp->checksum != 0) {
+          ChecksumReplace32(&udp->checksum, ip->dst, dst);
+          if (udp->checksum == 0) udp->checksum = 0xffff;
+        }
+      }
+      ChecksumReplace32(&ip->checksum, ip->dst, dst);
+      ip->dst = dst;
+    }
+  }
+
+  Json Stats() const override { return Json{{"new_flows", new_flows_}}; }
+
+ private:
+  std::vector<uint32_t> backends_; /* host order */
+  uint64_t new_flows_ = 0;
+};
+
+KEEL_NF(Lb, "lb", "L4 load balancer: sends each flow to one of the backends");
+
+}  // namespace keel

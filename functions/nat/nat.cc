@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * NAT: stateful source NAT for TCP and UDP.
+ *
+ * A packet to external_ip on a port of port_range is reply traffic; every
+ * other TCP/UDP packet is outbound. An outbound flow gets external_ip and a
+ * port of the range as its source; a reply whose flow is mapped gets the
+ * internal host back as its destination. Replies without a mapping, other
+ * IPv4 protocols (and non-first fragments) and non-IPv4 frames are dropped.
+ *
+ * Each mapping lives in the NF's FlowState under two keys, so that an
+ * instance preloaded with the same records translates the same way:
+ *   forward: the internal 5-tuple                      => external ip:port
+ *   reverse: remote -> external ip:port, as on the wire => internal ip:port
+ * Mappings do not expire. A port is free for a new flow when no reverse key
+ * holds it for the same remote ip:port and protocol; ports are tried from a
+ * rotating cursor, and a flow that finds none is dropped.
+ */
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "keel/nf.h"
+
+namespace keel {
+
+namespace {
+
+/* One side of a mapping, host byte order. */
+struct NatEndpoint {
+  uint32_t ip;
+  uint16_t port;
+  uint16_t pad;
+};
+
+}  // namespace
+
+class Nat : public NF {
+ public:
+  void Init(const Config& config) override {
+    config.CheckObject({"external_ip", "port_range"});
+    ext_ip_ = config["external_ip"].Ipv4();
+    ext_ip_n_ = htonl(ext_ip_);
+    Config range = config["port_range"];
+    std::vector<Config> bounds = range.Array();
+    if (bounds.size() != 2) range.Fail("expected [lo, hi]");
+    lo_ = static_cast<uint16_t>(bounds[0].Int(1, 65535));
+    hi_ = static_cast<uint16_t>(bounds[1].Int(1, 65535));
+    if (lo_ > hi_)
+      range.Fail("lo " + std::to_string(lo_) + " is greater than hi " + std::to_string(hi_));
+    cursor_ = lo_;
+  }
+
+  void ProcessBatch(PacketBatch* batch) override {
+    for (Packet* p : *batch) {
+      Ipv4Hdr* ip = p->ipv4();
+      uint16_t *sport, *dport, *l4csum;
+      bool udp = false;
+      if (TcpHdr* tcp = p->tcp()) {
+        sport = &tcp->src_port;
+        dport = &tcp->dst_port;
+        l4csum = &tcp->checksum;
+      } else if (UdpHdr* u = p->udp()) {
+        sport = &u->src_port;
+        dport = &u->dst_port;
+        l4csum = &u->checksum;
+        udp = true;
+      } else {
+        p->Drop();
+        continue;
+      }
+      FlowKey key;
+      p->GetFlowKey(&key);
+      NatEndpoint to;
+      if (ip->dst == ext_ip_n_ && key.dst_port >= lo_ && key.dst_port <= hi_) {
+        if (!state().Read(key, &to)) {
+          unmatched_reply_drops_++;
+          p->Drop();
+          continue;
+        }
+        uint32_t addr = htonl(to.ip);
+        Patch(ip, ip->dst, addr, dport, htons(to.port), l4csum, udp);
+        ip->dst = addr;
+      } else {
+        if (!state().Read(key, &to) && !Allocate(key, &to)) {
+          exhausted_drops_++;
+          p->Drop();
+          continue;
+        }
+        uint32_t addr = htonl(to.ip);
+        Patch(ip, ip->src, addr, sport, htons(to.port), l4csum, udp);
+        ip->src = addr;
+      }
+    }
+  }
+
+  Json Stats() const override {
+    return Json{{"mappings", mappings_},
+                {"exhausted_drops", exhausted_drops_},
+                {"unmatched_reply_drops", unmatched_reply_drops_}};
+  }
+
+ private:
+  /* Updates the checksums for an address change |old_addr| -> |new_addr|
+   * (the caller stores the address) and rewrites |*port|. Network order. */
+  static void Patch(Ipv4Hdr* ip, uint32_t old_addr, uint32_t new_addr, uint16_t* port,
+                    uint16_t new_port, uint16_t* l4csum, bool udp) {
+    ChecksumReplace32(&ip->checksum, old_addr, new_addr);
+    if (!udp || *l4csum != 0) {
+      ChecksumReplace32(l4csum, old_addr, new_addr);
+      ChecksumReplace16(l4csum, *port, new_port);
+      if (udp && *l4csum == 0) *l4csum = 0xffff;
+    }
+    *port = new_port;
+  }
+
+  /* Maps the outbound flow |fwd| to a free external port; false when every
+   * port of the range is taken for its remote endpoint. */
+  bool Allocate(const FlowKey& fwd, NatEndpoint* out) {
+    FlowKey rev;
+    rev.src_ip = fwd.dst_ip;
+    rev.src_port = fwd.dst_port;
+    rev.dst_ip = ext_ip_;
+    rev.proto = fwd.proto;
+    NatEndpoint taken;
+    for (uint32_t tries = uint32_t{hi_} - lo_ + 1; tries > 0; tries--) {
+      rev.dst_port = cursor_;
+      cursor_ = cursor_ == hi_ ? lo_ : static_cast<uint16_t>(cursor_ + 1);
+      if (state().Read(rev, &taken)) continue;
+      state().Update(rev, NatEndpoint{fwd.src_ip, fwd.src_port, 0});
+      *out = NatEndpoint{ext_ip_, rev.dst_port, 0};
+      state().Update(fwd, *out);
+      mappings_++;
+      return true;
+    }
+    return false;
+  }
+
+  uint32_t ext_ip_ = 0;   /* host order */
+  uint32_t ext_ip_n_ = 0; /* network order */
+  uint16_t lo_ = 0;
+  uint16_t hi_ = 0;
+  uint16_t cursor_ = 0;
+  uint64_t mappings_ = 0;
+  uint64_t exhausted_drops_ = 0;
+  uint64_t unmatched_reply_drops_ = 0;
+};
+
+KEEL_NF(Nat, "nat", "source NAT for TCP/UDP to external_ip and a port of port_range");
+
+}  // namespace keel

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <gtest/gtest.h>
+
+#include "testing/nf_test.h"
+
+namespace keel {
+namespace {
+
+constexpr char kConfig[] = R"({"external_ip":"198.51.100.1","port_range":[1000,1009]})";
+
+std::unique_ptr<NF> MakeNat(const char* config = kConfig) { return MakeNf("nat", config); }
+
+/* The source port of the single packet that came out. */
+uint16_t OutSrcPort(RunResult* r) {
+  EXPECT_EQ(r->out.size(), 1u);
+  if (r->out.empty()) return 0;
+  Packet p = View(&r->out[0]);
+  FlowKey k;
+  EXPECT_TRUE(p.GetFlowKey(&k));
+  return k.src_port;
+}
+
+int64_t Stat(NF* nf, const char* name) { return nf->Stats()[name].get<int64_t>(); }
+
+TEST(Nat, RejectsBadConfig) {
+  EXPECT_THROW_MSG(MakeNat(R"({"port_range":[1,2]})"), "nat.external_ip: missing");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1"})"), "nat.port_range: missing");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.256","port_range":[1,2]})"),
+                   "nat.external_ip: '198.51.100.256' is not an IPv4 address");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":"1-2"})"),
+                   "nat.port_range: expected an array, got string");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1]})"),
+                   "nat.port_range: expected [lo, hi]");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1,2,3]})"),
+                   "nat.port_range: expected [lo, hi]");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[0,2]})"),
+                   "nat.port_range[0]: 0 is out of range [1, 65535]");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1,65536]})"),
+                   "nat.port_range[1]: 65536 is out of range [1, 65535]");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1,"2"]})"),
+                   "nat.port_range[1]: expected an integer, got string");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[200,100]})"),
+                   "nat.port_range: lo 200 is greater than hi 100");
+  EXPECT_THROW_MSG(MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1,2],"ttl":3})"),
+                   "nat.ttl: unknown field");
+  EXPECT_THROW_MSG(MakeNat("[]"), "nat: expected an object, got array");
+}
+
+TEST(Nat, AcceptsSinglePortRange) {
+  auto nat = MakeNat(R"({"external_ip":"198.51.100.1","port_range":[65535,65535]})");
+  RunResult r = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q")});
+  EXPECT_EQ(OutSrcPort(&r), 65535);
+}
+
+TEST(Nat, TranslatesOutboundUdp) {
+  auto nat = MakeNat();
+  RunResult r = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "query")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("198.51.100.1", "203.0.113.5", 1000, 53, "query").bytes());
+  EXPECT_TRUE(ChecksumsValid(r.out[0]));
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 1);
+}
+
+TEST(Nat, TranslatesOutboundTcp) {
+  auto nat = MakeNat();
+  RunResult r = RunBatch(nat.get(), {TcpPacket("10.0.0.1", "203.0.113.5", 40000, 443, "GET")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], TcpPacket("198.51.100.1", "203.0.113.5", 1000, 443, "GET").bytes());
+  EXPECT_TRUE(ChecksumsValid(r.out[0]));
+}
+
+TEST(Nat, TranslatesVlanTaggedPackets) {
+  auto nat = MakeNat();
+  L4Spec in{"10.0.0.1", "203.0.113.5", kProtoUdp, 1234, 53, "x"};
+  in.vlan = 7;
+  L4Spec want = in;
+  want.src_ip = "198.51.100.1";
+  want.src_port = 1000;
+  RunResult r = RunBatch(nat.get(), {BuildPacket(in)});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], BuildPacket(want).bytes());
+}
+
+TEST(Nat, SameFlowKeepsItsPort) {
+  auto nat = MakeNat();
+  TestPacket pkt = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "a");
+  RunResult r = RunBatch(nat.get(), {pkt, pkt});
+  ASSERT_EQ(r.out.size(), 2u);
+  EXPECT_EQ(r.out[0], r.out[1]);
+  RunResult again = RunBatch(nat.get(), {pkt});
+  ASSERT_EQ(again.out.size(), 1u);
+  EXPECT_EQ(again.out[0], r.out[0]);
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 1);
+}
+
+TEST(Nat, DifferentFlowsGetDifferentPorts) {
+  auto nat = MakeNat();
+  RunResult r = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "a"),
+                                     UdpPacket("10.0.0.2", "203.0.113.5", 1234, 53, "a"),
+                                     UdpPacket("10.0.0.1", "203.0.113.5", 1235, 53, "a"),
+                                     TcpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "a")});
+  ASSERT_EQ(r.out.size(), 4u);
+  std::vector<uint16_t> ports;
+  for (auto& b : r.out) {
+    Packet p = View(&b);
+    FlowKey k;
+    ASSERT_TRUE(p.GetFlowKey(&k));
+    EXPECT_EQ(k.src_ip, Ip("198.51.100.1"));
+    ports.push_back(k.src_port);
+  }
+  EXPECT_EQ(ports, (std::vector<uint16_t>{1000, 1001, 1002, 1003}));
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 4);
+}
+
+TEST(Nat, TranslatesRepliesBack) {
+  auto nat = MakeNat();
+  RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "query"),
+                       TcpPacket("10.0.0.2", "203.0.113.6", 40000, 443, "GET")});
+  RunResult r = RunBatch(nat.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "answer"),
+                                     TcpPacket("203.0.113.6", "198.51.100.1", 443, 1001, "200 OK")});
+  ASSERT_EQ(r.out.size(), 2u);
+  EXPECT_EQ(r.out[0], UdpPacket("203.0.113.5", "10.0.0.1", 53, 1234, "answer").bytes());
+  EXPECT_EQ(r.out[1], TcpPacket("203.0.113.6", "10.0.0.2", 443, 40000, "200 OK").bytes());
+  EXPECT_TRUE(ChecksumsValid(r.out[0]));
+  EXPECT_TRUE(ChecksumsValid(r.out[1]));
+}
+
+TEST(Nat, DropsRepliesWithoutMapping) {
+  auto nat = MakeNat();
+  RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "query")});
+  RunResult r = RunBatch(nat.get(), {
+      UdpPacket("203.0.113.5", "198.51.100.1", 53, 1001, "wrong port"),
+      UdpPacket("203.0.113.9", "198.51.100.1", 53, 1000, "wrong remote ip"),
+      UdpPacket("203.0.113.5", "198.51.100.1", 54, 1000, "wrong remote port"),
+      TcpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "wrong protocol"),
+  });
+  EXPECT_EQ(r.out.size(), 0u);
+  EXPECT_EQ(r.dropped, 4);
+  EXPECT_EQ(Stat(nat.get(), "unmatched_reply_drops"), 4);
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 1);
+}
+
+TEST(Nat, TreatsExternalAddressOutsideTheRangeAsOutbound) {
+  auto nat = MakeNat();
+  RunResult r = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "198.51.100.1", 1234, 999, "x")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("198.51.100.1", "198.51.100.1", 1000, 999, "x").bytes());
+}
+
+TEST(Nat, ReusesPortsPerRemoteAndDropsWhenExhausted) {
+  auto nat = MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1000,1001]})");
+  RunResult r = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1, 53, "a"),
+                                     UdpPacket("10.0.0.1", "203.0.113.5", 2, 53, "a"),
+                                     UdpPacket("10.0.0.1", "203.0.113.5", 3, 53, "a"),
+                                     UdpPacket("10.0.0.1", "203.0.113.5", 1, 53, "a")});
+  ASSERT_EQ(r.out.size(), 3u);
+  EXPECT_EQ(r.dropped, 1);
+  EXPECT_EQ(Stat(nat.get(), "exhausted_drops"), 1);
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 2);
+  /* The existing flow keeps working; another remote endpoint gets a port. */
+  EXPECT_EQ(View(&r.out[2]).udp()->src_port, htons(1000));
+  RunResult other = RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 3, 54, "a")});
+  EXPECT_EQ(OutSrcPort(&other), 1000);
+}
+
+TEST(Nat, KeepsZeroUdpChecksum) {
+  auto nat = MakeNat();
+  TestPacket in = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "nocsum");
+  Packet v = View(&in.bytes());
+  v.udp()->checksum = 0;
+  RunResult r = RunBatch(nat.get(), {in});
+  ASSERT_EQ(r.out.size(), 1u);
+  Packet out = View(&r.out[0]);
+  EXPECT_EQ(out.udp()->checksum, 0);
+  EXPECT_EQ(out.udp()->src_port, htons(1000));
+  EXPECT_EQ(Checksum(out.ipv4(), 20), 0);
+}
+
+TEST(Nat, DropsWhatItCannotTranslate) {
+  auto nat = MakeNat();
+  L4Spec icmp{"10.0.0.1", "203.0.113.5", kProtoIcmp, 0, 0, ""};
+  TestPacket arp = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "a");
+  arp.bytes()[12] = 0x08;
+  arp.bytes()[13] = 0x06;
+  TestPacket fragment = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "a");
+  Packet f = View(&fragment.bytes());
+  f.ipv4()->frag_off = htons(0x0010);
+  Ipv4UpdateChecksum(f.ipv4());
+  std::vector<uint8_t> short_udp = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "").bytes();
+  short_udp[17] = 24; /* total length: IPv4 header + 4 bytes of UDP header */
+  short_udp.resize(14 + 24);
+  std::vector<uint8_t> short_ip = UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "").bytes();
+  short_ip.resize(14 + 10);
+  RunResult r = RunBatch(nat.get(), {BuildPacket(icmp), arp, fragment, TestPacket(short_udp),
+                                     TestPacket(short_ip), TestPacket({1, 2, 3})});
+  EXPECT_EQ(r.out.size(), 0u);
+  EXPECT_EQ(r.dropped, 6);
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 0);
+}
+
+TEST(Nat, RestartedInstanceTranslatesTheSameWay) {
+  auto first = MakeNat();
+  first->state().set_mirrored(true);
+  RunResult out1 = RunBatch(first.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q"),
+                                          UdpPacket("10.0.0.2", "203.0.113.5", 1234, 53, "q")});
+  ASSERT_EQ(out1.out.size(), 2u);
+  first->state().Sync();
+  std::vector<StateRecord> records, pulled;
+  std::vector<FlowKey> pulls;
+  first->state().Exchange(&records, &pulls, &pulled);
+  EXPECT_EQ(records.size(), 4u); /* forward and reverse key per flow */
+
+  auto second = MakeNat();
+  for (const StateRecord& rec : records) second->state().Preload(rec);
+  RunResult reply = RunBatch(second.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1001, "a")});
+  ASSERT_EQ(reply.out.size(), 1u);
+  EXPECT_EQ(reply.out[0], UdpPacket("203.0.113.5", "10.0.0.2", 53, 1234, "a").bytes());
+  RunResult out2 = RunBatch(second.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q")});
+  ASSERT_EQ(out2.out.size(), 1u);
+  EXPECT_EQ(out2.out[0], out1.out[0]);
+  /* A new flow to the same remote skips the ports the old instance handed out. */
+  RunResult fresh = RunBatch(second.get(), {UdpPacket("10.0.0.3", "203.0.113.5", 1234, 53, "q")});
+  EXPECT_EQ(OutSrcPort(&fresh), 1002);
+}
+
+TEST(Nat, ReportsStats) {
+  auto nat = MakeNat();
+  RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q"),
+                       UdpPacket("203.0.113.5", "198.51.100.1", 53, 1005, "a")});
+  EXPECT_EQ(nat->Stats(),
+            (Json{{"mappings", 1}, {"exhausted_drops", 0}, {"unmatched_reply_drops", 1}}));
+}
+
+}  // namespace
+}  // namespace keel
