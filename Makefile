@@ -22,7 +22,7 @@ endif
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
-	nlohmann-json3-dev libgtest-dev redis-server tcpdump python3-venv
+	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool python3-venv
 
 .PHONY: deps apt-deps py-deps build test unit-test py-test bench demo clean
 
@@ -39,10 +39,11 @@ apt-deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
-$(VENV)/.deps: tests/requirements.txt
+$(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r tests/requirements.txt
+	$(PY) -m pip install -q -r tests/requirements.txt -r placer/requirements.txt
+	$(PY) -m pip install -q --no-deps -e placer
 	touch $@
 
 py-deps: $(VENV)/.deps
@@ -50,6 +51,7 @@ py-deps: $(VENV)/.deps
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
+	$(PY) placer/build_proto.py
 
 test: build
 	$(MAKE) --no-print-directory unit-test py-test
@@ -59,10 +61,11 @@ unit-test:
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests placer/tests
 
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
+	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin

@@ -8,13 +8,11 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from scapy.all import rdpcap, wrpcap
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("KEEL_BIN", ROOT / "build" / "bin"))
+from keelenv import BIN
 _runs = itertools.count()
 
 
@@ -26,7 +24,7 @@ class ChainRun:
     stats: dict        # the --stats JSON (empty if none was written)
 
 
-def _eal(tmp: Path, in_pcap: Path, out_pcap: Path) -> list:
+def _eal(in_pcap, out_pcap) -> list:
     return ["--no-pci", "--no-huge", "-m", "512", "--log-level=error", "--no-telemetry",
             f"--file-prefix=keeltest{os.getpid()}_{next(_runs)}",
             "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={out_pcap}"]
@@ -49,7 +47,7 @@ def keel_chain(tmp_path):
         for name, cfg in nfs:
             args += ["--nf", name if cfg is None else f"{name}={json.dumps(cfg)}"]
         args += ["--exit-when-idle", str(idle_ms), "--stats", str(stats), *extra, "--"]
-        args += _eal(tmp_path, in_pcap, out_pcap)
+        args += _eal(in_pcap, out_pcap)
         p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
         out = list(rdpcap(str(out_pcap))) if out_pcap.exists() and out_pcap.stat().st_size > 24 else []
         st = json.loads(stats.read_text()) if stats.exists() else {}

@@ -1,13 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """keel-chain end to end: captures in, captures out, exact semantics per NF."""
 import subprocess
-from pathlib import Path
 
 from scapy.all import Dot1Q, Ether, ICMP, IP, Raw, TCP, UDP
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from conftest import BIN
+from keelenv import BIN
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 KEY = "000102030405060708090a0b0c0d0e0f"
@@ -155,8 +154,8 @@ def test_acl_first_match_wins_and_unmatched_is_dropped(keel_chain):
 
 def test_nat_translates_both_directions(keel_chain):
     cfg = {"external_ip": "198.18.255.1", "port_range": [20000, 20099]}
-    out1 = udp(src="198.18.0.5", sport=1111, dst="198.19.0.9", dport=53)
-    out2 = udp(src="198.18.0.6", sport=1111, dst="198.19.0.9", dport=53)
+    out1 = udp(src="198.18.0.5", sport=1111, dst="198.19.0.9", dport=5001)
+    out2 = udp(src="198.18.0.6", sport=1111, dst="198.19.0.9", dport=5001)
     r = keel_chain([("nat", cfg)], [out1, out2, out1])
     assert r.returncode == 0, r.stderr
     assert len(r.out) == 3
@@ -166,12 +165,12 @@ def test_nat_translates_both_directions(keel_chain):
     assert ports[0] == ports[2] != ports[1]
     assert all(checksums_ok(p) for p in r.out)
 
-    reply = udp(src="198.19.0.9", sport=53, dst="198.18.255.1", dport=ports[1], payload=b"answer")
-    stray = udp(src="198.19.0.9", sport=53, dst="198.18.255.1", dport=20099 if ports[1] != 20099 else 20098)
+    reply = udp(src="198.19.0.9", sport=5001, dst="198.18.255.1", dport=ports[1], payload=b"answer")
+    stray = udp(src="198.19.0.9", sport=5001, dst="198.18.255.1", dport=20099 if ports[1] != 20099 else 20098)
     r = keel_chain([("nat", cfg)], [out1, out2, reply, stray])
     assert len(r.out) == 3
     back = r.out[2]
-    assert (back[IP].dst, back[UDP].dport, back[Raw].load) == ("198.18.0.6", 1111, b"answer")
+    assert (back[IP].dst, back[UDP].dport, bytes(back[UDP].payload)) == ("198.18.0.6", 1111, b"answer")
     assert checksums_ok(back)
 
 

@@ -1,0 +1,110 @@
+"""gRPC service keel.v1.Placer (Parse, Place) over the same code as the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from concurrent import futures
+
+import grpc
+
+from .algos import ALGOS, run
+from .catalog import ProfileError, load_profiles
+from .lang import SpecError
+from .pattern import Problem
+from .spec import parse_spec
+from .topology import TopologyError, parse_topology_text
+
+try:
+    from .gen.keel.v1 import placer_pb2 as pb
+    from .gen.keel.v1 import placer_pb2_grpc as pb_grpc
+except ImportError as e:  # pragma: no cover - only without `make build`
+    raise ImportError("gRPC stubs missing: run `make build` (placer/build_proto.py)") from e
+
+
+def _errors(e: SpecError) -> list:
+    return [pb.SpecError(line=d.line, column=d.col, message=d.message) for d in e.diagnostics]
+
+
+class PlacerService(pb_grpc.PlacerServicer):
+    """Parse and Place; bad input comes back in the response, never as an RPC error."""
+
+    def __init__(self, nf_profile: str | None = None):
+        self.nf_profile = nf_profile
+
+    def Parse(self, request, context):
+        try:
+            spec = parse_spec(request.spec)
+        except SpecError as e:
+            return pb.ParseResponse(ok=False, errors=_errors(e))
+        chains = []
+        for g in spec.chains:
+            chains.append(pb.ChainGraph(
+                name=g.name, flow=g.flow, t_min_gbps=g.slo.t_min,
+                t_max_gbps=0.0 if math.isinf(g.slo.t_max) else g.slo.t_max,
+                d_max_us=g.slo.d_max or 0.0,
+                nodes=[pb.NfNode(id=n.id, name=n.name, nf=n.nf, args_json=json.dumps(n.args),
+                                 weight=n.weight) for n in g.nodes],
+                edges=[pb.NfEdge(src=e.src, dst=e.dst, weight=e.weight) for e in g.edges]))
+        return pb.ParseResponse(ok=True, chains=chains)
+
+    def Place(self, request, context):
+        try:
+            spec = parse_spec(request.spec)
+        except SpecError as e:
+            return pb.PlaceResponse(ok=False, errors=_errors(e))
+        algo = request.algo or "heuristic"
+        if algo not in ALGOS:
+            return pb.PlaceResponse(ok=False, input_error=f"unknown algo '{algo}' "
+                                    f"(expected one of {', '.join(ALGOS)})")
+        try:
+            topo = parse_topology_text(request.topology_yaml)
+            profiles = self._profiles(request.profiles_json)
+        except (TopologyError, ProfileError) as e:
+            return pb.PlaceResponse(ok=False, input_error=str(e))
+        pl = run(Problem(spec, topo, profiles), algo)
+        return pb.PlaceResponse(
+            ok=True, feasible=pl.feasible, algo=pl.algo, seconds=pl.seconds,
+            marginal_gbps=pl.marginal_gbps, switch_stages_used=pl.stages_used,
+            reason=pl.reason or "",
+            chains=[pb.PlacedChain(
+                name=c.name, t_min_gbps=c.t_min_gbps, rate_gbps=c.rate_gbps, latency_us=c.latency_us,
+                nfs=[pb.PlacedNf(name=n.name, nf=n.nf, target=n.target, server=n.server or "",
+                                 subgroup=-1 if n.subgroup is None else n.subgroup) for n in c.nfs],
+                subgroups=[pb.PlacedSubgroup(id=s.id, server=s.server, cores=s.cores, nfs=s.nfs)
+                           for s in c.subgroups]) for c in pl.chains])
+
+    def _profiles(self, text: str):
+        if not text:
+            return load_profiles(None, self.nf_profile)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write(text)
+        try:
+            return load_profiles(f.name, self.nf_profile)
+        except ProfileError as e:
+            raise ProfileError(str(e).replace(f.name, "profiles_json")) from None
+        finally:
+            os.unlink(f.name)
+
+
+def start(listen: str, nf_profile: str | None = None) -> tuple[grpc.Server, int]:
+    """Start the server on `listen` (host:port, port 0 picks one); returns it and its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_PlacerServicer_to_server(PlacerService(nf_profile), server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server.start()
+    return server, port
+
+
+def serve(listen: str, nf_profile: str | None = None) -> None:
+    """Serve until interrupted (keel-place serve)."""
+    server, port = start(listen, nf_profile)
+    print(f"keel-place: serving keel.v1.Placer on {listen.rsplit(':', 1)[0]}:{port}", flush=True)
+    try:
+        server.wait_for_termination()
+    except KeyboardInterrupt:
+        server.stop(grace=1.0)

@@ -1,0 +1,60 @@
+"""gRPC service keel.v1.Placer over a real loopback server."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from keel_placer.service import pb, pb_grpc, start
+
+
+@pytest.fixture
+def stub():
+    server, port = start("127.0.0.1:0")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield pb_grpc.PlacerStub(channel)
+    finally:
+        channel.close()
+        server.stop(grace=None)
+
+
+def test_parse_returns_graph(stub, examples):
+    r = stub.Parse(pb.ParseRequest(spec=(examples / "chain_0_1_2_3.conf").read_text()), timeout=10)
+    assert r.ok and [c.name for c in r.chains] == ["chain_1", "chain_2", "chain_3", "chain_4"]
+    c2 = r.chains[1]
+    assert [n.nf for n in c2.nodes] == ["encrypt", "lb", "nat", "nat", "nat", "ipv4fwd"]
+    assert c2.t_min_gbps == pytest.approx(1.1) and c2.t_max_gbps == pytest.approx(100)
+
+
+def test_parse_returns_located_errors(stub):
+    r = stub.Parse(pb.ParseRequest(spec="flow f = []\nchain c = ACL -> b\nchain b = a\nf : c\n"), timeout=10)
+    assert not r.ok
+    assert [(e.line, e.column) for e in r.errors] == [(3, 11)]
+    assert "unknown NF or chain 'a'" in r.errors[0].message
+
+
+def test_place_over_grpc_matches_library(stub, examples):
+    req = pb.PlaceRequest(spec=(examples / "chain_0_1_2_3.conf").read_text(),
+                          topology_yaml=(examples / "lemur_testbed.yaml").read_text(),
+                          algo="optimal", profiles_json='{"targets": {"ipv4fwd": ["p4"]}}')
+    r = stub.Place(req, timeout=60)
+    assert r.ok and r.feasible and r.algo == "optimal"
+    assert r.marginal_gbps > 0 and 0 < r.switch_stages_used <= 12
+    for c in r.chains:
+        assert c.rate_gbps >= c.t_min_gbps - 1e-6
+        for n in c.nfs:
+            assert n.target in ("switch", "smartnic", "server")
+            assert n.nf != "ipv4fwd" or n.target == "switch"
+    h = stub.Place(pb.PlaceRequest(spec=req.spec, topology_yaml=req.topology_yaml,
+                                   profiles_json=req.profiles_json), timeout=10)
+    assert h.algo == "heuristic" and h.marginal_gbps <= r.marginal_gbps + 1e-6
+
+
+def test_place_bad_inputs(stub, examples):
+    spec = (examples / "chain_5.conf").read_text()
+    r = stub.Place(pb.PlaceRequest(spec=spec, topology_yaml="switch: {kind: asic}", algo="heuristic"),
+                   timeout=10)
+    assert not r.ok and "switch: 'kind' must be pisa or openflow" in r.input_error
+    r = stub.Place(pb.PlaceRequest(spec=spec, topology_yaml="x: 1", algo="fastest"), timeout=10)
+    assert not r.ok and "unknown algo 'fastest'" in r.input_error
