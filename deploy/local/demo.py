@@ -12,8 +12,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
+warnings.filterwarnings("ignore", message=".*TripleDES.*")  # scapy's ipsec layer, not used here
 from scapy.all import Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")

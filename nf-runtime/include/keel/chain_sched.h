@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The scheduling words of a chain instance, shared by its NF processes and
+ * keel-coopsched (Galleon §4.3.1). They live in the first page of the
+ * chain's buffer file (pktbuf.h), at KEEL_SCHED_OFFSET, so coopsched finds
+ * them by mapping that page. Plain C so the C scheduler and the C++ runtime
+ * read the same layout; every access goes through __atomic builtins.
+ *
+ * The protocol, for a chain of N NFs at positions 0..N-1:
+ *  - Position k works only while turn == k. It sets busy_since_tsc to the
+ *    TSC when it starts, does its work, clears busy_since_tsc, sets
+ *    turn = (k + 1) % N, increments handoffs and calls sched_yield(). Under
+ *    SCHED_FIFO on one core this hands the core to the next NF in chain
+ *    order (coopsched queues them in that order).
+ *  - Position 0's turn is a batch boundary: it first transmits what NF N-1
+ *    finished, then, unless detach_req is set, receives up to `batch`
+ *    bursts, runs NF 0 and copies the survivors into the chain buffer. With
+ *    detach_req set it sets parked = 1 instead and passes the turn without
+ *    receiving: nothing is in flight, and coopsched may stop the chain.
+ *  - The watchdog: busy_since_tsc != 0 for longer than the yield timeout
+ *    means position `turn` does not yield.
+ */
+#ifndef KEEL_CHAIN_SCHED_H_
+#define KEEL_CHAIN_SCHED_H_
+
+#include <stdint.h>
+
+#define KEEL_SCHED_OFFSET 2048u
+#define KEEL_SCHED_MAGIC 0x6b65656c73636864ull /* "keelschd" */
+
+struct keel_chain_sched {
+  uint64_t magic;          /* KEEL_SCHED_MAGIC once the words are valid */
+  uint32_t nnfs;           /* N */
+  uint32_t turn;           /* position whose turn it is */
+  uint32_t batch;          /* B: bursts position 0 gathers per turn (SetBatch) */
+  uint32_t detach_req;     /* coopsched: 1 = stop at the next batch boundary */
+  uint32_t parked;         /* position 0: 1 = at a boundary with detach_req seen */
+  uint32_t pad;
+  uint64_t busy_since_tsc; /* TSC when the current turn's work began; 0 = between turns */
+  uint64_t handoffs;       /* turns passed, all positions */
+  uint64_t rounds;         /* batches position 0 started */
+  uint64_t packets;        /* packets position 0 received */
+  uint64_t tids[16];       /* host thread id of each position's packet thread */
+};
+
+#define KEEL_SCHED_MAX_NFS 16
+
+#endif  // KEEL_CHAIN_SCHED_H_
