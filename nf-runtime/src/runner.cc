@@ -3,19 +3,17 @@
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
-#include <rte_prefetch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
 
+#include "keel/burst.h"
 #include "keel/port.h"
 
 namespace keel {
 
-/* Packets to prefetch ahead while setting up views (DPDK l3fwd does 8). */
-static constexpr int kPrefetchOffset = 8;
 /* Poll iterations between NIC queue-length samples and state hand-overs. */
 static constexpr uint32_t kHousekeepingPolls = 64;
 
@@ -33,44 +31,12 @@ std::unique_ptr<Runner> Runner::Create(Chain* chain, rte_mempool* pool, const Ru
   return r;
 }
 
-void Runner::Transmit(rte_mbuf** mbufs, int n) {
-  if (n == 0) return;
-  uint64_t bytes = 0;
-  for (int i = 0; i < n; i++) bytes += rte_pktmbuf_pkt_len(mbufs[i]);
-  int sent = rte_eth_tx_burst(opt_.tx_port, 0, mbufs, static_cast<uint16_t>(n));
-  for (int i = sent; i < n; i++) {
-    bytes -= rte_pktmbuf_pkt_len(mbufs[i]);
-    rte_pktmbuf_free(mbufs[i]);
-  }
-  port_.tx_packets.Add(sent);
-  port_.tx_bytes.Add(bytes);
-  port_.tx_dropped.Add(n - sent);
-}
-
 /* One received burst through the chain (Galleon Fig. 2 steps 1-6). */
 void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
   Packet views[kMaxBurst];
   PacketBatch batch;
-  uint64_t bytes = 0;
-  for (int i = 0; i < n && i < kPrefetchOffset; i++)
-    rte_prefetch0(rte_pktmbuf_mtod(mbufs[i], void*));
-  for (int i = 0; i < n; i++) {
-    if (i + kPrefetchOffset < n) rte_prefetch0(rte_pktmbuf_mtod(mbufs[i + kPrefetchOffset], void*));
-    rte_mbuf* m = mbufs[i];
-    bytes += rte_pktmbuf_pkt_len(m);
-    views[i].Reset(static_cast<uint8_t*>(m->buf_addr), m->data_off, m->data_len, m->buf_len);
-    if (m->nb_segs != 1 || views[i].malformed() != Malformed::kNone) {
-      views[i].Drop();
-      port_.rx_malformed.Add(1);
-      continue;
-    }
-    batch.Add(&views[i]);
-  }
-  port_.rx_packets.Add(n);
-  port_.rx_bytes.Add(bytes);
-
-  size_t first_end = pktbuf_ ? 1 : chain_->size();
-  chain_->Run(&batch, 0, first_end);
+  ReceiveBurst(mbufs, n, views, &batch, &port_);
+  chain_->Run(&batch, 0, pktbuf_ ? 1 : chain_->size());
 
   if (pktbuf_) {
     /* The spatial-isolation copy: only survivors of NF 1 enter the chain's
@@ -81,19 +47,8 @@ void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
     RunFromChainBuffer();
     return;
   }
-
   rte_mbuf* out[kMaxBurst];
-  int nout = 0;
-  for (Packet* p : batch) {
-    rte_mbuf* m = mbufs[p - views];
-    m->data_off = p->headroom();
-    m->data_len = p->len();
-    m->pkt_len = p->len();
-    out[nout++] = m;
-  }
-  for (int i = 0; i < n; i++)
-    if (views[i].dropped()) rte_pktmbuf_free(mbufs[i]);
-  Transmit(out, nout);
+  TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
 }
 
 /* NFs 2..N over the chain's buffer in place, then the egress copy. */
@@ -108,18 +63,9 @@ void Runner::RunFromChainBuffer() {
     }
     chain_->Run(&batch, 1, chain_->size());
     rte_mbuf* out[kMaxBurst];
-    int nout = 0;
-    if (batch.cnt() > 0 &&
-        rte_pktmbuf_alloc_bulk(pool_, out, static_cast<unsigned>(batch.cnt())) == 0) {
-      for (Packet* p : batch) {
-        rte_mbuf* m = out[nout++];
-        std::memcpy(rte_pktmbuf_append(m, p->len()), p->data(), p->len());
-      }
-    } else {
-      port_.tx_dropped.Add(batch.cnt());
-    }
+    int nout = CopyOut(&batch, pool_, out, &port_);
     pktbuf_->Release(static_cast<uint32_t>(n));
-    Transmit(out, nout);
+    TransmitBurst(opt_.tx_port, out, nout, &port_);
   }
 }
 

@@ -17,6 +17,7 @@
  *    bursts, runs NF 0 and copies the survivors into the chain buffer. With
  *    detach_req set it sets parked = 1 instead and passes the turn without
  *    receiving: nothing is in flight, and coopsched may stop the chain.
+ *  - When position 0 stops it sets closing = 1; the others exit at their turn.
  *  - The watchdog: busy_since_tsc != 0 for longer than the yield timeout
  *    means position `turn` does not yield.
  */
@@ -35,7 +36,7 @@ struct keel_chain_sched {
   uint32_t batch;          /* B: bursts position 0 gathers per turn (SetBatch) */
   uint32_t detach_req;     /* coopsched: 1 = stop at the next batch boundary */
   uint32_t parked;         /* position 0: 1 = at a boundary with detach_req seen */
-  uint32_t pad;
+  uint32_t closing;        /* position 0: 1 = the chain is shutting down; the others exit */
   uint64_t busy_since_tsc; /* TSC when the current turn's work began; 0 = between turns */
   uint64_t handoffs;       /* turns passed, all positions */
   uint64_t rounds;         /* batches position 0 started */

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "keel/chain_sched.h"
 #include "keel/packet.h"
 
 namespace keel {
@@ -39,6 +40,7 @@ struct PktDesc {
 };
 constexpr uint16_t kDescDrop = 1;
 
+/* The file's first bytes; the scheduling words follow at KEEL_SCHED_OFFSET. */
 struct PktBufHeader {
   uint64_t magic;
   uint32_t nslots;
@@ -48,6 +50,10 @@ struct PktBufHeader {
   alignas(64) std::atomic<uint64_t> head; /* next sequence the first NF fills */
   alignas(64) std::atomic<uint64_t> tail; /* next sequence the egress sends */
 };
+
+static_assert(sizeof(PktBufHeader) <= KEEL_SCHED_OFFSET &&
+                  KEEL_SCHED_OFFSET + sizeof(keel_chain_sched) <= 4096,
+              "the header and the scheduling words share the file's first page");
 
 class PktBuf {
  public:
@@ -76,6 +82,9 @@ class PktBuf {
   void Release(uint32_t n);
 
   const std::string& path() const { return path_; }
+
+  /* The chain's scheduling words (chain_sched.h), in the file's first page. */
+  keel_chain_sched* sched() { return reinterpret_cast<keel_chain_sched*>(base_ + KEEL_SCHED_OFFSET); }
 
  private:
   PktBuf() = default;

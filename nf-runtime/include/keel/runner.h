@@ -56,7 +56,6 @@ class Runner {
   Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt);
   void ProcessBurst(rte_mbuf** mbufs, int n);
   void RunFromChainBuffer();
-  void Transmit(rte_mbuf** mbufs, int n);
   void ControlLoop();
   void WriteStats() const;
 

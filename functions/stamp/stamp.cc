@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Stamp: a diagnostic NF for chain order. With {"index":K} it writes the
+ * byte K at offset K of the L4 payload and, for K > 0, checks that the NF
+ * before it wrote K-1 at offset K-1. Packets that fail the check are
+ * counted as out of order and dropped; packets too short to stamp pass.
+ */
+#include "keel/nf.h"
+
+namespace keel {
+namespace {
+
+class Stamp : public NF {
+ public:
+  void Init(const Config& config) override {
+    config.CheckObject({"index"});
+    index_ = static_cast<uint16_t>(config["index"].Int(0, 255));
+  }
+
+  void ProcessBatch(PacketBatch* batch) override {
+    for (Packet* p : *batch) {
+      uint16_t len;
+      uint8_t* pl = p->payload(&len);
+      if (!pl || len <= index_) {
+        short_++;
+        continue;
+      }
+      if (index_ > 0 && pl[index_ - 1] != index_ - 1) {
+        out_of_order_++;
+        p->Drop();
+        continue;
+      }
+      pl[index_] = static_cast<uint8_t>(index_);
+      stamped_++;
+    }
+  }
+
+  Json Stats() const override {
+    return {{"stamped", stamped_}, {"out_of_order", out_of_order_}, {"too_short", short_}};
+  }
+
+ private:
+  uint16_t index_ = 0;
+  uint64_t stamped_ = 0;
+  uint64_t out_of_order_ = 0;
+  uint64_t short_ = 0;
+};
+
+}  // namespace
+
+KEEL_NF(Stamp, "stamp", "diagnostic: writes its index into the payload and checks the NF before it");
+
+}  // namespace keel

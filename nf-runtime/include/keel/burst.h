@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The steps of a burst's trip between a DPDK port and the NFs, shared by the
+ * single-process runner (keel-chain) and the chain members (keel-nf).
+ */
+#ifndef KEEL_BURST_H_
+#define KEEL_BURST_H_
+
+#include <rte_mbuf.h>
+
+#include "keel/batch.h"
+#include "keel/monitor.h"
+
+namespace keel {
+
+/* Points views[i] at mbufs[i] (prefetching headers ahead, as DPDK's l3fwd
+ * does), drops and counts malformed packets, and adds the rest to |batch|. */
+void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, PortCounters* c);
+
+/* After the NFs ran on the mbufs' own memory: writes each survivor's extent
+ * back into its mbuf and puts it in |out|, frees the dropped ones. Returns
+ * the number in |out|. */
+int ReturnSurvivors(rte_mbuf** mbufs, Packet* views, int n, PacketBatch* batch, rte_mbuf** out);
+
+/* The egress copy: copies the packets of |batch| into new mbufs from |pool|
+ * into |out|; returns how many (0 and counted as TX drops if the pool is empty). */
+int CopyOut(PacketBatch* batch, rte_mempool* pool, rte_mbuf** out, PortCounters* c);
+
+/* Sends |n| mbufs on queue 0 of |port|, frees what the queue refused. */
+void TransmitBurst(uint16_t port, rte_mbuf** mbufs, int n, PortCounters* c);
+
+}  // namespace keel
+
+#endif  // KEEL_BURST_H_

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/burst.h"
+
+#include <rte_ethdev.h>
+#include <rte_prefetch.h>
+
+#include <cstring>
+
+namespace keel {
+
+/* Packets to prefetch ahead while setting up views (DPDK l3fwd does 8). */
+static constexpr int kPrefetchOffset = 8;
+
+void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, PortCounters* c) {
+  uint64_t bytes = 0;
+  for (int i = 0; i < n && i < kPrefetchOffset; i++)
+    rte_prefetch0(rte_pktmbuf_mtod(mbufs[i], void*));
+  for (int i = 0; i < n; i++) {
+    if (i + kPrefetchOffset < n) rte_prefetch0(rte_pktmbuf_mtod(mbufs[i + kPrefetchOffset], void*));
+    rte_mbuf* m = mbufs[i];
+    bytes += rte_pktmbuf_pkt_len(m);
+    views[i].Reset(static_cast<uint8_t*>(m->buf_addr), m->data_off, m->data_len, m->buf_len);
+    if (m->nb_segs != 1 || views[i].malformed() != Malformed::kNone) {
+      views[i].Drop();
+      c->rx_malformed.Add(1);
+      continue;
+    }
+    batch->Add(&views[i]);
+  }
+  c->rx_packets.Add(n);
+  c->rx_bytes.Add(bytes);
+}
+
+int ReturnSurvivors(rte_mbuf** mbufs, Packet* views, int n, PacketBatch* batch, rte_mbuf** out) {
+  int nout = 0;
+  for (Packet* p : *batch) {
+    rte_mbuf* m = mbufs[p - views];
+    m->data_off = p->headroom();
+    m->data_len = p->len();
+    m->pkt_len = p->len();
+    out[nout++] = m;
+  }
+  for (int i = 0; i < n; i++)
+    if (views[i].dropped()) rte_pktmbuf_free(mbufs[i]);
+  return nout;
+}
+
+int CopyOut(PacketBatch* batch, rte_mempool* pool, rte_mbuf** out, PortCounters* c) {
+  if (batch->cnt() == 0) return 0;
+  if (rte_pktmbuf_alloc_bulk(pool, out, static_cast<unsigned>(batch->cnt())) != 0) {
+    c->tx_dropped.Add(batch->cnt());
+    return 0;
+  }
+  int nout = 0;
+  for (Packet* p : *batch) {
+    rte_mbuf* m = out[nout++];
+    std::memcpy(rte_pktmbuf_append(m, p->len()), p->data(), p->len());
+  }
+  return nout;
+}
+
+void TransmitBurst(uint16_t port, rte_mbuf** mbufs, int n, PortCounters* c) {
+  if (n == 0) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += rte_pktmbuf_pkt_len(mbufs[i]);
+  int sent = rte_eth_tx_burst(port, 0, mbufs, static_cast<uint16_t>(n));
+  for (int i = sent; i < n; i++) {
+    bytes -= rte_pktmbuf_pkt_len(mbufs[i]);
+    rte_pktmbuf_free(mbufs[i]);
+  }
+  c->tx_packets.Add(sent);
+  c->tx_bytes.Add(bytes);
+  c->tx_dropped.Add(n - sent);
+}
+
+}  // namespace keel
