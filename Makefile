@@ -15,6 +15,8 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PYTHON  ?= python3
 JOBS    ?= $(shell nproc)
+GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
+GOBIN   := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 CMAKE_FLAGS ?=
 ifeq ($(CI),true)
 CMAKE_FLAGS += -DKEEL_WERROR=ON
@@ -23,21 +25,30 @@ endif
 APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool python3-venv
+# Installed without their recommendations (docker.io would pull apparmor, criu, ...).
+APT_NO_RECOMMENDS := docker.io
 
-.PHONY: deps apt-deps py-deps build test unit-test py-test bench demo clean
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo clean
 
-deps: apt-deps py-deps
+deps: apt-deps py-deps go-deps
 
 # Installs only the Debian packages that are missing (idempotent).
 apt-deps:
-	@missing=$$(for p in $(APT_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:" $$missing; \
+	@missing() { for p in "$$@"; do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done; }; \
+	plain=$$(missing $(APT_PACKAGES)); bare=$$(missing $(APT_NO_RECOMMENDS)); \
+	if [ -n "$$plain$$bare" ]; then \
+	  echo "installing:" $$plain $$bare; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	  $$SUDO apt-get update -q && export DEBIAN_FRONTEND=noninteractive && \
+	  { [ -z "$$plain" ] || $$SUDO apt-get install -y -q $$plain; } && \
+	  { [ -z "$$bare" ] || $$SUDO apt-get install -y -q --no-install-recommends $$bare; }; \
 	fi
+
+# Go code generators for the gateway's gRPC stubs (Go module proxy).
+go-deps:
+	@test -x $(GOBIN)/protoc-gen-go || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	@test -x $(GOBIN)/protoc-gen-go-grpc || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
 $(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,12 +63,15 @@ build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
 	$(PY) placer/build_proto.py
+	PATH="$$PATH:$$(dirname $(GO))" gateway/genproto.sh $(PY)
+	cd gateway && $(GO) build -o ../build/bin/keel-gateway ./cmd/keel-gateway
 
 test: build
 	$(MAKE) --no-print-directory unit-test py-test
 
 unit-test:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd gateway && $(GO) test ./...
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// A keel packet function: one class, Init validates the JSON configuration and names bad
+// fields, ProcessBatch works on a burst in place. Scheduling, I/O and state belong to the
+// runtime. Rename the class and the registered name ("ttlguard") to your function's.
+#include "keel/nf.h"
+
+namespace keel {
+
+class TtlGuard : public NF {
+ public:
+  void Init(const Config& config) override {
+    config.CheckObject({"min_ttl"});
+    if (config.Has("min_ttl")) min_ttl_ = static_cast<uint8_t>(config["min_ttl"].Int(1, 255));
+  }
+
+  void ProcessBatch(PacketBatch* batch) override {
+    for (Packet* p : *batch) {
+      const Ipv4Hdr* ip = p->ipv4();
+      if (!ip || ip->ttl < min_ttl_) p->Drop();
+    }
+  }
+
+ private:
+  uint8_t min_ttl_ = 1;
+};
+
+KEEL_NF(TtlGuard, "ttlguard", "drops IPv4 packets whose TTL is below min_ttl");
+
+}  // namespace keel

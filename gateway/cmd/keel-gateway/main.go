@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// keel-gateway is keel's OpenFaaS provider: normal functions, packet functions and NF chains
+// from the stock faas-cli, plus the Control gRPC API for keel-ingress and keel-agent.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/containers"
+	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/credentials"
+	"github.com/keel-nfv/keel/gateway/internal/events"
+	"github.com/keel-nfv/keel/gateway/internal/handlers"
+	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/openfaas/faas-provider/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type options struct {
+	listen, grpcListen, redis, placer, secrets, topology, docker, algo string
+	noAuth                                                             bool
+	pool                                                               int
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("keel-gateway", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: keel-gateway [flags]\n\n"+
+			"keel's OpenFaaS provider: deploy normal functions, packet functions (label com.keel.kind=nf)\n"+
+			"and NF chains (label com.keel.kind=chain, annotations com.keel.chain, com.keel.filter,\n"+
+			"com.keel.slo) with faas-cli; serves keel.v1.Control for keel-ingress and keel-agent.\n\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
+	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:50051", "keel.v1.Control gRPC address")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address that keeps functions, chains and placements")
+	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
+	fs.StringVar(&o.secrets, "secrets", "/var/lib/keel/secrets", "directory of basic-auth-user and basic-auth-password (created on first start)")
+	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
+	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
+	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
+	fs.IntVar(&o.pool, "pool", 1, "pooled instances per chain on deploy")
+	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.pool < 0 {
+		return nil, fmt.Errorf("--pool must be >= 0")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "keel-gateway:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "keel-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o *options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	topology, err := os.ReadFile(o.topology)
+	if err != nil {
+		return fmt.Errorf("--topology: %w", err)
+	}
+	var creds *auth.BasicAuthCredentials
+	if !o.noAuth {
+		var created bool
+		creds, created, err = credentials.Ensure(o.secrets)
+		if err != nil {
+			return err
+		}
+		abs, _ := filepath.Abs(o.secrets)
+		if created {
+			log.Printf("generated basic-auth credentials in %s (user %s)", abs, creds.User)
+		} else {
+			log.Printf("basic-auth credentials from %s", abs)
+		}
+		log.Printf("log in with: cat %s | faas-cli login -g http://%s -u %s --password-stdin",
+			filepath.Join(abs, "basic-auth-password"), o.listen, creds.User)
+	}
+
+	st, err := store.New(ctx, o.redis)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	conn, err := grpc.NewClient(o.placer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("--placer %s: %w", o.placer, err)
+	}
+	defer conn.Close()
+
+	m := metrics.New()
+	hub := events.NewHub()
+	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool,
+		Validator: &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo}}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	docker, err := containers.NewDocker(dctx, o.docker)
+	cancel()
+	if err != nil {
+		log.Printf("warning: %v: normal functions are refused until the gateway restarts with a reachable --docker", err)
+	} else {
+		p.Runtime = docker
+	}
+	if err := p.Adopt(ctx); err != nil {
+		return err
+	}
+
+	httpLn, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	grpcLn, err := net.Listen("tcp", o.grpcListen)
+	if err != nil {
+		return fmt.Errorf("--grpc-listen: %w", err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterControlServer(gs, &control.Server{Store: st, Provider: p, Hub: hub})
+	hs := &http.Server{Handler: handlers.NewRouter(p, m, creds), ReadHeaderTimeout: 10 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(httpLn) }()
+	go func() { errc <- gs.Serve(grpcLn) }()
+	log.Printf("keel-gateway: REST on %s (auth %v), keel.v1.Control on %s, redis %s, placer %s",
+		httpLn.Addr(), creds != nil, grpcLn.Addr(), o.redis, o.placer)
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	gs.Stop()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

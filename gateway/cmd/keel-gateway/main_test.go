@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import "testing"
+
+func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{listen: "127.0.0.1:8080", grpcListen: "127.0.0.1:50051", redis: "127.0.0.1:6379", placer: "127.0.0.1:50062",
+		secrets: "/var/lib/keel/secrets", topology: "deploy/local/topology.yaml", docker: "unix:///var/run/docker.sock",
+		algo: "heuristic", pool: 1}
+	if *o != want {
+		t.Fatalf("got %+v", *o)
+	}
+}
+
+func Test_parseFlags_rejects_stray_arguments(t *testing.T) {
+	if _, err := parseFlags([]string{"--no-auth", "extra"}); err == nil {
+		t.Fatal("want an error")
+	}
+	o, err := parseFlags([]string{"--no-auth", "--listen", "127.0.0.1:9"})
+	if err != nil || !o.noAuth || o.listen != "127.0.0.1:9" {
+		t.Fatalf("got %+v %v", o, err)
+	}
+}

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package containers runs normal HTTP functions as Docker containers, one per replica,
+// and resolves a function name to one of its replicas for the proxy.
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/openfaas/faas-provider/types"
+)
+
+// Container labels that mark a replica as the gateway's.
+const (
+	LabelFunction = "com.keel.function"
+	LabelReplica  = "com.keel.replica"
+	LabelSpec     = "com.keel.spec" // the deployment's image + env, to tell an update from a restart
+	watchdogPort  = 8080
+)
+
+// ErrImageMissing is returned when the image is not in the local Docker image store.
+var ErrImageMissing = errors.New("image not found in the local Docker image store")
+
+// Docker manages function replicas on one Docker engine.
+type Docker struct {
+	cli  *client.Client
+	mu   sync.Mutex
+	urls map[string][]url.URL // running replicas by function
+	next atomic.Uint64
+}
+
+// NewDocker connects to the engine at host (e.g. unix:///var/run/docker.sock).
+func NewDocker(ctx context.Context, host string) (*Docker, error) {
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker %s: %w", host, err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("docker %s: %w", host, err)
+	}
+	return &Docker{cli: cli, urls: map[string][]url.URL{}}, nil
+}
+
+// CheckImage reports ErrImageMissing if image is not present locally.
+func (d *Docker) CheckImage(ctx context.Context, image string) error {
+	if _, err := d.cli.ImageInspect(ctx, image); err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("%s: %w (no registry is reachable: build it with faas-cli build)", image, ErrImageMissing)
+		}
+		return fmt.Errorf("inspect image %s: %w", image, err)
+	}
+	return nil
+}
+
+// Apply makes the function run exactly `replicas` containers of the deployment: replicas of
+// an older deployment are replaced, matching ones (e.g. from before a gateway restart) kept.
+func (d *Docker) Apply(ctx context.Context, fd *types.FunctionDeployment, replicas int) error {
+	spec := specOf(fd)
+	list, err := d.replicas(ctx, fd.Service)
+	if err != nil {
+		return err
+	}
+	have := map[int]container.Summary{}
+	for _, c := range list {
+		i, err := strconv.Atoi(c.Labels[LabelReplica])
+		if err != nil || i >= replicas || c.Labels[LabelSpec] != spec {
+			if err := d.remove(ctx, c.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		have[i] = c
+	}
+	for i := 0; i < replicas; i++ {
+		if c, ok := have[i]; ok {
+			if c.State != "running" {
+				if err := d.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+					return fmt.Errorf("start %s replica %d: %w", fd.Service, i, err)
+				}
+			}
+			continue
+		}
+		if err := d.create(ctx, fd, spec, i); err != nil {
+			return err
+		}
+	}
+	return d.Refresh(ctx, fd.Service)
+}
+
+// Remove deletes every replica of a function.
+func (d *Docker) Remove(ctx context.Context, name string) error {
+	list, err := d.replicas(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if err := d.remove(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	delete(d.urls, name)
+	d.mu.Unlock()
+	return nil
+}
+
+// Running returns how many replicas of the function are running.
+func (d *Docker) Running(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.urls[name])
+}
+
+// Refresh re-reads the addresses of a function's running replicas.
+func (d *Docker) Refresh(ctx context.Context, name string) error {
+	list, err := d.replicas(ctx, name)
+	if err != nil {
+		return err
+	}
+	var urls []url.URL
+	for _, c := range list {
+		if c.State != "running" {
+			continue
+		}
+		ins, err := d.cli.ContainerInspect(ctx, c.ID)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", name, err)
+		}
+		ip := ""
+		if ins.NetworkSettings != nil {
+			ip = ins.NetworkSettings.IPAddress
+			for _, n := range ins.NetworkSettings.Networks {
+				if ip == "" && n != nil {
+					ip = n.IPAddress
+				}
+			}
+		}
+		if ip != "" {
+			urls = append(urls, url.URL{Scheme: "http", Host: ip + ":" + strconv.Itoa(watchdogPort)})
+		}
+	}
+	d.mu.Lock()
+	d.urls[name] = urls
+	d.mu.Unlock()
+	return nil
+}
+
+// Resolve returns the base URL of one running replica, round robin (faas-provider's BaseURLResolver).
+func (d *Docker) Resolve(name string) (url.URL, error) {
+	d.mu.Lock()
+	urls := d.urls[name]
+	d.mu.Unlock()
+	if len(urls) == 0 {
+		return url.URL{}, fmt.Errorf("function %s has no running replica", name)
+	}
+	return urls[d.next.Add(1)%uint64(len(urls))], nil
+}
+
+// Orphans returns the names of functions that have containers but are not in known.
+func (d *Docker) Orphans(ctx context.Context, known map[string]bool) ([]string, error) {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelFunction))})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range list {
+		n := c.Labels[LabelFunction]
+		if !known[n] && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (d *Docker) replicas(ctx context.Context, name string) ([]container.Summary, error) {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelFunction+"="+name))})
+	if err != nil {
+		return nil, fmt.Errorf("list containers of %s: %w", name, err)
+	}
+	return list, nil
+}
+
+func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec string, i int) error {
+	env := make([]string, 0, len(fd.EnvVars)+1)
+	keys := make([]string, 0, len(fd.EnvVars))
+	for k := range fd.EnvVars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+fd.EnvVars[k])
+	}
+	if fd.EnvProcess != "" {
+		env = append(env, "fprocess="+fd.EnvProcess)
+	}
+	labels := map[string]string{LabelFunction: fd.Service, LabelReplica: strconv.Itoa(i), LabelSpec: spec}
+	cfg := &container.Config{Image: fd.Image, Env: env, Labels: labels}
+	host := &container.HostConfig{ReadonlyRootfs: fd.ReadOnlyRootFilesystem,
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}}
+	name := fmt.Sprintf("keel-fn-%s-%d", fd.Service, i)
+	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		_ = d.remove(ctx, resp.ID)
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	return nil
+}
+
+func (d *Docker) remove(ctx context.Context, id string) error {
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove container %.12s: %w", id, err)
+	}
+	return nil
+}
+
+// specOf identifies what a replica runs, so an update replaces replicas and a restart keeps them.
+func specOf(fd *types.FunctionDeployment) string {
+	keys := make([]string, 0, len(fd.EnvVars))
+	for k := range fd.EnvVars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := fd.Image + "|" + fd.EnvProcess
+	for _, k := range keys {
+		s += "|" + k + "=" + fd.EnvVars[k]
+	}
+	return strconv.FormatUint(fnv64(s), 16)
+}
+
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

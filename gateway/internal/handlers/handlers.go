@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package handlers serves the OpenFaaS provider REST API (faas-provider's routes and types)
+// over the provider, on the gateway's own router.
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/openfaas/faas-provider/auth"
+	"github.com/openfaas/faas-provider/proxy"
+	"github.com/openfaas/faas-provider/types"
+)
+
+// NameExpression matches a function name (faas-provider's bootstrap.NameExpression).
+const NameExpression = "-a-zA-Z_0-9."
+
+// Namespace is the one namespace keel has; faas-cli appends it to function names (NAME.openfaas-fn).
+const Namespace = "openfaas-fn"
+
+// Version is reported by /system/info.
+var Version = "dev"
+
+const maxBody = 1 << 20
+
+// writeError maps provider errors to HTTP status codes with the message faas-cli prints.
+func writeError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	msg := err.Error()
+	for _, m := range []struct {
+		err  error
+		code int
+	}{{provider.ErrInvalid, http.StatusBadRequest}, {provider.ErrNotFound, http.StatusNotFound}, {provider.ErrConflict, http.StatusConflict}} {
+		if errors.Is(err, m.err) {
+			code = m.code
+			msg = strings.TrimPrefix(msg, m.err.Error()+": ")
+			break
+		}
+	}
+	if code == http.StatusInternalServerError {
+		log.Printf("error: %v", err)
+	}
+	http.Error(w, msg, code)
+}
+
+// MakeDeployHandler handles POST (create) or PUT (update) /system/functions.
+func MakeDeployHandler(p *provider.Provider, update bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var fd types.FunctionDeployment
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		if err == nil {
+			err = json.Unmarshal(body, &fd)
+		}
+		if err != nil {
+			http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := p.Deploy(r.Context(), &fd, update); err != nil {
+			writeError(w, err)
+			return
+		}
+		log.Printf("deployed %s (update=%v)", fd.Service, update)
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// MakeDeleteHandler handles DELETE /system/functions.
+func MakeDeleteHandler(p *provider.Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req types.DeleteFunctionRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil || req.FunctionName == "" {
+			http.Error(w, "request body: expected {\"functionName\": NAME}", http.StatusBadRequest)
+			return
+		}
+		if err := p.Delete(r.Context(), req.FunctionName); err != nil {
+			writeError(w, err)
+			return
+		}
+		log.Printf("removed %s", req.FunctionName)
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// MakeListHandler handles GET /system/functions.
+func MakeListHandler(p *provider.Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		list, err := p.List(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, list)
+	}
+}
+
+// MakeStatusHandler handles GET /system/function/{name}.
+func MakeStatusHandler(p *provider.Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		st, err := p.Status(r.Context(), mux.Vars(r)["name"])
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, st)
+	}
+}
+
+// MakeScaleHandler handles POST /system/scale-function/{name}.
+func MakeScaleHandler(p *provider.Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req types.ScaleServiceRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req); err != nil {
+			http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
+			return
+		}
+		name := mux.Vars(r)["name"]
+		if err := p.Scale(r.Context(), name, req.Replicas); err != nil {
+			writeError(w, err)
+			return
+		}
+		log.Printf("scaled %s to %d", name, req.Replicas)
+		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// MakeInfoHandler handles GET /system/info.
+func MakeInfoHandler() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, types.ProviderInfo{Name: "keel-gateway", Orchestration: "docker+keel",
+			Version: &types.VersionInfo{Release: Version, SHA: Version}})
+	}
+}
+
+// MakeNamespacesHandler handles GET /system/namespaces: keel has one namespace.
+func MakeNamespacesHandler() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, []string{Namespace})
+	}
+}
+
+// MakeHealthHandler handles /healthz.
+func MakeHealthHandler() http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte("OK"))
+	}
+}
+
+func notImplemented(what string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, what+" is not implemented by keel-gateway", http.StatusNotImplemented)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		log.Printf("write response: %v", err)
+	}
+}
+
+// NewRouter builds faas-provider's routes; creds nil disables basic auth.
+func NewRouter(p *provider.Provider, m *metrics.Metrics, creds *auth.BasicAuthCredentials) *mux.Router {
+	guard := func(h http.HandlerFunc) http.HandlerFunc {
+		if creds == nil {
+			return h
+		}
+		return auth.DecorateWithBasicAuth(h, creds)
+	}
+	r := mux.NewRouter()
+	r.HandleFunc("/system/functions", guard(MakeListHandler(p))).Methods(http.MethodGet)
+	r.HandleFunc("/system/functions", guard(MakeDeployHandler(p, false))).Methods(http.MethodPost)
+	r.HandleFunc("/system/functions", guard(MakeDeployHandler(p, true))).Methods(http.MethodPut)
+	r.HandleFunc("/system/functions", guard(MakeDeleteHandler(p))).Methods(http.MethodDelete)
+	r.HandleFunc("/system/function/{name:["+NameExpression+"]+}", guard(MakeStatusHandler(p))).Methods(http.MethodGet)
+	r.HandleFunc("/system/scale-function/{name:["+NameExpression+"]+}", guard(MakeScaleHandler(p))).Methods(http.MethodPost)
+	r.HandleFunc("/system/info", guard(MakeInfoHandler())).Methods(http.MethodGet)
+	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
+	r.HandleFunc("/system/secrets", guard(notImplemented("secrets"))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
+	r.HandleFunc("/system/logs", guard(notImplemented("logs"))).Methods(http.MethodGet)
+
+	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
+	fwd := proxy.NewHandlerFunc(cfg, p, false)
+	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+Namespace) }
+	invoke := m.InstrumentInvocation(name, fwd)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}", invoke)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", invoke)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", invoke)
+	r.HandleFunc("/healthz", MakeHealthHandler()).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", m.Handler())
+	return r
+}

@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package provider is the gateway's function registry: it deploys, updates, scales and removes
+// normal functions (containers), packet functions (the NF catalog) and chains (validated,
+// placed, with a pool of instances), keeping everything in the store.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/events"
+	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/openfaas/faas-provider/types"
+)
+
+// Errors the handlers map to HTTP status codes.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+	ErrInvalid  = errors.New("invalid")
+)
+
+// Runtime runs normal functions' replicas (Docker here, Kubernetes in production).
+type Runtime interface {
+	CheckImage(ctx context.Context, image string) error
+	Apply(ctx context.Context, fd *types.FunctionDeployment, replicas int) error
+	Remove(ctx context.Context, name string) error
+	Running(name string) int
+	Resolve(name string) (url.URL, error)
+	Orphans(ctx context.Context, known map[string]bool) ([]string, error)
+}
+
+// Validator checks and places chains.
+type Validator interface {
+	Validate(ctx context.Context, fd *types.FunctionDeployment, others []*chain.Chain, tenantNFs []string) (*chain.Chain, map[string]chain.Placement, error)
+}
+
+// Provider ties the store, the chain validator, the container runtime, metrics and events.
+type Provider struct {
+	Store     *store.Store
+	Validator Validator
+	Runtime   Runtime // nil: normal functions are refused
+	Metrics   *metrics.Metrics
+	Hub       *events.Hub
+	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
+	PoolSize int
+
+	mu sync.Mutex // serialises changes to the deployment
+}
+
+// Deploy creates (update=false) or updates (update=true) a function of any kind.
+func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, update bool) error {
+	if fd.Service == "" {
+		return fmt.Errorf("%w: service: missing function name", ErrInvalid)
+	}
+	kind, err := chain.Kind(fd)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if fd.Image == "" && kind == "" {
+		return fmt.Errorf("%w: image: missing", ErrInvalid)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old, err := p.Store.Get(ctx, fd.Service)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		if update {
+			return fmt.Errorf("%w: function %s", ErrNotFound, fd.Service)
+		}
+	case err != nil:
+		return err
+	case !update:
+		return fmt.Errorf("%w: function %s is already deployed", ErrConflict, fd.Service)
+	case old.Kind != kind:
+		return fmt.Errorf("%w: service: the name %s is already used by a %s; remove it first", ErrConflict, fd.Service, kindName(old.Kind))
+	}
+	f := &store.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
+	if old != nil {
+		f.CreatedAt, f.Replicas = old.CreatedAt, old.Replicas
+	}
+	switch kind {
+	case chain.KindChain:
+		return p.deployChain(ctx, f, old)
+	case chain.KindNF:
+		return p.Store.Put(ctx, f)
+	default:
+		return p.deployNormal(ctx, f, old == nil)
+	}
+}
+
+func kindName(kind string) string {
+	switch kind {
+	case chain.KindChain:
+		return "chain"
+	case chain.KindNF:
+		return "packet function"
+	}
+	return "normal function"
+}
+
+func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created bool) error {
+	if p.Runtime == nil {
+		return fmt.Errorf("%w: image: normal functions need a container engine (--docker)", ErrInvalid)
+	}
+	fd := &f.Deployment
+	if err := p.Runtime.CheckImage(ctx, fd.Image); err != nil {
+		return fmt.Errorf("%w: image: %v", ErrInvalid, err)
+	}
+	if created {
+		f.Replicas = minReplicas(fd)
+	}
+	if err := p.Runtime.Apply(ctx, fd, int(f.Replicas)); err != nil {
+		if created {
+			_ = p.Runtime.Remove(ctx, fd.Service)
+		}
+		return fmt.Errorf("deploy %s: %w", fd.Service, err)
+	}
+	if err := p.Store.Put(ctx, f); err != nil {
+		return err
+	}
+	p.Metrics.Services.WithLabelValues(fd.Service).Set(float64(p.Runtime.Running(fd.Service)))
+	return nil
+}
+
+// minReplicas reads OpenFaaS's com.openfaas.scale.min label (default 1).
+func minReplicas(fd *types.FunctionDeployment) uint64 {
+	if fd.Labels != nil {
+		if v, err := strconv.ParseUint((*fd.Labels)["com.openfaas.scale.min"], 10, 32); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 1
+}
+
+func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *store.Function) error {
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return err
+	}
+	var others []*chain.Chain
+	var othersF []*store.Function
+	var nfs []string
+	for _, o := range all {
+		switch {
+		case o.Kind == chain.KindChain && o.Deployment.Service != f.Deployment.Service:
+			others = append(others, o.Chain)
+			othersF = append(othersF, o)
+		case o.Kind == chain.KindNF:
+			nfs = append(nfs, o.Deployment.Service)
+		}
+	}
+	c, placements, err := p.Validator.Validate(ctx, &f.Deployment, others, nfs)
+	var inv *chain.InvalidError
+	if errors.As(err, &inv) {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err != nil {
+		return fmt.Errorf("deploy %s: %w", f.Deployment.Service, err)
+	}
+	f.Chain = c
+	if old == nil {
+		f.Replicas = uint64(p.PoolSize)
+	}
+	if len(c.Placement.Subgroups) == 0 {
+		f.Replicas = 0
+	}
+	if old != nil {
+		if err := p.releaseInstances(ctx, f.Deployment.Service); err != nil {
+			return err
+		}
+	}
+	if err := p.Store.Put(ctx, f); err != nil {
+		return err
+	}
+	for _, o := range othersF {
+		if pl, ok := placements[o.Deployment.Service]; ok {
+			o.Chain.Placement = pl
+			if err := p.Store.Put(ctx, o); err != nil {
+				return err
+			}
+		}
+	}
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_ADDED, Chain: events.ChainProto(c)})
+	if err := p.resizePool(ctx, f, int(f.Replicas)); err != nil {
+		return err
+	}
+	p.UpdateChainMetrics(ctx, c.Name)
+	return nil
+}
+
+// resizePool adds pooled instances, or removes pooled ones, until the chain has n instances.
+func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) error {
+	c := f.Chain
+	insts, err := p.Store.Instances(ctx, c.Name)
+	if err != nil {
+		return err
+	}
+	next := 0
+	for _, in := range insts {
+		if k := instanceNumber(in.ID); k >= next {
+			next = k + 1
+		}
+	}
+	for len(insts) < n {
+		vlan, err := p.Store.AllocVLAN(ctx)
+		if err != nil {
+			return err
+		}
+		sg := c.Placement.Subgroups
+		worker, cores := sg[0].Server, 0
+		for _, s := range sg {
+			cores += s.Cores
+		}
+		in := &store.Instance{ID: fmt.Sprintf("%s/%d", c.Name, next), Chain: c.Name, Worker: worker, VLAN: vlan,
+			State: store.Pooled, Core: -1, Cores: cores}
+		next++
+		if err := p.Store.PutInstance(ctx, in); err != nil {
+			return err
+		}
+		insts = append(insts, in)
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+	}
+	for i := len(insts) - 1; i >= 0 && len(insts) > n; i-- {
+		if insts[i].State != store.Pooled {
+			continue
+		}
+		if err := p.Store.DeleteInstance(ctx, insts[i]); err != nil {
+			return err
+		}
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(insts[i])})
+		insts = append(insts[:i], insts[i+1:]...)
+	}
+	return nil
+}
+
+func instanceNumber(id string) int {
+	n, err := strconv.Atoi(id[strings.LastIndex(id, "/")+1:])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func (p *Provider) releaseInstances(ctx context.Context, name string) error {
+	insts, err := p.Store.Instances(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, in := range insts {
+		if err := p.Store.DeleteInstance(ctx, in); err != nil {
+			return err
+		}
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(in)})
+	}
+	return nil
+}
+
+// Delete removes a function; a chain's instances, VLANs and keys go with it.
+func (p *Provider) Delete(ctx context.Context, name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, err := p.Store.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: function %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return err
+	}
+	switch f.Kind {
+	case chain.KindNF:
+		users, err := p.chainsUsing(ctx, name)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("%w: packet function %s is used by chain(s) %s; remove them first", ErrConflict, name, strings.Join(users, ", "))
+		}
+	case chain.KindChain:
+		if err := p.releaseInstances(ctx, name); err != nil {
+			return err
+		}
+	default:
+		if p.Runtime != nil {
+			if err := p.Runtime.Remove(ctx, name); err != nil {
+				return fmt.Errorf("delete %s: %w", name, err)
+			}
+		}
+	}
+	if err := p.Store.Delete(ctx, name); err != nil {
+		return err
+	}
+	if f.Kind == chain.KindChain {
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_REMOVED, Chain: events.ChainProto(f.Chain)})
+		p.Metrics.ForgetChain(name)
+	} else {
+		p.Metrics.Services.DeleteLabelValues(name)
+	}
+	return nil
+}
+
+func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error) {
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, f := range all {
+		if f.Kind != chain.KindChain {
+			continue
+		}
+		for _, n := range f.Chain.NFs {
+			if n == nf {
+				users = append(users, f.Deployment.Service)
+				break
+			}
+		}
+	}
+	return users, nil
+}
+
+// Scale sets a normal function's replicas or a chain's instance count.
+func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, err := p.Store.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: function %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return err
+	}
+	switch f.Kind {
+	case chain.KindNF:
+		return fmt.Errorf("%w: replicas: a packet function is not scaled by itself; scale the chain that uses it", ErrInvalid)
+	case chain.KindChain:
+		if len(f.Chain.Placement.Subgroups) == 0 {
+			return fmt.Errorf("%w: replicas: chain %s runs on the switch only and has no instances", ErrInvalid, name)
+		}
+		if err := p.resizePool(ctx, f, int(replicas)); err != nil {
+			return err
+		}
+		f.Replicas = replicas
+		if err := p.Store.Put(ctx, f); err != nil {
+			return err
+		}
+		p.UpdateChainMetrics(ctx, name)
+		return nil
+	}
+	if p.Runtime == nil {
+		return fmt.Errorf("%w: no container engine", ErrInvalid)
+	}
+	if err := p.Runtime.Apply(ctx, &f.Deployment, int(replicas)); err != nil {
+		return fmt.Errorf("scale %s: %w", name, err)
+	}
+	f.Replicas = replicas
+	if err := p.Store.Put(ctx, f); err != nil {
+		return err
+	}
+	p.Metrics.Services.WithLabelValues(name).Set(float64(p.Runtime.Running(name)))
+	return nil
+}
+
+// Adopt brings the container runtime in line with the store after a (re)start: existing
+// replicas are kept, missing ones created, containers of unknown functions removed.
+func (p *Provider) Adopt(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, f := range all {
+		switch f.Kind {
+		case "":
+			known[f.Deployment.Service] = true
+			if p.Runtime == nil {
+				continue
+			}
+			if err := p.Runtime.Apply(ctx, &f.Deployment, int(f.Replicas)); err != nil {
+				return fmt.Errorf("adopt %s: %w", f.Deployment.Service, err)
+			}
+			p.Metrics.Services.WithLabelValues(f.Deployment.Service).Set(float64(p.Runtime.Running(f.Deployment.Service)))
+		case chain.KindChain:
+			p.UpdateChainMetrics(ctx, f.Deployment.Service)
+		}
+	}
+	if p.Runtime == nil {
+		return nil
+	}
+	orphans, err := p.Runtime.Orphans(ctx, known)
+	if err != nil {
+		return err
+	}
+	for _, o := range orphans {
+		if err := p.Runtime.Remove(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// UpdateChainMetrics recomputes a chain's keel_* gauges from its instances.
+func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
+	f, err := p.Store.Get(ctx, name)
+	if err != nil || f.Chain == nil {
+		return
+	}
+	insts, err := p.Store.Instances(ctx, name)
+	if err != nil {
+		return
+	}
+	var pooled, attached, flows float64
+	var packets, drops, rate, p99 float64
+	for _, in := range insts {
+		if in.State == store.Attached {
+			attached++
+		} else {
+			pooled++
+		}
+		flows += float64(in.Flows)
+		packets += float64(in.Packets)
+		drops += float64(in.Drops)
+		rate += in.RateGbps
+		if in.P99us > p99 {
+			p99 = in.P99us
+		}
+	}
+	cores := 0
+	for _, s := range f.Chain.Placement.Subgroups {
+		cores += s.Cores
+	}
+	m := p.Metrics
+	m.ChainInstances.WithLabelValues(name, store.Pooled).Set(pooled)
+	m.ChainInstances.WithLabelValues(name, store.Attached).Set(attached)
+	m.ChainFlows.WithLabelValues(name).Set(flows)
+	m.ChainPackets.WithLabelValues(name).Set(packets)
+	m.ChainDrops.WithLabelValues(name).Set(drops)
+	m.ChainRate.WithLabelValues(name).Set(rate)
+	m.ChainP99.WithLabelValues(name).Set(p99 / 1e6)
+	m.ChainCores.WithLabelValues(name).Set(float64(cores * len(insts)))
+	m.Services.WithLabelValues(name).Set(float64(len(insts)))
+}
+
+// Status describes one function as faas-cli shows it; a chain's NFs, placement and
+// instances are in annotations com.keel.*.
+func (p *Provider) Status(ctx context.Context, name string) (*types.FunctionStatus, error) {
+	f, err := p.Store.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: function %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.status(ctx, f)
+}
+
+// List describes every function.
+func (p *Provider) List(ctx context.Context) ([]types.FunctionStatus, error) {
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.FunctionStatus, 0, len(all))
+	for _, f := range all {
+		st, err := p.status(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *st)
+	}
+	return out, nil
+}
+
+func (p *Provider) status(ctx context.Context, f *store.Function) (*types.FunctionStatus, error) {
+	fd := f.Deployment
+	labels := map[string]string{}
+	if fd.Labels != nil {
+		for k, v := range *fd.Labels {
+			labels[k] = v
+		}
+	}
+	ann := map[string]string{}
+	if fd.Annotations != nil {
+		for k, v := range *fd.Annotations {
+			ann[k] = v
+		}
+	}
+	st := &types.FunctionStatus{Name: fd.Service, Image: fd.Image, Namespace: fd.Namespace, EnvProcess: fd.EnvProcess,
+		EnvVars: fd.EnvVars, Constraints: fd.Constraints, Secrets: fd.Secrets, Labels: &labels, Annotations: &ann,
+		Limits: fd.Limits, Requests: fd.Requests, ReadOnlyRootFilesystem: fd.ReadOnlyRootFilesystem,
+		Replicas: f.Replicas, CreatedAt: f.CreatedAt, InvocationCount: p.Invocations(ctx, fd.Service)}
+	switch f.Kind {
+	case "":
+		if p.Runtime != nil {
+			st.AvailableReplicas = uint64(p.Runtime.Running(fd.Service))
+		}
+	case chain.KindNF:
+		st.Replicas = 0
+	case chain.KindChain:
+		insts, err := p.Store.Instances(ctx, fd.Service)
+		if err != nil {
+			return nil, err
+		}
+		describeChain(f.Chain, insts, ann)
+		st.Image = f.Chain.Summary()
+		st.Replicas = uint64(len(insts))
+		st.AvailableReplicas = uint64(len(insts))
+	}
+	return st, nil
+}
+
+// describeChain writes the chain's NFs, placement, instances, rate and p99 into annotations.
+func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]string) {
+	ann["com.keel.nfs"] = strings.Join(c.NFs, " -> ")
+	ann["com.keel.placement"] = c.Summary()
+	var sgs []string
+	for _, s := range c.Placement.Subgroups {
+		sgs = append(sgs, fmt.Sprintf("%s: %d core(s) [%s]", s.Server, s.Cores, strings.Join(s.NFs, ", ")))
+	}
+	if len(sgs) == 0 {
+		sgs = []string{"none (switch only)"}
+	}
+	ann["com.keel.subgroups"] = strings.Join(sgs, "; ")
+	var parts []string
+	var rate, p99 float64
+	for _, in := range insts {
+		core := "-"
+		if in.Core >= 0 {
+			core = strconv.Itoa(int(in.Core))
+		}
+		parts = append(parts, fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows))
+		rate += in.RateGbps
+		if in.P99us > p99 {
+			p99 = in.P99us
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	sort.Strings(parts)
+	ann["com.keel.instances"] = strings.Join(parts, "; ")
+	ann["com.keel.rate"] = fmt.Sprintf("%.3f Gbps (placed %.3f Gbps)", rate, c.Placement.RateGbps)
+	ann["com.keel.p99"] = fmt.Sprintf("%.1f us (placed latency %.1f us)", p99, c.Placement.LatencyUs)
+}
+
+// Invocations returns the calls proxied to a function (kept in the store across restarts).
+func (p *Provider) Invocations(ctx context.Context, name string) float64 {
+	n, err := p.Store.Invocations(ctx, name)
+	if err != nil {
+		return 0
+	}
+	return float64(n)
+}
+
+// Resolve returns a replica URL of a normal function and counts the invocation
+// (faas-provider's BaseURLResolver).
+func (p *Provider) Resolve(name string) (url.URL, error) {
+	if p.Runtime == nil {
+		return url.URL{}, fmt.Errorf("no container engine")
+	}
+	name = strings.TrimSuffix(name, ".openfaas-fn")
+	u, err := p.Runtime.Resolve(name)
+	if err == nil {
+		if err := p.Store.CountInvocation(context.Background(), name); err != nil {
+			log.Printf("count invocation of %s: %v", name, err)
+		}
+	}
+	return u, err
+}

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package store keeps the gateway's functions, chains, chain instances and workers in Redis,
+// so that a restarted gateway serves the same deployment.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/openfaas/faas-provider/types"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis keys. Every key of a function is removed with it; sets vanish when emptied.
+const (
+	keyFunctions = "keel:functions"   // set of function names
+	keyFunction  = "keel:function:"   // + name: JSON Function
+	keyInstances = "keel:instances:"  // + chain: hash instance id -> JSON Instance
+	keyVLANs     = "keel:vlans"       // set of VLAN ids in use
+	keyWorkers   = "keel:workers"     // hash worker -> JSON Worker
+	keyCalls     = "keel:invocations" // hash function -> calls through the proxy
+)
+
+// ErrNotFound is returned for a function that is not deployed.
+var ErrNotFound = errors.New("not found")
+
+// Function is one deployed function of any kind.
+type Function struct {
+	Kind       string                   `json:"kind"` // "" (normal), nf or chain
+	Deployment types.FunctionDeployment `json:"deployment"`
+	Replicas   uint64                   `json:"replicas"`
+	CreatedAt  time.Time                `json:"created_at"`
+	Chain      *chain.Chain             `json:"chain,omitempty"`
+}
+
+// Instance is one instance of a chain on a worker (Galleon: an sgroup with its VF and VLAN).
+type Instance struct {
+	ID         string  `json:"id"`
+	Chain      string  `json:"chain"`
+	Worker     string  `json:"worker"`
+	VFPort     uint32  `json:"vf_port"`
+	VLAN       uint32  `json:"vlan"`
+	State      string  `json:"state"` // pooled | attached
+	Core       int32   `json:"core"`  // -1 while pooled
+	Cores      int     `json:"cores"`
+	Flows      uint32  `json:"flows"`
+	RateGbps   float64 `json:"rate_gbps"`
+	P99us      float64 `json:"p99_us"`
+	QueueLen   uint32  `json:"queue_len"`
+	Packets    uint64  `json:"packets"`
+	Drops      uint64  `json:"drops"`
+	Overloaded bool    `json:"overloaded"`
+}
+
+// Instance states.
+const (
+	Pooled   = "pooled"
+	Attached = "attached"
+)
+
+// Worker is a registered worker.
+type Worker struct {
+	Name    string            `json:"name"`
+	Address string            `json:"address"`
+	Cores   uint32            `json:"cores"`
+	VFPorts map[uint32]string `json:"vf_ports"`
+	Seen    time.Time         `json:"seen"`
+}
+
+// Store is the Redis-backed state of one gateway.
+type Store struct {
+	rdb *redis.Client
+}
+
+// New connects to Redis at addr (HOST:PORT) and checks that it answers.
+func New(ctx context.Context, addr string) (*Store, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis %s: %w", addr, err)
+	}
+	return &Store{rdb: rdb}, nil
+}
+
+// Close closes the Redis connection.
+func (s *Store) Close() error { return s.rdb.Close() }
+
+// Put creates or replaces a function.
+func (s *Store) Put(ctx context.Context, f *Function) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	name := f.Deployment.Service
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, keyFunction+name, b, 0)
+		p.SAdd(ctx, keyFunctions, name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: %w", name, err)
+	}
+	return nil
+}
+
+// Get returns one function or ErrNotFound.
+func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
+	b, err := s.rdb.Get(ctx, keyFunction+name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	var f Function
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", name, err)
+	}
+	return &f, nil
+}
+
+// List returns every function, sorted by name.
+func (s *Store) List(ctx context.Context) ([]*Function, error) {
+	names, err := s.rdb.SMembers(ctx, keyFunctions).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list functions: %w", err)
+	}
+	sort.Strings(names)
+	out := make([]*Function, 0, len(names))
+	for _, n := range names {
+		f, err := s.Get(ctx, n)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Delete removes a function with its instances and releases their VLANs.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	insts, err := s.Instances(ctx, name)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, in := range insts {
+			p.SRem(ctx, keyVLANs, in.VLAN)
+		}
+		p.Del(ctx, keyInstances+name, keyFunction+name)
+		p.HDel(ctx, keyCalls, name)
+		p.SRem(ctx, keyFunctions, name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// AllocVLAN reserves the lowest free VLAN id in 100..4094.
+func (s *Store) AllocVLAN(ctx context.Context) (uint32, error) {
+	for v := uint32(100); v < 4095; v++ {
+		ok, err := s.rdb.SAdd(ctx, keyVLANs, v).Result()
+		if err != nil {
+			return 0, fmt.Errorf("allocate VLAN: %w", err)
+		}
+		if ok == 1 {
+			return v, nil
+		}
+	}
+	return 0, errors.New("allocate VLAN: all VLAN ids are in use")
+}
+
+// PutInstance creates or replaces a chain instance.
+func (s *Store) PutInstance(ctx context.Context, in *Instance) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, keyInstances+in.Chain, in.ID, b).Err(); err != nil {
+		return fmt.Errorf("store instance %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// Instances returns a chain's instances sorted by id.
+func (s *Store) Instances(ctx context.Context, chainName string) ([]*Instance, error) {
+	m, err := s.rdb.HGetAll(ctx, keyInstances+chainName).Result()
+	if err != nil {
+		return nil, fmt.Errorf("instances of %s: %w", chainName, err)
+	}
+	out := make([]*Instance, 0, len(m))
+	for _, v := range m {
+		var in Instance
+		if err := json.Unmarshal([]byte(v), &in); err != nil {
+			return nil, fmt.Errorf("decode instance of %s: %w", chainName, err)
+		}
+		out = append(out, &in)
+	}
+	sort.Slice(out, func(i, j int) bool { return instanceLess(out[i].ID, out[j].ID) })
+	return out, nil
+}
+
+func instanceLess(a, b string) bool {
+	na, ea := strconv.Atoi(a[lastSlash(a)+1:])
+	nb, eb := strconv.Atoi(b[lastSlash(b)+1:])
+	if ea == nil && eb == nil && a[:lastSlash(a)] == b[:lastSlash(b)] {
+		return na < nb
+	}
+	return a < b
+}
+
+func lastSlash(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// PutWorker records a worker.
+func (s *Store) PutWorker(ctx context.Context, w *Worker) error {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, keyWorkers, w.Name, b).Err(); err != nil {
+		return fmt.Errorf("store worker %s: %w", w.Name, err)
+	}
+	return nil
+}
+
+// Workers returns the registered workers.
+func (s *Store) Workers(ctx context.Context) (map[string]*Worker, error) {
+	m, err := s.rdb.HGetAll(ctx, keyWorkers).Result()
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
+	out := map[string]*Worker{}
+	for k, v := range m {
+		var w Worker
+		if err := json.Unmarshal([]byte(v), &w); err != nil {
+			return nil, fmt.Errorf("decode worker %s: %w", k, err)
+		}
+		out[k] = &w
+	}
+	return out, nil
+}
+
+// DeleteInstance removes one chain instance and releases its VLAN.
+func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keyInstances+in.Chain, in.ID)
+		p.SRem(ctx, keyVLANs, in.VLAN)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete instance %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// CountInvocation adds one call to a function's invocation count.
+func (s *Store) CountInvocation(ctx context.Context, name string) error {
+	return s.rdb.HIncrBy(ctx, keyCalls, name, 1).Err()
+}
+
+// Invocations returns a function's invocation count.
+func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
+	n, err := s.rdb.HGet(ctx, keyCalls, name).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}

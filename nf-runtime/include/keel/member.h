@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One NF of a chain instance in its own process (Galleon §4.3-§4.4).
+ *
+ * Position 0 owns the DPDK port: at each of its turns it transmits what the
+ * last NF finished, receives up to B bursts, runs its NF on the NIC's
+ * buffers and copies the survivors into the chain's buffer file (the
+ * spatial-isolation copy). Positions 1..N-1 map only that file and run
+ * their NF on the packets in place when their turn comes. Turns pass in
+ * chain order through the scheduling words (chain_sched.h); coopsched's
+ * SCHED_FIFO order makes each yield hand the core to the next NF.
+ */
+#ifndef KEEL_MEMBER_H_
+#define KEEL_MEMBER_H_
+
+#include <rte_mbuf.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "keel/chain.h"
+#include "keel/monitor.h"
+#include "keel/pktbuf.h"
+
+namespace keel {
+
+struct MemberOptions {
+  int position = 0;
+  int count = 1;
+  std::string pktbuf_path;
+  uint16_t port = 0;           /* position 0 only: RX and TX */
+  int exit_when_idle_ms = 0;   /* position 0 only; 0: run until stopped */
+  std::string stats_path;
+};
+
+class Member {
+ public:
+  /* Position 0 creates the chain's buffer file; the others wait up to
+   * |wait_ms| for it to appear and map it. nullptr and |*err| on failure. */
+  static std::unique_ptr<Member> Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
+                                        int wait_ms, std::string* err);
+
+  /* Takes turns until Stop(), the idle timeout (position 0) or the chain
+   * closing (the others); then writes the statistics file. */
+  void Run();
+  void Stop() { stop_.store(true, std::memory_order_relaxed); }
+
+  Json StatsJson() const;
+
+ private:
+  Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt);
+  /* Position 0's turn; false once the chain goes idle for too long. */
+  bool HeadTurn(keel_chain_sched* s);
+  void Egress();
+  void InPlaceTurn();
+  void WriteStats() const;
+
+  Chain* chain_;
+  rte_mempool* pool_;
+  MemberOptions opt_;
+  std::unique_ptr<PktBuf> buf_;
+  PortCounters port_;
+  Counter turns_;
+  Counter order_violations_; /* packets whose predecessor had not finished them */
+  std::atomic<bool> stop_{false};
+  uint64_t idle_cycles_ = 0;
+  uint64_t last_rx_ = 0;
+};
+
+}  // namespace keel
+
+#endif  // KEEL_MEMBER_H_

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/member.h"
+
+#include <rte_ethdev.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "keel/burst.h"
+
+namespace keel {
+
+/* Bursts the chain's buffer holds: B x 32 packets for the largest B. */
+static constexpr uint32_t kMaxBatchBursts = 64;
+
+template <class T>
+static T Load(const T* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+template <class T>
+static void Store(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+Member::Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt)
+    : chain_(chain), pool_(pool), opt_(opt) {}
+
+std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
+                                       int wait_ms, std::string* err) {
+  std::unique_ptr<Member> m(new Member(chain, pool, opt));
+  if (opt.position == 0) {
+    m->buf_ = PktBuf::Create(opt.pktbuf_path, kMaxBatchBursts * kMaxBurst, err);
+    if (!m->buf_) return nullptr;
+    keel_chain_sched* s = m->buf_->sched();
+    s->nnfs = static_cast<uint32_t>(opt.count);
+    s->batch = 1;
+    Store<uint64_t>(&s->magic, KEEL_SCHED_MAGIC);
+  } else {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    for (;;) {
+      m->buf_ = PktBuf::Open(opt.pktbuf_path, err);
+      if (m->buf_ && Load(&m->buf_->sched()->magic) == KEEL_SCHED_MAGIC) break;
+      m->buf_.reset();
+      if (std::chrono::steady_clock::now() > deadline) return nullptr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (m->buf_->sched()->nnfs != static_cast<uint32_t>(opt.count)) {
+      *err = opt.pktbuf_path + ": the chain has " + std::to_string(m->buf_->sched()->nnfs) +
+             " NFs, not " + std::to_string(opt.count);
+      return nullptr;
+    }
+  }
+  Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));
+  return m;
+}
+
+void Member::Egress() {
+  while (uint32_t used = buf_->used()) {
+    int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    for (int i = 0; i < n; i++) {
+      buf_->View(i, &views[i]);
+      if (!views[i].dropped()) batch.Add(&views[i]);
+    }
+    rte_mbuf* out[kMaxBurst];
+    int nout = CopyOut(&batch, pool_, out, &port_);
+    buf_->Release(static_cast<uint32_t>(n));
+    TransmitBurst(opt_.port, out, nout, &port_);
+  }
+}
+
+bool Member::HeadTurn(keel_chain_sched* s) {
+  Egress();
+  if (Load(&s->detach_req)) {
+    Store(&s->parked, 1u); /* a batch boundary: nothing is in flight */
+    return true;
+  }
+  Store(&s->parked, 0u);
+  uint32_t bursts = Load(&s->batch);
+  if (bursts < 1) bursts = 1;
+  if (bursts > kMaxBatchBursts) bursts = kMaxBatchBursts;
+  uint64_t now = Rdtsc();
+  uint32_t received = 0;
+  for (uint32_t b = 0; b < bursts; b++) {
+    rte_mbuf* mbufs[kMaxBurst];
+    uint16_t n = rte_eth_rx_burst(opt_.port, 0, mbufs, kMaxBurst);
+    if (n == 0) break;
+    received += n;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    ReceiveBurst(mbufs, n, views, &batch, &port_);
+    chain_->Run(&batch, 0, 1);
+    if (opt_.count == 1) {
+      rte_mbuf* out[kMaxBurst];
+      TransmitBurst(opt_.port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+      continue;
+    }
+    for (Packet* p : batch)
+      if (!buf_->Push(p->data(), p->len())) port_.copy_dropped.Add(1);
+    rte_pktmbuf_free_bulk(mbufs, n);
+  }
+  if (received) {
+    __atomic_add_fetch(&s->rounds, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->packets, received, __ATOMIC_RELAXED);
+    port_.batches.Add(1);
+    port_.batch_cycles.Add(Rdtsc() - now);
+    last_rx_ = now;
+  }
+  return !(idle_cycles_ && now - last_rx_ > idle_cycles_);
+}
+
+void Member::InPlaceTurn() {
+  const uint16_t k = static_cast<uint16_t>(opt_.position);
+  uint32_t used = buf_->used();
+  for (uint32_t first = 0; first < used; first += kMaxBurst) {
+    uint32_t n = used - first < static_cast<uint32_t>(kMaxBurst) ? used - first : kMaxBurst;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    for (uint32_t i = 0; i < n; i++) {
+      /* Temporal isolation, checked: the NF before this one finished it. */
+      if (buf_->desc(first + i).stage != k - 1) order_violations_.Add(1);
+      buf_->View(first + i, &views[i]);
+      if (!views[i].dropped()) batch.Add(&views[i]);
+    }
+    chain_->Run(&batch, 0, 1);
+    for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], k);
+  }
+}
+
+void Member::Run() {
+  keel_chain_sched* s = buf_->sched();
+  const uint32_t k = static_cast<uint32_t>(opt_.position);
+  const uint32_t next = (k + 1) % static_cast<uint32_t>(opt_.count);
+  idle_cycles_ = TscHz() / 1000 * static_cast<uint64_t>(opt_.exit_when_idle_ms);
+  last_rx_ = Rdtsc();
+  bool running = true;
+  while (running) {
+    if (Load(&s->turn) != k) {
+      sched_yield();
+      continue;
+    }
+    Store(&s->busy_since_tsc, Rdtsc());
+    if (k == 0) {
+      if (stop_.load(std::memory_order_relaxed)) {
+        Egress(); /* what the last NF finished goes out; nothing new comes in */
+        running = false;
+      } else {
+        running = HeadTurn(s);
+      }
+      if (!running) Store(&s->closing, 1u);
+    } else {
+      running = !Load(&s->closing);
+      if (running) InPlaceTurn();
+    }
+    turns_.Add(1);
+    chain_->SyncState(false);
+    Store<uint64_t>(&s->busy_since_tsc, 0);
+    Store(&s->turn, next);
+    __atomic_add_fetch(&s->handoffs, 1, __ATOMIC_RELAXED);
+    sched_yield();
+  }
+  chain_->SyncState(true);
+  WriteStats();
+}
+
+Json Member::StatsJson() const {
+  Json j = {{"position", opt_.position},
+            {"of", opt_.count},
+            {"chain_buffer", opt_.pktbuf_path},
+            {"turns", turns_.Get()},
+            {"order_violations", order_violations_.Get()},
+            {"nfs", chain_->StatsJson(true)}};
+  if (opt_.position == 0) {
+    uint64_t batches = port_.batches.Get();
+    j["port"] = {{"rx_packets", port_.rx_packets.Get()},   {"rx_malformed", port_.rx_malformed.Get()},
+                 {"tx_packets", port_.tx_packets.Get()},   {"tx_dropped", port_.tx_dropped.Get()},
+                 {"copy_dropped", port_.copy_dropped.Get()}};
+    j["batches"] = batches;
+    j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
+  }
+  return j;
+}
+
+void Member::WriteStats() const {
+  if (opt_.stats_path.empty()) return;
+  std::string tmp = opt_.stats_path + ".tmp";
+  std::ofstream(tmp) << StatsJson().dump(2) << "\n";
+  std::rename(tmp.c_str(), opt_.stats_path.c_str());
+}
+
+}  // namespace keel

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * keel-nf: runs one NF of a chain instance in its own process. Position 0
+ * owns the DPDK port; the others map only the chain's buffer file.
+ */
+#include <getopt.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "keel/chain.h"
+#include "keel/member.h"
+#include "keel/port.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kWaitForBufferMs = 10000;
+
+const char kUsage[] =
+    "usage: keel-nf --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
+    "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
+    "               [-- <DPDK EAL arguments, position 0 only>]\n"
+    "\n"
+    "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
+    "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
+    "into the chain's buffer file; positions 1..N-1 map only that file and work\n"
+    "on the packets in place, each when its turn comes, in chain order. Run the\n"
+    "processes on one core under keel-coopsched (SCHED_FIFO) for run-to-completion\n"
+    "across them; elsewhere they take turns with sched_yield.\n"
+    "\n"
+    "  --nf NAME[=JSON]     the NF and its configuration (keel-chain --list shows them)\n"
+    "  --chain-id ID        the chain instance ([A-Za-z0-9_.-], names its files)\n"
+    "  --position K --of N  this NF's place in the chain\n"
+    "  --pktbuf PATH        the chain's buffer file (default /dev/shm/keel/ID/pktbuf);\n"
+    "                       position 0 creates it (mode 0600, directory 0700)\n"
+    "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
+    "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
+    "  --stats FILE         write this NF's statistics as JSON at exit\n";
+
+keel::Member* g_member = nullptr;
+void OnSignal(int) {
+  if (g_member) g_member->Stop();
+}
+
+[[noreturn]] void UsageError(const std::string& msg) {
+  std::fprintf(stderr, "keel-nf: %s\n(run keel-nf --help for usage)\n", msg.c_str());
+  std::exit(kExitUsage);
+}
+
+int ParseInt(const char* flag, const char* text, int lo, int hi) {
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (!*text || *end || v < lo || v > hi)
+    UsageError(std::string(flag) + ": '" + text + "' is not a number in " + std::to_string(lo) +
+               ".." + std::to_string(hi));
+  return static_cast<int>(v);
+}
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 64 || id[0] == '.') return false;
+  for (char c : id)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  keel::MemberOptions opt;
+  opt.count = 0;
+  opt.position = -1;
+  std::string nf, chain_id, coopsched;
+  int eal_at = argc;
+  for (int i = 1; i < argc; i++)
+    if (std::string(argv[i]) == "--") {
+      eal_at = i;
+      break;
+    }
+  static const option kOptions[] = {
+      {"nf", required_argument, nullptr, 'n'},       {"chain-id", required_argument, nullptr, 'c'},
+      {"position", required_argument, nullptr, 'k'}, {"of", required_argument, nullptr, 'o'},
+      {"pktbuf", required_argument, nullptr, 'p'},   {"coopsched", required_argument, nullptr, 's'},
+      {"exit-when-idle", required_argument, nullptr, 'i'},
+      {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(eal_at, argv, ":", kOptions, nullptr)) != -1) {
+    switch (c) {
+      case 'n': nf = optarg; break;
+      case 'c': chain_id = optarg; break;
+      case 'k': opt.position = ParseInt("--position", optarg, 0, KEEL_SCHED_MAX_NFS - 1); break;
+      case 'o': opt.count = ParseInt("--of", optarg, 1, KEEL_SCHED_MAX_NFS); break;
+      case 'p': opt.pktbuf_path = optarg; break;
+      case 's': coopsched = optarg; break;
+      case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
+      case 'S': opt.stats_path = optarg; break;
+      case 'h': std::fputs(kUsage, stdout); return 0;
+      case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
+      default: UsageError(std::string("unknown option ") + argv[optind - 1]);
+    }
+  }
+  if (optind < eal_at) UsageError(std::string("unexpected argument '") + argv[optind] + "'");
+  if (nf.empty()) UsageError("--nf is required");
+  if (!ValidId(chain_id)) UsageError("--chain-id: '" + chain_id + "' is not a chain id ([A-Za-z0-9_.-], 1-64)");
+  if (opt.position < 0 || opt.count == 0) UsageError("--position and --of are required");
+  if (opt.position >= opt.count)
+    UsageError("--position " + std::to_string(opt.position) + " is not below --of " + std::to_string(opt.count));
+  if (opt.position > 0 && eal_at < argc - 1)
+    UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
+  if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
+    UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
+  keel::NfSpec spec = keel::ParseNfSpec(nf);
+  if (!keel::CreateNf(spec.name)) UsageError("--nf: unknown NF '" + spec.name + "' (keel-chain --list shows the NFs)");
+  try {
+    keel::Config::ParseText(spec.config, "--nf " + spec.name);
+  } catch (const keel::ConfigError& e) {
+    UsageError(e.what());
+  }
+  if (opt.pktbuf_path.empty()) {
+    std::string dir = "/dev/shm/keel";
+    mkdir(dir.c_str(), 0755);
+    dir += "/" + chain_id;
+    if (opt.position == 0 && mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(), std::strerror(errno));
+      return 1;
+    }
+    opt.pktbuf_path = dir + "/pktbuf";
+  }
+
+  /* Positions after the first get an EAL of their own without devices
+   * (some NFs use DPDK libraries), so they never map the NIC's buffers. */
+  std::string prefix = "--file-prefix=keel-" + chain_id + "-" + std::to_string(opt.position);
+  std::vector<std::string> eal_words{argv[0]};
+  if (opt.position == 0) {
+    for (int i = eal_at + 1; i < argc; i++) eal_words.push_back(argv[i]);
+  } else {
+    eal_words.insert(eal_words.end(), {"--no-pci", "--no-huge", "-m", "256", "--log-level=error",
+                                       "--no-telemetry", prefix});
+  }
+  std::vector<char*> eal_args;
+  for (auto& w : eal_words) eal_args.push_back(w.data());
+  if (rte_eal_init(static_cast<int>(eal_args.size()), eal_args.data()) < 0) {
+    std::fprintf(stderr, "keel-nf: cannot start DPDK EAL: %s\n", rte_strerror(rte_errno));
+    return 1;
+  }
+
+  int rc = 0;
+  {
+    std::unique_ptr<keel::Chain> chain;
+    try {
+      chain = std::make_unique<keel::Chain>(std::vector<keel::NfSpec>{spec});
+    } catch (const keel::ConfigError& e) {
+      std::fprintf(stderr, "keel-nf: %s\n", e.what());
+      rte_eal_cleanup();
+      return kExitUsage;
+    }
+    rte_mempool* pool = nullptr;
+    std::string err;
+    if (opt.position == 0) {
+      if (rte_eth_dev_count_avail() == 0) err = "no DPDK port (give a PCI device or --vdev)";
+      if (err.empty()) {
+        pool = rte_pktmbuf_pool_create("keel_nf_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+        if (!pool) err = std::string("mbuf pool: ") + rte_strerror(rte_errno);
+      }
+      if (err.empty()) keel::PortInit(0, pool, &err);
+    }
+    std::unique_ptr<keel::Member> member;
+    if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
+    if (!member) {
+      std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+      rc = 1;
+    } else {
+      g_member = member.get();
+      std::signal(SIGINT, OnSignal);
+      std::signal(SIGTERM, OnSignal);
+      member->Run();
+      g_member = nullptr;
+    }
+    if (opt.position == 0) {
+      rte_eth_dev_stop(0);
+      rte_eth_dev_close(0);
+    }
+    member.reset();
+    chain.reset();
+    if (pool) rte_mempool_free(pool);
+  }
+  rte_eal_cleanup();
+  return rc;
+}
