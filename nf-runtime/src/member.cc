@@ -40,6 +40,10 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
       m->buf_ = PktBuf::Open(opt.pktbuf_path, err);
       if (m->buf_ && Load(&m->buf_->sched()->magic) == KEEL_SCHED_MAGIC) break;
       m->buf_.reset();
+      /* Waiting helps while position 0 creates the file, not when the file
+       * is there and not ours to open. */
+      if (access(opt.pktbuf_path.c_str(), F_OK) == 0 && access(opt.pktbuf_path.c_str(), R_OK | W_OK) != 0)
+        return nullptr;
       if (std::chrono::steady_clock::now() > deadline) return nullptr;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
