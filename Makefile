@@ -24,7 +24,8 @@ endif
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
-	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool python3-venv
+	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool python3-venv \
+	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...).
 APT_NO_RECOMMENDS := docker.io
 
@@ -62,7 +63,10 @@ py-deps: $(VENV)/.deps
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
+	mkdir -p $(BUILD)/py
 	$(PY) placer/build_proto.py
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
+	    proto/keel/v1/coopsched.proto
 	PATH="$$PATH:$$(dirname $(GO))" gateway/genproto.sh $(PY)
 	cd gateway && $(GO) build -o ../build/bin/keel-gateway ./cmd/keel-gateway
 

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "keel/chain.h"
+#include "keel/coopsched_client.h"
 #include "keel/member.h"
+#include "keel/nf_loader.h"
 #include "keel/port.h"
 
 namespace {
@@ -29,7 +31,7 @@ constexpr int kExitUsage = 2;
 constexpr int kWaitForBufferMs = 10000;
 
 const char kUsage[] =
-    "usage: keel-nf --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
+    "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
     "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "\n"
@@ -40,6 +42,8 @@ const char kUsage[] =
     "processes on one core under keel-coopsched (SCHED_FIFO) for run-to-completion\n"
     "across them; elsewhere they take turns with sched_yield.\n"
     "\n"
+    "  --load NF.so         first load a tenant's packet function (built from the\n"
+    "                       packet-cpp template) so --nf can name it; repeatable\n"
     "  --nf NAME[=JSON]     the NF and its configuration (keel-chain --list shows them)\n"
     "  --chain-id ID        the chain instance ([A-Za-z0-9_.-], names its files)\n"
     "  --position K --of N  this NF's place in the chain\n"
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   opt.count = 0;
   opt.position = -1;
   std::string nf, chain_id, coopsched;
+  std::vector<std::string> loads;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
     if (std::string(argv[i]) == "--") {
@@ -94,6 +99,7 @@ int main(int argc, char** argv) {
       {"pktbuf", required_argument, nullptr, 'p'},   {"coopsched", required_argument, nullptr, 's'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
+      {"load", required_argument, nullptr, 'L'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -108,11 +114,14 @@ int main(int argc, char** argv) {
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
       case 'h': std::fputs(kUsage, stdout); return 0;
+      case 'L': loads.push_back(optarg); break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
   }
   if (optind < eal_at) UsageError(std::string("unexpected argument '") + argv[optind] + "'");
+  for (const std::string& so : loads)
+    if (std::string err; !keel::LoadNfLibrary(so, nullptr, &err)) UsageError("--load " + err);
   if (nf.empty()) UsageError("--nf is required");
   if (!ValidId(chain_id)) UsageError("--chain-id: '" + chain_id + "' is not a chain id ([A-Za-z0-9_.-], 1-64)");
   if (opt.position < 0 || opt.count == 0) UsageError("--position and --of are required");
@@ -179,6 +188,10 @@ int main(int argc, char** argv) {
     }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
+    if (member && !coopsched.empty() &&
+        !keel::AnnounceToCoopsched(coopsched, chain_id, opt.position, opt.count,
+                                   opt.pktbuf_path, &err))
+      member.reset();
     if (!member) {
       std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
       rc = 1;

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The enforcer of one managed core. It runs pinned to the core at the
+ * highest SCHED_FIFO priority, so while it works no NF thread of the core
+ * runs; it sleeps between ticks (1 ms, 50 us while an sgroup is detaching)
+ * so the NF threads have the core otherwise. It applies the master's
+ * attach/detach requests, drives detaching sgroups to a stop and runs the
+ * yield watchdog (Galleon footnote 2).
+ *
+ * Attach wakes the threads from this core in chain order: a SCHED_FIFO
+ * thread that becomes runnable goes to the tail of its priority's queue, so
+ * the queue holds the chain in order and each sched_yield hands the core to
+ * the next position. Several sgroups at the same run priority take turns
+ * batch by batch.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cs-sched-private.h"
+#include "cs-tsc.h"
+
+#define CS_TICK_NS 1000000ull
+#define CS_FAST_TICK_NS 50000ull
+#define CS_STOP_TIMEOUT_NS 1000000000ull
+
+static void complete_op(struct cs_sched *s, struct cs_group *g) {
+  g->op_done = 1;
+  pthread_cond_broadcast(&s->done_cv);
+}
+
+static void stop_all(struct cs_group *g, uint64_t now_ns) {
+  for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 1);
+  g->phase = CS_PHASE_STOP;
+  g->deadline_ns = now_ns + CS_STOP_TIMEOUT_NS;
+}
+
+static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group *g) {
+  int rc = 0;
+  uint32_t i;
+  for (i = 0; i < g->n && rc == 0; i++) {
+    rc = cs_task_set_core(&g->tasks[i], e->core);
+    if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.run_priority);
+  }
+  if (rc != 0) {
+    for (uint32_t j = 0; j < g->n; j++) cs_task_set_fifo(&g->tasks[j], s->opt.wait_priority);
+    cs_error_set(&g->op_err, rc == -ESRCH ? CS_ENOENT : CS_EINTERNAL,
+                 "attach %s: position %u (thread %d): %s", g->id, i - 1,
+                 (int)g->tasks[i - 1].tid, strerror(-rc));
+    complete_op(s, g);
+    return;
+  }
+  for (i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 0);
+  g->state = CS_ATTACHED;
+  g->core = e->core;
+  g->cut = 0;
+  g->wd_busy = 0;
+  complete_op(s, g);
+}
+
+static void start_detach(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
+  CS_STORE(g->chain.w->detach_req, 1u);
+  g->state = CS_DETACHING;
+  g->phase = CS_PHASE_PARK;
+  g->deadline_ns = now_ns + s->opt.detach_timeout_us * 1000ull;
+}
+
+static void finish_stop(struct cs_sched *s, struct cs_group *g) {
+  for (uint32_t i = 0; i < g->n; i++)
+    if (cs_task_state(&g->tasks[i]) && sched_getscheduler(g->tasks[i].tid) == SCHED_FIFO)
+      cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
+  CS_STORE(g->chain.w->detach_req, 0u);
+  g->state = g->cut ? CS_CUT_OFF : CS_DETACHED;
+  g->core = -1;
+  if (g->op == CS_OP_DETACH && !g->op_done) complete_op(s, g);
+}
+
+static void cut_off(struct cs_sched *s, struct cs_group *g, uint32_t pos, uint64_t busy_us,
+                    uint64_t now_ns) {
+  const struct cs_task *t = &g->tasks[pos];
+  cs_task_demote(t);
+  stop_all(g, now_ns);
+  g->state = CS_DETACHING;
+  g->cut = 1;
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "position %u held its turn for %" PRIu64 " us (timeout %" PRIu64
+           " us): demoted to SCHED_OTHER, stopped, sgroup cut off",
+           pos, busy_us, s->opt.yield_timeout_us);
+  cs_events_post(&s->events, "cut-off", g->id, pos, t->tid, busy_us, msg);
+}
+
+/* Returns 1 if the sgroup was cut off. An NF that holds its turn without
+ * running (blocked, or preempted by the kernel) does not take the core from
+ * anyone and is not cut off: the offender must also have used at least half
+ * of the CPU time since it came under suspicion at half the timeout. */
+static int watchdog(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
+  uint64_t busy = CS_LOAD(g->chain.w->busy_since_tsc);
+  if (busy == 0) {
+    g->wd_busy = 0;
+    return 0;
+  }
+  uint64_t now = cs_rdtsc();
+  if (now <= busy) return 0;
+  uint64_t age = now - busy, half = s->timeout_cycles / 2;
+  if (age < half) return 0;
+  uint32_t pos = CS_LOAD(g->chain.w->turn);
+  if (pos >= g->n) pos = 0;
+  if (g->wd_busy != busy) {
+    g->wd_busy = busy;
+    g->wd_tsc = now;
+    g->wd_cpu_ns = cs_task_cpu_ns(&g->tasks[pos]);
+    return 0;
+  }
+  if (age < s->timeout_cycles || now - g->wd_tsc < half) return 0;
+  uint64_t cpu = cs_task_cpu_ns(&g->tasks[pos]);
+  uint64_t wall_ns = (uint64_t)((double)(now - g->wd_tsc) * 1e9 / (double)s->tsc_hz);
+  uint64_t ran = cpu > g->wd_cpu_ns ? cpu - g->wd_cpu_ns : 0;
+  if (cpu != 0 && ran * 2 < wall_ns) {
+    g->wd_tsc = now;
+    g->wd_cpu_ns = cpu;
+    return 0;
+  }
+  cut_off(s, g, pos, (uint64_t)((double)age * 1e6 / (double)s->tsc_hz), now_ns);
+  return 1;
+}
+
+static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
+  struct keel_chain_sched *w = g->chain.w;
+  if (g->phase == CS_PHASE_PARK) {
+    if (CS_LOAD(w->parked) == 1 && CS_LOAD(w->turn) == 0) {
+      g->at_boundary = 1;
+      stop_all(g, now_ns);
+    } else if (now_ns > g->deadline_ns) {
+      g->at_boundary = 0;
+      cs_events_post(&s->events, "detach-forced", g->id, CS_LOAD(w->turn), 0, 0,
+                     "chain did not reach a batch boundary within the detach timeout; stopped");
+      stop_all(g, now_ns);
+    }
+    return;
+  }
+  uint32_t running = 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    char st = cs_task_state(&g->tasks[i]);
+    running += st != 0 && st != 'T' && st != 't';
+  }
+  if (running && now_ns > g->deadline_ns) {
+    for (uint32_t i = 0; i < g->n; i++) {
+      if (cs_task_is_stopped(&g->tasks[i]) || !cs_task_state(&g->tasks[i])) continue;
+      cs_task_demote(&g->tasks[i]);
+      cs_events_post(&s->events, "stop-forced", g->id, i, g->tasks[i].tid, 0,
+                     "thread did not stop within 1 s of SIGSTOP: demoted to SCHED_OTHER");
+    }
+    running = 0;
+  }
+  if (!running) finish_stop(s, g);
+}
+
+/* One pass over the sgroups of this core; returns 1 if one is detaching. */
+static int tick(struct cs_sched *s, struct cs_enforcer *e) {
+  uint64_t now_ns = cs_mono_ns();
+  int busy = 0;
+  for (struct cs_group *g = s->groups; g; g = g->next) {
+    if (g->op == CS_OP_ATTACH && !g->op_done && g->op_core == e->core) do_attach(s, e, g);
+    if (g->core != e->core) continue;
+    if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
+      start_detach(s, g, now_ns);
+    }
+    if ((g->state == CS_ATTACHED || (g->state == CS_DETACHING && g->phase == CS_PHASE_PARK)) &&
+        watchdog(s, g, now_ns)) {
+      busy = 1;
+      continue;
+    }
+    if (g->state == CS_DETACHING) {
+      step_detaching(s, g, now_ns);
+      busy |= g->state == CS_DETACHING;
+    }
+  }
+  return busy;
+}
+
+void *cs_enforcer_main(void *arg) {
+  struct cs_enforcer *e = arg;
+  struct cs_sched *s = e->s;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stopping) {
+    int fast = tick(s, e);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (fast ? CS_FAST_TICK_NS : CS_TICK_NS);
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_cond_timedwait(&e->cv, &s->mu, &until);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Internals shared by the scheduler's table (cs-sched.c) and its enforcers
+ * (cs-enforcer.c). One lock, s->mu, guards the table and every sgroup's
+ * state; control requests are serialised by s->ctl_mu so that the master
+ * thread can do slow work (stopping threads) without holding s->mu. */
+#ifndef KEEL_CS_SCHED_PRIVATE_H_
+#define KEEL_CS_SCHED_PRIVATE_H_
+
+#include <pthread.h>
+
+#include "cs-chain.h"
+#include "cs-sched.h"
+#include "cs-task.h"
+
+/* What the master asked an enforcer to do for an sgroup. */
+enum cs_op {
+  CS_OP_NONE = 0,
+  CS_OP_ATTACH,
+  CS_OP_DETACH,
+};
+
+/* Where a detaching sgroup is. */
+enum cs_phase {
+  CS_PHASE_PARK = 1, /* detach_req set, waiting for parked at turn 0 */
+  CS_PHASE_STOP,     /* SIGSTOP sent, waiting for every thread to stop */
+};
+
+struct cs_group {
+  struct cs_group *next;
+  char id[CS_GROUP_ID_MAX];
+  char path[CS_PATH_MAX];
+  uint32_t n;
+  struct cs_task tasks[KEEL_SCHED_MAX_NFS];
+  struct cs_chain chain;
+  enum cs_group_state state;
+  int core; /* the core it is attached to, -1 when detached */
+
+  /* The master's request, done when op_done is set (under s->mu). */
+  enum cs_op op;
+  int op_core;
+  int op_done;
+  struct cs_error op_err;
+  int at_boundary;
+  uint64_t op_start_ns;
+
+  /* Detaching. */
+  enum cs_phase phase;
+  int cut;              /* stopping because the watchdog cut it off */
+  uint64_t deadline_ns; /* of the current phase */
+
+  /* Watchdog: the turn under suspicion. */
+  uint64_t wd_busy;
+  uint64_t wd_tsc;
+  uint64_t wd_cpu_ns;
+};
+
+struct cs_enforcer {
+  struct cs_sched *s;
+  int core;
+  pthread_t thread;
+  pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
+  int started;
+};
+
+struct cs_sched {
+  struct cs_options opt;
+  uint64_t tsc_hz;
+  uint64_t handoff_cycles;
+  uint64_t timeout_cycles;
+  pthread_mutex_t ctl_mu;
+  pthread_mutex_t mu;
+  pthread_cond_t done_cv; /* broadcast when a request completes */
+  int stopping;
+  struct cs_group *groups;
+  struct cs_enforcer enforcers[CS_MAX_CORES];
+  struct cs_events events;
+  struct cs_announce *announces;
+};
+
+/* The enforcer thread of one managed core. */
+void *cs_enforcer_main(void *arg);
+
+/* Returns the enforcer of core, or NULL if the core is not managed. */
+struct cs_enforcer *cs_sched_enforcer(struct cs_sched *s, int core);
+
+#endif  // KEEL_CS_SCHED_PRIVATE_H_

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The sgroup table and the requests of the master thread (Galleon §4.3.1). */
+#include "cs-sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cs-handoff.h"
+#include "cs-sched-private.h"
+#include "cs-tsc.h"
+
+#define CS_REGISTER_STOP_TIMEOUT_MS 1000
+
+/* A chain instance whose positions are announcing themselves one by one. */
+struct cs_announce {
+  struct cs_announce *next;
+  char id[CS_GROUP_ID_MAX];
+  char path[CS_PATH_MAX];
+  uint32_t count;
+  uint32_t mask;
+  pid_t tids[KEEL_SCHED_MAX_NFS];
+};
+
+void cs_options_default(struct cs_options *opt) {
+  memset(opt, 0, sizeof *opt);
+  opt->yield_timeout_us = 10000;
+  opt->detach_timeout_us = 500000;
+  opt->wait_priority = 1;
+  opt->run_priority = 10;
+  opt->probe_handoff = 1;
+}
+
+enum cs_errclass cs_options_parse_cores(struct cs_options *opt, const char *list,
+                                        struct cs_error *err) {
+  opt->ncores = 0;
+  const char *p = list;
+  while (*p) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p || lo < 0) goto bad;
+    if (*end == '-') {
+      p = end + 1;
+      hi = strtol(p, &end, 10);
+      if (end == p || hi < lo) goto bad;
+    }
+    for (long c = lo; c <= hi; c++) {
+      if (opt->ncores == CS_MAX_CORES || c >= CPU_SETSIZE) goto bad;
+      for (int i = 0; i < opt->ncores; i++)
+        if (opt->cores[i] == c) goto bad;
+      opt->cores[opt->ncores++] = (int)c;
+    }
+    if (*end == ',') end++;
+    else if (*end) goto bad;
+    p = end;
+  }
+  if (opt->ncores > 0) return CS_OK;
+bad:
+  return cs_error_set(err, CS_EINVAL, "bad core list \"%s\" (want e.g. 1 or 1,3 or 2-5)", list);
+}
+
+const char *cs_group_state_name(enum cs_group_state st) {
+  switch (st) {
+    case CS_DETACHED: return "detached";
+    case CS_ATTACHED: return "attached";
+    case CS_DETACHING: return "detaching";
+    case CS_CUT_OFF: return "cut-off";
+  }
+  return "unknown";
+}
+
+struct cs_enforcer *cs_sched_enforcer(struct cs_sched *s, int core) {
+  for (int i = 0; i < s->opt.ncores; i++)
+    if (s->enforcers[i].core == core) return &s->enforcers[i];
+  return NULL;
+}
+
+static enum cs_errclass start_enforcers(struct cs_sched *s, struct cs_error *err) {
+  for (int i = 0; i < s->opt.ncores; i++) {
+    struct cs_enforcer *e = &s->enforcers[i];
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(e->core, &set);
+    struct sched_param sp = {.sched_priority = sched_get_priority_max(SCHED_FIFO)};
+    pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+    pthread_attr_setschedparam(&attr, &sp);
+    int rc = pthread_create(&e->thread, &attr, cs_enforcer_main, e);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+      return cs_error_set(err, rc == EPERM ? CS_EINVAL : CS_EINTERNAL,
+                          "cannot start the enforcer of core %d as SCHED_FIFO %d: %s%s", e->core,
+                          sp.sched_priority, strerror(rc),
+                          rc == EPERM ? " (keel-coopsched must run as root)" : "");
+    e->started = 1;
+  }
+  return CS_OK;
+}
+
+static void stop_enforcers(struct cs_sched *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stopping = 1;
+  for (int i = 0; i < s->opt.ncores; i++) pthread_cond_signal(&s->enforcers[i].cv);
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < s->opt.ncores; i++)
+    if (s->enforcers[i].started) pthread_join(s->enforcers[i].thread, NULL);
+}
+
+/* Reads the online CPUs from sysfs into *set. */
+static enum cs_errclass online_cpus(cpu_set_t *set, struct cs_error *err) {
+  char buf[256] = "";
+  FILE *f = fopen("/sys/devices/system/cpu/online", "re");
+  if (!f || !fgets(buf, sizeof buf, f)) {
+    if (f) fclose(f);
+    return cs_error_set(err, CS_EINTERNAL, "cannot read /sys/devices/system/cpu/online");
+  }
+  fclose(f);
+  buf[strcspn(buf, "\n")] = '\0';
+  struct cs_options all;
+  if (cs_options_parse_cores(&all, buf, err)) return err->cls;
+  CPU_ZERO(set);
+  for (int i = 0; i < all.ncores; i++) CPU_SET(all.cores[i], set);
+  return CS_OK;
+}
+
+struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *err) {
+  cpu_set_t online, rest;
+  if (opt->ncores <= 0) {
+    cs_error_set(err, CS_EINVAL, "no managed core");
+    return NULL;
+  }
+  if (online_cpus(&online, err)) return NULL;
+  rest = online;
+  for (int i = 0; i < opt->ncores; i++) {
+    if (!CPU_ISSET(opt->cores[i], &online)) {
+      cs_error_set(err, CS_EINVAL, "core %d is not online", opt->cores[i]);
+      return NULL;
+    }
+    CPU_CLR(opt->cores[i], &rest);
+  }
+  if (CPU_COUNT(&rest) == 0) {
+    cs_error_set(err, CS_EINVAL, "every core would be managed: leave at least one to CFS");
+    return NULL;
+  }
+  if (opt->wait_priority < 1 || opt->run_priority <= opt->wait_priority ||
+      opt->run_priority >= sched_get_priority_max(SCHED_FIFO)) {
+    cs_error_set(err, CS_EINVAL, "priorities must satisfy 1 <= wait < run < %d",
+                 sched_get_priority_max(SCHED_FIFO));
+    return NULL;
+  }
+  if (opt->yield_timeout_us < 100) {
+    cs_error_set(err, CS_EINVAL, "yield timeout %llu us is below 100 us",
+                 (unsigned long long)opt->yield_timeout_us);
+    return NULL;
+  }
+  /* The master, the RPC threads and everything they start stay off the managed cores. */
+  if (sched_setaffinity(0, sizeof rest, &rest) < 0) {
+    cs_error_set(err, CS_EINTERNAL, "sched_setaffinity: %s", strerror(errno));
+    return NULL;
+  }
+  struct cs_sched *s = calloc(1, sizeof *s);
+  if (!s) {
+    cs_error_set(err, CS_EINTERNAL, "out of memory");
+    return NULL;
+  }
+  s->opt = *opt;
+  s->tsc_hz = cs_tsc_measure_hz();
+  s->timeout_cycles = (uint64_t)((double)opt->yield_timeout_us * 1e-6 * (double)s->tsc_hz);
+  if (opt->probe_handoff) {
+    struct cs_error perr;
+    s->handoff_cycles = cs_handoff_measure(opt->cores[0], opt->run_priority, &perr);
+    if (!s->handoff_cycles) {
+      cs_error_set(err, perr.cls, "%s", perr.msg);
+      free(s);
+      return NULL;
+    }
+  }
+  pthread_mutex_init(&s->ctl_mu, NULL);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->done_cv, &ca);
+  for (int i = 0; i < opt->ncores; i++) {
+    s->enforcers[i].s = s;
+    s->enforcers[i].core = opt->cores[i];
+    pthread_cond_init(&s->enforcers[i].cv, &ca);
+  }
+  pthread_condattr_destroy(&ca);
+  cs_events_init(&s->events);
+  if (start_enforcers(s, err) != CS_OK) {
+    cs_sched_destroy(s);
+    return NULL;
+  }
+  return s;
+}
+
+static struct cs_group *find_group(struct cs_sched *s, const char *id) {
+  for (struct cs_group *g = s->groups; g; g = g->next)
+    if (strcmp(g->id, id) == 0) return g;
+  return NULL;
+}
+
+static enum cs_errclass check_id(const char *id, struct cs_error *err) {
+  size_t len = id ? strlen(id) : 0;
+  if (len == 0 || len >= CS_GROUP_ID_MAX)
+    return cs_error_set(err, CS_EINVAL, "group id must have 1..%d characters", CS_GROUP_ID_MAX - 1);
+  return CS_OK;
+}
+
+static enum cs_errclass lookup(struct cs_sched *s, const char *id, struct cs_group **out,
+                              struct cs_error *err) {
+  if (check_id(id, err)) return err->cls;
+  *out = find_group(s, id);
+  if (!*out) return cs_error_set(err, CS_ENOENT, "no sgroup \"%s\"", id);
+  return CS_OK;
+}
+
+/* Waits (s->mu held) for the enforcer to finish g's request. */
+static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
+  g->op = op;
+  g->op_core = core;
+  g->op_done = 0;
+  g->op_err.cls = CS_OK;
+  g->op_start_ns = cs_mono_ns();
+  pthread_cond_signal(&cs_sched_enforcer(s, core)->cv);
+  while (!g->op_done) pthread_cond_wait(&s->done_cv, &s->mu);
+  g->op = CS_OP_NONE;
+}
+
+static void release_tasks(struct cs_group *g) {
+  for (uint32_t i = 0; i < g->n; i++) cs_task_restore(&g->tasks[i]);
+  for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 0);
+}
+
+static enum cs_errclass register_locked(struct cs_sched *s, const char *id, const pid_t *tids,
+                                        uint32_t n, const char *path, struct cs_error *err) {
+  if (check_id(id, err)) return err->cls;
+  if (n == 0 || n > KEEL_SCHED_MAX_NFS)
+    return cs_error_set(err, CS_EINVAL, "an sgroup has 1..%d threads, not %u", KEEL_SCHED_MAX_NFS,
+                        n);
+  if (!path || strlen(path) >= CS_PATH_MAX)
+    return cs_error_set(err, CS_EINVAL, "pktbuf path missing or too long");
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t j = 0; j < i; j++)
+      if (tids[i] == tids[j])
+        return cs_error_set(err, CS_EINVAL, "thread %d is at positions %u and %u", (int)tids[i],
+                            j, i);
+  pthread_mutex_lock(&s->mu);
+  enum cs_errclass cls = CS_OK;
+  if (find_group(s, id)) cls = cs_error_set(err, CS_EEXIST, "sgroup \"%s\" exists", id);
+  for (struct cs_group *g = s->groups; g && !cls; g = g->next)
+    for (uint32_t k = 0; k < g->n && !cls; k++)
+      for (uint32_t i = 0; i < n && !cls; i++)
+        if (g->tasks[k].tid == tids[i])
+          cls = cs_error_set(err, CS_EEXIST, "thread %d is already in sgroup \"%s\"",
+                             (int)tids[i], g->id);
+  pthread_mutex_unlock(&s->mu);
+  if (cls) return cls;
+
+  struct cs_group *g = calloc(1, sizeof *g);
+  if (!g) return cs_error_set(err, CS_EINTERNAL, "out of memory");
+  snprintf(g->id, sizeof g->id, "%s", id);
+  snprintf(g->path, sizeof g->path, "%s", path);
+  g->n = n;
+  g->core = -1;
+  g->state = CS_DETACHED;
+  if (cs_chain_map(&g->chain, path, n, err)) goto fail;
+  for (uint32_t i = 0; i < n; i++) {
+    if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
+    uint64_t announced = CS_LOAD(g->chain.w->tids[i]);
+    if (announced != 0 && announced != (uint64_t)tids[i]) {
+      cs_error_set(err, CS_EINVAL, "pktbuf %s says position %u is thread %llu, not %d", path, i,
+                   (unsigned long long)announced, (int)tids[i]);
+      goto fail;
+    }
+    if (g->tasks[i].pid == getpid()) {
+      cs_error_set(err, CS_EINVAL, "thread %d belongs to keel-coopsched", (int)tids[i]);
+      goto fail;
+    }
+  }
+  /* Stop first, then make it FIFO on the core: it never runs as FIFO before
+   * it is arranged. */
+  for (uint32_t i = 0; i < n; i++) cs_task_signal_stop(&g->tasks[i], 1);
+  for (int ms = 0;; ms++) {
+    uint32_t stopped = 0;
+    for (uint32_t i = 0; i < n; i++) stopped += cs_task_is_stopped(&g->tasks[i]);
+    if (stopped == n) break;
+    if (ms == CS_REGISTER_STOP_TIMEOUT_MS) {
+      for (uint32_t i = 0; i < n; i++) cs_task_signal_stop(&g->tasks[i], 0);
+      cs_error_set(err, CS_ETIMEDOUT, "threads of \"%s\" did not stop within %d ms", id,
+                   CS_REGISTER_STOP_TIMEOUT_MS);
+      goto fail;
+    }
+    struct timespec one = {0, 1000000};
+    nanosleep(&one, NULL);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    int rc = cs_task_set_core(&g->tasks[i], s->opt.cores[0]);
+    if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
+    if (rc != 0) {
+      release_tasks(g);
+      cs_error_set(err, CS_EINTERNAL, "thread %d: cannot make it SCHED_FIFO on core %d: %s",
+                   (int)tids[i], s->opt.cores[0], strerror(-rc));
+      goto fail;
+    }
+  }
+  pthread_mutex_lock(&s->mu);
+  g->next = s->groups;
+  s->groups = g;
+  pthread_mutex_unlock(&s->mu);
+  return CS_OK;
+fail:
+  cs_chain_unmap(&g->chain);
+  free(g);
+  return err->cls;
+}
+
+enum cs_errclass cs_sched_register(struct cs_sched *s, const char *group, const pid_t *tids,
+                                   uint32_t n, const char *pktbuf, struct cs_error *err) {
+  pthread_mutex_lock(&s->ctl_mu);
+  enum cs_errclass cls = register_locked(s, group, tids, n, pktbuf, err);
+  pthread_mutex_unlock(&s->ctl_mu);
+  return cls;
+}
+
+enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32_t position,
+                                   uint32_t count, pid_t tid, const char *pktbuf,
+                                   uint32_t *announced, int *registered, struct cs_error *err) {
+  *announced = 0;
+  *registered = 0;
+  if (check_id(group, err)) return err->cls;
+  if (count == 0 || count > KEEL_SCHED_MAX_NFS || position >= count)
+    return cs_error_set(err, CS_EINVAL, "position %u of %u: want 0 <= position < count <= %d",
+                        position, count, KEEL_SCHED_MAX_NFS);
+  if (!pktbuf || !pktbuf[0] || strlen(pktbuf) >= CS_PATH_MAX)
+    return cs_error_set(err, CS_EINVAL, "pktbuf path missing or too long");
+  pthread_mutex_lock(&s->ctl_mu);
+  enum cs_errclass cls = CS_OK;
+  pthread_mutex_lock(&s->mu);
+  int exists = find_group(s, group) != NULL;
+  pthread_mutex_unlock(&s->mu);
+  struct cs_announce **pp = &s->announces, *a;
+  while ((a = *pp) && strcmp(a->id, group) != 0) pp = &a->next;
+  if (exists) {
+    cls = cs_error_set(err, CS_EEXIST, "sgroup \"%s\" exists", group);
+  } else if (a && (a->count != count || strcmp(a->path, pktbuf) != 0)) {
+    cls = cs_error_set(err, CS_EINVAL,
+                       "sgroup \"%s\" was announced with %u positions and pktbuf %s", group,
+                       a->count, a->path);
+  } else {
+    if (!a) {
+      a = calloc(1, sizeof *a);
+      if (!a) {
+        pthread_mutex_unlock(&s->ctl_mu);
+        return cs_error_set(err, CS_EINTERNAL, "out of memory");
+      }
+      snprintf(a->id, sizeof a->id, "%s", group);
+      snprintf(a->path, sizeof a->path, "%s", pktbuf);
+      a->count = count;
+      a->next = s->announces;
+      s->announces = a;
+      pp = &s->announces;
+    }
+    a->tids[position] = tid;
+    a->mask |= 1u << position;
+    *announced = (uint32_t)__builtin_popcount(a->mask);
+    if (*announced == count) {
+      *pp = a->next;
+      cls = register_locked(s, a->id, a->tids, a->count, a->path, err);
+      *registered = cls == CS_OK;
+      free(a);
+    }
+  }
+  pthread_mutex_unlock(&s->ctl_mu);
+  return cls;
+}
+
+enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core,
+                                 struct cs_error *err) {
+  pthread_mutex_lock(&s->ctl_mu);
+  pthread_mutex_lock(&s->mu);
+  struct cs_group *g;
+  enum cs_errclass cls = lookup(s, group, &g, err);
+  if (cls) goto out;
+  if (!cs_sched_enforcer(s, core)) {
+    cls = cs_error_set(err, CS_EINVAL, "core %d is not managed by keel-coopsched", core);
+  } else if (g->state == CS_CUT_OFF) {
+    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" was cut off by the watchdog; unregister it",
+                       group);
+  } else if (g->state != CS_DETACHED) {
+    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" is %s on core %d", group,
+                       cs_group_state_name(g->state), g->core);
+  } else {
+    run_op(s, g, CS_OP_ATTACH, core);
+    if (g->op_err.cls) cls = cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
+  }
+out:
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->ctl_mu);
+  return cls;
+}
+
+/* Detaches g (s->mu held); a no-op if it is detached or cut off. */
+static void detach_locked(struct cs_sched *s, struct cs_group *g, int *at_boundary,
+                          uint64_t *wait_us) {
+  *at_boundary = 1;
+  *wait_us = 0;
+  if (g->state != CS_ATTACHED && g->state != CS_DETACHING) return;
+  g->at_boundary = 1;
+  run_op(s, g, CS_OP_DETACH, g->core);
+  *at_boundary = g->at_boundary && !g->cut;
+  *wait_us = (cs_mono_ns() - g->op_start_ns) / 1000;
+}
+
+enum cs_errclass cs_sched_detach(struct cs_sched *s, const char *group, int *at_boundary,
+                                 uint64_t *wait_us, struct cs_error *err) {
+  pthread_mutex_lock(&s->ctl_mu);
+  pthread_mutex_lock(&s->mu);
+  struct cs_group *g;
+  enum cs_errclass cls = lookup(s, group, &g, err);
+  if (!cls && g->state == CS_CUT_OFF)
+    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" was cut off by the watchdog", group);
+  if (!cls) detach_locked(s, g, at_boundary, wait_us);
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->ctl_mu);
+  return cls;
+}
+
+static void unregister_locked(struct cs_sched *s, struct cs_group *g) {
+  int at_boundary;
+  uint64_t wait_us;
+  pthread_mutex_lock(&s->mu);
+  detach_locked(s, g, &at_boundary, &wait_us);
+  struct cs_group **pp = &s->groups;
+  while (*pp != g) pp = &(*pp)->next;
+  *pp = g->next;
+  pthread_mutex_unlock(&s->mu);
+  release_tasks(g);
+  cs_chain_unmap(&g->chain);
+  free(g);
+}
+
+enum cs_errclass cs_sched_unregister(struct cs_sched *s, const char *group, struct cs_error *err) {
+  pthread_mutex_lock(&s->ctl_mu);
+  pthread_mutex_lock(&s->mu);
+  struct cs_group *g;
+  enum cs_errclass cls = lookup(s, group, &g, err);
+  pthread_mutex_unlock(&s->mu);
+  if (!cls) unregister_locked(s, g);
+  pthread_mutex_unlock(&s->ctl_mu);
+  return cls;
+}
+
+enum cs_errclass cs_sched_set_batch(struct cs_sched *s, const char *group, uint32_t batch,
+                                    struct cs_error *err) {
+  if (batch == 0) return cs_error_set(err, CS_EINVAL, "batch must be at least 1");
+  pthread_mutex_lock(&s->mu);
+  struct cs_group *g;
+  enum cs_errclass cls = lookup(s, group, &g, err);
+  if (!cls) CS_STORE(g->chain.w->batch, batch);
+  pthread_mutex_unlock(&s->mu);
+  return cls;
+}
+
+static void fill_info(const struct cs_group *g, struct cs_group_info *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->id, sizeof out->id, "%s", g->id);
+  snprintf(out->path, sizeof out->path, "%s", g->path);
+  out->state = g->state;
+  out->core = g->core;
+  out->n = g->n;
+  const struct keel_chain_sched *w = g->chain.w;
+  out->batch = CS_LOAD(w->batch);
+  out->turn = CS_LOAD(w->turn);
+  out->rounds = CS_LOAD(w->rounds);
+  out->handoffs = CS_LOAD(w->handoffs);
+  out->packets = CS_LOAD(w->packets);
+  for (uint32_t i = 0; i < g->n; i++) {
+    out->threads[i].position = i;
+    out->threads[i].tid = g->tasks[i].tid;
+    out->threads[i].pid = g->tasks[i].pid;
+    out->threads[i].state = cs_task_state(&g->tasks[i]);
+  }
+}
+
+enum cs_errclass cs_sched_group(struct cs_sched *s, const char *group, struct cs_group_info *out,
+                                struct cs_error *err) {
+  pthread_mutex_lock(&s->mu);
+  struct cs_group *g;
+  enum cs_errclass cls = lookup(s, group, &g, err);
+  if (!cls) fill_info(g, out);
+  pthread_mutex_unlock(&s->mu);
+  return cls;
+}
+
+size_t cs_sched_groups(struct cs_sched *s, struct cs_group_info *out, size_t max) {
+  size_t n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (struct cs_group *g = s->groups; g; g = g->next, n++)
+    if (n < max) fill_info(g, &out[n]);
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+const struct cs_options *cs_sched_options(const struct cs_sched *s) { return &s->opt; }
+
+uint64_t cs_sched_tsc_hz(const struct cs_sched *s) { return s->tsc_hz; }
+
+uint64_t cs_sched_handoff_cycles(const struct cs_sched *s) { return s->handoff_cycles; }
+
+struct cs_events *cs_sched_events(struct cs_sched *s) { return &s->events; }
+
+void cs_sched_destroy(struct cs_sched *s) {
+  pthread_mutex_lock(&s->ctl_mu);
+  while (s->groups) unregister_locked(s, s->groups);
+  while (s->announces) {
+    struct cs_announce *a = s->announces;
+    s->announces = a->next;
+    free(a);
+  }
+  pthread_mutex_unlock(&s->ctl_mu);
+  stop_enforcers(s);
+  cs_events_wake(&s->events);
+  cs_events_destroy(&s->events);
+  for (int i = 0; i < s->opt.ncores; i++) pthread_cond_destroy(&s->enforcers[i].cv);
+  pthread_cond_destroy(&s->done_cv);
+  pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->ctl_mu);
+  free(s);
+}

@@ -1,0 +1,743 @@
+// SPDX-License-Identifier: Apache-2.0
+// keel-coopsched end to end: a real daemon managing core 1 with SCHED_FIFO,
+// test NFs (coopsched_test_nf) as separate processes, requests over gRPC.
+// Needs root; skips with the reason otherwise.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "keel/v1/coopsched.grpc.pb.h"
+#include "test_chain.h"
+
+namespace {
+
+using keel::v1::GroupState;
+constexpr int kManagedCore = 1;
+constexpr int kTestCore = 0;
+
+template <typename T>
+T Load(const T& x) {
+  return __atomic_load_n(&x, __ATOMIC_ACQUIRE);
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Polls cond every 100 us until it holds or ms have passed.
+bool WaitFor(const std::function<bool()>& cond, int ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+std::string ProcStat(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+char ProcState(pid_t pid) {
+  std::string s = ProcStat(pid);
+  size_t p = s.rfind(')');
+  return p == std::string::npos || p + 2 >= s.size() ? '?' : s[p + 2];
+}
+
+// utime + stime of a process, in clock ticks.
+uint64_t CpuTicks(pid_t pid) {
+  std::string s = ProcStat(pid);
+  size_t p = s.rfind(')');
+  std::istringstream in(s.substr(p + 2));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  // Fields after the comm: state(3) ... utime(14) stime(15).
+  for (int i = 3; i <= 15 && in >> field; i++) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return utime + stime;
+}
+
+int FifoPriority(pid_t pid) {
+  sched_param sp{};
+  sched_getparam(pid, &sp);
+  return sched_getscheduler(pid) == SCHED_FIFO ? sp.sched_priority : -1;
+}
+
+bool OnlyOnCore(pid_t pid, int core) {
+  cpu_set_t set;
+  if (sched_getaffinity(pid, sizeof set, &set) < 0) return false;
+  return CPU_COUNT(&set) == 1 && CPU_ISSET(core, &set);
+}
+
+std::string SkipReason() {
+  if (geteuid() != 0) return "needs root: keel-coopsched uses SCHED_FIFO";
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return "needs CPUs 0 and 1 online";
+  sched_param sp{};
+  sp.sched_priority = 1;
+  if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+    return std::string("SCHED_FIFO refused: ") + std::strerror(errno);
+  sp.sched_priority = 0;
+  sched_setscheduler(0, SCHED_OTHER, &sp);
+  return "";
+}
+
+// A keel-coopsched process managing core 1, on a socket of its own.
+class Daemon {
+ public:
+  ~Daemon() { Stop(); }
+
+  void Start(const std::string& dir, const std::vector<std::string>& extra) {
+    sock_ = dir + "/run/coopsched.sock";
+    log_ = dir + "/daemon.log";
+    std::vector<std::string> args = {KEEL_COOPSCHED_BIN, "--cores", std::to_string(kManagedCore),
+                                     "--listen", "unix:" + sock_};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // A fresh channel per attempt: a refused first connection would otherwise
+    // put the channel into reconnect backoff for seconds.
+    bool up = WaitFor(
+        [&] {
+          if (waitpid(pid_, nullptr, WNOHANG) == pid_) return true;
+          struct stat sb;
+          if (stat(sock_.c_str(), &sb) != 0) return false;
+          channel_ = grpc::CreateChannel("unix:" + sock_, grpc::InsecureChannelCredentials());
+          stub_ = keel::v1::Coopsched::NewStub(channel_);
+          keel::v1::StatusResponse st;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+          return stub_->Status(&ctx, keel::v1::StatusRequest(), &st).ok();
+        },
+        10000);
+    ASSERT_TRUE(up && kill(pid_, 0) == 0) << "daemon did not come up:\n" << Log();
+  }
+
+  // SIGTERM (the daemon gives every sgroup back), then SIGKILL after 5 s.
+  void Stop() {
+    if (pid_ <= 0) return;
+    stub_.reset();
+    channel_.reset();
+    kill(pid_, SIGTERM);
+    bool gone = WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000);
+    if (!gone) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+
+  std::string Log() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+  const std::string& sock() const { return sock_; }
+  keel::v1::Coopsched::Stub& stub() { return *stub_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string sock_, log_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<keel::v1::Coopsched::Stub> stub_;
+};
+
+// A test chain: its buffer file and one coopsched_test_nf process per position.
+class Chain {
+ public:
+  Chain(const std::string& dir, const std::string& name, uint32_t n) : n_(n) {
+    path_ = dir + "/" + name + ".pktbuf";
+    int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    EXPECT_GE(fd, 0) << path_;
+    EXPECT_EQ(ftruncate(fd, TC_FILE_SIZE), 0);
+    base_ = static_cast<char*>(
+        mmap(nullptr, TC_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+    w_ = reinterpret_cast<keel_chain_sched*>(base_ + KEEL_SCHED_OFFSET);
+    a_ = reinterpret_cast<tc_area*>(base_ + TC_AREA_OFFSET);
+    w_->nnfs = n;
+    w_->batch = 1;
+    __atomic_store_n(&w_->magic, KEEL_SCHED_MAGIC, __ATOMIC_RELEASE);
+  }
+
+  ~Chain() {
+    Kill();
+    munmap(base_, TC_FILE_SIZE);
+    unlink(path_.c_str());
+  }
+
+  // Starts the positions; extra[k] are more arguments for position k.
+  void Spawn(const std::vector<std::vector<std::string>>& extra = {}) {
+    for (uint32_t k = 0; k < n_; k++) {
+      std::vector<std::string> args = {KEEL_COOPSCHED_TEST_NF, path_, std::to_string(k)};
+      if (k < extra.size()) args.insert(args.end(), extra[k].begin(), extra[k].end());
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        execv(argv[0], argv.data());
+        _exit(127);
+      }
+      pids_.push_back(pid);
+    }
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          for (uint32_t k = 0; k < n_; k++)
+            if (Load(w_->tids[k]) != static_cast<uint64_t>(pids_[k])) return false;
+          return true;
+        },
+        5000));
+  }
+
+  // Kills every position by pid.
+  void Kill() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    pids_.clear();
+  }
+
+  keel::v1::RegisterGroupRequest RegisterRequest(const std::string& group) const {
+    keel::v1::RegisterGroupRequest req;
+    req.set_group_id(group);
+    for (pid_t pid : pids_) req.add_tids(pid);
+    req.set_pktbuf_path(path_);
+    return req;
+  }
+
+  uint64_t rounds() const { return Load(w_->rounds); }
+  const std::string& path() const { return path_; }
+  const std::vector<pid_t>& pids() const { return pids_; }
+  keel_chain_sched* w() const { return w_; }
+  tc_area* a() const { return a_; }
+
+ private:
+  uint32_t n_;
+  std::string path_;
+  char* base_ = nullptr;
+  keel_chain_sched* w_ = nullptr;
+  tc_area* a_ = nullptr;
+  std::vector<pid_t> pids_;
+};
+
+class CoopschedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = SkipReason();
+    // The test and the NFs it starts stay on core 0 until coopsched moves them.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(kTestCore, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    if (!why.empty()) GTEST_SKIP() << why;
+    char tmpl[] = "/dev/shm/keel-cs-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+
+  void TearDown() override {
+    chains_.clear();
+    daemon_.Stop();
+    if (HasFailure()) std::fprintf(stderr, "--- keel-coopsched log ---\n%s", daemon_.Log().c_str());
+    if (!dir_.empty()) {
+      unlink((dir_ + "/daemon.log").c_str());
+      unlink((dir_ + "/trace").c_str());
+      rmdir((dir_ + "/run").c_str());
+      rmdir(dir_.c_str());
+    }
+  }
+
+  void StartDaemon(const std::vector<std::string>& extra = {}) {
+    ASSERT_NO_FATAL_FAILURE(daemon_.Start(dir_, extra));
+  }
+
+  Chain& NewChain(const std::string& name, uint32_t n,
+                  const std::vector<std::vector<std::string>>& extra = {}) {
+    chains_.push_back(std::make_unique<Chain>(dir_, name, n));
+    chains_.back()->Spawn(extra);
+    return *chains_.back();
+  }
+
+  grpc::Status Register(const Chain& c, const std::string& group, keel::v1::GroupStatus* out) {
+    grpc::ClientContext ctx;
+    return daemon_.stub().RegisterGroup(&ctx, c.RegisterRequest(group), out);
+  }
+
+  grpc::Status Attach(const std::string& group, uint32_t core = kManagedCore) {
+    keel::v1::AttachRequest req;
+    req.set_group_id(group);
+    req.set_core(core);
+    keel::v1::GroupStatus out;
+    grpc::ClientContext ctx;
+    return daemon_.stub().Attach(&ctx, req, &out);
+  }
+
+  grpc::Status Detach(const std::string& group, keel::v1::DetachResponse* out) {
+    keel::v1::DetachRequest req;
+    req.set_group_id(group);
+    grpc::ClientContext ctx;
+    return daemon_.stub().Detach(&ctx, req, out);
+  }
+
+  grpc::Status Unregister(const std::string& group) {
+    keel::v1::UnregisterRequest req;
+    req.set_group_id(group);
+    keel::v1::UnregisterResponse out;
+    grpc::ClientContext ctx;
+    return daemon_.stub().Unregister(&ctx, req, &out);
+  }
+
+  keel::v1::StatusResponse Status() {
+    keel::v1::StatusResponse st;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(daemon_.stub().Status(&ctx, keel::v1::StatusRequest(), &st).ok());
+    return st;
+  }
+
+  // Registers and attaches c as group.
+  void Run(const Chain& c, const std::string& group) {
+    keel::v1::GroupStatus gs;
+    grpc::Status st = Register(c, group, &gs);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    st = Attach(group);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  // The chain's books balance: every round received was transmitted with
+  // stamps 0..N-1, no position lost or repeated a round.
+  static void ExpectClean(const Chain& c) {
+    const tc_area* a = c.a();
+    EXPECT_EQ(a->bad_rounds, 0u);
+    EXPECT_EQ(a->lost, 0u);
+    EXPECT_EQ(a->dup, 0u);
+    EXPECT_EQ(a->overlap, 0u);
+  }
+
+  std::string dir_;
+  Daemon daemon_;
+  std::vector<std::unique_ptr<Chain>> chains_;
+};
+
+TEST_F(CoopschedTest, StatusReportsCoresTscAndHandoffCost) {
+  StartDaemon();
+  keel::v1::StatusResponse st = Status();
+  ASSERT_EQ(st.cores_size(), 1);
+  EXPECT_EQ(st.cores(0), static_cast<uint32_t>(kManagedCore));
+  EXPECT_GT(st.tsc_hz(), 100000000u);
+  EXPECT_GT(st.handoff_cycles(), 100u);
+  EXPECT_LT(st.handoff_cycles(), 100000u);
+  EXPECT_EQ(st.yield_timeout_us(), 10000u);
+  std::fprintf(stderr, "handoff: %llu cycles at %llu Hz\n",
+               static_cast<unsigned long long>(st.handoff_cycles()),
+               static_cast<unsigned long long>(st.tsc_hz()));
+  RecordProperty("handoff_cycles", std::to_string(st.handoff_cycles()));
+  struct stat sb;
+  ASSERT_EQ(stat(daemon_.sock().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+}
+
+TEST_F(CoopschedTest, RegisterStopsThreadsAndPinsThemDetached) {
+  StartDaemon();
+  Chain& c = NewChain("reg", 3);
+  keel::v1::GroupStatus gs;
+  grpc::Status st = Register(c, "reg", &gs);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(gs.state(), keel::v1::GROUP_STATE_DETACHED);
+  ASSERT_EQ(gs.threads_size(), 3);
+  for (pid_t pid : c.pids()) {
+    EXPECT_EQ(ProcState(pid), 'T') << pid;
+    EXPECT_EQ(FifoPriority(pid), 1) << pid;
+    EXPECT_TRUE(OnlyOnCore(pid, kManagedCore)) << pid;
+  }
+}
+
+TEST_F(CoopschedTest, RunsChainInOrderForAMillionRounds) {
+  StartDaemon();
+  Chain& c = NewChain("order", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "order"));
+  for (pid_t pid : c.pids()) {
+    EXPECT_EQ(FifoPriority(pid), 10) << pid;
+    EXPECT_TRUE(OnlyOnCore(pid, kManagedCore)) << pid;
+  }
+  uint64_t start = c.rounds();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() >= start + 1000000; }, 30000))
+      << "rounds: " << c.rounds() - start;
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("order", &det).ok());
+  EXPECT_TRUE(det.at_boundary());
+  std::fprintf(stderr, "%.0f rounds/s of a 3-NF chain\n", 1e6 / secs);
+  ExpectClean(c);
+  const tc_area* a = c.a();
+  EXPECT_EQ(a->ok_rounds, c.rounds());
+  EXPECT_EQ(a->done[0], a->done[1]);
+  EXPECT_EQ(a->done[1], a->done[2]);
+  EXPECT_EQ(Load(c.w()->handoffs) % 3, 0u);
+}
+
+TEST_F(CoopschedTest, DetachWaitsForBoundaryAndDetachedThreadsUseNoCpu) {
+  StartDaemon();
+  Chain& c = NewChain("det", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "det"));
+  uint64_t start = c.rounds();
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > start + 10000; }, 5000));
+  keel::v1::DetachResponse det;
+  grpc::Status st = Detach("det", &det);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(det.at_boundary());
+  EXPECT_EQ(det.group().state(), keel::v1::GROUP_STATE_DETACHED);
+  // At the boundary: parked at position 0's turn, the last batch transmitted.
+  EXPECT_EQ(Load(c.w()->parked), 1u);
+  EXPECT_EQ(Load(c.w()->turn), 0u);
+  EXPECT_EQ(Load(c.w()->detach_req), 0u);
+  EXPECT_EQ(c.a()->slot_fresh, 0u);
+  EXPECT_EQ(c.a()->ok_rounds, c.rounds());
+  std::vector<uint64_t> ticks;
+  for (pid_t pid : c.pids()) {
+    EXPECT_EQ(ProcState(pid), 'T') << pid;
+    EXPECT_EQ(FifoPriority(pid), 1) << pid;
+    ticks.push_back(CpuTicks(pid));
+  }
+  uint64_t rounds = c.rounds();
+  SleepMs(300);
+  for (size_t i = 0; i < ticks.size(); i++)
+    EXPECT_EQ(CpuTicks(c.pids()[i]), ticks[i]) << "position " << i << " used CPU while detached";
+  EXPECT_EQ(c.rounds(), rounds);
+  // Attached again, it resumes where it stopped.
+  ASSERT_TRUE(Attach("det").ok());
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > rounds + 1000; }, 5000));
+  EXPECT_EQ(Load(c.w()->parked), 0u);
+  ASSERT_TRUE(Detach("det", &det).ok());
+  ExpectClean(c);
+  EXPECT_EQ(c.a()->ok_rounds, c.rounds());
+}
+
+TEST_F(CoopschedTest, AttachDetachThousandTimesLosesNoRound) {
+  StartDaemon();
+  Chain& c = NewChain("flip", 3);
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(c, "flip", &gs).ok());
+  int not_at_boundary = 0;
+  for (int i = 0; i < 1000; i++) {
+    uint64_t before = c.rounds();
+    grpc::Status st = Attach("flip");
+    ASSERT_TRUE(st.ok()) << "cycle " << i << ": " << st.error_message();
+    ASSERT_TRUE(WaitFor([&] { return c.rounds() > before; }, 2000)) << "cycle " << i;
+    keel::v1::DetachResponse det;
+    st = Detach("flip", &det);
+    ASSERT_TRUE(st.ok()) << "cycle " << i << ": " << st.error_message();
+    not_at_boundary += !det.at_boundary();
+    ASSERT_EQ(c.a()->ok_rounds, c.rounds()) << "cycle " << i;
+  }
+  EXPECT_EQ(not_at_boundary, 0);
+  ExpectClean(c);
+  EXPECT_EQ(c.a()->done[0], c.a()->done[2]);
+}
+
+TEST_F(CoopschedTest, TwoGroupsOnOneCoreTakeTurnsBatchByBatch) {
+  StartDaemon();
+  std::string trace_path = dir_ + "/trace";
+  {
+    int fd = open(trace_path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, sizeof(tc_trace)), 0);
+    close(fd);
+  }
+  int fd = open(trace_path.c_str(), O_RDONLY);
+  auto* trace = static_cast<tc_trace*>(mmap(nullptr, sizeof(tc_trace), PROT_READ, MAP_SHARED, fd, 0));
+  close(fd);
+  ASSERT_NE(trace, MAP_FAILED);
+  Chain& a = NewChain("a", 3, {{"--trace", trace_path, "--tag", "A"}});
+  Chain& b = NewChain("b", 3, {{"--trace", trace_path, "--tag", "B"}});
+  ASSERT_NO_FATAL_FAILURE(Run(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(Run(b, "b"));
+  uint64_t from = Load(trace->len), ra = a.rounds(), rb = b.rounds();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return Load(trace->len) > from + 200000; }, 20000));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  uint64_t to = Load(trace->len);
+  uint64_t da = a.rounds() - ra, db = b.rounds() - rb;
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("a", &det).ok());
+  ASSERT_TRUE(Detach("b", &det).ok());
+  ASSERT_LT(to, static_cast<uint64_t>(TC_TRACE_MAX));
+  uint64_t alternations = 0, pairs = 0;
+  for (uint64_t i = from + 1; i < to; i++, pairs++)
+    alternations += trace->tag[i] != trace->tag[i - 1];
+  munmap(trace, sizeof(tc_trace));
+  std::fprintf(stderr, "%llu of %llu consecutive batches alternate; rounds a=%llu b=%llu in %.2f s\n",
+               static_cast<unsigned long long>(alternations),
+               static_cast<unsigned long long>(pairs), static_cast<unsigned long long>(da),
+               static_cast<unsigned long long>(db), secs);
+  EXPECT_GE(alternations, pairs * 99 / 100);
+  EXPECT_LE(da > db ? da - db : db - da, (da + db) / 100);
+  ExpectClean(a);
+  ExpectClean(b);
+}
+
+TEST_F(CoopschedTest, WatchdogCutsOffSpinningNfAndOtherGroupKeepsRunning) {
+  StartDaemon({"--yield-timeout-us", "10000"});
+  Chain& good = NewChain("good", 3);
+  Chain& bad = NewChain("bad", 3, {{}, {"--spin"}});
+  ASSERT_NO_FATAL_FAILURE(Run(good, "good"));
+  ASSERT_NO_FATAL_FAILURE(Run(bad, "bad"));
+  uint64_t rb = bad.rounds();
+  ASSERT_TRUE(WaitFor([&] { return bad.rounds() > rb + 10000; }, 5000));
+  __atomic_store_n(&bad.a()->spin_req, 1ull, __ATOMIC_RELEASE);
+  keel::v1::Event cut;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        keel::v1::StatusResponse st = Status();
+        for (const auto& ev : st.events())
+          if (ev.kind() == "cut-off") {
+            cut = ev;
+          }
+        return cut.seq() != 0;
+      },
+      3000))
+      << "no cut-off event";
+  std::fprintf(stderr, "cut off after %llu us: %s\n",
+               static_cast<unsigned long long>(cut.busy_us()), cut.message().c_str());
+  EXPECT_EQ(cut.group_id(), "bad");
+  EXPECT_EQ(cut.position(), 1u);
+  EXPECT_EQ(cut.tid(), bad.pids()[1]);
+  EXPECT_GE(cut.busy_us(), 10000u);
+  EXPECT_LE(cut.busy_us(), 15000u) << "cut off later than the timeout + 5 ms";
+  EXPECT_NE(Load(bad.a()->spin_tsc), 0u);
+  // The same event on the Events stream.
+  {
+    keel::v1::EventsRequest er;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    auto stream = daemon_.stub().Events(&ctx, er);
+    keel::v1::Event ev;
+    bool found = false;
+    while (!found && stream->Read(&ev)) found = ev.seq() == cut.seq() && ev.kind() == "cut-off";
+    EXPECT_TRUE(found);
+    ctx.TryCancel();
+    stream->Finish();
+  }
+  // The offender is out of SCHED_FIFO and everything of the group is stopped.
+  EXPECT_EQ(sched_getscheduler(bad.pids()[1]), SCHED_OTHER);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (pid_t pid : bad.pids())
+          if (ProcState(pid) != 'T') return false;
+        return true;
+      },
+      2000));
+  bool cut_off = false;
+  keel::v1::StatusResponse status = Status();
+  for (const auto& g : status.groups())
+    if (g.group_id() == "bad") cut_off = g.state() == keel::v1::GROUP_STATE_CUT_OFF;
+  EXPECT_TRUE(cut_off);
+  // The other sgroup has the core.
+  uint64_t rg = good.rounds();
+  SleepMs(300);
+  EXPECT_GT(good.rounds(), rg + 10000);
+  EXPECT_EQ(Attach("bad").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("good", &det).ok());
+  EXPECT_TRUE(det.at_boundary());
+  ExpectClean(good);
+  EXPECT_TRUE(Unregister("bad").ok());
+}
+
+TEST_F(CoopschedTest, RegisterThreadFormsGroupWhenAllPositionsAnnounced) {
+  StartDaemon();
+  Chain& c = NewChain("ann", 3);
+  const uint32_t order[] = {2, 0, 1};
+  for (int i = 0; i < 3; i++) {
+    keel::v1::RegisterThreadRequest req;
+    req.set_group_id("ann");
+    req.set_position(order[i]);
+    req.set_count(3);
+    req.set_tid(c.pids()[order[i]]);
+    req.set_pktbuf_path(c.path());
+    keel::v1::RegisterThreadResponse out;
+    grpc::ClientContext ctx;
+    grpc::Status st = daemon_.stub().RegisterThread(&ctx, req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(out.announced(), static_cast<uint32_t>(i + 1));
+    EXPECT_EQ(out.registered(), i == 2);
+    if (i == 2) {
+      EXPECT_EQ(out.group().state(), keel::v1::GROUP_STATE_DETACHED);
+    }
+  }
+  for (pid_t pid : c.pids()) EXPECT_EQ(ProcState(pid), 'T');
+  keel::v1::SetBatchRequest sb;
+  sb.set_group_id("ann");
+  sb.set_batch(4);
+  keel::v1::GroupStatus gs;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(daemon_.stub().SetBatch(&ctx, sb, &gs).ok());
+  EXPECT_EQ(Load(c.w()->batch), 4u);
+  uint64_t rounds = c.rounds(), packets = Load(c.w()->packets);
+  ASSERT_TRUE(Attach("ann").ok());
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > rounds + 1000; }, 5000));
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("ann", &det).ok());
+  EXPECT_EQ(Load(c.w()->packets) - packets, (c.rounds() - rounds) * 4 * TC_PACKETS_PER_BURST);
+  ExpectClean(c);
+}
+
+TEST_F(CoopschedTest, UnregisterAndDaemonExitGiveThreadsBack) {
+  StartDaemon();
+  Chain& c = NewChain("give", 3);
+  Chain& d = NewChain("kept", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "give"));
+  ASSERT_NO_FATAL_FAILURE(Run(d, "kept"));
+  ASSERT_TRUE(Unregister("give").ok());
+  keel::v1::StatusResponse status = Status();
+  for (const auto& g : status.groups()) EXPECT_NE(g.group_id(), "give");
+  for (pid_t pid : c.pids()) {
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
+    EXPECT_TRUE(OnlyOnCore(pid, kTestCore));
+  }
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds; }, 3000))
+      << "the unregistered chain does not run under CFS";
+  // SIGTERM: the daemon gives back the attached sgroup too.
+  daemon_.Stop();
+  for (pid_t pid : d.pids()) {
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
+    EXPECT_TRUE(OnlyOnCore(pid, kTestCore));
+    EXPECT_NE(ProcState(pid), 'T');
+  }
+  ExpectClean(c);
+  ExpectClean(d);
+}
+
+TEST_F(CoopschedTest, BadRequestsGetClearErrors) {
+  StartDaemon();
+  Chain& c = NewChain("ok", 2);
+  keel::v1::GroupStatus gs;
+  keel::v1::DetachResponse det;
+  grpc::Status st = Attach("nope");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("no sgroup \"nope\""), std::string::npos) << st.error_message();
+  EXPECT_EQ(Detach("nope", &det).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Unregister("nope").error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // A thread that does not exist.
+  auto req = c.RegisterRequest("ghost");
+  req.set_tids(1, 4194303);
+  grpc::ClientContext c1;
+  st = daemon_.stub().RegisterGroup(&c1, req, &gs);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("does not exist"), std::string::npos) << st.error_message();
+  // The file says position 1 is another thread.
+  req = c.RegisterRequest("swapped");
+  req.set_tids(0, c.pids()[1]);
+  req.set_tids(1, c.pids()[0]);
+  grpc::ClientContext c1b;
+  st = daemon_.stub().RegisterGroup(&c1b, req, &gs);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("says position 0 is thread"), std::string::npos)
+      << st.error_message();
+
+  // Bad buffer files: missing, too small, no magic, wrong length of chain.
+  struct BadFile {
+    std::string name;
+    size_t size;
+    bool magic;
+    uint32_t nnfs;
+    std::string want;
+  };
+  const BadFile bad_files[] = {
+      {"missing", 0, false, 0, "cannot open"},
+      {"small", 100, false, 0, "too small"},
+      {"nomagic", 4096, false, 2, "no scheduling words"},
+      {"short", 4096, true, 5, "chain has 5 positions, request has 2"},
+  };
+  for (const auto& bf : bad_files) {
+    std::string path = dir_ + "/" + bf.name;
+    if (bf.size) {
+      int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bf.size)), 0);
+      keel_chain_sched w{};
+      w.magic = bf.magic ? KEEL_SCHED_MAGIC : 0;
+      w.nnfs = bf.nnfs;
+      if (bf.size >= KEEL_SCHED_OFFSET + sizeof w) {
+        ASSERT_EQ(pwrite(fd, &w, sizeof w, KEEL_SCHED_OFFSET), static_cast<ssize_t>(sizeof w));
+      }
+      close(fd);
+    }
+    req = c.RegisterRequest("bad-" + bf.name);
+    req.set_pktbuf_path(path);
+    grpc::ClientContext ctx;
+    st = daemon_.stub().RegisterGroup(&ctx, req, &gs);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bf.name;
+    EXPECT_NE(st.error_message().find(bf.want), std::string::npos)
+        << bf.name << ": " << st.error_message();
+    unlink(path.c_str());
+  }
+  // Nothing was taken over by the failed requests.
+  for (pid_t pid : c.pids()) EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
+
+  ASSERT_TRUE(Register(c, "ok", &gs).ok());
+  st = Register(c, "ok", &gs);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS) << st.error_message();
+  st = Register(c, "ok-again", &gs);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(st.error_message().find("already in sgroup \"ok\""), std::string::npos)
+      << st.error_message();
+  st = Attach("ok", 0);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("core 0 is not managed"), std::string::npos)
+      << st.error_message();
+  keel::v1::SetBatchRequest sb;
+  sb.set_group_id("ok");
+  sb.set_batch(0);
+  grpc::ClientContext c2;
+  EXPECT_EQ(daemon_.stub().SetBatch(&c2, sb, &gs).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Attach("ok").ok());
+  st = Attach("ok");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  keel::v1::RegisterThreadRequest rt;
+  rt.set_group_id("ann");
+  rt.set_position(3);
+  rt.set_count(3);
+  rt.set_tid(c.pids()[0]);
+  rt.set_pktbuf_path(c.path());
+  keel::v1::RegisterThreadResponse rto;
+  grpc::ClientContext c3;
+  EXPECT_EQ(daemon_.stub().RegisterThread(&c3, rt, &rto).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Detach("ok", &det).ok());
+}
+
+}  // namespace

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// keel-coopsched: the per-worker cooperative scheduler daemon (issue 3).
+#include <getopt.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "coopsched_service.h"
+#include "cs-sched.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: keel-coopsched --cores LIST [options]\n"
+    "\n"
+    "Runs the NF threads of chain instances (sgroups) to completion, batch by batch,\n"
+    "on the managed cores with SCHED_FIFO (Galleon 4.3.1). One enforcer thread per\n"
+    "managed core, pinned there at the highest FIFO priority, attaches and detaches\n"
+    "sgroups and runs the yield watchdog; the daemon's other threads stay on the\n"
+    "other cores, which remain with CFS. Must run as root. Only the agent should\n"
+    "call it: the socket is created mode 0600.\n"
+    "\n"
+    "  --cores LIST             managed cores, e.g. 1 or 1,3 or 2-5 (required;\n"
+    "                           at least one core must stay unmanaged)\n"
+    "  --listen unix:PATH       gRPC socket (default unix:/run/keel/coopsched.sock;\n"
+    "                           the directory is created)\n"
+    "  --yield-timeout-us N     watchdog: an NF holding its turn (busy) and running\n"
+    "                           longer than N us is cut off (default 10000)\n"
+    "  --detach-timeout-us N    Detach waits at most N us for the batch boundary,\n"
+    "                           then stops the chain anyway (default 500000)\n"
+    "  --run-priority P         FIFO priority of attached NF threads (default 10)\n"
+    "  --wait-priority P        FIFO priority of detached, stopped NF threads (default 1)\n"
+    "  --no-handoff-probe       skip measuring the handoff cost at start-up\n"
+    "  -h, --help               this text\n"
+    "\n"
+    "Life of an sgroup (service keel.v1.Coopsched, proto/keel/v1/coopsched.proto):\n"
+    "  RegisterGroup / RegisterThread  SIGSTOP the threads, pin them to a managed core,\n"
+    "                                  SCHED_FIFO at the wait priority: detached\n"
+    "  Attach(core)     run priority, then SIGCONT, in chain order: attached\n"
+    "  Detach           detach_req, wait for position 0 to park at a batch boundary,\n"
+    "                   SIGSTOP, wait priority: detached (no CPU used)\n"
+    "  Unregister       original policy and affinity back, SIGCONT\n"
+    "  SetBatch, Status, Events (watchdog cut-offs and forced stops)\n"
+    "\n"
+    "The watchdog checks every attached sgroup each millisecond. An offender is\n"
+    "demoted to SCHED_OTHER on its original cores and stopped, its sgroup is cut off\n"
+    "(only Unregister is accepted then) and an event is recorded; the core goes back\n"
+    "to the other sgroups. SIGINT/SIGTERM unregister every sgroup and exit.\n";
+
+bool ParseU64(const char* s, uint64_t* out) {
+  char* end;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno || end == s || *end) return false;
+  *out = v;
+  return true;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "keel-coopsched: %s\n", msg.c_str());
+  return 2;
+}
+
+// Creates the parent directory of path (mode 0755) if it is missing.
+bool MakeParent(const std::string& path) {
+  std::string dir = path.substr(0, path.rfind('/'));
+  if (dir.empty()) return true;
+  for (size_t pos = 1; pos <= dir.size(); pos++) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    std::string part = dir.substr(0, pos);
+    if (mkdir(part.c_str(), 0755) < 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cs_options opt;
+  cs_options_default(&opt);
+  std::string listen = "unix:/run/keel/coopsched.sock";
+  bool have_cores = false;
+  static const option kLong[] = {
+      {"cores", required_argument, nullptr, 'c'},
+      {"listen", required_argument, nullptr, 'l'},
+      {"yield-timeout-us", required_argument, nullptr, 'y'},
+      {"detach-timeout-us", required_argument, nullptr, 'd'},
+      {"run-priority", required_argument, nullptr, 'r'},
+      {"wait-priority", required_argument, nullptr, 'w'},
+      {"no-handoff-probe", no_argument, nullptr, 'n'},
+      {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0},
+  };
+  int c;
+  uint64_t v;
+  cs_error err{};
+  while ((c = getopt_long(argc, argv, "h", kLong, nullptr)) != -1) {
+    switch (c) {
+      case 'c':
+        if (cs_options_parse_cores(&opt, optarg, &err) != CS_OK) return Fail(err.msg);
+        have_cores = true;
+        break;
+      case 'l': listen = optarg; break;
+      case 'y':
+        if (!ParseU64(optarg, &opt.yield_timeout_us)) return Fail("bad --yield-timeout-us");
+        break;
+      case 'd':
+        if (!ParseU64(optarg, &opt.detach_timeout_us)) return Fail("bad --detach-timeout-us");
+        break;
+      case 'r':
+        if (!ParseU64(optarg, &v) || v > 99) return Fail("bad --run-priority");
+        opt.run_priority = static_cast<int>(v);
+        break;
+      case 'w':
+        if (!ParseU64(optarg, &v) || v > 99) return Fail("bad --wait-priority");
+        opt.wait_priority = static_cast<int>(v);
+        break;
+      case 'n': opt.probe_handoff = 0; break;
+      case 'h': std::fputs(kUsage, stdout); return 0;
+      default: std::fputs(kUsage, stderr); return 2;
+    }
+  }
+  if (optind != argc) return Fail("unexpected argument " + std::string(argv[optind]));
+  if (!have_cores) return Fail("--cores is required (see --help)");
+  if (listen.rfind("unix:", 0) != 0 || listen.size() <= 5 || listen[5] != '/')
+    return Fail("--listen must be unix:/absolute/path");
+  const std::string sock = listen.substr(5);
+
+  // Signals are taken by sigwait below; every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  cs_sched* sched = cs_sched_create(&opt, &err);
+  if (!sched) return Fail(err.msg);
+
+  if (!MakeParent(sock)) {
+    cs_sched_destroy(sched);
+    return Fail("cannot create the directory of " + sock + ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (lstat(sock.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(sock.c_str());
+  mode_t old_umask = umask(0077);
+  keel::coopsched::Service service(sched);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  umask(old_umask);
+  if (!server) {
+    cs_sched_destroy(sched);
+    return Fail("cannot listen on " + listen);
+  }
+  chmod(sock.c_str(), 0600);
+
+  std::string cores;
+  for (int i = 0; i < opt.ncores; i++) cores += (i ? "," : "") + std::to_string(opt.cores[i]);
+  std::fprintf(stderr,
+               "keel-coopsched: managing cores %s; tsc %llu Hz; handoff %llu cycles; "
+               "yield timeout %llu us; listening on %s\n",
+               cores.c_str(), static_cast<unsigned long long>(cs_sched_tsc_hz(sched)),
+               static_cast<unsigned long long>(cs_sched_handoff_cycles(sched)),
+               static_cast<unsigned long long>(opt.yield_timeout_us), listen.c_str());
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "keel-coopsched: signal %d, giving every sgroup back\n", sig);
+  service.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  server->Wait();
+  cs_sched_destroy(sched);
+  unlink(sock.c_str());
+  return 0;
+}

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* An NF runtime's one call to keel-coopsched: announcing its packet thread. */
+#ifndef KEEL_COOPSCHED_CLIENT_H_
+#define KEEL_COOPSCHED_CLIENT_H_
+
+#include <string>
+
+namespace keel {
+
+/* Tells keel-coopsched at |target| ("unix:PATH") that the calling thread is
+ * position |position| of |count| of chain instance |group| whose buffer
+ * file is |pktbuf|. coopsched makes the chain an sgroup (detached) once
+ * every position has announced itself. False and |*err| on failure. */
+bool AnnounceToCoopsched(const std::string& target, const std::string& group, int position,
+                         int count, const std::string& pktbuf, std::string* err);
+
+}  // namespace keel
+
+#endif  // KEEL_COOPSCHED_CLIENT_H_

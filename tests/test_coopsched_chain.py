@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: Apache-2.0
+"""keel-nf chains under keel-coopsched: one process per NF on one managed
+core with SCHED_FIFO, run to completion across the processes."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+
+import pcapraw
+from keelenv import BIN, ROOT
+
+sys.path.insert(0, str(ROOT / "build" / "py"))
+from keel.v1 import coopsched_pb2 as pb  # noqa: E402
+from keel.v1 import coopsched_pb2_grpc as pb_grpc  # noqa: E402
+
+MANAGED_CORE = 1
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or os.cpu_count() < 2,
+                                reason="needs root (SCHED_FIFO) and a second core for coopsched to manage")
+
+
+@pytest.fixture
+def coopsched(tmp_path):
+    """keel-coopsched managing core 1; yields a gRPC stub."""
+    sock = tmp_path / "coopsched.sock"
+    proc = subprocess.Popen([str(BIN / "keel-coopsched"), "--cores", str(MANAGED_CORE),
+                             "--listen", f"unix:{sock}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 10
+    while not sock.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    if not sock.exists():
+        proc.kill()
+        pytest.fail("keel-coopsched did not start: " + proc.stderr.read().decode())
+    channel = grpc.insecure_channel(f"unix:{sock}")
+    stub = pb_grpc.CoopschedStub(channel)
+    stub.target = f"unix:{sock}"
+    yield stub
+    channel.close()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def group(stub, gid):
+    for g in stub.Status(pb.StatusRequest()).groups:
+        if g.group_id == gid:
+            return g
+    return None
+
+
+def wait_for(cond, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def start_chain(tmp_path, stub, gid, n_nfs, in_pcap, idle_ms):
+    out_pcap, pktbuf = tmp_path / "out.pcap", tmp_path / "pktbuf"
+    procs, stats = [], []
+    for k in range(n_nfs):
+        st = tmp_path / f"stats{k}.json"
+        args = [str(BIN / "keel-nf"), "--nf", f'stamp={{"index":{k}}}', "--chain-id", gid,
+                "--position", str(k), "--of", str(n_nfs), "--pktbuf", str(pktbuf),
+                "--coopsched", stub.target, "--stats", str(st)]
+        if k == 0:
+            args += ["--exit-when-idle", str(idle_ms), "--", "--no-pci", "--no-huge", "-m", "512",
+                     "--log-level=error", "--no-telemetry", f"--file-prefix=keelcs{os.getpid()}",
+                     "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={out_pcap}"]
+        procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        stats.append(st)
+        if k == 0:
+            assert wait_for(pktbuf.exists, 10), procs[0].stderr.read()
+    assert wait_for(lambda: group(stub, gid) is not None, 10), "the chain never became an sgroup"
+    return procs, stats, out_pcap
+
+
+def finish(procs, stub, gid):
+    try:
+        for p in procs:
+            assert p.wait(timeout=120) == 0, p.stderr.read()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if group(stub, gid) is not None:
+            stub.Unregister(pb.UnregisterRequest(group_id=gid))
+
+
+def test_million_packets_through_three_processes_in_chain_order(tmp_path, coopsched):
+    n = 1_000_000
+    in_pcap = tmp_path / "in.pcap"
+    pcapraw.write(in_pcap, (pcapraw.udp_frame(1000 + i % 1000, b"\xff" * 18) for i in range(n)))
+    procs, stats, out = start_chain(tmp_path, coopsched, "order", 3, in_pcap, idle_ms=500)
+    g = group(coopsched, "order")
+    assert g.state == pb.GROUP_STATE_DETACHED
+    assert all(t.state == "T" for t in g.threads), "detached NFs are stopped, not spinning"
+    coopsched.SetBatch(pb.SetBatchRequest(group_id="order", batch=4))
+    coopsched.Attach(pb.AttachRequest(group_id="order", core=MANAGED_CORE))
+    finish(procs, coopsched, "order")
+    got = 0
+    for frame in pcapraw.read(out):
+        assert frame[42:45] == b"\x00\x01\x02", f"packet {got} left the chain out of order"
+        got += 1
+    assert got == n
+    for k, st in enumerate(stats):
+        s = json.loads(st.read_text())
+        assert s["order_violations"] == 0, f"position {k} saw a slot its predecessor had not finished"
+        assert s["nfs"][0]["packets_in"] == n
+
+
+def test_detach_attach_a_thousand_times_loses_no_packet(tmp_path, coopsched):
+    n = 200_000
+    in_pcap = tmp_path / "in.pcap"
+    pcapraw.write(in_pcap, (pcapraw.udp_frame(i % 5000, b"\xff" * 18) for i in range(n)))
+    procs, stats, out = start_chain(tmp_path, coopsched, "flip", 2, in_pcap, idle_ms=600_000)
+    detached_at_boundary = 0
+    for _ in range(1000):
+        coopsched.Attach(pb.AttachRequest(group_id="flip", core=MANAGED_CORE))
+        time.sleep(0.0005)
+        r = coopsched.Detach(pb.DetachRequest(group_id="flip"))
+        detached_at_boundary += r.at_boundary
+        ticks = [t.state for t in r.group.threads]
+        assert ticks == ["T", "T"]
+    coopsched.Attach(pb.AttachRequest(group_id="flip", core=MANAGED_CORE))
+    assert wait_for(lambda: group(coopsched, "flip").packets == n, 60)
+    procs[0].terminate()  # position 0 sends what is in flight, then the chain closes
+    finish(procs, coopsched, "flip")
+    assert detached_at_boundary == 1000
+    frames = list(pcapraw.read(out))
+    assert len(frames) == n
+    assert all(f[42:44] == b"\x00\x01" for f in frames)
