@@ -6,6 +6,7 @@
 #   make test   deps + build + every test (C++ unit tests, pytest)
 #   make bench  deps + build + benchmarks (bench/results/*.json)
 #   make demo   deps + build + run the demo and print its report
+#   make images the bases of packet-function images (dockerd must run)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -29,7 +30,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...).
 APT_NO_RECOMMENDS := docker.io
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo clean
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images clean
 
 deps: apt-deps py-deps go-deps
 
@@ -81,9 +82,16 @@ unit-test:
 py-test:
 	$(PY) -m pytest -q tests placer/tests
 
+# keel/nf-base and keel/nf-sdk, the bases of packet-function images, from
+# this machine's files (no registry). DOCKER=unix:///path/docker.sock picks
+# a dockerd (default $$DOCKER_HOST, else docker's socket); dockerd must run.
+images: build
+	deploy/local/images.sh --bin $(BUILD)/bin $(DOCKER)
+
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
+	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -126,8 +127,37 @@ void Member::InPlaceTurn() {
       buf_->View(first + i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
-    chain_->Run(&batch, 0, 1);
+    if (opt_.copy_each_hop) {
+      RunOnPrivateCopies(&batch);
+    } else {
+      chain_->Run(&batch, 0, 1);
+    }
     for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], k);
+  }
+}
+
+void Member::RunOnPrivateCopies(PacketBatch* batch) {
+  if (private_slots_.empty()) private_slots_.resize(size_t{kMaxBurst} * kSlotSize);
+  Packet copies[kMaxBurst];
+  PacketBatch copied;
+  for (Packet* p : *batch) {
+    Packet& c = copies[copied.cnt()];
+    uint8_t* slot = private_slots_.data() + size_t{kSlotSize} * copied.cnt();
+    std::memcpy(slot + p->headroom(), p->data(), p->len());
+    c.Reset(slot, p->headroom(), p->len(), kSlotSize);
+    copied.Add(&c);
+  }
+  PacketBatch all = copied;
+  chain_->Run(&copied, 0, 1);
+  int i = 0;
+  for (Packet* p : *batch) {
+    Packet* c = all.pkt(i++);
+    if (c->dropped()) {
+      p->Drop();
+      continue;
+    }
+    std::memcpy(p->data() - p->headroom() + c->headroom(), c->data(), c->len());
+    p->Reset(p->data() - p->headroom(), c->headroom(), c->len(), kSlotSize);
   }
 }
 

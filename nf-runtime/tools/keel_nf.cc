@@ -51,7 +51,9 @@ const char kUsage[] =
     "                       position 0 creates it (mode 0600, directory 0700)\n"
     "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
     "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
-    "  --stats FILE         write this NF's statistics as JSON at exit\n";
+    "  --stats FILE         write this NF's statistics as JSON at exit\n"
+    "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
+    "                       of private memory (a baseline for benchmarks)\n";
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
       {"load", required_argument, nullptr, 'L'},
+      {"copy-each-hop", no_argument, nullptr, 'C'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
       case 'S': opt.stats_path = optarg; break;
       case 'h': std::fputs(kUsage, stdout); return 0;
       case 'L': loads.push_back(optarg); break;
+      case 'C': opt.copy_each_hop = true; break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }

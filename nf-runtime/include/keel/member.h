@@ -18,6 +18,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "keel/chain.h"
 #include "keel/monitor.h"
@@ -32,6 +33,9 @@ struct MemberOptions {
   uint16_t port = 0;           /* position 0 only: RX and TX */
   int exit_when_idle_ms = 0;   /* position 0 only; 0: run until stopped */
   std::string stats_path;
+  /* Positions > 0: work on a private copy of each packet and copy it back,
+   * the isolation-by-copying of EdgeOS/NFVnice (a benchmark baseline). */
+  bool copy_each_hop = false;
 };
 
 class Member {
@@ -54,6 +58,8 @@ class Member {
   bool HeadTurn(keel_chain_sched* s);
   void Egress();
   void InPlaceTurn();
+  /* copy_each_hop: runs the NF on private copies of |batch|, copies back. */
+  void RunOnPrivateCopies(PacketBatch* batch);
   void WriteStats() const;
 
   Chain* chain_;
@@ -63,6 +69,7 @@ class Member {
   PortCounters port_;
   Counter turns_;
   Counter order_violations_; /* packets whose predecessor had not finished them */
+  std::vector<uint8_t> private_slots_; /* copy_each_hop: this process's own packet memory */
   std::atomic<bool> stop_{false};
   uint64_t idle_cycles_ = 0;
   uint64_t last_rx_ = 0;
