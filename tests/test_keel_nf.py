@@ -80,6 +80,11 @@ def test_another_user_cannot_open_the_chain_buffer(tmp_path):
             procs[0].wait(timeout=0.05) if procs[0].poll() is not None else None
             subprocess.run(["sleep", "0.05"])
         assert oct(pktbuf.stat().st_mode & 0o777) == "0o600"
+        # Position 1 maps the chain buffer and nothing of position 0's DPDK
+        # memory (its EAL files are named by position 0's --file-prefix).
+        maps = open(f"/proc/{procs[1].pid}/maps").read()
+        assert str(pktbuf) in maps
+        assert f"keelnf{os.getpid()}" not in maps and "rtemap" not in maps
         intruder = subprocess.run(
             ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", str(BIN / "keel-nf"),
              "--nf", "stamp={\"index\":1}", "--chain-id", "intruder", "--position", "1", "--of", "2",
