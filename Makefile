@@ -83,10 +83,12 @@ py-test:
 	$(PY) -m pytest -q tests placer/tests
 
 # keel/nf-base and keel/nf-sdk, the bases of packet-function images, from
-# this machine's files (no registry). DOCKER=unix:///path/docker.sock picks
+# this machine's files (no registry), and stack.yml's normal function. DOCKER=unix:///path/docker.sock picks
 # a dockerd (default $$DOCKER_HOST, else docker's socket); dockerd must run.
 images: build
 	deploy/local/images.sh --bin $(BUILD)/bin $(DOCKER)
+	cd gateway && CGO_ENABLED=0 $(GO) build -o examples/hello/hello ./examples/hello
+	DOCKER_BUILDKIT=0 docker $(if $(DOCKER),-H $(DOCKER)) build -q -t keel/hello:latest gateway/examples/hello
 
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
