@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "keel/chain.h"
 #include "keel/port.h"
 #include "keel/redis_mirror.h"
@@ -24,7 +25,10 @@
 
 namespace {
 
-constexpr int kExitUsage = 2;
+using keel::cli::kExitUsage;
+using keel::cli::ParseInt;
+using keel::cli::UsageError;
+
 constexpr unsigned kPoolMbufs = 8191;
 constexpr unsigned kPoolCache = 256;
 
@@ -63,23 +67,11 @@ void OnSignal(int) {
   if (g_runner) g_runner->Stop();
 }
 
-[[noreturn]] void UsageError(const std::string& msg) {
-  std::fprintf(stderr, "keel-chain: %s\n(run keel-chain --help for usage)\n", msg.c_str());
-  std::exit(kExitUsage);
-}
-
-int ParseInt(const char* flag, const char* text, int lo, int hi) {
-  char* end = nullptr;
-  long v = std::strtol(text, &end, 10);
-  if (!*text || *end || v < lo || v > hi)
-    UsageError(std::string(flag) + ": '" + text + "' is not a number in " + std::to_string(lo) +
-               ".." + std::to_string(hi));
-  return static_cast<int>(v);
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  keel::cli::program = "keel-chain";
   std::vector<keel::NfSpec> specs;
   keel::RunnerOptions opt;
   std::string redis, tenant = "default", chain_id = "keel-chain";

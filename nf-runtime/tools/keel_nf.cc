@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "keel/chain.h"
 #include "keel/coopsched_client.h"
 #include "keel/member.h"
@@ -27,7 +28,10 @@
 
 namespace {
 
-constexpr int kExitUsage = 2;
+using keel::cli::kExitUsage;
+using keel::cli::ParseInt;
+using keel::cli::UsageError;
+
 constexpr int kWaitForBufferMs = 10000;
 
 const char kUsage[] =
@@ -60,19 +64,6 @@ void OnSignal(int) {
   if (g_member) g_member->Stop();
 }
 
-[[noreturn]] void UsageError(const std::string& msg) {
-  std::fprintf(stderr, "keel-nf: %s\n(run keel-nf --help for usage)\n", msg.c_str());
-  std::exit(kExitUsage);
-}
-
-int ParseInt(const char* flag, const char* text, int lo, int hi) {
-  char* end = nullptr;
-  long v = std::strtol(text, &end, 10);
-  if (!*text || *end || v < lo || v > hi)
-    UsageError(std::string(flag) + ": '" + text + "' is not a number in " + std::to_string(lo) +
-               ".." + std::to_string(hi));
-  return static_cast<int>(v);
-}
 
 bool ValidId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id[0] == '.') return false;
@@ -84,6 +75,7 @@ bool ValidId(const std::string& id) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  keel::cli::program = "keel-nf";
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
