@@ -37,16 +37,19 @@ GEN_CPU = 0         # the generator and everything else
 PACKET_BYTES = 80
 BPF = {"filters": [f"udp port {2000 + i}" for i in range(200)], "action": "drop"}
 MAX_BATCH = 64      # bursts the chain buffer holds (member.cc)
+YIELD_TIMEOUT_US = 50_000
 
 
-def adaptive_batch(n_nfs, handoff_cycles, nf_cycles, burst, p):
+def adaptive_batch(n_nfs, handoff_cycles, nf_cycles, burst, p, tsc_hz):
     """Galleon eq. (1)-(3): the smallest B with R(B) >= p * R_hat, where
     R(B) = f / (sum T_i + N * T_ctx * f / (B * b)) and R_hat = f / sum T_i.
     Solved for B: B >= N * C / (b * sum T_i * (1/p - 1)), C = T_ctx * f."""
     if n_nfs == 1:
         return 1  # a one-NF chain does not hand off (§4.4)
     need = n_nfs * handoff_cycles / (burst * sum(nf_cycles) * (1 / p - 1))
-    return max(1, min(MAX_BATCH, math.ceil(need)))
+    # A turn must stay well inside coopsched's yield timeout (its watchdog).
+    fits = YIELD_TIMEOUT_US * 1e-6 / 4 * tsc_hz / (burst * max(nf_cycles))
+    return max(1, min(MAX_BATCH, math.ceil(need), int(fits)))
 
 
 def predicted_mpps(tsc_hz, n_nfs, handoff_cycles, nf_cycles, burst, batch):
@@ -181,7 +184,9 @@ def main():
         sys.exit("chain_length: needs root (SCHED_FIFO) and two cores")
     with tempfile.TemporaryDirectory(prefix="keel-bench-") as tmp:
         sock = f"{tmp}/coopsched.sock"
-        cs = subprocess.Popen([str(BIN / "keel-coopsched"), "--cores", str(CORE), "--listen", f"unix:{sock}"],
+        # Turns at B = 32 of a 12 000-cycle NF take ~7 ms: give the watchdog room.
+        cs = subprocess.Popen([str(BIN / "keel-coopsched"), "--cores", str(CORE), "--listen", f"unix:{sock}",
+                               "--yield-timeout-us", str(YIELD_TIMEOUT_US)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while not os.path.exists(sock):
@@ -200,8 +205,9 @@ def main():
                     # the next NF refills. Eq. (1) at B=1 and B=32 gives it.
                     r1 = run_members(tmp, stub, n, args.seconds, f"p1{n}", 1, False)
                     r32 = run_members(tmp, stub, n, args.seconds, f"p32{n}", 32, False)
-                    effective = max(handoff, hz * (1 / r1 - 1 / r32) / 1e6 * 32 / (n * (1 - 1 / 32)))
-                batch = adaptive_batch(n, effective, cycles, 32, args.p)
+                    if r1 > 0 and r32 > 0:
+                        effective = max(handoff, hz * (1 / r1 - 1 / r32) / 1e6 * 32 / (n * (1 - 1 / 32)))
+                batch = adaptive_batch(n, effective, cycles, 32, args.p, hz)
                 keel = run_members(tmp, stub, n, args.seconds, f"k{n}", batch, False)
                 copy = run_members(tmp, stub, n, args.seconds, f"c{n}", batch, True)
                 row = {"length": n, "single_mpps": round(single, 3), "keel_mpps": round(keel, 3),
