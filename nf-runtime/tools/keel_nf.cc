@@ -134,13 +134,18 @@ int main(int argc, char** argv) {
   } catch (const keel::ConfigError& e) {
     UsageError(e.what());
   }
+  std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
     std::string dir = "/dev/shm/keel";
     mkdir(dir.c_str(), 0755);
     dir += "/" + chain_id;
-    if (opt.position == 0 && mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(), std::strerror(errno));
-      return 1;
+    if (opt.position == 0) {
+      if (mkdir(dir.c_str(), 0700) == 0) {
+        own_dir = dir;
+      } else if (errno != EEXIST) {
+        std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(), std::strerror(errno));
+        return 1;
+      }
     }
     opt.pktbuf_path = dir + "/pktbuf";
   }
@@ -206,6 +211,7 @@ int main(int argc, char** argv) {
     chain.reset();
     if (pool) rte_mempool_free(pool);
   }
+  if (!own_dir.empty()) rmdir(own_dir.c_str());
   rte_eal_cleanup();
   return rc;
 }
