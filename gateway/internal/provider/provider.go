@@ -272,10 +272,7 @@ func (p *Provider) releaseInstances(ctx context.Context, name string) error {
 func (p *Provider) Delete(ctx context.Context, name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f, err := p.Store.Get(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: function %s", ErrNotFound, name)
-	}
+	f, err := p.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -311,6 +308,15 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
+// lookup reads a function from the store; ErrNotFound names it when absent.
+func (p *Provider) lookup(ctx context.Context, name string) (*store.Function, error) {
+	f, err := p.Store.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: function %s", ErrNotFound, name)
+	}
+	return f, err
+}
+
 func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error) {
 	all, err := p.Store.List(ctx)
 	if err != nil {
@@ -335,10 +341,7 @@ func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error)
 func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f, err := p.Store.Get(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w: function %s", ErrNotFound, name)
-	}
+	f, err := p.lookup(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -458,10 +461,7 @@ func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
 // Status describes one function as faas-cli shows it; a chain's NFs, placement and
 // instances are in annotations com.keel.*.
 func (p *Provider) Status(ctx context.Context, name string) (*types.FunctionStatus, error) {
-	f, err := p.Store.Get(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: function %s", ErrNotFound, name)
-	}
+	f, err := p.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}
