@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 from scapy.all import Ether, IP, UDP, Raw, rdpcap, wrpcap
@@ -82,7 +83,12 @@ def test_another_user_cannot_open_the_chain_buffer(tmp_path):
         assert oct(pktbuf.stat().st_mode & 0o777) == "0o600"
         # Position 1 maps the chain buffer and nothing of position 0's DPDK
         # memory (its EAL files are named by position 0's --file-prefix).
-        maps = open(f"/proc/{procs[1].pid}/maps").read()
+        maps = ""
+        for _ in range(200):  # position 1 maps the file once its own EAL is up
+            maps = open(f"/proc/{procs[1].pid}/maps").read()
+            if str(pktbuf) in maps:
+                break
+            time.sleep(0.05)
         assert str(pktbuf) in maps
         assert f"keelnf{os.getpid()}" not in maps and "rtemap" not in maps
         intruder = subprocess.run(
