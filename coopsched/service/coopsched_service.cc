@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "cs-rt.h"
+
 namespace keel::coopsched {
 namespace {
 
@@ -26,6 +28,7 @@ keel::v1::GroupState ToProto(cs_group_state st) {
     case CS_ATTACHED: return keel::v1::GROUP_STATE_ATTACHED;
     case CS_DETACHING: return keel::v1::GROUP_STATE_DETACHING;
     case CS_CUT_OFF: return keel::v1::GROUP_STATE_CUT_OFF;
+    case CS_FAILED: return keel::v1::GROUP_STATE_FAILED;
   }
   return keel::v1::GROUP_STATE_UNSPECIFIED;
 }
@@ -134,6 +137,10 @@ grpc::Status Service::SetBatch(grpc::ServerContext*, const keel::v1::SetBatchReq
 
 grpc::Status Service::Status(grpc::ServerContext*, const keel::v1::StatusRequest*,
                              keel::v1::StatusResponse* out) {
+  int64_t rt_runtime_us;
+  cs_error err{};
+  if (cs_rt_runtime_read(&rt_runtime_us, &err) != CS_OK) return ToStatus(err);
+  out->set_rt_runtime_us(rt_runtime_us);
   const cs_options* opt = cs_sched_options(sched_);
   for (int i = 0; i < opt->ncores; i++) out->add_cores(static_cast<uint32_t>(opt->cores[i]));
   out->set_tsc_hz(cs_sched_tsc_hz(sched_));

@@ -5,7 +5,9 @@
  * runs; it sleeps between ticks (1 ms, 50 us while an sgroup is detaching)
  * so the NF threads have the core otherwise. It applies the master's
  * attach/detach requests, drives detaching sgroups to a stop and runs the
- * yield watchdog (Galleon footnote 2).
+ * yield watchdog (Galleon footnote 2), which also fails an sgroup one of
+ * whose threads has exited. The first managed core's enforcer watches the
+ * threads of detached sgroups too, less often.
  *
  * Attach wakes the threads from this core in chain order: a SCHED_FIFO
  * thread that becomes runnable goes to the tail of its priority's queue, so
@@ -25,6 +27,7 @@
 #define CS_TICK_NS 1000000ull
 #define CS_FAST_TICK_NS 50000ull
 #define CS_STOP_TIMEOUT_NS 1000000000ull
+#define CS_DETACHED_CHECK_NS 20000000ull
 
 static void complete_op(struct cs_sched *s, struct cs_group *g) {
   g->op_done = 1;
@@ -37,9 +40,50 @@ static void stop_all(struct cs_group *g, uint64_t now_ns) {
   g->deadline_ns = now_ns + CS_STOP_TIMEOUT_NS;
 }
 
+/* Fails g because position pos has exited. Its successor would wait for a
+ * turn forever, so, as for a cut-off (Galleon footnote 2), the chain stops:
+ * the other threads get SIGSTOP and their original policy and affinity, the
+ * core goes back to the other sgroups and only Unregister is accepted. */
+static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos) {
+  const char *was = cs_group_state_name(g->state);
+  for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 1);
+  for (uint32_t i = 0; i < g->n; i++) cs_task_restore(&g->tasks[i]);
+  CS_STORE(g->chain.w->detach_req, 0u);
+  g->state = CS_FAILED;
+  g->core = -1;
+  g->at_boundary = 0;
+  if (g->op != CS_OP_NONE && !g->op_done) {
+    if (g->op == CS_OP_ATTACH)
+      cs_error_set(&g->op_err, CS_ESTATE, "attach %s: position %u (thread %d) has exited", g->id,
+                   pos, (int)g->tasks[pos].tid);
+    complete_op(s, g);
+  }
+  char msg[160];
+  snprintf(msg, sizeof msg,
+           "thread exited while the sgroup was %s: the others stopped under their original "
+           "policy, sgroup failed",
+           was);
+  cs_events_post(&s->events, "thread-exited", g->id, pos, g->tasks[pos].tid, 0, msg);
+}
+
+/* Returns 1, having failed g, if one of its threads has exited. A chain
+ * whose position 0 has set closing is shutting down on purpose: its threads
+ * exit one by one at their turns and must keep running until they do. */
+static int check_threads(struct cs_sched *s, struct cs_group *g) {
+  if (CS_LOAD(g->chain.w->closing)) return 0;
+  for (uint32_t i = 0; i < g->n; i++) {
+    if (cs_task_gone(&g->tasks[i])) {
+      fail_group(s, g, i);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group *g) {
   int rc = 0;
   uint32_t i;
+  if (check_threads(s, g)) return;
   for (i = 0; i < g->n && rc == 0; i++) {
     rc = cs_task_set_core(&g->tasks[i], e->core);
     if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.run_priority);
@@ -162,9 +206,12 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
 static int tick(struct cs_sched *s, struct cs_enforcer *e) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
+  int detached_too = e == &s->enforcers[0] && now_ns >= e->next_detached_check_ns;
+  if (detached_too) e->next_detached_check_ns = now_ns + CS_DETACHED_CHECK_NS;
   for (struct cs_group *g = s->groups; g; g = g->next) {
+    if (detached_too && g->state == CS_DETACHED && g->op == CS_OP_NONE) check_threads(s, g);
     if (g->op == CS_OP_ATTACH && !g->op_done && g->op_core == e->core) do_attach(s, e, g);
-    if (g->core != e->core) continue;
+    if (g->core != e->core || check_threads(s, g)) continue;
     if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
       start_detach(s, g, now_ns);
     }

@@ -60,6 +60,7 @@ struct cs_enforcer {
   pthread_t thread;
   pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
   int started;
+  uint64_t next_detached_check_ns; /* the first enforcer watches detached sgroups too */
 };
 
 struct cs_sched {
@@ -75,6 +76,9 @@ struct cs_sched {
   struct cs_enforcer enforcers[CS_MAX_CORES];
   struct cs_events events;
   struct cs_announce *announces;
+  int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
+  int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
+  int64_t rt_saved_us;
 };
 
 /* The enforcer thread of one managed core. */

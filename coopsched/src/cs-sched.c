@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cs-corelock.h"
 #include "cs-handoff.h"
+#include "cs-rt.h"
 #include "cs-sched-private.h"
 #include "cs-tsc.h"
 
@@ -32,6 +34,7 @@ void cs_options_default(struct cs_options *opt) {
   opt->wait_priority = 1;
   opt->run_priority = 10;
   opt->probe_handoff = 1;
+  snprintf(opt->lock_dir, sizeof opt->lock_dir, "/run/keel");
 }
 
 enum cs_errclass cs_options_parse_cores(struct cs_options *opt, const char *list,
@@ -68,6 +71,7 @@ const char *cs_group_state_name(enum cs_group_state st) {
     case CS_ATTACHED: return "attached";
     case CS_DETACHING: return "detaching";
     case CS_CUT_OFF: return "cut-off";
+    case CS_FAILED: return "failed";
   }
   return "unknown";
 }
@@ -129,47 +133,86 @@ static enum cs_errclass online_cpus(cpu_set_t *set, struct cs_error *err) {
   return CS_OK;
 }
 
-struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *err) {
-  cpu_set_t online, rest;
-  if (opt->ncores <= 0) {
-    cs_error_set(err, CS_EINVAL, "no managed core");
-    return NULL;
-  }
-  if (online_cpus(&online, err)) return NULL;
-  rest = online;
+/* Checks opt; sets *rest to the online cores it leaves to CFS. */
+static enum cs_errclass check_options(const struct cs_options *opt, cpu_set_t *rest,
+                                      struct cs_error *err) {
+  cpu_set_t online;
+  if (opt->ncores <= 0) return cs_error_set(err, CS_EINVAL, "no managed core");
+  if (online_cpus(&online, err)) return err->cls;
+  *rest = online;
   for (int i = 0; i < opt->ncores; i++) {
-    if (!CPU_ISSET(opt->cores[i], &online)) {
-      cs_error_set(err, CS_EINVAL, "core %d is not online", opt->cores[i]);
-      return NULL;
-    }
-    CPU_CLR(opt->cores[i], &rest);
+    if (!CPU_ISSET(opt->cores[i], &online))
+      return cs_error_set(err, CS_EINVAL, "core %d is not online", opt->cores[i]);
+    CPU_CLR(opt->cores[i], rest);
   }
-  if (CPU_COUNT(&rest) == 0) {
-    cs_error_set(err, CS_EINVAL, "every core would be managed: leave at least one to CFS");
-    return NULL;
-  }
+  if (CPU_COUNT(rest) == 0)
+    return cs_error_set(err, CS_EINVAL, "every core would be managed: leave at least one to CFS");
   if (opt->wait_priority < 1 || opt->run_priority <= opt->wait_priority ||
-      opt->run_priority >= sched_get_priority_max(SCHED_FIFO)) {
-    cs_error_set(err, CS_EINVAL, "priorities must satisfy 1 <= wait < run < %d",
-                 sched_get_priority_max(SCHED_FIFO));
-    return NULL;
+      opt->run_priority >= sched_get_priority_max(SCHED_FIFO))
+    return cs_error_set(err, CS_EINVAL, "priorities must satisfy 1 <= wait < run < %d",
+                        sched_get_priority_max(SCHED_FIFO));
+  if (opt->yield_timeout_us < 100)
+    return cs_error_set(err, CS_EINVAL, "yield timeout %llu us is below 100 us",
+                        (unsigned long long)opt->yield_timeout_us);
+  if (!opt->lock_dir[0]) return cs_error_set(err, CS_EINVAL, "no lock directory");
+  return CS_OK;
+}
+
+/* Sets kernel.sched_rt_runtime_us to -1 unless it is already, saving the old
+ * value: an attached chain never sleeps, so the throttle would idle its core
+ * for the rest of every RT period (50 ms a second by default). */
+static enum cs_errclass lift_rt_throttle(struct cs_sched *s, struct cs_error *err) {
+  struct cs_error rerr;
+  int64_t us;
+  if (cs_rt_runtime_read(&us, &rerr) == CS_OK) {
+    if (us == -1) return CS_OK;
+    if (cs_rt_runtime_write(-1, &rerr) == CS_OK) {
+      s->rt_lifted = 1;
+      s->rt_saved_us = us;
+      return CS_OK;
+    }
   }
-  if (opt->yield_timeout_us < 100) {
-    cs_error_set(err, CS_EINVAL, "yield timeout %llu us is below 100 us",
-                 (unsigned long long)opt->yield_timeout_us);
-    return NULL;
+  return cs_error_set(err, rerr.cls, "cannot lift the RT throttling: %s", rerr.msg);
+}
+
+/* Makes this process the only scheduler of its cores (Galleon §4.3.1: one
+ * enforcer per managed core) and lifts the RT throttling if asked. */
+static enum cs_errclass claim_host(struct cs_sched *s, struct cs_error *err) {
+  for (int i = 0; i < s->opt.ncores; i++) {
+    s->lock_fds[i] = cs_corelock_take(s->opt.lock_dir, s->opt.cores[i], err);
+    if (s->lock_fds[i] < 0) return err->cls;
   }
-  /* The master, the RPC threads and everything they start stay off the managed cores. */
-  if (sched_setaffinity(0, sizeof rest, &rest) < 0) {
-    cs_error_set(err, CS_EINTERNAL, "sched_setaffinity: %s", strerror(errno));
-    return NULL;
+  return s->opt.no_rt_throttle ? lift_rt_throttle(s, err) : CS_OK;
+}
+
+/* Undoes claim_host. */
+static void release_host(struct cs_sched *s) {
+  struct cs_error err;
+  if (s->rt_lifted && cs_rt_runtime_write(s->rt_saved_us, &err) != CS_OK)
+    fprintf(stderr, "keel-coopsched: RT throttling not restored: %s\n", err.msg);
+  s->rt_lifted = 0;
+  for (int i = 0; i < s->opt.ncores; i++) {
+    cs_corelock_release(s->lock_fds[i]);
+    s->lock_fds[i] = -1;
   }
+}
+
+struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *err) {
+  cpu_set_t rest;
+  if (check_options(opt, &rest, err)) return NULL;
   struct cs_sched *s = calloc(1, sizeof *s);
   if (!s) {
     cs_error_set(err, CS_EINTERNAL, "out of memory");
     return NULL;
   }
   s->opt = *opt;
+  for (int i = 0; i < CS_MAX_CORES; i++) s->lock_fds[i] = -1;
+  if (claim_host(s, err)) goto fail;
+  /* The master, the RPC threads and everything they start stay off the managed cores. */
+  if (sched_setaffinity(0, sizeof rest, &rest) < 0) {
+    cs_error_set(err, CS_EINTERNAL, "sched_setaffinity: %s", strerror(errno));
+    goto fail;
+  }
   s->tsc_hz = cs_tsc_measure_hz();
   s->timeout_cycles = (uint64_t)((double)opt->yield_timeout_us * 1e-6 * (double)s->tsc_hz);
   if (opt->probe_handoff) {
@@ -177,8 +220,7 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     s->handoff_cycles = cs_handoff_measure(opt->cores[0], opt->run_priority, &perr);
     if (!s->handoff_cycles) {
       cs_error_set(err, perr.cls, "%s", perr.msg);
-      free(s);
-      return NULL;
+      goto fail;
     }
   }
   pthread_mutex_init(&s->ctl_mu, NULL);
@@ -199,6 +241,10 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     return NULL;
   }
   return s;
+fail:
+  release_host(s);
+  free(s);
+  return NULL;
 }
 
 static struct cs_group *find_group(struct cs_sched *s, const char *id) {
@@ -222,6 +268,17 @@ static enum cs_errclass lookup(struct cs_sched *s, const char *id, struct cs_gro
   return CS_OK;
 }
 
+/* CS_ESTATE if g is out of service: only Unregister is accepted then. */
+static enum cs_errclass check_in_service(const struct cs_group *g, struct cs_error *err) {
+  if (g->state == CS_CUT_OFF)
+    return cs_error_set(err, CS_ESTATE, "sgroup \"%s\" was cut off by the watchdog; unregister it",
+                        g->id);
+  if (g->state == CS_FAILED)
+    return cs_error_set(err, CS_ESTATE, "sgroup \"%s\" failed: a thread exited; unregister it",
+                        g->id);
+  return CS_OK;
+}
+
 /* Waits (s->mu held) for the enforcer to finish g's request. */
 static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
   g->op = op;
@@ -237,6 +294,13 @@ static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int co
 static void release_tasks(struct cs_group *g) {
   for (uint32_t i = 0; i < g->n; i++) cs_task_restore(&g->tasks[i]);
   for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 0);
+}
+
+/* Frees g, whose first `opened` tasks were opened. */
+static void free_group(struct cs_group *g, uint32_t opened) {
+  for (uint32_t i = 0; i < opened; i++) cs_task_close(&g->tasks[i]);
+  cs_chain_unmap(&g->chain);
+  free(g);
 }
 
 static enum cs_errclass register_locked(struct cs_sched *s, const char *id, const pid_t *tids,
@@ -266,6 +330,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
 
   struct cs_group *g = calloc(1, sizeof *g);
   if (!g) return cs_error_set(err, CS_EINTERNAL, "out of memory");
+  uint32_t opened = 0;
   snprintf(g->id, sizeof g->id, "%s", id);
   snprintf(g->path, sizeof g->path, "%s", path);
   g->n = n;
@@ -274,6 +339,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   if (cs_chain_map(&g->chain, path, n, err)) goto fail;
   for (uint32_t i = 0; i < n; i++) {
     if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
+    opened++;
     uint64_t announced = CS_LOAD(g->chain.w->tids[i]);
     if (announced != 0 && announced != (uint64_t)tids[i]) {
       cs_error_set(err, CS_EINVAL, "pktbuf %s says position %u is thread %llu, not %d", path, i,
@@ -317,8 +383,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   pthread_mutex_unlock(&s->mu);
   return CS_OK;
 fail:
-  cs_chain_unmap(&g->chain);
-  free(g);
+  free_group(g, opened);
   return err->cls;
 }
 
@@ -391,9 +456,8 @@ enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core
   if (cls) goto out;
   if (!cs_sched_enforcer(s, core)) {
     cls = cs_error_set(err, CS_EINVAL, "core %d is not managed by keel-coopsched", core);
-  } else if (g->state == CS_CUT_OFF) {
-    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" was cut off by the watchdog; unregister it",
-                       group);
+  } else if (check_in_service(g, err)) {
+    cls = err->cls;
   } else if (g->state != CS_DETACHED) {
     cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" is %s on core %d", group,
                        cs_group_state_name(g->state), g->core);
@@ -407,7 +471,7 @@ out:
   return cls;
 }
 
-/* Detaches g (s->mu held); a no-op if it is detached or cut off. */
+/* Detaches g (s->mu held); a no-op if it is detached, cut off or failed. */
 static void detach_locked(struct cs_sched *s, struct cs_group *g, int *at_boundary,
                           uint64_t *wait_us) {
   *at_boundary = 1;
@@ -425,8 +489,7 @@ enum cs_errclass cs_sched_detach(struct cs_sched *s, const char *group, int *at_
   pthread_mutex_lock(&s->mu);
   struct cs_group *g;
   enum cs_errclass cls = lookup(s, group, &g, err);
-  if (!cls && g->state == CS_CUT_OFF)
-    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" was cut off by the watchdog", group);
+  if (!cls) cls = check_in_service(g, err);
   if (!cls) detach_locked(s, g, at_boundary, wait_us);
   pthread_mutex_unlock(&s->mu);
   pthread_mutex_unlock(&s->ctl_mu);
@@ -443,8 +506,7 @@ static void unregister_locked(struct cs_sched *s, struct cs_group *g) {
   *pp = g->next;
   pthread_mutex_unlock(&s->mu);
   release_tasks(g);
-  cs_chain_unmap(&g->chain);
-  free(g);
+  free_group(g, g->n);
 }
 
 enum cs_errclass cs_sched_unregister(struct cs_sched *s, const char *group, struct cs_error *err) {
@@ -527,6 +589,7 @@ void cs_sched_destroy(struct cs_sched *s) {
   }
   pthread_mutex_unlock(&s->ctl_mu);
   stop_enforcers(s);
+  release_host(s);
   cs_events_wake(&s->events);
   cs_events_destroy(&s->events);
   for (int i = 0; i < s->opt.ncores; i++) pthread_cond_destroy(&s->enforcers[i].cv);

@@ -29,6 +29,8 @@ struct cs_options {
   int wait_priority;          /* FIFO priority of detached threads */
   int run_priority;           /* FIFO priority of attached threads */
   int probe_handoff;          /* measure the handoff cost at start-up */
+  char lock_dir[CS_PATH_MAX]; /* where the lock file of each managed core is */
+  int no_rt_throttle;         /* lift the kernel's RT throttling while running */
 };
 
 enum cs_group_state {
@@ -36,6 +38,7 @@ enum cs_group_state {
   CS_ATTACHED = 2,
   CS_DETACHING = 3,
   CS_CUT_OFF = 4,
+  CS_FAILED = 5, /* a thread exited; the others are stopped under their original policy */
 };
 
 struct cs_thread_info {
@@ -62,20 +65,25 @@ struct cs_group_info {
 struct cs_sched;
 
 /* Sets the defaults: yield timeout 10 ms, detach timeout 500 ms, wait
- * priority 1, run priority 10, handoff probe on; no cores. */
+ * priority 1, run priority 10, handoff probe on, lock directory /run/keel,
+ * RT throttling left as it is; no cores. */
 void cs_options_default(struct cs_options *opt);
 
 /* Parses a core list such as "1", "1,3" or "2-5" into opt; CS_EINVAL if bad. */
 enum cs_errclass cs_options_parse_cores(struct cs_options *opt, const char *list,
                                         struct cs_error *err);
 
-/* Takes over the managed cores: moves the calling process off them, measures
- * the TSC rate and the handoff cost and starts one enforcer per core at the
- * highest FIFO priority. Call before the process starts other threads. */
+/* Takes over the managed cores: locks each one against other keel-coopsched
+ * processes (CS_EEXIST naming the core and the holder, before anything else
+ * is touched), lifts the RT throttling if asked, moves the calling process
+ * off the cores, measures the TSC rate and the handoff cost and starts one
+ * enforcer per core at the highest FIFO priority. Call before the process
+ * starts other threads. */
 struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *err);
 
 /* Unregisters every sgroup (threads go back to what they were), stops the
- * enforcers and frees s. */
+ * enforcers, puts the RT throttling back as it was, releases the cores'
+ * locks and frees s. */
 void cs_sched_destroy(struct cs_sched *s);
 
 /* Registers an sgroup: stops the threads, pins them to a managed core as FIFO
@@ -125,7 +133,7 @@ uint64_t cs_sched_handoff_cycles(const struct cs_sched *s);
 /* The event log. */
 struct cs_events *cs_sched_events(struct cs_sched *s);
 
-/* The name of a state: detached, attached, detaching, cut-off. */
+/* The name of a state: detached, attached, detaching, cut-off, failed. */
 const char *cs_group_state_name(enum cs_group_state st);
 
 #ifdef __cplusplus

@@ -3,11 +3,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+/* pidfd_open(2) of one thread rather than of its process (Linux 6.9). */
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
 
 static int read_small(const char *path, char *buf, size_t size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -30,6 +37,7 @@ static pid_t tgid_of(pid_t tid) {
 
 enum cs_errclass cs_task_open(struct cs_task *t, pid_t tid, struct cs_error *err) {
   memset(t, 0, sizeof *t);
+  t->pidfd = -1;
   if (tid <= 0) return cs_error_set(err, CS_EINVAL, "tid %d is not a thread id", (int)tid);
   pid_t pid = tgid_of(tid);
   if (pid <= 0) return cs_error_set(err, CS_ENOENT, "thread %d does not exist", (int)tid);
@@ -41,7 +49,25 @@ enum cs_errclass cs_task_open(struct cs_task *t, pid_t tid, struct cs_error *err
       sched_getaffinity(tid, sizeof t->orig_affinity, &t->orig_affinity) < 0)
     return cs_error_set(err, CS_ENOENT, "thread %d: %s", (int)tid, strerror(errno));
   t->orig_priority = sp.sched_priority;
+  t->pidfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
   return CS_OK;
+}
+
+void cs_task_close(struct cs_task *t) {
+  if (t->pidfd >= 0) close(t->pidfd);
+  t->pidfd = -1;
+}
+
+int cs_task_gone(const struct cs_task *t) {
+  if (t->pidfd >= 0) {
+    struct pollfd p = {.fd = t->pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+  }
+  if (syscall(SYS_tgkill, t->pid, t->tid, 0) < 0 && errno == ESRCH) return 1;
+  /* Only a process's main thread stays behind as a zombie. */
+  if (t->tid != t->pid) return 0;
+  char st = cs_task_state(t);
+  return st == 0 || st == 'Z' || st == 'X';
 }
 
 char cs_task_state(const struct cs_task *t) {

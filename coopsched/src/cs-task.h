@@ -20,6 +20,7 @@ extern "C" {
 struct cs_task {
   pid_t tid;
   pid_t pid; /* the thread's process (thread group) */
+  int pidfd; /* of the thread itself, -1 if the kernel has none (before 6.9) */
   int orig_policy;
   int orig_priority;
   cpu_set_t orig_affinity;
@@ -28,6 +29,14 @@ struct cs_task {
 /* Looks tid up in /proc and saves its policy and affinity; CS_ENOENT if it
  * does not exist. */
 enum cs_errclass cs_task_open(struct cs_task *t, pid_t tid, struct cs_error *err);
+
+/* Releases what cs_task_open holds; the thread is not touched. */
+void cs_task_close(struct cs_task *t);
+
+/* Returns nonzero if the thread has exited, zombie or reaped. Cheap enough
+ * for every tick: one poll of its pidfd (a tgkill and, for a process's main
+ * thread, its /proc state on kernels without thread pidfds). */
+int cs_task_gone(const struct cs_task *t);
 
 /* Returns the /proc state letter of the thread (R, S, T, ...), or 0 if it is gone. */
 char cs_task_state(const struct cs_task *t);

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -48,12 +49,14 @@ bool WaitFor(const std::function<bool()>& cond, int ms) {
   return true;
 }
 
-std::string ProcStat(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
 }
+
+std::string ProcStat(pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/stat"); }
 
 char ProcState(pid_t pid) {
   std::string s = ProcStat(pid);
@@ -88,6 +91,44 @@ bool OnlyOnCore(pid_t pid, int core) {
   return CPU_COUNT(&set) == 1 && CPU_ISSET(core, &set);
 }
 
+constexpr char kRtRuntime[] = "/proc/sys/kernel/sched_rt_runtime_us";
+
+int64_t RtRuntimeUs() { return std::stoll(ReadFile(kRtRuntime)); }
+
+bool SetRtRuntimeUs(int64_t us) {
+  std::ofstream f(kRtRuntime);
+  f << us << "\n";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// Throttles SCHED_FIFO for the test whatever the host does; puts the host's
+// setting back at the end.
+class RtThrottleOn {
+ public:
+  RtThrottleOn() : host_(RtRuntimeUs()) { SetRtRuntimeUs(us()); }
+  ~RtThrottleOn() { SetRtRuntimeUs(host_); }
+  int64_t us() const { return host_ == -1 ? 950000 : host_; }
+
+ private:
+  int64_t host_;
+};
+
+// Starts args[0] with args, its stderr into log (inherited if log is empty).
+pid_t StartProcess(const std::vector<std::string>& args, const std::string& log = "") {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (!log.empty()) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
 std::string SkipReason() {
   if (geteuid() != 0) return "needs root: keel-coopsched uses SCHED_FIFO";
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return "needs CPUs 0 and 1 online";
@@ -100,7 +141,7 @@ std::string SkipReason() {
   return "";
 }
 
-// A keel-coopsched process managing core 1, on a socket of its own.
+// A keel-coopsched process managing core 1, on a socket and lock directory of its own.
 class Daemon {
  public:
   ~Daemon() { Stop(); }
@@ -108,20 +149,12 @@ class Daemon {
   void Start(const std::string& dir, const std::vector<std::string>& extra) {
     sock_ = dir + "/run/coopsched.sock";
     log_ = dir + "/daemon.log";
+    lock_dir_ = dir + "/lock";
     std::vector<std::string> args = {KEEL_COOPSCHED_BIN, "--cores", std::to_string(kManagedCore),
-                                     "--listen", "unix:" + sock_};
+                                     "--listen", "unix:" + sock_, "--lock-dir", lock_dir_};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
+    pid_ = StartProcess(args, log_);
     ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
     // A fresh channel per attempt: a refused first connection would otherwise
     // put the channel into reconnect backoff for seconds.
     bool up = WaitFor(
@@ -141,32 +174,32 @@ class Daemon {
   }
 
   // SIGTERM (the daemon gives every sgroup back), then SIGKILL after 5 s.
-  void Stop() {
-    if (pid_ <= 0) return;
+  // Returns true if it exited with 0 on SIGTERM.
+  bool Stop() {
+    if (pid_ <= 0) return false;
     stub_.reset();
     channel_.reset();
     kill(pid_, SIGTERM);
-    bool gone = WaitFor([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 5000);
+    int status = 0;
+    bool gone = WaitFor([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, 5000);
     if (!gone) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
     }
     pid_ = -1;
+    return gone && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
 
-  std::string Log() const {
-    std::ifstream f(log_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
+  std::string Log() const { return ReadFile(log_); }
 
+  pid_t pid() const { return pid_; }
   const std::string& sock() const { return sock_; }
+  const std::string& lock_dir() const { return lock_dir_; }
   keel::v1::Coopsched::Stub& stub() { return *stub_; }
 
  private:
   pid_t pid_ = -1;
-  std::string sock_, log_;
+  std::string sock_, log_, lock_dir_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<keel::v1::Coopsched::Stub> stub_;
 };
@@ -200,15 +233,8 @@ class Chain {
     for (uint32_t k = 0; k < n_; k++) {
       std::vector<std::string> args = {KEEL_COOPSCHED_TEST_NF, path_, std::to_string(k)};
       if (k < extra.size()) args.insert(args.end(), extra[k].begin(), extra[k].end());
-      pid_t pid = fork();
+      pid_t pid = StartProcess(args);
       ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
-        _exit(127);
-      }
       pids_.push_back(pid);
     }
     ASSERT_TRUE(WaitFor(
@@ -269,12 +295,7 @@ class CoopschedTest : public ::testing::Test {
     chains_.clear();
     daemon_.Stop();
     if (HasFailure()) std::fprintf(stderr, "--- keel-coopsched log ---\n%s", daemon_.Log().c_str());
-    if (!dir_.empty()) {
-      unlink((dir_ + "/daemon.log").c_str());
-      unlink((dir_ + "/trace").c_str());
-      rmdir((dir_ + "/run").c_str());
-      rmdir(dir_.c_str());
-    }
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   void StartDaemon(const std::vector<std::string>& extra = {}) {
@@ -315,6 +336,22 @@ class CoopschedTest : public ::testing::Test {
     keel::v1::UnregisterResponse out;
     grpc::ClientContext ctx;
     return daemon_.stub().Unregister(&ctx, req, &out);
+  }
+
+  // Polls Status until group is in state want and an event of kind names
+  // it; *gs and *ev get what was last seen.
+  bool WaitForState(const std::string& group, GroupState want, const std::string& kind,
+                    keel::v1::GroupStatus* gs, keel::v1::Event* ev, int ms) {
+    return WaitFor(
+        [&] {
+          keel::v1::StatusResponse st = Status();
+          for (const auto& g : st.groups())
+            if (g.group_id() == group) *gs = g;
+          for (const auto& e : st.events())
+            if (e.kind() == kind && e.group_id() == group) *ev = e;
+          return gs->state() == want && ev->seq() != 0;
+        },
+        ms);
   }
 
   keel::v1::StatusResponse Status() {
@@ -738,6 +775,148 @@ TEST_F(CoopschedTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(daemon_.stub().RegisterThread(&c3, rt, &rto).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   ASSERT_TRUE(Detach("ok", &det).ok());
+}
+
+TEST_F(CoopschedTest, NoRtThrottleLiftsThrottlingUntilExit) {
+  RtThrottleOn throttled;
+  ASSERT_EQ(RtRuntimeUs(), throttled.us());
+  const std::string want = "kernel.sched_rt_runtime_us is " + std::to_string(throttled.us());
+  // Without the flag: left as it is, with one warning line that names the flag.
+  StartDaemon();
+  EXPECT_EQ(Status().rt_runtime_us(), throttled.us());
+  std::string log = daemon_.Log();
+  size_t warn = log.find("warning: " + want);
+  ASSERT_NE(warn, std::string::npos) << log;
+  std::string line = log.substr(warn, log.find('\n', warn) - warn);
+  EXPECT_NE(line.find("--no-rt-throttle"), std::string::npos) << line;
+  EXPECT_EQ(log.find("warning", warn + 1), std::string::npos) << log;
+  EXPECT_TRUE(daemon_.Stop());
+  EXPECT_EQ(RtRuntimeUs(), throttled.us());
+  // With it: -1 while running, the old value back after SIGTERM.
+  StartDaemon({"--no-rt-throttle"});
+  EXPECT_EQ(Status().rt_runtime_us(), -1);
+  EXPECT_EQ(RtRuntimeUs(), -1);
+  EXPECT_EQ(daemon_.Log().find("warning"), std::string::npos) << daemon_.Log();
+  EXPECT_TRUE(daemon_.Stop());
+  EXPECT_EQ(RtRuntimeUs(), throttled.us());
+}
+
+TEST_F(CoopschedTest, SecondDaemonForACoreExitsAndFirstKeepsWorking) {
+  StartDaemon();
+  Chain& c = NewChain("first", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "first"));
+  const std::string lock = daemon_.lock_dir() + "/coopsched-cpu1.lock";
+  struct stat sb;
+  ASSERT_EQ(stat(daemon_.lock_dir().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0755u);
+  EXPECT_EQ(ReadFile(lock), std::to_string(daemon_.pid()) + "\n");
+
+  const std::string sock2 = dir_ + "/run/second.sock", log2 = dir_ + "/second.log";
+  pid_t second = StartProcess({KEEL_COOPSCHED_BIN, "--cores", std::to_string(kManagedCore),
+                               "--listen", "unix:" + sock2, "--lock-dir", daemon_.lock_dir()},
+                              log2);
+  ASSERT_GE(second, 0);
+  int status = 0;
+  bool exited = WaitFor([&] { return waitpid(second, &status, WNOHANG) == second; }, 5000);
+  if (!exited) {
+    kill(second, SIGTERM);
+    waitpid(second, nullptr, 0);
+  }
+  ASSERT_TRUE(exited) << "the second daemon is running:\n" << ReadFile(log2);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << "wait status " << status;
+  std::string msg = ReadFile(log2);
+  EXPECT_NE(msg.find("core 1 "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pid " + std::to_string(daemon_.pid())), std::string::npos) << msg;
+  EXPECT_NE(stat(sock2.c_str(), &sb), 0) << "the second daemon created its socket";
+
+  // The first still runs its chain and answers.
+  for (pid_t pid : c.pids()) EXPECT_EQ(FifoPriority(pid), 10) << pid;
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds + 10000; }, 3000));
+  keel::v1::StatusResponse st = Status();
+  ASSERT_EQ(st.groups_size(), 1);
+  EXPECT_EQ(st.groups(0).state(), keel::v1::GROUP_STATE_ATTACHED);
+  ExpectClean(c);
+  // Once the first has exited the core is free again.
+  EXPECT_TRUE(daemon_.Stop());
+  EXPECT_EQ(ReadFile(lock), "");
+  StartDaemon();
+}
+
+TEST_F(CoopschedTest, ThreadThatExitsFailsItsGroupAndOtherGroupKeepsRunning) {
+  StartDaemon();
+  Chain& a = NewChain("a", 3);
+  Chain& b = NewChain("b", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(Run(b, "b"));
+  uint64_t ra = a.rounds(), rb = b.rounds();
+  ASSERT_TRUE(WaitFor([&] { return a.rounds() > ra + 10000 && b.rounds() > rb + 10000; }, 5000));
+  // Killed and not reaped: a zombie, as under a parent slow to wait.
+  const pid_t victim = a.pids()[1];
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  keel::v1::GroupStatus ga;
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("a", keel::v1::GROUP_STATE_FAILED, "thread-exited", &ga, &ev, 3000))
+      << "sgroup a is " << keel::v1::GroupState_Name(ga.state());
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "failed %.1f ms after the kill: %s\n", ms, ev.message().c_str());
+  EXPECT_LT(ms, 100.0);
+  EXPECT_EQ(ProcState(victim), 'Z');
+  EXPECT_EQ(ev.position(), 1u);
+  EXPECT_EQ(ev.tid(), victim);
+  // The survivors are stopped and off SCHED_FIFO, back on their own core.
+  const pid_t survivors[] = {a.pids()[0], a.pids()[2]};
+  for (pid_t pid : survivors) {
+    EXPECT_TRUE(WaitFor([&] { return ProcState(pid) == 'T'; }, 1000)) << pid;
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER) << pid;
+    EXPECT_TRUE(OnlyOnCore(pid, kTestCore)) << pid;
+  }
+  // The core is b's.
+  ra = a.rounds();
+  rb = b.rounds();
+  SleepMs(300);
+  EXPECT_EQ(a.rounds(), ra);
+  EXPECT_GT(b.rounds(), rb + 10000);
+  // Only Unregister is accepted; it lets the survivors run under CFS.
+  EXPECT_EQ(Attach("a").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  keel::v1::DetachResponse det;
+  EXPECT_EQ(Detach("a", &det).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  grpc::Status st = Unregister("a");
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  for (pid_t pid : survivors) {
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER) << pid;
+    EXPECT_TRUE(WaitFor([&] { return ProcState(pid) != 'T'; }, 1000)) << pid;
+  }
+  ASSERT_TRUE(Detach("b", &det).ok());
+  EXPECT_TRUE(det.at_boundary());
+  ExpectClean(b);
+}
+
+TEST_F(CoopschedTest, ThreadThatExitsWhileDetachedFailsItsGroup) {
+  StartDaemon();
+  Chain& c = NewChain("idle", 2);
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(c, "idle", &gs).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(c.pids()[0], SIGKILL), 0);
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("idle", keel::v1::GROUP_STATE_FAILED, "thread-exited", &gs, &ev, 3000))
+      << "sgroup idle is " << keel::v1::GroupState_Name(gs.state());
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 200.0);
+  EXPECT_EQ(ev.position(), 0u);
+  EXPECT_EQ(ev.tid(), c.pids()[0]);
+  const pid_t survivor = c.pids()[1];
+  EXPECT_EQ(ProcState(survivor), 'T');
+  EXPECT_EQ(sched_getscheduler(survivor), SCHED_OTHER);
+  grpc::Status st = Attach("idle");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("a thread exited"), std::string::npos) << st.error_message();
+  ASSERT_TRUE(Unregister("idle").ok());
+  EXPECT_TRUE(WaitFor([&] { return ProcState(survivor) != 'T'; }, 1000));
 }
 
 }  // namespace

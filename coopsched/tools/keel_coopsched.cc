@@ -15,6 +15,7 @@
 #include <string>
 
 #include "coopsched_service.h"
+#include "cs-rt.h"
 #include "cs-sched.h"
 
 namespace {
@@ -40,6 +41,22 @@ constexpr char kUsage[] =
     "  --run-priority P         FIFO priority of attached NF threads (default 10)\n"
     "  --wait-priority P        FIFO priority of detached, stopped NF threads (default 1)\n"
     "  --no-handoff-probe       skip measuring the handoff cost at start-up\n"
+    "  --lock-dir DIR           where each managed core's lock file is, coopsched-cpuN.lock\n"
+    "                           with the holder's pid (default /run/keel; created 0755).\n"
+    "                           A second keel-coopsched for a core exits with code 2\n"
+    "                           and names the pid that holds it\n"
+    "  --no-rt-throttle         lift the kernel's RT throttling while running. Linux lets\n"
+    "                           SCHED_FIFO threads run only kernel.sched_rt_runtime_us of\n"
+    "                           every sched_rt_period_us (950000 of 1000000 by default),\n"
+    "                           so an attached chain loses ~5% of its core in 50 ms gaps.\n"
+    "                           With the flag sched_rt_runtime_us is set to -1 (host-wide)\n"
+    "                           at start and the old value written back at exit (SIGINT,\n"
+    "                           SIGTERM, failed start), but not after SIGKILL or a crash:\n"
+    "                           then run sysctl -w kernel.sched_rt_runtime_us=950000.\n"
+    "                           From Linux 6.12 the fair server still gives CFS threads\n"
+    "                           of a managed core ~5%; before, they may starve. With\n"
+    "                           several daemons on a host, the first to exit restores it.\n"
+    "                           Without the flag a throttled host gets a warning at start.\n"
     "  -h, --help               this text\n"
     "\n"
     "Life of an sgroup (service keel.v1.Coopsched, proto/keel/v1/coopsched.proto):\n"
@@ -49,12 +66,16 @@ constexpr char kUsage[] =
     "  Detach           detach_req, wait for position 0 to park at a batch boundary,\n"
     "                   SIGSTOP, wait priority: detached (no CPU used)\n"
     "  Unregister       original policy and affinity back, SIGCONT\n"
-    "  SetBatch, Status, Events (watchdog cut-offs and forced stops)\n"
+    "  SetBatch, Status, Events (watchdog cut-offs, forced stops, exited threads)\n"
     "\n"
     "The watchdog checks every attached sgroup each millisecond. An offender is\n"
     "demoted to SCHED_OTHER on its original cores and stopped, its sgroup is cut off\n"
     "(only Unregister is accepted then) and an event is recorded; the core goes back\n"
-    "to the other sgroups. SIGINT/SIGTERM unregister every sgroup and exit.\n";
+    "to the other sgroups. A thread that exits (its process killed) fails its sgroup\n"
+    "the same way within a millisecond (20 ms if detached): the other threads are\n"
+    "stopped and get their original policy back, the sgroup is failed (only\n"
+    "Unregister is accepted then) and an event is recorded. SIGINT/SIGTERM unregister\n"
+    "every sgroup and exit. Exit code 2: bad arguments or a failed start.\n";
 
 bool ParseU64(const char* s, uint64_t* out) {
   char* end;
@@ -82,6 +103,18 @@ bool MakeParent(const std::string& path) {
   return true;
 }
 
+// Says once, at start, that the kernel throttles the attached chains.
+void WarnIfRtThrottled(const cs_options& opt) {
+  int64_t us;
+  cs_error err{};
+  if (opt.no_rt_throttle || cs_rt_runtime_read(&us, &err) != CS_OK || us == -1) return;
+  std::fprintf(stderr,
+               "keel-coopsched: warning: kernel.sched_rt_runtime_us is %lld: SCHED_FIFO is "
+               "throttled and attached chains lose part of each managed core; "
+               "--no-rt-throttle lifts it while keel-coopsched runs\n",
+               static_cast<long long>(us));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +130,8 @@ int main(int argc, char** argv) {
       {"run-priority", required_argument, nullptr, 'r'},
       {"wait-priority", required_argument, nullptr, 'w'},
       {"no-handoff-probe", no_argument, nullptr, 'n'},
+      {"lock-dir", required_argument, nullptr, 'L'},
+      {"no-rt-throttle", no_argument, nullptr, 'R'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -125,6 +160,11 @@ int main(int argc, char** argv) {
         opt.wait_priority = static_cast<int>(v);
         break;
       case 'n': opt.probe_handoff = 0; break;
+      case 'L':
+        if (!optarg[0] || std::strlen(optarg) >= sizeof opt.lock_dir) return Fail("bad --lock-dir");
+        std::snprintf(opt.lock_dir, sizeof opt.lock_dir, "%s", optarg);
+        break;
+      case 'R': opt.no_rt_throttle = 1; break;
       case 'h': std::fputs(kUsage, stdout); return 0;
       default: std::fputs(kUsage, stderr); return 2;
     }
@@ -144,6 +184,7 @@ int main(int argc, char** argv) {
 
   cs_sched* sched = cs_sched_create(&opt, &err);
   if (!sched) return Fail(err.msg);
+  WarnIfRtThrottled(opt);
 
   if (!MakeParent(sock)) {
     cs_sched_destroy(sched);

@@ -137,27 +137,38 @@ void Member::InPlaceTurn() {
 }
 
 void Member::RunOnPrivateCopies(PacketBatch* batch) {
-  if (private_slots_.empty()) private_slots_.resize(size_t{kMaxBurst} * kSlotSize);
+  /* Each packet is copied into a packet buffer allocated, one by one, from
+   * this process's own pool, the way a copying message bus hands a packet
+   * to the next NF (Galleon §7.1, Fig. 7: allocation plus copy), and copied
+   * back into the chain's buffer once the NF is done with it. */
+  rte_mbuf* mbufs[kMaxBurst];
   Packet copies[kMaxBurst];
   PacketBatch copied;
   for (Packet* p : *batch) {
-    Packet& c = copies[copied.cnt()];
-    uint8_t* slot = private_slots_.data() + size_t{kSlotSize} * copied.cnt();
-    std::memcpy(slot + p->headroom(), p->data(), p->len());
-    c.Reset(slot, p->headroom(), p->len(), kSlotSize);
-    copied.Add(&c);
+    int i = copied.cnt();
+    mbufs[i] = rte_pktmbuf_alloc(pool_);
+    if (!mbufs[i]) {
+      p->Drop();
+      port_.copy_dropped.Add(1);
+      continue;
+    }
+    rte_mbuf* m = mbufs[i];
+    std::memcpy(static_cast<uint8_t*>(m->buf_addr) + p->headroom(), p->data(), p->len());
+    copies[i].Reset(static_cast<uint8_t*>(m->buf_addr), p->headroom(), p->len(), m->buf_len);
+    copied.Add(&copies[i]);
   }
-  PacketBatch all = copied;
   chain_->Run(&copied, 0, 1);
   int i = 0;
   for (Packet* p : *batch) {
-    Packet* c = all.pkt(i++);
-    if (c->dropped()) {
+    if (p->dropped()) continue; /* no buffer was left for it above */
+    const Packet& c = copies[i];
+    if (c.dropped()) {
       p->Drop();
-      continue;
+    } else {
+      std::memcpy(p->data() - p->headroom() + c.headroom(), c.data(), c.len());
+      p->Reset(p->data() - p->headroom(), c.headroom(), c.len(), kSlotSize);
     }
-    std::memcpy(p->data() - p->headroom() + c->headroom(), c->data(), c->len());
-    p->Reset(p->data() - p->headroom(), c->headroom(), c->len(), kSlotSize);
+    rte_pktmbuf_free(mbufs[i++]);
   }
 }
 

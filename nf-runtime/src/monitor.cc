@@ -25,14 +25,16 @@ uint64_t TscHz() {
   return hz;
 }
 
-void MoveOffCore(int core) {
+void MoveOffCore(pthread_t t, int core) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 2 || core < 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);
   for (long c = 0; c < n; c++)
     if (c != core) CPU_SET(c, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  pthread_setaffinity_np(t, sizeof(set), &set);
+  sched_param other{};
+  pthread_setschedparam(t, SCHED_OTHER, &other);
 }
 
 }  // namespace keel

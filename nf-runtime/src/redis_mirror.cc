@@ -93,10 +93,8 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
 }
 
 void RedisMirror::Start(int packet_core) {
-  thread_ = std::thread([this, packet_core] {
-    MoveOffCore(packet_core);
-    Loop();
-  });
+  thread_ = std::thread([this] { Loop(); });
+  MoveOffCore(thread_.native_handle(), packet_core);
 }
 
 void RedisMirror::Stop(std::chrono::milliseconds deadline) {

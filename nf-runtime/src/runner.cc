@@ -74,6 +74,7 @@ void Runner::Run() {
   const uint64_t idle_cycles = hz / 1000 * static_cast<uint64_t>(opt_.exit_when_idle_ms);
   start_tsc_ = Rdtsc();
   std::thread control([this] { ControlLoop(); });
+  MoveOffCore(control.native_handle(), static_cast<int>(rte_lcore_to_cpu_id(rte_get_main_lcore())));
   const bool queue_len_known = PortRxQueueLen(opt_.rx_port) >= 0;
   port_.rx_queue_len_known.Set(queue_len_known);
   uint64_t last_rx = Rdtsc();
@@ -104,7 +105,6 @@ void Runner::Run() {
 }
 
 void Runner::ControlLoop() {
-  MoveOffCore(static_cast<int>(rte_lcore_to_cpu_id(static_cast<int>(rte_get_main_lcore()))));
   const auto interval = std::chrono::milliseconds(opt_.stats_interval_ms);
   uint64_t last_rx = port_.rx_packets.Get();
   auto last = std::chrono::steady_clock::now();

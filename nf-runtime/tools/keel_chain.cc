@@ -34,9 +34,9 @@ constexpr unsigned kPoolCache = 256;
 
 const char kUsage[] =
     "usage: keel-chain --nf NAME[=JSON] [--nf NAME[=JSON] ...] [--batch N]\n"
-    "                  [--exit-when-idle MS] [--stats FILE] [--pktbuf PATH]\n"
-    "                  [--redis HOST:PORT] [--tenant NAME] [--chain-id ID]\n"
-    "                  -- <DPDK EAL arguments>\n"
+    "                  [--exit-when-idle MS] [--stats FILE] [--stats-interval MS]\n"
+    "                  [--pktbuf PATH] [--redis HOST:PORT] [--tenant NAME]\n"
+    "                  [--chain-id ID] -- <DPDK EAL arguments>\n"
     "\n"
     "Runs a chain of keel network functions in one process, run to completion:\n"
     "each burst received on port 0 goes through every NF in the order given and\n"
@@ -49,6 +49,7 @@ const char kUsage[] =
     "  --stats FILE         write statistics as JSON to FILE every second and at\n"
     "                       exit: packets in/out/dropped and cycles per packet per\n"
     "                       NF, port counters, NIC queue length, cycles per batch\n"
+    "  --stats-interval MS  rewrite the --stats file every MS ms (default 1000)\n"
     "  --pktbuf PATH        copy packets after the first NF into a shared chain\n"
     "                       buffer file at PATH (as a multi-process chain does)\n"
     "  --redis HOST:PORT    mirror NF state to Redis and load it at start\n"
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
       {"nf", required_argument, nullptr, 'n'},     {"batch", required_argument, nullptr, 'b'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 's'},  {"pktbuf", required_argument, nullptr, 'p'},
+      {"stats-interval", required_argument, nullptr, 'S'},
       {"redis", required_argument, nullptr, 'r'},  {"tenant", required_argument, nullptr, 't'},
       {"chain-id", required_argument, nullptr, 'c'}, {"list", no_argument, nullptr, 'l'},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
       case 'b': opt.burst = ParseInt("--batch", optarg, 1, keel::kMaxBurst); break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 's': opt.stats_path = optarg; break;
+      case 'S': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
       case 'p': opt.pktbuf_path = optarg; break;
       case 'r': redis = optarg; break;
       case 't': tenant = optarg; break;

@@ -186,6 +186,10 @@ int main(int argc, char** argv) {
         if (!pool) err = std::string("mbuf pool: ") + rte_strerror(rte_errno);
       }
       if (err.empty()) keel::PortInit(0, pool, &err);
+    } else if (opt.copy_each_hop) {
+      /* The packet memory of this process alone, for its private copies. */
+      pool = rte_pktmbuf_pool_create("keel_nf_private", 1023, 64, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+      if (!pool) err = std::string("private mbuf pool: ") + rte_strerror(rte_errno);
     }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);

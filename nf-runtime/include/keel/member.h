@@ -33,8 +33,9 @@ struct MemberOptions {
   uint16_t port = 0;           /* position 0 only: RX and TX */
   int exit_when_idle_ms = 0;   /* position 0 only; 0: run until stopped */
   std::string stats_path;
-  /* Positions > 0: work on a private copy of each packet and copy it back,
-   * the isolation-by-copying of EdgeOS/NFVnice (a benchmark baseline). */
+  /* Positions > 0: work on a private copy of each packet (a buffer from this
+   * process's own pool) and copy it back, the isolation-by-copying of
+   * EdgeOS/NFVnice (a benchmark baseline). */
   bool copy_each_hop = false;
 };
 
@@ -63,13 +64,12 @@ class Member {
   void WriteStats() const;
 
   Chain* chain_;
-  rte_mempool* pool_;
+  rte_mempool* pool_; /* position 0: the port's; others: private (copy_each_hop) */
   MemberOptions opt_;
   std::unique_ptr<PktBuf> buf_;
   PortCounters port_;
   Counter turns_;
   Counter order_violations_; /* packets whose predecessor had not finished them */
-  std::vector<uint8_t> private_slots_; /* copy_each_hop: this process's own packet memory */
   std::atomic<bool> stop_{false};
   uint64_t idle_cycles_ = 0;
   uint64_t last_rx_ = 0;

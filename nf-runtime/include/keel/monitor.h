@@ -11,6 +11,7 @@
 #ifndef KEEL_MONITOR_H_
 #define KEEL_MONITOR_H_
 
+#include <pthread.h>
 #include <x86intrin.h>
 
 #include <atomic>
@@ -35,9 +36,12 @@ inline uint64_t Rdtsc() { return __rdtsc(); }
 /* The TSC frequency in Hz, measured once against CLOCK_MONOTONIC. */
 uint64_t TscHz();
 
-/* Moves the calling thread to every online CPU but |core|, so service
- * threads never run on the packet core (if there is another CPU). */
-void MoveOffCore(int core);
+/* Moves thread |t| to every online CPU but |core| and to SCHED_OTHER, so
+ * service threads never run on the packet core (if there is another CPU).
+ * The packet thread calls it right after starting |t|: a new thread inherits
+ * the packet thread's core and policy, and under SCHED_FIFO it would never
+ * get to run to move itself while the packet thread polls. */
+void MoveOffCore(pthread_t t, int core);
 
 /* What one NF of the chain did. */
 struct NfCounters {
