@@ -73,6 +73,13 @@ class PktBuf {
   /* Copies |len| bytes into the next slot; false if the ring is full or the
    * packet does not fit a slot. This is the first NF's isolation copy. */
   bool Push(const uint8_t* data, uint16_t len);
+  /* Starts loading the |i|-th packet's descriptor and first bytes into
+   * the cache (l3fwd style, a few packets ahead of View). */
+  void Prefetch(uint32_t i) const {
+    uint64_t seq = tail() + i;
+    __builtin_prefetch(&descs_[seq & mask_]);
+    __builtin_prefetch(slots_ + (seq & mask_) * kSlotSize + kSlotHeadroom);
+  }
   /* Points |p| at the |i|-th packet after the tail (0 <= i < used()). */
   void View(uint32_t i, Packet* p);
   /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
