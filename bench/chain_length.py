@@ -101,9 +101,10 @@ class Generator:
     def __init__(self, tmp, ports):
         self.socks = [f"{tmp}/gen{i}.sock" for i in range(ports)]
         vdevs = [f"--vdev=net_memif{i},role=server,socket={s},socket-abstract=no" for i, s in enumerate(self.socks)]
-        # Ahead of other work on its core (nice -20), so that it keeps up.
+        # A little ahead of other work on its core (nice -5), so that it keeps
+        # up; more would starve the service threads whose samples we read.
         self.proc = subprocess.Popen(
-            ["nice", "-n", "-20", "taskset", "-c", str(GEN_CPU), "dpdk-testpmd", f"--lcores=0@{GEN_CPU},1@{GEN_CPU}",
+            ["nice", "-n", "-5", "taskset", "-c", str(GEN_CPU), "dpdk-testpmd", f"--lcores=0@{GEN_CPU},1@{GEN_CPU}",
              "--no-pci", "--no-huge", "-m", "1024", f"--file-prefix=keelgen{os.getpid()}", "--log-level=error",
              "--no-telemetry"] + vdevs +
             ["--", "--forward-mode=txonly", f"--txpkts={PACKET_BYTES}", "--auto-start", "--no-lsc-interrupt",

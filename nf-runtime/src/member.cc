@@ -79,6 +79,7 @@ void Member::Egress() {
 
 bool Member::HeadTurn(keel_chain_sched* s) {
   Egress();
+  buf_->Rewind();
   if (Load(&s->detach_req)) {
     Store(&s->parked, 1u); /* a batch boundary: nothing is in flight */
     return true;

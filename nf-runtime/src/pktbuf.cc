@@ -140,4 +140,10 @@ void PktBuf::Release(uint32_t n) {
   hdr_->tail.store(tail() + n, std::memory_order_release);
 }
 
+void PktBuf::Rewind() {
+  if (used() != 0) return;
+  hdr_->tail.store(0, std::memory_order_relaxed);
+  hdr_->head.store(0, std::memory_order_release);
+}
+
 }  // namespace keel

@@ -65,6 +65,7 @@ void Runner::RunFromChainBuffer() {
     rte_mbuf* out[kMaxBurst];
     int nout = CopyOut(&batch, pool_, out, &port_);
     pktbuf_->Release(static_cast<uint32_t>(n));
+    pktbuf_->Rewind();
     TransmitBurst(opt_.tx_port, out, nout, &port_);
   }
 }

@@ -84,6 +84,27 @@ TEST(PktBuf, RefusesWhenFullOrTooBig) {
   EXPECT_TRUE(b->Push(pkt.data(), 64));
 }
 
+TEST(PktBuf, RewindRefillsFromTheFirstSlotOnlyWhenEmpty) {
+  std::string path = TempPath("rewind");
+  std::string err;
+  auto b = PktBuf::Create(path, 8, &err);
+  ASSERT_TRUE(b) << err;
+  uint8_t pkt[64] = {1};
+  Packet first, later;
+  for (int i = 0; i < 3; i++) ASSERT_TRUE(b->Push(pkt, sizeof pkt));
+  b->View(0, &first);
+  b->Release(2);
+  b->Rewind(); /* one packet is still in flight: nothing moves */
+  ASSERT_EQ(b->used(), 1u);
+  EXPECT_EQ(b->desc(0).seq, 2u);
+  b->Release(1);
+  b->Rewind();
+  ASSERT_TRUE(b->Push(pkt, sizeof pkt));
+  b->View(0, &later);
+  EXPECT_EQ(later.data(), first.data()) << "the next turn reuses the first slot";
+  EXPECT_EQ(b->used(), 1u);
+}
+
 TEST(PktBuf, OpenRejectsFilesThatAreNotBuffers) {
   std::string path = TempPath("junk");
   FILE* f = std::fopen(path.c_str(), "w");

@@ -87,6 +87,12 @@ class PktBuf {
   const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
   /* Frees the |n| oldest packets. */
   void Release(uint32_t n);
+  /* When the buffer is empty, starts filling it from the first slot again,
+   * so that a chain reuses the same B x 32 slots turn after turn and they
+   * stay in the cache, as a mempool's recycled mbufs do; otherwise each turn
+   * would write into the slots least recently used, long evicted. Only the
+   * first NF, between batches, may call it. */
+  void Rewind();
 
   const std::string& path() const { return path_; }
 
