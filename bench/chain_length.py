@@ -24,7 +24,10 @@ on its own memif port of one generator: the chain processes start once and
 take turns on the managed core (coopsched Attach/Detach for keel and copy,
 SIGCONT/SIGSTOP for single), in short windows, mode order rotating each
 round. Rates are medians over rounds; ratios are medians of the ratios taken
-within each round.
+within each round. Every mode runs SCHED_FIFO at the same priority, with the
+kernel's RT throttling lifted (coopsched --no-rt-throttle), and the chain
+buffers are on a tmpfs mounted huge=always (2 MB pages), as keel-nf --help
+recommends.
 
 Writes bench/results/chain_length.json. Needs root (SCHED_FIFO) and 2 cores.
 """
