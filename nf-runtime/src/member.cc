@@ -65,8 +65,8 @@ void Member::Egress() {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
     Packet views[kMaxBurst];
     PacketBatch batch;
-    for (int i = 0; i < n; i++) {
-      if (static_cast<uint32_t>(i + kPrefetchAhead) < used) buf_->Prefetch(static_cast<uint32_t>(i + kPrefetchAhead));
+    for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
+      if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
       buf_->View(i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/port.h"
 
+#include <rte_eal.h>
+#include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
 
 #include <cstring>
 
@@ -9,6 +12,22 @@ namespace keel {
 
 static constexpr uint16_t kRxDesc = 1024;
 static constexpr uint16_t kTxDesc = 1024;
+
+bool EalInit(std::vector<std::string> args, std::string* err) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  if (rte_eal_init(static_cast<int>(argv.size()), argv.data()) < 0) {
+    *err = std::string("cannot start DPDK EAL: ") + rte_strerror(rte_errno);
+    return false;
+  }
+  return true;
+}
+
+rte_mempool* MbufPool(const char* name, unsigned n, unsigned cache, std::string* err) {
+  rte_mempool* pool = rte_pktmbuf_pool_create(name, n, cache, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
+  if (!pool) *err = std::string(name) + ": " + rte_strerror(rte_errno);
+  return pool;
+}
 
 bool PortInit(uint16_t port, rte_mempool* pool, std::string* err) {
   auto fail = [&](const char* what, int rc) {

@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::vector<char*> eal_args{argv[0]};
+  std::vector<std::string> eal_args{argv[0]};
   for (int i = eal_at + 1; i < argc; i++) eal_args.push_back(argv[i]);
-  if (rte_eal_init(static_cast<int>(eal_args.size()), eal_args.data()) < 0) {
-    std::fprintf(stderr, "keel-chain: cannot start DPDK EAL: %s\n", rte_strerror(rte_errno));
+  if (std::string err; !keel::EalInit(eal_args, &err)) {
+    std::fprintf(stderr, "keel-chain: %s\n", err.c_str());
     return 1;
   }
 
@@ -153,10 +153,8 @@ int main(int argc, char** argv) {
     }
     opt.rx_port = 0;
     opt.tx_port = nports > 1 ? 1 : 0;
-    rte_mempool* pool = rte_pktmbuf_pool_create("keel_chain_pool", kPoolMbufs, kPoolCache, 0,
-                                                RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
     std::string err;
-    if (!pool) err = std::string("mbuf pool: ") + rte_strerror(rte_errno);
+    rte_mempool* pool = keel::MbufPool("keel_chain_pool", kPoolMbufs, kPoolCache, &err);
     for (uint16_t port = 0; err.empty() && port <= opt.tx_port; port++) keel::PortInit(port, pool, &err);
 
     std::unique_ptr<keel::RedisMirror> mirror;

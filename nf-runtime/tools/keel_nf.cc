@@ -162,10 +162,8 @@ int main(int argc, char** argv) {
     eal_words.insert(eal_words.end(), {"--no-pci", "--no-huge", "-m", "256", "--log-level=error",
                                        "--no-telemetry", prefix});
   }
-  std::vector<char*> eal_args;
-  for (auto& w : eal_words) eal_args.push_back(w.data());
-  if (rte_eal_init(static_cast<int>(eal_args.size()), eal_args.data()) < 0) {
-    std::fprintf(stderr, "keel-nf: cannot start DPDK EAL: %s\n", rte_strerror(rte_errno));
+  if (std::string err; !keel::EalInit(eal_words, &err)) {
+    std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
     return 1;
   }
 
@@ -183,15 +181,11 @@ int main(int argc, char** argv) {
     std::string err;
     if (opt.position == 0) {
       if (rte_eth_dev_count_avail() == 0) err = "no DPDK port (give a PCI device or --vdev)";
-      if (err.empty()) {
-        pool = rte_pktmbuf_pool_create("keel_nf_pool", 8191, 256, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
-        if (!pool) err = std::string("mbuf pool: ") + rte_strerror(rte_errno);
-      }
-      if (err.empty()) keel::PortInit(0, pool, &err);
+      if (err.empty()) pool = keel::MbufPool("keel_nf_pool", 8191, 256, &err);
+      if (pool) keel::PortInit(0, pool, &err);
     } else if (opt.copy_each_hop) {
       /* The packet memory of this process alone, for its private copies. */
-      pool = rte_pktmbuf_pool_create("keel_nf_private", 1023, 64, 0, RTE_MBUF_DEFAULT_BUF_SIZE, rte_socket_id());
-      if (!pool) err = std::string("private mbuf pool: ") + rte_strerror(rte_errno);
+      pool = keel::MbufPool("keel_nf_private", 1023, 64, &err);
     }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);

@@ -75,10 +75,10 @@ class PktBuf {
   bool Push(const uint8_t* data, uint16_t len);
   /* Starts loading the |i|-th packet's descriptor and first bytes into
    * the cache (l3fwd style, a few packets ahead of View). */
-  void Prefetch(uint32_t i) const {
+  void Prefetch(uint32_t i) {
     uint64_t seq = tail() + i;
     __builtin_prefetch(&descs_[seq & mask_]);
-    __builtin_prefetch(slots_ + (seq & mask_) * kSlotSize + kSlotHeadroom);
+    __builtin_prefetch(slot(seq) + kSlotHeadroom);
   }
   /* Points |p| at the |i|-th packet after the tail (0 <= i < used()). */
   void View(uint32_t i, Packet* p);

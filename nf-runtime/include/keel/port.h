@@ -7,8 +7,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace keel {
+
+/* Starts DPDK's EAL with |args| (args[0] is the program's name). Returns
+ * false and sets |*err| on failure. */
+bool EalInit(std::vector<std::string> args, std::string* err);
+
+/* A pool of |n| default-size mbufs (|cache| per lcore) on the caller's
+ * socket. Returns nullptr and sets |*err|, naming |name|, on failure. */
+rte_mempool* MbufPool(const char* name, unsigned n, unsigned cache, std::string* err);
 
 /* Configures |port| with one RX queue (buffers from |pool|) and one TX
  * queue, starts it and enables promiscuous mode where the PMD has it.
