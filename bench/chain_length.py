@@ -164,6 +164,8 @@ class Single:
         args += ["--stats", str(self.stats), "--stats-interval", "50"] + eal(f"s{n}", gen.vdev(port))
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs = [self.proc]
+        self.nfs = self.prev_nfs = None  # each NF's (cycles, packets) at the last two samples
+        self.fills = []
         try:
             deadline = time.time() + 20
             while self.sample()[0] == 0:  # memif up, packets flowing
@@ -180,9 +182,8 @@ class Single:
         for _ in range(20):
             try:
                 s = json.loads(self.stats.read_text())
-                prev, self.nfs = getattr(self, "nfs", None), [
+                self.prev_nfs, self.nfs = self.nfs, [
                     (nf["cycles_per_packet"] * nf["packets_in"], nf["packets_in"]) for nf in s["nfs"]]
-                self.prev_nfs = prev
                 return s["nfs"][0]["packets_in"], s["seconds"], s["nfs"][0]["batches"] * BURST
             except (OSError, ValueError, KeyError):
                 time.sleep(0.01)
@@ -206,7 +207,7 @@ class Group:
 
     def __init__(self, tmp, stub, gen, port, n, gid, copy_each_hop):
         self.stub, self.gid = stub, gid
-        self.procs = []
+        self.procs, self.fills, self.batch = [], [], 1
         try:
             self._start(tmp, gen, port, n, copy_each_hop)
         except BaseException:
@@ -272,7 +273,7 @@ def window(mode, seconds):
         p1, t1, room1 = mode.sample()
     finally:
         mode.leave_core()
-    mode.fills = getattr(mode, "fills", []) + [(p1 - p0) / (room1 - room0) if room1 > room0 else 0.0]
+    mode.fills.append((p1 - p0) / (room1 - room0) if room1 > room0 else 0.0)
     return (p1 - p0) / (t1 - t0) / 1e6 if t1 > t0 else 0.0
 
 
