@@ -68,15 +68,15 @@ build: deps
 	$(PY) placer/build_proto.py
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
 	    proto/keel/v1/coopsched.proto
-	PATH="$$PATH:$$(dirname $(GO))" gateway/genproto.sh $(PY)
-	cd gateway && $(GO) build -o ../build/bin/keel-gateway ./cmd/keel-gateway
+	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
+	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 
 test: build
 	$(MAKE) --no-print-directory unit-test py-test
 
 unit-test:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	cd gateway && $(GO) test ./...
+	$(GO) test ./...
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/openfaas/faas-provider/types"
 )
@@ -63,6 +63,14 @@ type Placement struct {
 	Subgroups []Subgroup `json:"subgroups"`
 }
 
+// Member is one server-placed NF of a chain and how a worker runs it as a keel-nf process.
+type Member struct {
+	Name   string `json:"name"`   // the NF's name in the chain
+	NF     string `json:"nf"`     // the registered NF name keel-nf runs
+	Image  string `json:"image"`  // keel/nf-base for library NFs, the tenant's image for theirs
+	Config string `json:"config"` // the keel-nf configuration, JSON
+}
+
 // Chain is a validated chain as the gateway stores it.
 type Chain struct {
 	Name      string    `json:"name"`
@@ -72,6 +80,13 @@ type Chain struct {
 	SLO       SLO       `json:"slo"`
 	NFs       []string  `json:"nfs"` // NF instance names in chain order (tenant NFs by function name)
 	Placement Placement `json:"placement"`
+	// Members are the NFs an instance runs on its worker (the server-placed ones), in order.
+	Members []Member `json:"members"`
+	// Tenant is the function's namespace; it names the NF state in Redis.
+	Tenant string `json:"tenant"`
+	// MemoryBytes and CPUs limit each NF container (from the function's limits; 0 = none).
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`
 }
 
 // Summary is a one-line description: NFs with their targets.

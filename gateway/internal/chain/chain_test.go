@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 	"google.golang.org/grpc"
 )

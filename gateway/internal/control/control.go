@@ -15,7 +15,7 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
-	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"

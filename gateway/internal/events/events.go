@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
@@ -57,10 +57,16 @@ func (h *Hub) Publish(ev *pb.WatchEvent) {
 // InstanceProto converts a stored chain instance to its wire form.
 func InstanceProto(in *store.Instance) *pb.ChainInstance {
 	return &pb.ChainInstance{Id: in.ID, Chain: in.Chain, Worker: in.Worker, VfPort: in.VFPort, Vlan: in.VLAN,
-		State: in.State, Core: in.Core, Flows: in.Flows, RateGbps: in.RateGbps, P99Us: in.P99us, Overloaded: in.Overloaded}
+		State: in.State, Core: in.Core, Flows: in.Flows, RateGbps: in.RateGbps, P99Us: in.P99us, Overloaded: in.Overloaded,
+		Phase: in.Phase, Reason: in.Reason, Batch: in.Batch}
 }
 
 // ChainProto converts a stored chain to its wire form.
 func ChainProto(c *chain.Chain) *pb.Chain {
-	return &pb.Chain{Name: c.Name, Filter: c.Filter, Spec: c.Spec, Slo: c.SLOText, Nfs: c.NFs}
+	pc := &pb.Chain{Name: c.Name, Filter: c.Filter, Spec: c.Spec, Slo: c.SLOText, Nfs: c.NFs,
+		MemoryBytes: c.MemoryBytes, Cpus: c.CPUs, Tenant: c.Tenant}
+	for _, m := range c.Members {
+		pc.Members = append(pc.Members, &pb.ChainMember{Name: m.Name, Nf: m.NF, Image: m.Image, ConfigJson: m.Config})
+	}
+	return pc
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	pb "github.com/keel-nfv/keel/gateway/internal/pb/keel/v1"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/openfaas/faas-provider/types"
 )

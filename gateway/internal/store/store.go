@@ -57,6 +57,10 @@ type Instance struct {
 	Packets    uint64  `json:"packets"`
 	Drops      uint64  `json:"drops"`
 	Overloaded bool    `json:"overloaded"`
+	Batch      uint32  `json:"batch"`              // bursts per turn the gateway wants
+	Phase      string  `json:"phase,omitempty"`    // the agent's report: starting | ready | failed | removing
+	Reason     string  `json:"reason,omitempty"`   // why it failed
+	Restarts   uint64  `json:"restarts,omitempty"` // rebuilds after failures, as the agent counts them
 }
 
 // Instance states.

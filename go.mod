@@ -1,4 +1,4 @@
-module github.com/keel-nfv/keel/gateway
+module github.com/keel-nfv/keel
 
 go 1.26.8
 
