@@ -32,7 +32,7 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
 
 class RedisMirror {
  public:
-  /* |addr| is HOST:PORT; |period| is how often changes are written. */
+  /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are written. */
   RedisMirror(const std::string& addr, std::chrono::milliseconds period);
   ~RedisMirror();
   /* The Redis address as given: HOST:PORT or unix:PATH. */
