@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "keel/burst.h"
+#include "keel/port.h"
 
 namespace keel {
 
@@ -37,6 +38,7 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
     s->nnfs = static_cast<uint32_t>(opt.count);
     s->batch = 1;
     Store<uint64_t>(&s->magic, KEEL_SCHED_MAGIC);
+    m->tx_chains_ = PortTxChains(opt.port);
   } else {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
@@ -71,7 +73,7 @@ void Member::Egress() {
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
     rte_mbuf* out[kMaxBurst];
-    int nout = CopyOut(&batch, pool_, out, &port_);
+    int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.port, out, nout, &port_);
   }
@@ -224,7 +226,7 @@ Json Member::StatsJson() const {
     uint64_t batches = port_.batches.Get();
     j["port"] = {{"rx_packets", port_.rx_packets.Get()},   {"rx_malformed", port_.rx_malformed.Get()},
                  {"tx_packets", port_.tx_packets.Get()},   {"tx_dropped", port_.tx_dropped.Get()},
-                 {"copy_dropped", port_.copy_dropped.Get()}};
+                 {"tx_too_long", port_.tx_too_long.Get()}, {"copy_dropped", port_.copy_dropped.Get()}};
     j["batches"] = batches;
     j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
   }

@@ -23,6 +23,7 @@ Runner::Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt)
 std::unique_ptr<Runner> Runner::Create(Chain* chain, rte_mempool* pool, const RunnerOptions& opt,
                                        std::string* err) {
   std::unique_ptr<Runner> r(new Runner(chain, pool, opt));
+  r->tx_chains_ = PortTxChains(opt.tx_port);
   if (!opt.pktbuf_path.empty() && chain->size() > 1) {
     /* Room for the bursts of one scheduling round (Galleon §4.3: B x 32). */
     r->pktbuf_ = PktBuf::Create(opt.pktbuf_path, 4 * kMaxBurst, err);
@@ -63,7 +64,7 @@ void Runner::RunFromChainBuffer() {
     }
     chain_->Run(&batch, 1, chain_->size());
     rte_mbuf* out[kMaxBurst];
-    int nout = CopyOut(&batch, pool_, out, &port_);
+    int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
     pktbuf_->Release(static_cast<uint32_t>(n));
     pktbuf_->Rewind();
     TransmitBurst(opt_.tx_port, out, nout, &port_);
@@ -136,6 +137,7 @@ Json Runner::StatsJson() const {
                 {"tx_packets", port_.tx_packets.Get()},
                 {"tx_bytes", port_.tx_bytes.Get()},
                 {"tx_dropped", port_.tx_dropped.Get()},
+                {"tx_too_long", port_.tx_too_long.Get()},
                 {"copy_dropped", port_.copy_dropped.Get()},
                 {"rx_queue_len", port_.rx_queue_len_known.Get()
                                      ? Json(port_.rx_queue_len.Get()) : Json(nullptr)},

@@ -68,6 +68,7 @@ class Member {
   MemberOptions opt_;
   std::unique_ptr<PktBuf> buf_;
   PortCounters port_;
+  bool tx_chains_ = false; /* position 0: the port sends multi-segment mbufs */
   Counter turns_;
   Counter order_violations_; /* packets whose predecessor had not finished them */
   std::atomic<bool> stop_{false};

@@ -59,7 +59,8 @@ struct PortCounters {
   Counter rx_malformed;   /* dropped before the first NF: truncated or bad headers */
   Counter tx_packets;
   Counter tx_bytes;
-  Counter tx_dropped;     /* the TX queue was full */
+  Counter tx_dropped;     /* the TX queue was full, or no mbuf was left */
+  Counter tx_too_long;    /* longer than an mbuf, and the port sends no segment chains */
   Counter copy_dropped;   /* the chain's packet buffer was full */
   Counter rx_queue_len;   /* RX descriptors in use at the last sample; see rx_queue_len_known */
   Counter rx_queue_len_known; /* 1 if the PMD reports RX queue occupancy */

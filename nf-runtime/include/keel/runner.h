@@ -64,6 +64,7 @@ class Runner {
   RunnerOptions opt_;
   std::unique_ptr<PktBuf> pktbuf_;
   PortCounters port_;
+  bool tx_chains_ = false; /* the TX port sends multi-segment mbufs */
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};
   uint64_t start_tsc_ = 0;
