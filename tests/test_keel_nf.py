@@ -12,7 +12,7 @@ from scapy.all import Dot1Q, Ether, IP, UDP, Raw, rdpcap, wrpcap
 from keelenv import BIN
 
 
-def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400):
+def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400, extra=()):
     """Starts one keel-nf per NF (position 0 reads a capture); returns the
     processes and the paths of the output capture and stats files."""
     in_pcap, out_pcap = tmp_path / "in.pcap", tmp_path / "out.pcap"
@@ -22,7 +22,7 @@ def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400):
     for k, (name, cfg) in enumerate(nfs):
         st = tmp_path / f"stats{k}.json"
         args = [str(BIN / "keel-nf"), "--nf", f"{name}={json.dumps(cfg)}", "--chain-id", chain_id,
-                "--position", str(k), "--of", str(len(nfs)), "--pktbuf", str(pktbuf), "--stats", str(st)]
+                "--position", str(k), "--of", str(len(nfs)), "--pktbuf", str(pktbuf), "--stats", str(st), *extra]
         if k == 0:
             args += ["--exit-when-idle", str(idle_ms), "--", "--no-pci", "--no-huge", "-m", "512",
                      "--log-level=error", "--no-telemetry", f"--file-prefix=keelnf{os.getpid()}",
@@ -30,6 +30,15 @@ def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400):
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         stats.append(st)
     return procs, out_pcap, stats, pktbuf
+
+
+def wait_for(cond, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def wait_all(procs, timeout=120):
@@ -133,3 +142,49 @@ def test_growing_nfs_never_crash_the_egress_on_the_longest_frame(tmp_path):
     assert [got[0][Dot1Q:k].vlan for k in (1, 2, 3)] == [12, 11, 10]
     port = json.loads(stats[0].read_text())["port"]
     assert (port["tx_packets"], port["tx_too_long"], port["tx_dropped"]) == (2, 1, 0)
+
+
+def service_threads(pid, name):
+    """The thread ids of process |pid| called |name|."""
+    return [int(t) for t in os.listdir(f"/proc/{pid}/task")
+            if open(f"/proc/{pid}/task/{t}/comm").read().strip() == name]
+
+
+def allowed_cpus(pid, tid):
+    text = open(f"/proc/{pid}/task/{tid}/status").read()
+    line = next(l for l in text.splitlines() if l.startswith("Cpus_allowed_list:"))
+    cpus = set()
+    for part in line.split(":")[1].strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def test_stats_file_is_rewritten_while_the_chain_runs(tmp_path):
+    pkts = [udp_frame(100, sport=1000 + i) for i in range(20)]
+    nfs = [("stamp", {"index": 0}), ("stamp", {"index": 1})]
+    procs, _, stats, _ = start_chain(tmp_path, "stats2", nfs, pkts, idle_ms=2500,
+                                     extra=["--stats-interval", "100"])
+    try:
+        assert wait_for(lambda: all(st.exists() for st in stats), 10), "no statistics file while running"
+        first = [json.loads(st.read_text()) for st in stats]
+        assert not any(s["final"] for s in first)
+        time.sleep(0.5)
+        later = [json.loads(st.read_text()) for st in stats]
+        assert all(b["unix_ms"] > a["unix_ms"] for a, b in zip(first, later)), "the file is not rewritten"
+        assert all(b["turns"] > a["turns"] for a, b in zip(first, later))
+        head = later[0]
+        assert head["port"]["rx_packets"] == 20 and head["bursts_per_turn"] == 1
+        assert "rx_queue_len" in head["port"] and head["port"]["rx_queue_len"] is None  # net_pcap cannot tell
+        assert [s["nfs"][0]["packets_in"] for s in later] == [20, 20]
+        assert all("cycles_per_packet" in s["nfs"][0] for s in later)
+        if os.cpu_count() > 1:
+            for p in procs:
+                (stats_tid,) = service_threads(p.pid, "keel-stats")
+                assert open(f"/proc/{p.pid}/task/{stats_tid}/stat").read().rsplit(")", 1)[1].split()[38] == "0"
+                assert not allowed_cpus(p.pid, stats_tid) & allowed_cpus(p.pid, p.pid), \
+                    "the statistics thread shares the packet thread's core"
+    finally:
+        wait_all(procs, timeout=30)
+    final = json.loads(stats[0].read_text())
+    assert final["final"] and final["nfs"][0]["stats"]["out_of_order"] == 0

@@ -36,7 +36,8 @@ constexpr int kWaitForBufferMs = 10000;
 
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
-    "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
+    "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
+    "               [--stats FILE [--stats-interval MS]]\n"
     "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
@@ -57,9 +58,23 @@ const char kUsage[] =
     "                       TLB misses off every NF at large batches\n"
     "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
     "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
-    "  --stats FILE         write this NF's statistics as JSON at exit\n"
+    "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
+    "                       whole (rename) every --stats-interval and at exit\n"
+    "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
-    "                       of private memory (a baseline for benchmarks)\n";
+    "                       of private memory (a baseline for benchmarks)\n"
+    "\n"
+    "The statistics file (cycles from rdtsc; counters count from the start):\n"
+    "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
+    "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
+    "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
+    "   position 0 only:\n"
+    "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
+    "            \"tx_dropped\", \"tx_too_long\", \"copy_dropped\": n,\n"
+    "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
+    "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
+    "   received packets), \"cycles_per_batch\": x}\n";
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {
@@ -95,6 +110,7 @@ int main(int argc, char** argv) {
       {"pktbuf", required_argument, nullptr, 'p'},   {"coopsched", required_argument, nullptr, 's'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
+      {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
       {nullptr, 0, nullptr, 0}};
@@ -110,6 +126,7 @@ int main(int argc, char** argv) {
       case 's': coopsched = optarg; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
+      case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
       case 'h': std::fputs(kUsage, stdout); return 0;
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;

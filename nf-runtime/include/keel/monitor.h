@@ -12,6 +12,7 @@
 #define KEEL_MONITOR_H_
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <x86intrin.h>
 
 #include <atomic>
@@ -42,6 +43,15 @@ uint64_t TscHz();
  * the packet thread's core and policy, and under SCHED_FIFO it would never
  * get to run to move itself while the packet thread polls. */
 void MoveOffCore(pthread_t t, int core);
+
+/* The CPU thread |tid| is pinned to, or -1 if it may run on several. */
+int PinnedCore(pid_t tid);
+
+/* Keeps the calling service thread off the core packet thread |packet_tid|
+ * is pinned to, following it when it moves (coopsched pins an NF's thread
+ * after it started): when that core is no longer |*core|, moves the caller
+ * with MoveOffCore and updates |*core|. */
+void FollowOffCore(pid_t packet_tid, int* core);
 
 /* What one NF of the chain did. */
 struct NfCounters {
