@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from scapy.all import Dot1Q, Ether, IP, UDP, Raw, rdpcap, wrpcap
+from scapy.all import Dot1Q, Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
 
 from keelenv import BIN
 
@@ -120,6 +120,8 @@ def test_usage_errors_exit_2():
     assert r.returncode == 2 and "chain id" in r.stderr
     r = run("--nf", "stamp", "--chain-id", "c", "--position", "1", "--of", "2", "--", "--vdev", "net_null0")
     assert r.returncode == 2 and "position 0 only" in r.stderr
+    r = run("--nf", "nat", "--chain-id", "c", "--position", "0", "--of", "1", "--redis", "localhost")
+    assert r.returncode == 2 and "not HOST:PORT" in r.stderr
 
 
 def udp_frame(size, sport=7):
@@ -188,3 +190,26 @@ def test_stats_file_is_rewritten_while_the_chain_runs(tmp_path):
         wait_all(procs, timeout=30)
     final = json.loads(stats[0].read_text())
     assert final["final"] and final["nfs"][0]["stats"]["out_of_order"] == 0
+
+
+def test_nat_state_in_redis_survives_a_restart_of_the_chain(tmp_path, redis_server):
+    nat = {"external_ip": "198.18.255.1", "port_range": [30000, 30999]}
+    nfs = [("stamp", {"index": 0}), ("nat", nat)]
+    redis = ["--redis", redis_server, "--tenant", "t1"]
+    out_syn = Ether() / IP(src="198.18.0.7", dst="198.19.0.3") / TCP(sport=4444, dport=80, flags="S")
+    (tmp_path / "first").mkdir()
+    procs, out, _, _ = start_chain(tmp_path / "first", "natc", nfs, [out_syn], extra=redis)
+    wait_all(procs, timeout=60)
+    (translated,) = rdpcap(str(out))
+    assert translated[IP].src == "198.18.255.1"
+    host, port = redis_server.split(":")
+    keys = subprocess.run(["redis-cli", "-h", host, "-p", port, "--raw", "KEYS", "keel:state:*"],
+                          capture_output=True, text=True, timeout=10).stdout.split()
+    assert keys == ["keel:state:t1:natc:1-nat"], "one hash, named by the NF's position"
+    reply = Ether() / IP(src="198.19.0.3", dst="198.18.255.1") / TCP(sport=80, dport=translated[TCP].sport, flags="SA")
+    (tmp_path / "again").mkdir()
+    procs, out, _, _ = start_chain(tmp_path / "again", "natc", nfs, [reply], extra=redis)
+    wait_all(procs, timeout=60)
+    back = rdpcap(str(out))
+    assert len(back) == 1, "the restarted NAT lost the mapping"
+    assert (back[0][IP].dst, back[0][TCP].dport) == ("198.18.0.7", 4444)

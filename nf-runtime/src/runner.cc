@@ -2,7 +2,6 @@
 #include "keel/runner.h"
 
 #include <rte_ethdev.h>
-#include <rte_lcore.h>
 
 #include <chrono>
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "keel/member.h"
 #include "keel/nf_loader.h"
 #include "keel/port.h"
+#include "keel/redis_mirror.h"
 
 namespace {
 
@@ -37,7 +39,7 @@ constexpr int kWaitForBufferMs = 10000;
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
-    "               [--stats FILE [--stats-interval MS]]\n"
+    "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
     "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
@@ -61,6 +63,11 @@ const char kUsage[] =
     "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
     "                       whole (rename) every --stats-interval and at exit\n"
     "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
+    "  --redis HOST:PORT    keep the NF's flow table in Redis: load it at start, mirror\n"
+    "                       changes, so a restarted NF of the same chain id and\n"
+    "                       position continues with its state (hash\n"
+    "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
+    "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
     "\n"
@@ -89,6 +96,15 @@ bool ValidId(const std::string& id) {
   return true;
 }
 
+/* HOST:PORT with a port in 1..65535. */
+bool ValidRedisAddr(const std::string& addr) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  char* end = nullptr;
+  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  return colon + 1 < addr.size() && *end == '\0' && port >= 1 && port <= 65535;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,7 +112,7 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string nf, chain_id, coopsched;
+  std::string nf, chain_id, coopsched, redis, tenant = "default";
   std::vector<std::string> loads;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -113,6 +129,7 @@ int main(int argc, char** argv) {
       {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
+      {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -130,6 +147,8 @@ int main(int argc, char** argv) {
       case 'h': std::fputs(kUsage, stdout); return 0;
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
+      case 'r': redis = optarg; break;
+      case 't': tenant = optarg; break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -144,6 +163,8 @@ int main(int argc, char** argv) {
     UsageError("--position " + std::to_string(opt.position) + " is not below --of " + std::to_string(opt.count));
   if (opt.position > 0 && eal_at < argc - 1)
     UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
+  if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
+  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);
@@ -204,6 +225,13 @@ int main(int argc, char** argv) {
       /* The packet memory of this process alone, for its private copies. */
       pool = keel::MbufPool("keel_nf_private", 1023, 64, &err);
     }
+    std::unique_ptr<keel::RedisMirror> mirror;
+    if (err.empty() && !redis.empty()) {
+      mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
+      mirror->Add(&chain->nf(0)->state(), keel::StateKey(tenant, chain_id, static_cast<size_t>(opt.position),
+                                                        chain->name(0)));
+      mirror->Start();
+    }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
     if (member && !coopsched.empty() &&
@@ -225,6 +253,7 @@ int main(int argc, char** argv) {
       rte_eth_dev_close(0);
     }
     member.reset();
+    if (mirror) mirror->Stop(std::chrono::milliseconds(1000));
     chain.reset();
     if (pool) rte_mempool_free(pool);
   }
