@@ -213,3 +213,50 @@ def test_nat_state_in_redis_survives_a_restart_of_the_chain(tmp_path, redis_serv
     back = rdpcap(str(out))
     assert len(back) == 1, "the restarted NAT lost the mapping"
     assert (back[0][IP].dst, back[0][TCP].dport) == ("198.18.0.7", 4444)
+
+
+def test_wait_iface_gives_up_with_a_message():
+    start = time.time()
+    r = subprocess.run([str(BIN / "keel-nf"), "--nf", "stamp", "--chain-id", "wait", "--position", "0", "--of", "1",
+                        "--wait-iface", "keelnosuch0:300", "--", "--no-pci", "--no-huge", "-m", "256"],
+                       capture_output=True, text=True, timeout=30)
+    took = time.time() - start
+    assert r.returncode == 1
+    assert "interface keelnosuch0 did not appear within 300 ms" in r.stderr
+    assert 0.3 <= took < 5
+    r = subprocess.run([str(BIN / "keel-nf"), "--nf", "stamp", "--chain-id", "wait", "--position", "1", "--of", "2",
+                        "--wait-iface", "vf0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "position 0 only" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2 for a netns")
+def test_wait_iface_opens_the_port_once_the_interface_appears(tmp_path):
+    ns = f"keelwait{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        st = tmp_path / "stats.json"
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", ns, str(BIN / "keel-nf"), "--nf", 'stamp={"index":0}', "--chain-id", f"wait{os.getpid()}",
+             "--position", "0", "--of", "1", "--wait-iface", "keelvf0:20000", "--exit-when-idle", "500",
+             "--stats", str(st), "--stats-interval", "50", "--", "--no-pci", "--no-huge", "-m", "256",
+             "--log-level=error", "--no-telemetry", f"--file-prefix=keelwait{os.getpid()}",
+             "--vdev", "net_af_packet0,iface=keelvf0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1)
+            assert p.poll() is None, p.stderr.read()
+            assert not st.exists(), "the port opened before its interface existed"
+            cpu = sum(int(f) for f in open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+            subprocess.run(["ip", "-n", ns, "link", "add", "keelvf0", "type", "veth", "peer", "name", "keelvf1"],
+                           check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", "keelvf0", "up"], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", "keelvf1", "up"], check=True)
+            assert wait_for(st.exists, 10), "keel-nf did not start once the interface was there"
+            assert p.wait(timeout=30) == 0, p.stderr.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert cpu < 50, f"waiting used {cpu} ticks of CPU in 1 s: a busy loop"
+        assert json.loads(st.read_text())["port"]["rx_packets"] >= 0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])

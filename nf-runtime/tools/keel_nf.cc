@@ -4,6 +4,7 @@
  * owns the DPDK port; the others map only the chain's buffer file.
  */
 #include <getopt.h>
+#include <net/if.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -35,12 +37,14 @@ using keel::cli::ParseInt;
 using keel::cli::UsageError;
 
 constexpr int kWaitForBufferMs = 10000;
+constexpr int kWaitForIfaceMs = 30000;
+constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
     "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
-    "               [-- <DPDK EAL arguments, position 0 only>]\n"
+    "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
     "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
@@ -60,6 +64,10 @@ const char kUsage[] =
     "                       TLB misses off every NF at large batches\n"
     "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
     "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
+    "  --wait-iface NAME[:MS]  position 0: before opening the port, wait until network\n"
+    "                       interface NAME exists (the VF the agent moves into this\n"
+    "                       network namespace after start), at most MS ms (default\n"
+    "                       30000); exit 1 if it does not appear\n"
     "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
     "                       whole (rename) every --stats-interval and at exit\n"
     "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
@@ -105,6 +113,26 @@ bool ValidRedisAddr(const std::string& addr) {
   return colon + 1 < addr.size() && *end == '\0' && port >= 1 && port <= 65535;
 }
 
+/* The NAME of "--wait-iface NAME[:MS]"; MS, if given, into |*ms|. */
+std::string ParseWaitIface(const std::string& arg, int* ms) {
+  size_t colon = arg.find(':');
+  std::string name = arg.substr(0, colon);
+  if (name.empty() || name.size() >= IF_NAMESIZE || name.find('/') != std::string::npos)
+    UsageError("--wait-iface: '" + name + "' is not an interface name");
+  if (colon != std::string::npos) *ms = ParseInt("--wait-iface", arg.c_str() + colon + 1, 1, 3600000);
+  return name;
+}
+
+/* Waits, polling every 10 ms, until interface |name| exists; false after |ms|. */
+bool WaitForIface(const std::string& name, int ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (if_nametoindex(name.c_str()) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kIfacePoll);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,7 +140,8 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string nf, chain_id, coopsched, redis, tenant = "default";
+  std::string nf, chain_id, coopsched, redis, tenant = "default", wait_iface;
+  int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -129,6 +158,7 @@ int main(int argc, char** argv) {
       {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
+      {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
@@ -148,6 +178,7 @@ int main(int argc, char** argv) {
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
       case 'r': redis = optarg; break;
+      case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
@@ -163,6 +194,8 @@ int main(int argc, char** argv) {
     UsageError("--position " + std::to_string(opt.position) + " is not below --of " + std::to_string(opt.count));
   if (opt.position > 0 && eal_at < argc - 1)
     UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
+  if (!wait_iface.empty() && opt.position != 0)
+    UsageError("--wait-iface is for position 0 only: the others never open the port");
   if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
   if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
@@ -174,6 +207,12 @@ int main(int argc, char** argv) {
   } catch (const keel::ConfigError& e) {
     UsageError(e.what());
   }
+  if (!wait_iface.empty() && !WaitForIface(wait_iface, wait_iface_ms)) {
+    std::fprintf(stderr, "keel-nf: --wait-iface: interface %s did not appear within %d ms\n",
+                 wait_iface.c_str(), wait_iface_ms);
+    return 1;
+  }
+
   std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
     std::string dir = "/dev/shm/keel";
