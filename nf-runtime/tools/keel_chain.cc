@@ -7,7 +7,6 @@
 #include <getopt.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
-#include <rte_lcore.h>
 #include <rte_mbuf.h>
 
 #include <csignal>
@@ -162,7 +161,7 @@ int main(int argc, char** argv) {
       mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
       for (size_t i = 0; i < chain->size(); i++)
         mirror->Add(&chain->nf(i)->state(), keel::StateKey(tenant, chain_id, i, chain->name(i)));
-      mirror->Start(static_cast<int>(rte_lcore_to_cpu_id(static_cast<int>(rte_get_main_lcore()))));
+      mirror->Start();
     }
 
     std::unique_ptr<keel::Runner> runner;
