@@ -177,7 +177,7 @@ TEST(RedisMirror, ReachesRedisThroughAUnixSocket) {
     RedisMirror m(redis.unix_addr(), milliseconds(10));
     EXPECT_EQ(m.Address(), redis.unix_addr());
     m.Add(&s, key);
-    m.Start(-1);
+    m.Start();
     for (uint16_t i = 0; i < 10; i++) s.Update(Flow(i), Value{i, 2});
     s.Sync(true);
     m.Stop(milliseconds(2000));
