@@ -9,7 +9,7 @@ import time
 import pytest
 from scapy.all import Dot1Q, Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
 
-from keelenv import BIN
+from keelenv import BIN, ROOT
 
 
 def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400, extra=()):
@@ -260,3 +260,36 @@ def test_wait_iface_opens_the_port_once_the_interface_appears(tmp_path):
         assert json.loads(st.read_text())["port"]["rx_packets"] >= 0
     finally:
         subprocess.run(["ip", "netns", "del", ns])
+
+
+def test_list_json_is_the_catalogue_keel_chain_exports():
+    def catalogue(binary):
+        r = subprocess.run([str(BIN / binary), "--list", "--json"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    cat = catalogue("keel-nf")
+    assert cat == catalogue("keel-chain") and cat["version"] == 1
+    nfs = {nf["name"]: nf for nf in cat["nfs"]}
+    assert len(nfs) == 17
+    assert [(a["name"], a["type"], a.get("required")) for a in nfs["tunnel"]["args"]] == [("vlan", "integer", True)]
+    assert [a["name"] for a in nfs["nat"]["args"]] == ["external_ip", "port_range"]
+    assert (ROOT / "build" / "nf-catalog.json").exists() and json.loads(
+        (ROOT / "build" / "nf-catalog.json").read_text()) == cat
+
+
+def test_check_runs_init_without_ports_and_names_the_bad_field():
+    def check(*nfs):
+        args = [a for nf in nfs for a in ("--nf", nf)]
+        return subprocess.run([str(BIN / "keel-nf"), "--check", *args], capture_output=True, text=True, timeout=30)
+    ok = check('tunnel={"vlan":7}', 'nat={"external_ip":"198.18.100.1","port_range":[1024,2047]}',
+               'ipv4fwd={"routes":[{"prefix":"198.18.0.0/15","dst_mac":"02:00:00:00:00:01","port":0}]}')
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    for nf, message in [('nat={"external_ip":"notanip","port_range":[1,2]}', "nat.external_ip: 'notanip' is not an IPv4 address"),
+                        ('tunnel={"tag":7}', "tunnel.tag: unknown field"),
+                        ("tunnel", "tunnel.vlan: missing"),
+                        ('bpf={"filters":["tcp prot 80"]}', "bpf.filters[0]: 'tcp prot 80' does not compile"),
+                        ('tunnel={"vlan":', "bad JSON")]:
+        r = check('macswap', nf)
+        assert r.returncode == 2 and message in r.stderr, (nf, r.stderr)
+    r = check("frobnicate")
+    assert r.returncode == 2 and "unknown NF 'frobnicate'" in r.stderr
