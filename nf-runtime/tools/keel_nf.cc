@@ -43,16 +43,11 @@ constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
-<<<<<<< HEAD
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
-    "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
+    "               [--stats FILE [--stats-interval MS]] [--redis ADDR [--tenant T]]\n"
     "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
-=======
-    "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
-    "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "       keel-nf [--load NF.so] --list [--json]\n"
     "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
->>>>>>> catalog
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
     "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
@@ -79,14 +74,21 @@ const char kUsage[] =
     "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
     "                       whole (rename) every --stats-interval and at exit\n"
     "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
-    "  --redis HOST:PORT    keep the NF's flow table in Redis: load it at start, mirror\n"
+    "  --redis ADDR         keep the NF's flow table in Redis: load it at start, mirror\n"
     "                       changes, so a restarted NF of the same chain id and\n"
     "                       position continues with its state (hash\n"
     "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
     "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
-<<<<<<< HEAD
+    "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
+    "                       with --json print the NF catalogue as JSON\n"
+    "  --check              run each --nf's Init on its configuration, without ports\n"
+    "                       or a chain (a device-less DPDK EAL without hugepages, for NFs\n"
+    "                       that use DPDK libraries), and exit: 0 if every one is\n"
+    "                       accepted, 2 with Init's message naming the NF and the\n"
+    "                       field (e.g. \"nat.external_ip: 'x' is not an IPv4\n"
+    "                       address\") if one is not\n"
     "\n"
     "The statistics file (cycles from rdtsc; counters count from the start):\n"
     "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
@@ -99,17 +101,6 @@ const char kUsage[] =
     "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
     "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
     "   received packets), \"cycles_per_batch\": x}\n";
-=======
-    "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
-    "                       with --json print the NF catalogue as JSON\n"
-    "  --check              run each --nf's Init on its configuration, without ports\n"
-    "                       or a chain (a device-less DPDK EAL without hugepages, for NFs\n"
-    "                       that use DPDK libraries), and exit: 0 if every one is\n"
-    "                       accepted, 2 with Init's message naming the NF and the\n"
-    "                       field (e.g. \"nat.external_ip: 'x' is not an IPv4\n"
-    "                       address\") if one is not\n"
-    "\n";
->>>>>>> catalog
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {
@@ -124,9 +115,9 @@ bool ValidId(const std::string& id) {
   return true;
 }
 
-<<<<<<< HEAD
-/* HOST:PORT with a port in 1..65535. */
+/* HOST:PORT with a port in 1..65535, or unix:PATH. */
 bool ValidRedisAddr(const std::string& addr) {
+  if (addr.rfind("unix:", 0) == 0) return addr.size() > 5;
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
   char* end = nullptr;
@@ -152,7 +143,8 @@ bool WaitForIface(const std::string& name, int ms) {
     std::this_thread::sleep_for(kIfacePoll);
   }
   return true;
-=======
+}
+
 /* keel-nf --check: Init of every NF spec on its configuration; exit status 0 or 2. */
 int CheckNfs(char* argv0, const std::vector<std::string>& nfs) {
   if (nfs.empty()) UsageError("--check needs at least one --nf");
@@ -185,7 +177,6 @@ int CheckNfs(char* argv0, const std::vector<std::string>& nfs) {
   std::error_code ignored;
   std::filesystem::remove_all(runtime_dir, ignored);
   return rc;
->>>>>>> catalog
 }
 
 }  // namespace
@@ -195,15 +186,10 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-<<<<<<< HEAD
-  std::string nf, chain_id, coopsched, redis, tenant = "default", wait_iface;
+  std::string chain_id, coopsched, redis, tenant = "default", wait_iface;
   int wait_iface_ms = kWaitForIfaceMs;
-  std::vector<std::string> loads;
-=======
-  std::string chain_id, coopsched;
   std::vector<std::string> loads, nfs;
   bool list = false, json = false, check = false;
->>>>>>> catalog
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
     if (std::string(argv[i]) == "--") {
@@ -219,13 +205,10 @@ int main(int argc, char** argv) {
       {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
-<<<<<<< HEAD
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
-=======
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
       {"check", no_argument, nullptr, 'K'},
->>>>>>> catalog
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -239,10 +222,7 @@ int main(int argc, char** argv) {
       case 's': coopsched = optarg; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
-<<<<<<< HEAD
       case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
-      case 'h': std::fputs(kUsage, stdout); return 0;
-=======
       case 'l': list = true; break;
       case 'j': json = true; break;
       case 'K': check = true; break;
@@ -250,7 +230,6 @@ int main(int argc, char** argv) {
         std::fputs(kUsage, stdout);
         std::fputs(keel::cli::kCatalogHelp, stdout);
         return 0;
->>>>>>> catalog
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
       case 'r': redis = optarg; break;
@@ -280,7 +259,7 @@ int main(int argc, char** argv) {
   if (!wait_iface.empty() && opt.position != 0)
     UsageError("--wait-iface is for position 0 only: the others never open the port");
   if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
-  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
+  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT or unix:PATH");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);

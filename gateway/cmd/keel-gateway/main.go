@@ -25,11 +25,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-<<<<<<< HEAD
-=======
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
->>>>>>> catalog
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -39,15 +35,9 @@ import (
 )
 
 type options struct {
-<<<<<<< HEAD
-	listen, grpcListen, redis, placer, secrets, topology, docker, algo, cpuset string
-	noAuth                                                                     bool
-	pool                                                                       int
-=======
-	listen, grpcListen, redis, placer, secrets, topology, docker, algo, keelNF string
-	noAuth                                                             bool
-	pool                                                               int
->>>>>>> catalog
+	listen, grpcListen, redis, placer, secrets, topology, docker, algo, keelNF, cpuset string
+	noAuth                                                                             bool
+	pool                                                                               int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -169,12 +159,8 @@ func run(o *options) error {
 	if err != nil {
 		log.Printf("warning: %v: normal functions are refused and packet functions' arguments are not read from their images until the gateway restarts with a reachable --docker", err)
 	} else {
-<<<<<<< HEAD
 		docker.Cpuset = o.cpuset
-		p.Runtime = docker
-=======
 		p.Runtime, p.Images, v.Runner = docker, docker, docker
->>>>>>> catalog
 	}
 	if err := p.Adopt(ctx); err != nil {
 		return err

@@ -13,10 +13,7 @@ import (
 	"sort"
 	"strings"
 
-<<<<<<< HEAD
-=======
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
->>>>>>> catalog
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"

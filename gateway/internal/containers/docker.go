@@ -27,7 +27,7 @@ import (
 const (
 	LabelFunction = "com.keel.function"
 	LabelReplica  = "com.keel.replica"
-	LabelSpec     = "com.keel.spec" // the deployment's image + env, to tell an update from a restart
+	LabelSpec     = "com.keel.spec"    // the deployment's image + env, to tell an update from a restart
 	LabelOneShot  = "com.keel.oneshot" // a container RunOnce starts and removes
 	watchdogPort  = 8080
 )

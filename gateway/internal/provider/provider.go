@@ -20,11 +20,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-<<<<<<< HEAD
-=======
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
->>>>>>> catalog
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
@@ -62,8 +58,8 @@ type Provider struct {
 	Images nfcatalog.Runner
 	// Library is the library's NF catalogue: a packet function may not take one of its names.
 	Library *nfcatalog.Catalog
-	Metrics   *metrics.Metrics
-	Hub       *events.Hub
+	Metrics *metrics.Metrics
+	Hub     *events.Hub
 	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
 	PoolSize int
 
