@@ -52,7 +52,7 @@ const char kUsage[] =
     "  --stats-interval MS  rewrite the --stats file every MS ms (default 1000)\n"
     "  --pktbuf PATH        copy packets after the first NF into a shared chain\n"
     "                       buffer file at PATH (as a multi-process chain does)\n"
-    "  --redis HOST:PORT    mirror NF state to Redis and load it at start\n"
+    "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
     "  --list               list the NFs and exit\n"

@@ -32,9 +32,11 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
 
 class RedisMirror {
  public:
-  /* |addr| is HOST:PORT; |period| is how often changes are written. */
+  /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are written. */
   RedisMirror(const std::string& addr, std::chrono::milliseconds period);
   ~RedisMirror();
+  /* The Redis address as given: HOST:PORT or unix:PATH. */
+  std::string Address() const;
 
   /* Before Start: mirrors |state| into hash |key| and loads what the hash
    * already holds into it, so a restarted NF continues with its state.
@@ -64,7 +66,8 @@ class RedisMirror {
   void Round();
 
   std::string host_;
-  int port_;
+  int port_ = 0;
+  std::string unix_path_; /* set for unix:PATH: a unix socket instead of TCP */
   std::chrono::milliseconds period_;
   redisContext* ctx_ = nullptr;
   std::chrono::steady_clock::time_point next_connect_{};
