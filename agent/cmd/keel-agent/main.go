@@ -64,15 +64,19 @@ default. The agent raises /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us to the
 root group's value (950000 if the root is unthrottled) unless it is larger
 (dockerd --cpu-rt-runtime does the same), and gives every NF container
 --rt-runtime-us (HostConfig.CPURealtimeRuntime). Nothing else: no capability,
-no --privileged. Run keel-coopsched with --no-rt-throttle: then the kernel
+no --privileged, for scheduling. Run keel-coopsched with --no-rt-throttle: then the kernel
 enforces no RT budget and the value only opens the door; with throttling on,
 it is each NF container's SCHED_FIFO time per second.
 
-Position 0's DPDK arguments: --no-pci --no-huge -m 256 --in-memory
---no-telemetry --log-level=error --vdev net_af_packet0,iface=vf0 (or
-net_af_xdp0). A FROM-scratch image has no hugetlbfs and no /var/run, hence
---no-huge and --in-memory; the chain buffer still sits on 2 MB pages (the
+Position 0's DPDK arguments: --no-pci --no-huge -m 256
+--file-prefix=keel-<group>-0 --no-telemetry --log-level=error
+--vdev net_af_packet0,iface=vf0 (or net_af_xdp0). A container has no
+hugetlbfs, hence --no-huge, and DPDK 22.11 refuses --in-memory with --no-huge,
+hence a file prefix of its own. The chain buffer still sits on 2 MB pages (the
 pktbuf tmpfs is mounted huge=always; the agent mounts it if nothing is).
+Position 0's container gets CAP_NET_ADMIN (DPDK sets vf0 promiscuous and its
+MAC; with --network none it reaches only the container's own netns); af_xdp
+adds BPF, PERFMON and an unlimited memlock.
 
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz.
 
@@ -102,7 +106,7 @@ func run() int {
 		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")
 		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
 		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `HOST:PORT`, to delete a removed instance's NF state (empty: never)")
-		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds NET_ADMIN, BPF, PERFMON and memlock to position 0's container)")
+		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
 		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics and /healthz")
 		statsEvery  = fs.Duration("stats-interval", time.Second, "how often NFs write their stats files and the agent reads them")
 		heartbeat   = fs.Duration("heartbeat", 10*time.Second, "an instance's stats go to the gateway at least this often (else on significant change)")

@@ -193,18 +193,17 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtim
 		if err := a.Runtime.Start(ctx, id); err != nil {
 			return fmt.Errorf("NF %d: %w", k, err)
 		}
-		if k > 0 {
-			continue
-		}
 		c, err := a.Runtime.Inspect(ctx, id)
 		if err != nil {
 			return err
 		}
 		if !c.Running || c.Pid <= 0 {
-			return fmt.Errorf("NF 0 stopped at once: %s", runtime.Why(c))
+			return fmt.Errorf("NF %d stopped at once: %s", k, runtime.Why(c))
 		}
-		if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
-			return err
+		if k == 0 {
+			if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -76,14 +76,16 @@ func (c SpecConfig) StatsFile(instance string, k int) string {
 }
 
 // ealArgs are position 0's DPDK EAL arguments: no PCI, no hugepages (the chain buffer is
-// the agent's 2 MB-page tmpfs file; DPDK's own pool is ordinary memory), no shared files
-// (--in-memory: a FROM-scratch image has no /var/run), the VF through a kernel vdev.
-func (c SpecConfig) ealArgs() []string {
+// the agent's 2 MB-page tmpfs file; DPDK's own pool is ordinary memory), the VF through a
+// kernel vdev. DPDK 22.11 refuses --in-memory with --no-huge (legacy memory), so the EAL
+// keeps its few runtime files under a prefix of its own in the container's /var/run.
+func (c SpecConfig) ealArgs(group string) []string {
 	vdev := "net_af_packet0,iface=" + vf.InNetns
 	if c.VFDriver == "af_xdp" {
 		vdev = "net_af_xdp0,iface=" + vf.InNetns
 	}
-	return []string{"--no-pci", "--no-huge", "-m", "256", "--in-memory", "--no-telemetry", "--log-level=error", "--vdev", vdev}
+	return []string{"--no-pci", "--no-huge", "-m", "256", "--file-prefix=keel-" + group + "-0", "--no-telemetry",
+		"--log-level=error", "--vdev", vdev}
 }
 
 // Specs returns the containers of an instance in chain order, each labelled with the
@@ -99,8 +101,9 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 			nf += "=" + m.ConfigJson
 		}
 		args := []string{"--nf", nf, "--chain-id", group, "--position", strconv.Itoa(k), "--of", strconv.Itoa(n),
-			"--pktbuf", filepath.Join(dir, "pktbuf"), "--coopsched", "unix:" + CoopschedSocketIn,
-			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs)}
+			"--pktbuf", filepath.Join(dir, "pktbuf")}
+		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
+			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
 		mounts := []runtime.Mount{{Source: dir, Target: dir}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
 		if c.RedisSocket != "" {
 			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
@@ -120,10 +123,13 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 		}
 		if k == 0 {
 			s.Args = append(args, "--wait-iface", fmt.Sprintf("%s:%d", vf.InNetns, c.WaitIfaceMs), "--")
-			s.Args = append(s.Args, c.ealArgs()...)
+			s.Args = append(s.Args, c.ealArgs(group)...)
+			// DPDK sets vf0 promiscuous and its MAC (ioctls that need NET_ADMIN, which
+			// reaches only the container's own netns: --network none); AF_XDP also loads
+			// an XDP program and pins UMEM. Exactly these, never --privileged.
+			s.CapAdd = []string{"NET_ADMIN"}
 			if c.VFDriver == "af_xdp" {
-				// AF_XDP loads an XDP program on vf0 and pins UMEM: exactly these, never --privileged.
-				s.CapAdd = []string{"NET_ADMIN", "BPF", "PERFMON"}
+				s.CapAdd = append(s.CapAdd, "BPF", "PERFMON")
 				s.MemlockUnlimited = true
 			}
 		} else {

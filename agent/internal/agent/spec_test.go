@@ -44,7 +44,7 @@ func Test_Specs_run_keel_nf_per_member_with_position_0_owning_the_VF(t *testing.
 	want0 := `--nf acl={"rules":[]} --chain-id c3.1 --position 0 --of 2 --pktbuf /run/keel/pktbuf/c3.1/pktbuf ` +
 		`--coopsched unix:/run/keel/coopsched.sock --stats /run/keel/pktbuf/c3.1/stats-0.json --stats-interval 1000 ` +
 		`--redis unix:/run/keel/redis.sock --tenant openfaas-fn --wait-iface vf0:30000 -- --no-pci --no-huge -m 256 ` +
-		`--in-memory --no-telemetry --log-level=error --vdev net_af_packet0,iface=vf0`
+		`--file-prefix=keel-c3.1-0 --no-telemetry --log-level=error --vdev net_af_packet0,iface=vf0`
 	if s0 != want0 {
 		t.Fatalf("position 0 args:\n got  %s\n want %s", s0, want0)
 	}
@@ -53,7 +53,7 @@ func Test_Specs_run_keel_nf_per_member_with_position_0_owning_the_VF(t *testing.
 	}
 	if specs[1].Name != "keel-c3.1-1" || specs[1].Labels[LabelInstance] != "c3/1" || specs[1].Labels[LabelVLAN] != "101" ||
 		specs[1].Labels[LabelTenant] != "openfaas-fn" || specs[1].Cpuset != "1" || specs[1].MemoryBytes != 512<<20 ||
-		specs[1].RTRuntimeUs != 10000 || len(specs[1].CapAdd) != 0 {
+		specs[1].RTRuntimeUs != 10000 || len(specs[1].CapAdd) != 0 || strings.Join(specs[0].CapAdd, ",") != "NET_ADMIN" {
 		t.Fatalf("position 1: %+v", specs[1])
 	}
 	mounts := map[string]string{}
@@ -96,7 +96,7 @@ func Test_Specs_without_Redis_socket_keep_no_NF_state(t *testing.T) {
 	if a := strings.Join(s[0].Args, " "); strings.Contains(a, "--redis") || !strings.Contains(a, "net_af_xdp0,iface=vf0") {
 		t.Fatalf("args %s", a)
 	}
-	if len(s[0].Mounts) != 2 || len(s[0].CapAdd) == 0 || !s[0].MemlockUnlimited {
+	if len(s[0].Mounts) != 2 || strings.Join(s[0].CapAdd, ",") != "NET_ADMIN,BPF,PERFMON" || !s[0].MemlockUnlimited {
 		t.Fatalf("spec %+v", s[0])
 	}
 }
