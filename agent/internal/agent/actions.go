@@ -113,8 +113,9 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 		a.logResult(act, err, time.Time{})
 		return err
 	case reconcile.Fail:
+		reason := act.Reason + a.deadContainers(ctx, act.ID)
 		err := a.teardown(ctx, act.ID, own)
-		a.failed(act.ID, act.Reason)
+		a.failed(act.ID, reason)
 		a.logResult(act, err, time.Time{})
 		return err
 	case reconcile.Replace:
@@ -128,6 +129,9 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 	}
 	start := time.Now()
 	err := a.create(ctx, in, specs)
+	if err == nil {
+		a.awaitGroup(ctx, in.Id)
+	}
 	if err != nil {
 		// Whatever was made goes, so the rebuild starts clean; NF state stays in Redis.
 		if terr := a.teardown(ctx, in.Id, teardownInfo{vlans: []uint32{in.Vlan}}); terr != nil {
@@ -207,6 +211,46 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtim
 		}
 	}
 	return nil
+}
+
+// awaitGroup waits (bounded by --register-timeout) until the instance's NFs have formed
+// their sgroup, so the pass that reports it ready and attaches it follows at once:
+// coopsched has no event for a group that forms.
+func (a *Agent) awaitGroup(ctx context.Context, id string) {
+	deadline := time.Now().Add(a.cfg.RegisterTimeout)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
+		st, err := a.Coopsched.Status(cctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil {
+			return
+		}
+		for _, g := range st.Groups {
+			if g.GroupId == GroupID(id) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deadContainers describes the instance's containers that have stopped ("" if none), so a
+// failure coopsched saw first still names the exit code and last words of the NF.
+func (a *Agent) deadContainers(ctx context.Context, id string) string {
+	list, err := a.Runtime.List(ctx, map[string]string{LabelWorker: a.cfg.Worker, LabelInstance: id})
+	if err != nil {
+		return ""
+	}
+	s := ""
+	for _, c := range list {
+		if c.Running {
+			continue
+		}
+		if full, err := a.Runtime.Inspect(ctx, c.ID); err == nil && !full.Running {
+			s += fmt.Sprintf("; NF container %s: %s", c.Labels[LabelPosition], runtime.Why(full))
+		}
+	}
+	return s
 }
 
 // teardown removes everything of an instance but its NF state: the sgroup (threads back

@@ -138,6 +138,14 @@ func (a *Agent) Run(ctx context.Context) error {
 // reconcileOnce runs one pass: desired and actual state, Diff, actions.
 func (a *Agent) reconcileOnce(ctx context.Context) {
 	start := time.Now()
+	// An instance busy at any moment of the pass is left alone: an action that ends while
+	// the state is read would otherwise be judged on a view from before it ended.
+	a.mu.Lock()
+	busy := map[string]bool{}
+	for id := range a.busy {
+		busy[id] = true
+	}
+	a.mu.Unlock()
 	obs, err := a.observe(ctx)
 	if err != nil {
 		a.Log.Warn("reconcile: cannot read the worker's state; nothing changed", "err", err)
@@ -159,13 +167,12 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	for id, f := range a.fails {
 		notBefore[id] = f.notBefore
 	}
-	busy := map[string]bool{}
 	for id := range a.busy {
 		busy[id] = true
 	}
 	in := reconcile.Input{Now: start, Synced: a.synced, Desired: desired, Actual: obs.actual, Busy: busy,
 		NotBefore: notBefore, RegisterTimeout: a.cfg.RegisterTimeout}
-	a.updateStatus(desired, obs, start)
+	a.updateStatus(desired, obs, busy, start)
 	a.mu.Unlock()
 
 	var next time.Time
@@ -195,7 +202,7 @@ func coreOf(in *pb.ChainInstance) int32 {
 }
 
 // updateStatus refreshes each desired instance's phase from the observed state (a.mu held).
-func (a *Agent) updateStatus(desired map[string]reconcile.Desired, obs *observed, now time.Time) {
+func (a *Agent) updateStatus(desired map[string]reconcile.Desired, obs *observed, busy map[string]bool, now time.Time) {
 	changed := false
 	for id, d := range desired {
 		st := a.status[id]
@@ -210,7 +217,7 @@ func (a *Agent) updateStatus(desired map[string]reconcile.Desired, obs *observed
 		for _, m := range ch.Members {
 			st.members = append(st.members, m.Name)
 		}
-		if a.busy[id] {
+		if busy[id] {
 			continue // the action in flight sets the phase
 		}
 		act := obs.actual[id]

@@ -42,8 +42,28 @@ func (f *fakeControl) RegisterWorker(_ context.Context, r *pb.RegisterWorkerRequ
 	return &pb.RegisterWorkerResponse{}, nil
 }
 
+// push sends a live event and makes it part of the snapshot of later watches.
+func (f *fakeControl) push(ev *pb.WatchEvent) {
+	f.mu.Lock()
+	kept := f.snapshot[:0]
+	for _, old := range f.snapshot {
+		if old.Instance == nil || old.Instance.Id != ev.Instance.Id {
+			kept = append(kept, old)
+		}
+	}
+	f.snapshot = kept
+	if ev.Kind == pb.WatchEvent_INSTANCE_CHANGED {
+		f.snapshot = append(f.snapshot, ev)
+	}
+	f.mu.Unlock()
+	f.live <- ev
+}
+
 func (f *fakeControl) Watch(_ *pb.WatchRequest, s pb.Control_WatchServer) error {
-	for _, ev := range f.snapshot {
+	f.mu.Lock()
+	snapshot := append([]*pb.WatchEvent(nil), f.snapshot...)
+	f.mu.Unlock()
+	for _, ev := range snapshot {
 		if err := s.Send(ev); err != nil {
 			return err
 		}
@@ -242,15 +262,33 @@ func Test_agent_smoke_runs_an_ACL_NAT_instance(t *testing.T) {
 
 	attached := &pb.ChainInstance{Id: id, Chain: "smoke", Worker: worker, Vlan: vlan, State: "attached", Core: 1, Batch: 4}
 	t0 := time.Now()
-	fc.live <- &pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: attached}
+	fc.push(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: attached})
 	waitFor(t, "attached on core 1", 10*time.Second, func() bool { return group1(pb.GroupState_GROUP_STATE_ATTACHED) })
 	t.Logf("INSTANCE_CHANGED attached -> coopsched ATTACHED: %s", time.Since(t0).Round(time.Millisecond))
 	waitFor(t, "stats say attached", 10*time.Second, func() bool {
 		return fc.last(id, func(s *pb.InstanceStats) bool { return s.Attached && s.Core == 1 && s.Batch == 4 }) != nil
 	})
+	for _, c := range containers() {
+		full, err := docker.Inspect(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", full.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		if policy := f[38]; policy != "1" { // field 41: policy, 1 = SCHED_FIFO
+			t.Fatalf("%s: the packet thread's policy is %s, not SCHED_FIFO", c.Name, policy)
+		}
+	}
 
-	// An NF container dies: failed with the reason, rebuilt in place.
-	_ = docker.Remove(ctx, cs0[1].ID)
+	// The NAT's container dies: failed with the reason, rebuilt in place.
+	for _, c := range cs0 {
+		if c.Labels[LabelPosition] == "1" {
+			_ = exec.Command("docker", "kill", c.ID).Run()
+		}
+	}
 	waitFor(t, "reported failed", 20*time.Second, func() bool {
 		return fc.last(id, func(s *pb.InstanceStats) bool { return s.Phase == "failed" }) != nil
 	})
@@ -280,7 +318,7 @@ func Test_agent_smoke_runs_an_ACL_NAT_instance(t *testing.T) {
 	}
 
 	// Removal leaves nothing.
-	fc.live <- &pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: attached}
+	fc.push(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: attached})
 	d = waitFor(t, "removed", 30*time.Second, func() bool {
 		_, err := os.Stat(filepath.Join(dir, group))
 		return len(containers()) == 0 && os.IsNotExist(err) && group1(pb.GroupState_GROUP_STATE_UNSPECIFIED) &&

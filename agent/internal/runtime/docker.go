@@ -3,8 +3,10 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-units"
 )
 
@@ -121,7 +124,30 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 		c.Running, c.State, c.Pid = st.Running, st.Status, st.Pid
 		c.ExitCode, c.OOMKilled, c.Error = st.ExitCode, st.OOMKilled, st.Error
 	}
+	if !c.Running {
+		c.LastLine = d.lastLine(ctx, id)
+	}
 	return c, nil
+}
+
+// lastLine returns the last non-empty line a container wrote ("" if none or unreadable).
+func (d *Docker) lastLine(ctx context.Context, id string) string {
+	r, err := d.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "3"})
+	if err != nil {
+		return ""
+	}
+	defer r.Close()
+	var out, errb bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errb, io.LimitReader(r, 1<<16)); err != nil {
+		return ""
+	}
+	last := ""
+	for _, l := range strings.Split(out.String()+"\n"+errb.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			last = l
+		}
+	}
+	return last
 }
 
 // Remove kills and deletes the container.
@@ -163,6 +189,14 @@ func (d *Docker) Events(ctx context.Context, match map[string]string) (<-chan Ev
 
 // Why describes why a container is not running, for the operator.
 func Why(c Container) string {
+	s := why(c)
+	if c.LastLine != "" {
+		s += ": " + c.LastLine
+	}
+	return s
+}
+
+func why(c Container) string {
 	switch {
 	case c.OOMKilled:
 		return fmt.Sprintf("OOM killed (exit code %d): raise the chain's memory limit", c.ExitCode)

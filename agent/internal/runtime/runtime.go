@@ -52,6 +52,7 @@ type Container struct {
 	ExitCode  int
 	OOMKilled bool
 	Error     string
+	LastLine  string // the last line it wrote (stdout or stderr)
 }
 
 // Event says that a container of the agent changed (died, was OOM killed, removed ...).
@@ -68,7 +69,7 @@ type Runtime interface {
 	Create(ctx context.Context, s Spec) (string, error)
 	// Start starts a created container.
 	Start(ctx context.Context, id string) error
-	// Inspect returns a container with its pid or its exit status.
+	// Inspect returns a container with its pid, or its exit status and last output line.
 	Inspect(ctx context.Context, id string) (Container, error)
 	// Remove kills and deletes a container; a container that is gone is no error.
 	Remove(ctx context.Context, id string) error
