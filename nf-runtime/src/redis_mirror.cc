@@ -2,6 +2,8 @@
 #include "keel/redis_mirror.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -101,9 +103,11 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
   return loaded;
 }
 
-void RedisMirror::Start(int packet_core) {
-  thread_ = std::thread([this] { Loop(); });
-  MoveOffCore(thread_.native_handle(), packet_core);
+void RedisMirror::Start() {
+  pid_t packet_tid = gettid();
+  thread_ = std::thread([this, packet_tid] { Loop(packet_tid); });
+  pthread_setname_np(thread_.native_handle(), "keel-redis");
+  MoveOffCore(thread_.native_handle(), PinnedCore(packet_tid));
 }
 
 void RedisMirror::Stop(std::chrono::milliseconds deadline) {
@@ -186,10 +190,12 @@ void RedisMirror::Round() {
   }
 }
 
-void RedisMirror::Loop() {
+void RedisMirror::Loop(pid_t packet_tid) {
+  int core = PinnedCore(packet_tid);
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
     l.unlock();
+    FollowOffCore(packet_tid, &core);
     Round();
     l.lock();
     cv_.wait_for(l, period_, [this] { return stop_; });

@@ -146,7 +146,7 @@ TEST(RedisMirror, RestartedInstanceContinuesWithItsState) {
     FlowState s;
     RedisMirror m(redis.addr(), milliseconds(10));
     EXPECT_EQ(m.Add(&s, key), 0u);
-    m.Start(-1);
+    m.Start();
     for (uint16_t i = 0; i < 100; i++) s.Update(Flow(i), Value{i, 1});
     s.Remove(Flow(5));
     s.Sync(true);
@@ -177,7 +177,7 @@ TEST(RedisMirror, ReachesRedisThroughAUnixSocket) {
     RedisMirror m(redis.unix_addr(), milliseconds(10));
     EXPECT_EQ(m.Address(), redis.unix_addr());
     m.Add(&s, key);
-    m.Start(-1);
+    m.Start();
     for (uint16_t i = 0; i < 10; i++) s.Update(Flow(i), Value{i, 2});
     s.Sync(true);
     m.Stop(milliseconds(2000));
@@ -195,11 +195,11 @@ TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
   FlowState writer;
   RedisMirror mw(redis.addr(), milliseconds(5));
   mw.Add(&writer, key);
-  mw.Start(-1);
+  mw.Start();
   FlowState reader;
   RedisMirror mr(redis.addr(), milliseconds(5));
   mr.Add(&reader, key);
-  mr.Start(-1);
+  mr.Start();
 
   writer.Update(Flow(9), Value{99, 0});
   writer.Sync(true);
@@ -226,7 +226,7 @@ TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {
   FlowState s;
   RedisMirror m("127.0.0.1:" + std::to_string(port), milliseconds(10));
   EXPECT_EQ(m.Add(&s, "keel:state:t:c:0-nat"), 0u);
-  m.Start(-1);
+  m.Start();
   auto t0 = std::chrono::steady_clock::now();
   for (uint16_t i = 0; i < 1000; i++) {
     s.Update(Flow(i), Value{i, 0});

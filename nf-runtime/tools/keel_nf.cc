@@ -4,6 +4,7 @@
  * owns the DPDK port; the others map only the chain's buffer file.
  */
 #include <getopt.h>
+#include <net/if.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -11,12 +12,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -25,6 +29,7 @@
 #include "keel/member.h"
 #include "keel/nf_loader.h"
 #include "keel/port.h"
+#include "keel/redis_mirror.h"
 
 namespace {
 
@@ -33,11 +38,21 @@ using keel::cli::ParseInt;
 using keel::cli::UsageError;
 
 constexpr int kWaitForBufferMs = 10000;
+constexpr int kWaitForIfaceMs = 30000;
+constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
+<<<<<<< HEAD
+    "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
+    "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
+    "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
+=======
     "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
     "               [-- <DPDK EAL arguments, position 0 only>]\n"
+    "       keel-nf [--load NF.so] --list [--json]\n"
+    "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
+>>>>>>> catalog
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
     "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
@@ -57,9 +72,44 @@ const char kUsage[] =
     "                       TLB misses off every NF at large batches\n"
     "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
     "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
-    "  --stats FILE         write this NF's statistics as JSON at exit\n"
+    "  --wait-iface NAME[:MS]  position 0: before opening the port, wait until network\n"
+    "                       interface NAME exists (the VF the agent moves into this\n"
+    "                       network namespace after start), at most MS ms (default\n"
+    "                       30000); exit 1 if it does not appear\n"
+    "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
+    "                       whole (rename) every --stats-interval and at exit\n"
+    "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
+    "  --redis HOST:PORT    keep the NF's flow table in Redis: load it at start, mirror\n"
+    "                       changes, so a restarted NF of the same chain id and\n"
+    "                       position continues with its state (hash\n"
+    "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
+    "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
-    "                       of private memory (a baseline for benchmarks)\n";
+    "                       of private memory (a baseline for benchmarks)\n"
+<<<<<<< HEAD
+    "\n"
+    "The statistics file (cycles from rdtsc; counters count from the start):\n"
+    "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
+    "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
+    "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
+    "   position 0 only:\n"
+    "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
+    "            \"tx_dropped\", \"tx_too_long\", \"copy_dropped\": n,\n"
+    "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
+    "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
+    "   received packets), \"cycles_per_batch\": x}\n";
+=======
+    "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
+    "                       with --json print the NF catalogue as JSON\n"
+    "  --check              run each --nf's Init on its configuration, without ports\n"
+    "                       or a chain (a device-less DPDK EAL without hugepages, for NFs\n"
+    "                       that use DPDK libraries), and exit: 0 if every one is\n"
+    "                       accepted, 2 with Init's message naming the NF and the\n"
+    "                       field (e.g. \"nat.external_ip: 'x' is not an IPv4\n"
+    "                       address\") if one is not\n"
+    "\n";
+>>>>>>> catalog
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {
@@ -74,6 +124,70 @@ bool ValidId(const std::string& id) {
   return true;
 }
 
+<<<<<<< HEAD
+/* HOST:PORT with a port in 1..65535. */
+bool ValidRedisAddr(const std::string& addr) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  char* end = nullptr;
+  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  return colon + 1 < addr.size() && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* The NAME of "--wait-iface NAME[:MS]"; MS, if given, into |*ms|. */
+std::string ParseWaitIface(const std::string& arg, int* ms) {
+  size_t colon = arg.find(':');
+  std::string name = arg.substr(0, colon);
+  if (name.empty() || name.size() >= IF_NAMESIZE || name.find('/') != std::string::npos)
+    UsageError("--wait-iface: '" + name + "' is not an interface name");
+  if (colon != std::string::npos) *ms = ParseInt("--wait-iface", arg.c_str() + colon + 1, 1, 3600000);
+  return name;
+}
+
+/* Waits, polling every 10 ms, until interface |name| exists; false after |ms|. */
+bool WaitForIface(const std::string& name, int ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (if_nametoindex(name.c_str()) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kIfacePoll);
+  }
+  return true;
+=======
+/* keel-nf --check: Init of every NF spec on its configuration; exit status 0 or 2. */
+int CheckNfs(char* argv0, const std::vector<std::string>& nfs) {
+  if (nfs.empty()) UsageError("--check needs at least one --nf");
+  std::vector<keel::NfSpec> specs;
+  for (const std::string& nf : nfs) {
+    specs.push_back(keel::ParseNfSpec(nf));
+    if (!keel::CreateNf(specs.back().name))
+      UsageError("--nf: unknown NF '" + specs.back().name + "' (keel-nf --list shows the NFs)");
+  }
+  std::string prefix = "--file-prefix=keel-check-" + std::to_string(getpid());
+  std::vector<std::string> eal{argv0, "--no-pci", "--no-huge", "-m", "160", "--no-shconf",
+                               "--log-level=error", "--no-telemetry", prefix};
+  if (std::string err; !keel::EalInit(eal, &err)) {
+    std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+    return 1;
+  }
+  std::string runtime_dir = rte_eal_get_runtime_dir();
+  int rc = 0;
+  for (const keel::NfSpec& spec : specs) {
+    try {
+      keel::MakeNf(spec.name, spec.config);
+    } catch (const keel::ConfigError& e) {
+      std::fprintf(stderr, "keel-nf: %s\n", e.what());
+      rc = kExitUsage;
+      break;
+    }
+  }
+  rte_eal_cleanup();
+  /* The EAL's run-time files of this one-shot process. */
+  std::error_code ignored;
+  std::filesystem::remove_all(runtime_dir, ignored);
+  return rc;
+>>>>>>> catalog
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,8 +195,15 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string nf, chain_id, coopsched;
+<<<<<<< HEAD
+  std::string nf, chain_id, coopsched, redis, tenant = "default", wait_iface;
+  int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads;
+=======
+  std::string chain_id, coopsched;
+  std::vector<std::string> loads, nfs;
+  bool list = false, json = false, check = false;
+>>>>>>> catalog
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
     if (std::string(argv[i]) == "--") {
@@ -95,14 +216,22 @@ int main(int argc, char** argv) {
       {"pktbuf", required_argument, nullptr, 'p'},   {"coopsched", required_argument, nullptr, 's'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
+      {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
+<<<<<<< HEAD
+      {"wait-iface", required_argument, nullptr, 'w'},
+      {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
+=======
+      {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
+      {"check", no_argument, nullptr, 'K'},
+>>>>>>> catalog
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
   while ((c = getopt_long(eal_at, argv, ":", kOptions, nullptr)) != -1) {
     switch (c) {
-      case 'n': nf = optarg; break;
+      case 'n': nfs.push_back(optarg); break;
       case 'c': chain_id = optarg; break;
       case 'k': opt.position = ParseInt("--position", optarg, 0, KEEL_SCHED_MAX_NFS - 1); break;
       case 'o': opt.count = ParseInt("--of", optarg, 1, KEEL_SCHED_MAX_NFS); break;
@@ -110,9 +239,23 @@ int main(int argc, char** argv) {
       case 's': coopsched = optarg; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
+<<<<<<< HEAD
+      case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
       case 'h': std::fputs(kUsage, stdout); return 0;
+=======
+      case 'l': list = true; break;
+      case 'j': json = true; break;
+      case 'K': check = true; break;
+      case 'h':
+        std::fputs(kUsage, stdout);
+        std::fputs(keel::cli::kCatalogHelp, stdout);
+        return 0;
+>>>>>>> catalog
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
+      case 'r': redis = optarg; break;
+      case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
+      case 't': tenant = optarg; break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -120,13 +263,24 @@ int main(int argc, char** argv) {
   if (optind < eal_at) UsageError(std::string("unexpected argument '") + argv[optind] + "'");
   for (const std::string& so : loads)
     if (std::string err; !keel::LoadNfLibrary(so, nullptr, &err)) UsageError("--load " + err);
-  if (nf.empty()) UsageError("--nf is required");
+  if (json && !list) UsageError("--json goes with --list");
+  if (list) {
+    keel::cli::PrintCatalog(json);
+    return 0;
+  }
+  if (check) return CheckNfs(argv[0], nfs);
+  if (nfs.size() != 1) UsageError(nfs.empty() ? "--nf is required" : "--nf is given more than once (only --check takes several)");
+  const std::string& nf = nfs[0];
   if (!ValidId(chain_id)) UsageError("--chain-id: '" + chain_id + "' is not a chain id ([A-Za-z0-9_.-], 1-64)");
   if (opt.position < 0 || opt.count == 0) UsageError("--position and --of are required");
   if (opt.position >= opt.count)
     UsageError("--position " + std::to_string(opt.position) + " is not below --of " + std::to_string(opt.count));
   if (opt.position > 0 && eal_at < argc - 1)
     UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
+  if (!wait_iface.empty() && opt.position != 0)
+    UsageError("--wait-iface is for position 0 only: the others never open the port");
+  if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
+  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);
@@ -136,6 +290,12 @@ int main(int argc, char** argv) {
   } catch (const keel::ConfigError& e) {
     UsageError(e.what());
   }
+  if (!wait_iface.empty() && !WaitForIface(wait_iface, wait_iface_ms)) {
+    std::fprintf(stderr, "keel-nf: --wait-iface: interface %s did not appear within %d ms\n",
+                 wait_iface.c_str(), wait_iface_ms);
+    return 1;
+  }
+
   std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
     std::string dir = "/dev/shm/keel";
@@ -187,6 +347,13 @@ int main(int argc, char** argv) {
       /* The packet memory of this process alone, for its private copies. */
       pool = keel::MbufPool("keel_nf_private", 1023, 64, &err);
     }
+    std::unique_ptr<keel::RedisMirror> mirror;
+    if (err.empty() && !redis.empty()) {
+      mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
+      mirror->Add(&chain->nf(0)->state(), keel::StateKey(tenant, chain_id, static_cast<size_t>(opt.position),
+                                                        chain->name(0)));
+      mirror->Start();
+    }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
     if (member && !coopsched.empty() &&
@@ -208,6 +375,7 @@ int main(int argc, char** argv) {
       rte_eth_dev_close(0);
     }
     member.reset();
+    if (mirror) mirror->Stop(std::chrono::milliseconds(1000));
     chain.reset();
     if (pool) rte_mempool_free(pool);
   }

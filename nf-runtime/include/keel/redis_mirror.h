@@ -11,6 +11,8 @@
 #ifndef KEEL_REDIS_MIRROR_H_
 #define KEEL_REDIS_MIRROR_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,8 +44,10 @@ class RedisMirror {
    * already holds into it, so a restarted NF continues with its state.
    * Returns the number of flows loaded (0 if Redis is unreachable). */
   size_t Add(FlowState* state, const std::string& key);
-  /* Starts the mirror thread, kept off CPU |packet_core| (-1: anywhere). */
-  void Start(int packet_core);
+  /* Starts the mirror thread (keel-redis, SCHED_OTHER). The caller is the
+   * packet thread: the mirror keeps off its core, following it when
+   * coopsched moves it. */
+  void Start();
   /* Writes what is still pending (for at most |deadline|) and stops. */
   void Stop(std::chrono::milliseconds deadline);
 
@@ -62,7 +66,7 @@ class RedisMirror {
   bool Connect();
   void Disconnect();
   bool Flush(Table* t);
-  void Loop();
+  void Loop(pid_t packet_tid);
   void Round();
 
   std::string host_;
