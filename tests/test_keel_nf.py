@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -293,3 +294,72 @@ def test_check_runs_init_without_ports_and_names_the_bad_field():
         assert r.returncode == 2 and message in r.stderr, (nf, r.stderr)
     r = check("frobnicate")
     assert r.returncode == 2 and "unknown NF 'frobnicate'" in r.stderr
+
+def cpu_ticks(pid):
+    return sum(int(f) for f in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+
+
+def running_chain(tmp_path, chain_id):
+    """Three stamp NFs that run until stopped, each with its statistics file written."""
+    pkts = [udp_frame(100, sport=1000 + i) for i in range(10)]
+    nfs = [("stamp", {"index": k}) for k in range(3)]
+    procs, _, stats, _ = start_chain(tmp_path, chain_id, nfs, pkts, idle_ms=600000)
+    assert wait_for(lambda: all(st.exists() for st in stats), 15), [p.poll() for p in procs]
+    return procs
+
+
+def exited_within(p, seconds):
+    try:
+        p.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_positions_exit_when_position_0_is_killed(tmp_path):
+    procs = running_chain(tmp_path, "kill0")
+    try:
+        procs[0].kill()
+        for p in procs[1:]:
+            assert exited_within(p, 3), "a position kept running after position 0 died"
+            assert p.returncode == 1
+            assert "position 0 of the chain is gone" in p.stderr.read()
+    finally:
+        kill_all(procs)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_sigterm_stops_any_position_within_a_second_and_the_chain_with_it(tmp_path, k):
+    procs = running_chain(tmp_path, f"term{k}")
+    try:
+        procs[k].terminate()
+        assert exited_within(procs[k], 1), f"position {k} ignored SIGTERM for a second"
+        for p in procs:
+            assert exited_within(p, 2)
+            assert p.returncode == 0, p.stderr.read()
+    finally:
+        kill_all(procs)
+
+
+def test_waiting_for_a_stopped_position_does_not_burn_a_core(tmp_path):
+    procs = running_chain(tmp_path, "stop0")
+    try:
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        before = [cpu_ticks(p.pid) for p in procs[1:]]
+        time.sleep(1)
+        used = [cpu_ticks(p.pid) - b for p, b in zip(procs[1:], before)]
+        assert all(u < 20 for u in used), f"CPU ticks in 1 s while waiting: {used}"
+        os.kill(procs[0].pid, signal.SIGCONT)
+        procs[0].terminate()
+        for p in procs:
+            assert exited_within(p, 2) and p.returncode == 0
+    finally:
+        kill_all(procs)

@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
       case 'k': opt.position = ParseInt("--position", optarg, 0, KEEL_SCHED_MAX_NFS - 1); break;
       case 'o': opt.count = ParseInt("--of", optarg, 1, KEEL_SCHED_MAX_NFS); break;
       case 'p': opt.pktbuf_path = optarg; break;
-      case 's': coopsched = optarg; break;
+      case 's': coopsched = optarg; opt.coopsched = true; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
       case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
@@ -346,7 +346,10 @@ int main(int argc, char** argv) {
       g_member = member.get();
       std::signal(SIGINT, OnSignal);
       std::signal(SIGTERM, OnSignal);
-      member->Run();
+      if (!member->Run(&err)) {
+        std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+        rc = 1;
+      }
       g_member = nullptr;
     }
     if (opt.position == 0) {
