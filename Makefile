@@ -93,9 +93,11 @@ images: build
 	DOCKER_BUILDKIT=0 docker $(if $(DOCKER),-H $(DOCKER)) build -q -t keel/hello:latest gateway/examples/hello
 
 # The local single-node stack: redis, dockerd (if none runs), Open vSwitch, placer, gateway,
-# coopsched and agent as background processes with logs and PID files in run/.
+# coopsched and agent as background processes with logs and PID files in run/. KEEL_BIN
+# (default build/bin, as for the tests) is where keel's binaries are.
+KEEL_BIN ?= $(BUILD)/bin
 up: build
-	deploy/local/up.sh --bin $(BUILD)/bin
+	deploy/local/up.sh --bin $(KEEL_BIN)
 
 down:
 	deploy/local/down.sh
