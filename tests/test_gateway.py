@@ -195,9 +195,10 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
     with grpc.insecure_channel(gateway.grpc) as ch:
         stub = pb_grpc.ControlStub(ch)
         watch = stub.Watch(pb.WatchRequest(watcher="test"), timeout=10)
-        first = [next(watch) for _ in range(5)]
+        first = [next(watch) for _ in range(6)]
         assert {e.chain.name for e in first if e.kind == pb.WatchEvent.CHAIN_ADDED} == set(CHAINS)
-        reg = stub.RegisterWorker(pb.RegisterWorkerRequest(worker="local", cores=2,
+        assert first[-1].kind == pb.WatchEvent.SYNCED  # the snapshot is complete
+        reg = stub.RegisterWorker(pb.RegisterWorkerRequest(worker="local", cores=2, core_ids=[1],
                                                            vf_ports=[pb.VfPort(port=3, name="keelvf3"), pb.VfPort(port=4, name="keelvf4")]))
         assert sorted((i.chain, i.vf_port) for i in reg.instances) == [("chain2", 3), ("chain3", 4)]
         http = pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.2.9", src_port=4000, dst_port=80, proto=6)
@@ -207,9 +208,11 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
         assert not none.assigned and "no chain" in none.reason
         sw = stub.AssignFlow(pb.AssignFlowRequest(flow=pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.1.1", proto=17)))
         assert not sw.assigned and sw.chain == "chain1" and "switch only" in sw.reason
-        # the only instance reports overload: no instance is left for a new flow until one is pooled
+        assert a.instance.core == 1  # the worker's managed core
+        # the only instance reports overload: no instance is left for a new flow until one is pooled;
+        # what the agent reports never changes what the gateway decided (state, core)
         stats = [pb.InstanceStats(worker="local", instance="chain2/0", rate_gbps=0.05, packets=1000, drops=3,
-                                  p99_us=42, queue_len=100, flows=1, attached=True, core=1)]
+                                  p99_us=42, queue_len=100, flows=1, attached=False, core=-1, phase="ready")]
         assert stub.StreamStats(iter(stats)).received == 1
         assert not stub.AssignFlow(pb.AssignFlowRequest(flow=http)).assigned
         assert api(gateway, "POST", "/system/scale-function/chain2", {"serviceName": "chain2", "replicas": 2})[0] == 202
@@ -223,7 +226,7 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
         assert kinds[0] == pb.WatchEvent.WORKER_REGISTERED and len(kinds) == 5
         watch.cancel()
     d = gateway.faas("describe", "chain2").stdout
-    assert "chain2/0 attached worker=local vlan=" in d and "core=1 flows=1" in d and "42.0 us" in d
+    assert "chain2/0 attached worker=local vlan=" in d and "core=1 flows=1 phase=ready" in d and "42.0 us" in d
     st, text = api(gateway, "GET", "/metrics", auth=False)
     assert 'keel_chain_drops_total{chain="chain2"} 3' in text and 'keel_chain_flows{chain="chain2"} 2' in text
 

@@ -189,6 +189,19 @@ def test_nat_state_survives_a_restart_through_redis(keel_chain, redis_server):
     assert other_chain.out == [], "two chains must not share state"
 
 
+def test_three_tunnels_over_the_chain_buffer_survive_the_longest_frame(keel_chain, tmp_path):
+    # 2044 bytes fit the chain buffer after the first tunnel (2048); the
+    # egress copy would need 2056 bytes, more than one mbuf, and net_pcap
+    # sends no segment chains: dropped and counted, never a crash.
+    head = Ether(**MACS) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=7, dport=5001)
+    longest = head / Raw(b"\xab" * (2044 - len(head)))
+    nfs = [("tunnel", {"vlan": 10 + k}) for k in range(3)]
+    r = keel_chain(nfs, [udp(), longest], "--pktbuf", str(tmp_path / "pktbuf"))
+    assert r.returncode == 0, r.stderr
+    assert [len(p) for p in r.out] == [len(udp()) + 12]
+    assert r.stats["port"]["tx_too_long"] == 1 and r.stats["port"]["tx_dropped"] == 0
+
+
 def test_tunnel_pushes_and_detunnel_pops_a_vlan_tag(keel_chain):
     pkt = udp()
     r = keel_chain([("tunnel", {"vlan": 7})], [pkt])

@@ -4,6 +4,7 @@
 #include <rte_ethdev.h>
 #include <rte_prefetch.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace keel {
@@ -45,16 +46,49 @@ int ReturnSurvivors(rte_mbuf** mbufs, Packet* views, int n, PacketBatch* batch, 
   return nout;
 }
 
-int CopyOut(PacketBatch* batch, rte_mempool* pool, rte_mbuf** out, PortCounters* c) {
+/* Copies |len| bytes into the empty mbuf |m|, chaining further segments
+ * from |pool| when |chain| allows and one mbuf is too small. False, with the
+ * reason counted, if the packet cannot go out. */
+static bool CopyInto(rte_mbuf* m, const uint8_t* data, uint16_t len, rte_mempool* pool, bool chain,
+                     PortCounters* c) {
+  uint16_t first = std::min(len, rte_pktmbuf_tailroom(m));
+  if (first < len && !chain) {
+    c->tx_too_long.Add(1);
+    return false;
+  }
+  std::memcpy(rte_pktmbuf_append(m, first), data, first);
+  for (uint16_t done = first; done < len;) {
+    rte_mbuf* seg = rte_pktmbuf_alloc(pool);
+    if (!seg) {
+      c->tx_dropped.Add(1);
+      return false;
+    }
+    uint16_t n = std::min<uint16_t>(static_cast<uint16_t>(len - done), rte_pktmbuf_tailroom(seg));
+    std::memcpy(rte_pktmbuf_append(seg, n), data + done, n);
+    if (rte_pktmbuf_chain(m, seg) != 0) {
+      rte_pktmbuf_free(seg);
+      c->tx_too_long.Add(1);
+      return false;
+    }
+    done = static_cast<uint16_t>(done + n);
+  }
+  return true;
+}
+
+int CopyOut(PacketBatch* batch, rte_mempool* pool, bool chain, rte_mbuf** out, PortCounters* c) {
   if (batch->cnt() == 0) return 0;
   if (rte_pktmbuf_alloc_bulk(pool, out, static_cast<unsigned>(batch->cnt())) != 0) {
     c->tx_dropped.Add(batch->cnt());
     return 0;
   }
-  int nout = 0;
+  int nout = 0, i = 0;
   for (Packet* p : *batch) {
-    rte_mbuf* m = out[nout++];
-    std::memcpy(rte_pktmbuf_append(m, p->len()), p->data(), p->len());
+    rte_mbuf* m = out[i++];
+    if (CopyInto(m, p->data(), p->len(), pool, chain, c)) {
+      out[nout++] = m;
+    } else {
+      rte_pktmbuf_free(m);
+    }
   }
   return nout;
 }

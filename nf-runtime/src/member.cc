@@ -7,10 +7,11 @@
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "keel/burst.h"
+#include "keel/port.h"
+#include "keel/stats_file.h"
 
 namespace keel {
 
@@ -18,6 +19,8 @@ namespace keel {
 static constexpr uint32_t kMaxBatchBursts = 64;
 /* Packets to prefetch ahead in the chain's buffer (l3fwd does 8). */
 static constexpr uint32_t kPrefetchAhead = 8;
+/* Position 0's turns between NIC queue-length samples. */
+static constexpr uint64_t kQueueSampleTurns = 64;
 
 template <class T>
 static T Load(const T* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -37,6 +40,8 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
     s->nnfs = static_cast<uint32_t>(opt.count);
     s->batch = 1;
     Store<uint64_t>(&s->magic, KEEL_SCHED_MAGIC);
+    m->tx_chains_ = PortTxChains(opt.port);
+    m->port_.rx_queue_len_known.Set(PortRxQueueLen(opt.port) >= 0);
   } else {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
@@ -57,6 +62,10 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
     }
   }
   Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));
+  Member* raw = m.get();
+  m->stats_ = std::make_unique<StatsFile>(opt.stats_path, opt.stats_interval_ms,
+                                          [raw] { return raw->StatsJson(false); });
+  m->stats_->Start();
   return m;
 }
 
@@ -71,7 +80,7 @@ void Member::Egress() {
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
     rte_mbuf* out[kMaxBurst];
-    int nout = CopyOut(&batch, pool_, out, &port_);
+    int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.port, out, nout, &port_);
   }
@@ -85,6 +94,8 @@ bool Member::HeadTurn(keel_chain_sched* s) {
     return true;
   }
   Store(&s->parked, 0u);
+  if (port_.rx_queue_len_known.Get() && turns_.Get() % kQueueSampleTurns == 0)
+    port_.rx_queue_len.Set(static_cast<uint64_t>(PortRxQueueLen(opt_.port)));
   uint32_t bursts = Load(&s->batch);
   if (bursts < 1) bursts = 1;
   if (bursts > kMaxBatchBursts) bursts = kMaxBatchBursts;
@@ -210,32 +221,29 @@ void Member::Run() {
     sched_yield();
   }
   chain_->SyncState(true);
-  WriteStats();
+  stats_->Stop();
+  stats_->Write(StatsJson(true));
 }
 
-Json Member::StatsJson() const {
+Json Member::StatsJson(bool final) const {
   Json j = {{"position", opt_.position},
             {"of", opt_.count},
+            {"pid", getpid()},
+            {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count()},
+            {"final", final},
             {"chain_buffer", opt_.pktbuf_path},
             {"turns", turns_.Get()},
             {"order_violations", order_violations_.Get()},
-            {"nfs", chain_->StatsJson(true)}};
+            {"nfs", chain_->StatsJson(final)}};
   if (opt_.position == 0) {
     uint64_t batches = port_.batches.Get();
-    j["port"] = {{"rx_packets", port_.rx_packets.Get()},   {"rx_malformed", port_.rx_malformed.Get()},
-                 {"tx_packets", port_.tx_packets.Get()},   {"tx_dropped", port_.tx_dropped.Get()},
-                 {"copy_dropped", port_.copy_dropped.Get()}};
+    j["port"] = PortJson(port_);
+    j["bursts_per_turn"] = Load(&buf_->sched()->batch);
     j["batches"] = batches;
     j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
   }
   return j;
-}
-
-void Member::WriteStats() const {
-  if (opt_.stats_path.empty()) return;
-  std::string tmp = opt_.stats_path + ".tmp";
-  std::ofstream(tmp) << StatsJson().dump(2) << "\n";
-  std::rename(tmp.c_str(), opt_.stats_path.c_str());
 }
 
 }  // namespace keel

@@ -37,4 +37,19 @@ void MoveOffCore(pthread_t t, int core) {
   pthread_setschedparam(t, SCHED_OTHER, &other);
 }
 
+int PinnedCore(pid_t tid) {
+  cpu_set_t set;
+  if (sched_getaffinity(tid, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) return c;
+  return -1;
+}
+
+void FollowOffCore(pid_t packet_tid, int* core) {
+  int now = PinnedCore(packet_tid);
+  if (now == *core) return;
+  *core = now;
+  MoveOffCore(pthread_self(), now);
+}
+
 }  // namespace keel

@@ -36,7 +36,11 @@ bool PortInit(uint16_t port, rte_mempool* pool, std::string* err) {
   };
   rte_eth_conf conf;
   std::memset(&conf, 0, sizeof(conf));
-  int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+  rte_eth_dev_info info;
+  int rc = rte_eth_dev_info_get(port, &info);
+  if (rc < 0) return fail("device info", rc);
+  conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  rc = rte_eth_dev_configure(port, 1, 1, &conf);
   if (rc < 0) return fail("configure", rc);
   uint16_t nb_rxd = kRxDesc, nb_txd = kTxDesc;
   rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rxd, &nb_txd);
@@ -51,6 +55,11 @@ bool PortInit(uint16_t port, rte_mempool* pool, std::string* err) {
   if (rc < 0) return fail("start", rc);
   rte_eth_promiscuous_enable(port);
   return true;
+}
+
+bool PortTxChains(uint16_t port) {
+  rte_eth_conf conf;
+  return rte_eth_dev_conf_get(port, &conf) == 0 && (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
 }
 
 int PortRxQueueLen(uint16_t port) {

@@ -2,6 +2,8 @@
 #include "keel/redis_mirror.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -23,9 +25,17 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
 
 RedisMirror::RedisMirror(const std::string& addr, std::chrono::milliseconds period)
     : period_(period) {
+  if (addr.rfind("unix:", 0) == 0) {
+    unix_path_ = addr.substr(5);
+    return;
+  }
   size_t colon = addr.rfind(':');
   host_ = addr.substr(0, colon);
   port_ = colon == std::string::npos ? 6379 : std::atoi(addr.c_str() + colon + 1);
+}
+
+std::string RedisMirror::Address() const {
+  return unix_path_.empty() ? host_ + ":" + std::to_string(port_) : "unix:" + unix_path_;
 }
 
 RedisMirror::~RedisMirror() {
@@ -38,7 +48,8 @@ bool RedisMirror::Connect() {
   auto now = std::chrono::steady_clock::now();
   if (now < next_connect_) return false;
   next_connect_ = now + kReconnectBackoff;
-  redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, kIoTimeout);
+  redisContext* c = unix_path_.empty() ? redisConnectWithTimeout(host_.c_str(), port_, kIoTimeout)
+                                       : redisConnectUnixWithTimeout(unix_path_.c_str(), kIoTimeout);
   if (!c || c->err) {
     if (c) redisFree(c);
     return false;
@@ -60,8 +71,8 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
   state->set_mirrored(true);
   tables_.push_back(Table{state, key, {}, {}, {}});
   if (!Connect()) {
-    std::fprintf(stderr, "keel: redis %s:%d unreachable; %s starts with empty state\n",
-                 host_.c_str(), port_, key.c_str());
+    std::fprintf(stderr, "keel: redis %s unreachable; %s starts with empty state\n",
+                 Address().c_str(), key.c_str());
     return 0;
   }
   size_t loaded = 0;
@@ -92,9 +103,11 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
   return loaded;
 }
 
-void RedisMirror::Start(int packet_core) {
-  thread_ = std::thread([this] { Loop(); });
-  MoveOffCore(thread_.native_handle(), packet_core);
+void RedisMirror::Start() {
+  pid_t packet_tid = gettid();
+  thread_ = std::thread([this, packet_tid] { Loop(packet_tid); });
+  pthread_setname_np(thread_.native_handle(), "keel-redis");
+  MoveOffCore(thread_.native_handle(), PinnedCore(packet_tid));
 }
 
 void RedisMirror::Stop(std::chrono::milliseconds deadline) {
@@ -177,10 +190,12 @@ void RedisMirror::Round() {
   }
 }
 
-void RedisMirror::Loop() {
+void RedisMirror::Loop(pid_t packet_tid) {
+  int core = PinnedCore(packet_tid);
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
     l.unlock();
+    FollowOffCore(packet_tid, &core);
     Round();
     l.lock();
     cv_.wait_for(l, period_, [this] { return stop_; });

@@ -2,15 +2,12 @@
 #include "keel/runner.h"
 
 #include <rte_ethdev.h>
-#include <rte_lcore.h>
 
 #include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <thread>
 
 #include "keel/burst.h"
 #include "keel/port.h"
+#include "keel/stats_file.h"
 
 namespace keel {
 
@@ -23,6 +20,7 @@ Runner::Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt)
 std::unique_ptr<Runner> Runner::Create(Chain* chain, rte_mempool* pool, const RunnerOptions& opt,
                                        std::string* err) {
   std::unique_ptr<Runner> r(new Runner(chain, pool, opt));
+  r->tx_chains_ = PortTxChains(opt.tx_port);
   if (!opt.pktbuf_path.empty() && chain->size() > 1) {
     /* Room for the bursts of one scheduling round (Galleon §4.3: B x 32). */
     r->pktbuf_ = PktBuf::Create(opt.pktbuf_path, 4 * kMaxBurst, err);
@@ -63,7 +61,7 @@ void Runner::RunFromChainBuffer() {
     }
     chain_->Run(&batch, 1, chain_->size());
     rte_mbuf* out[kMaxBurst];
-    int nout = CopyOut(&batch, pool_, out, &port_);
+    int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
     pktbuf_->Release(static_cast<uint32_t>(n));
     pktbuf_->Rewind();
     TransmitBurst(opt_.tx_port, out, nout, &port_);
@@ -74,8 +72,8 @@ void Runner::Run() {
   const uint64_t hz = TscHz();
   const uint64_t idle_cycles = hz / 1000 * static_cast<uint64_t>(opt_.exit_when_idle_ms);
   start_tsc_ = Rdtsc();
-  std::thread control([this] { ControlLoop(); });
-  MoveOffCore(control.native_handle(), static_cast<int>(rte_lcore_to_cpu_id(rte_get_main_lcore())));
+  StatsFile stats(opt_.stats_path, opt_.stats_interval_ms, [this] { return PeriodicStats(); });
+  stats.Start();
   const bool queue_len_known = PortRxQueueLen(opt_.rx_port) >= 0;
   port_.rx_queue_len_known.Set(queue_len_known);
   uint64_t last_rx = Rdtsc();
@@ -100,46 +98,31 @@ void Runner::Run() {
   }
   end_tsc_ = Rdtsc();
   chain_->SyncState(true);
+  stats.Stop();
   done_ = true;
-  control.join();
-  WriteStats();
+  stats.Write(StatsJson());
 }
 
-void Runner::ControlLoop() {
-  const auto interval = std::chrono::milliseconds(opt_.stats_interval_ms);
-  uint64_t last_rx = port_.rx_packets.Get();
-  auto last = std::chrono::steady_clock::now();
-  auto next_write = last + interval;
-  while (!done_.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    auto now = std::chrono::steady_clock::now();
-    if (now < next_write) continue;
-    uint64_t rx = port_.rx_packets.Get();
-    double secs = std::chrono::duration<double>(now - last).count();
-    rx_pps_ = static_cast<double>(rx - last_rx) / secs;
-    last_rx = rx;
-    last = now;
-    next_write = now + interval;
-    WriteStats();
+Json Runner::PeriodicStats() {
+  auto now = std::chrono::steady_clock::now();
+  uint64_t rx = port_.rx_packets.Get();
+  if (rate_since_.time_since_epoch().count()) {
+    double secs = std::chrono::duration<double>(now - rate_since_).count();
+    rx_pps_ = static_cast<double>(rx - rate_rx_) / secs;
   }
+  rate_rx_ = rx;
+  rate_since_ = now;
+  return StatsJson();
 }
 
 Json Runner::StatsJson() const {
   uint64_t hz = TscHz();
   uint64_t end = end_tsc_.load() ? end_tsc_.load() : Rdtsc();
   uint64_t batches = port_.batches.Get();
-  Json ports = {{"rx_port", PortName(opt_.rx_port)},
-                {"tx_port", PortName(opt_.tx_port)},
-                {"rx_packets", port_.rx_packets.Get()},
-                {"rx_bytes", port_.rx_bytes.Get()},
-                {"rx_malformed", port_.rx_malformed.Get()},
-                {"tx_packets", port_.tx_packets.Get()},
-                {"tx_bytes", port_.tx_bytes.Get()},
-                {"tx_dropped", port_.tx_dropped.Get()},
-                {"copy_dropped", port_.copy_dropped.Get()},
-                {"rx_queue_len", port_.rx_queue_len_known.Get()
-                                     ? Json(port_.rx_queue_len.Get()) : Json(nullptr)},
-                {"rx_pps", rx_pps_.load()}};
+  Json ports = PortJson(port_);
+  ports["rx_port"] = PortName(opt_.rx_port);
+  ports["tx_port"] = PortName(opt_.tx_port);
+  ports["rx_pps"] = rx_pps_.load();
   return {{"tsc_hz", hz},
           {"seconds", static_cast<double>(end - start_tsc_) / static_cast<double>(hz)},
           {"chain_buffer", pktbuf_ ? Json(pktbuf_->path()) : Json(nullptr)},
@@ -147,16 +130,6 @@ Json Runner::StatsJson() const {
           {"cycles_per_batch", batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0},
           {"port", ports},
           {"nfs", chain_->StatsJson(done_.load())}};
-}
-
-void Runner::WriteStats() const {
-  if (opt_.stats_path.empty()) return;
-  std::string tmp = opt_.stats_path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << StatsJson().dump(2) << "\n";
-  }
-  std::rename(tmp.c_str(), opt_.stats_path.c_str());
 }
 
 }  // namespace keel

@@ -95,7 +95,9 @@ class RedisServer {
         std::string p = std::to_string(port_);
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 1);
+        std::string sock = UnixPath(port_);
         execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1",
+               "--unixsocket", sock.c_str(), "--unixsocketperm", "700",
                "--save", "", "--appendonly", "no", "--loglevel", "warning", nullptr);
         _exit(127);
       }
@@ -125,6 +127,9 @@ class RedisServer {
   }
   bool up() const { return pid_ > 0; }
   std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+  /* The same server through its unix socket. */
+  std::string unix_addr() const { return "unix:" + UnixPath(port_); }
+  static std::string UnixPath(int port) { return "/tmp/keel-redis-test-" + std::to_string(port) + ".sock"; }
   int port() const { return port_; }
 
  private:
@@ -141,7 +146,7 @@ TEST(RedisMirror, RestartedInstanceContinuesWithItsState) {
     FlowState s;
     RedisMirror m(redis.addr(), milliseconds(10));
     EXPECT_EQ(m.Add(&s, key), 0u);
-    m.Start(-1);
+    m.Start();
     for (uint16_t i = 0; i < 100; i++) s.Update(Flow(i), Value{i, 1});
     s.Remove(Flow(5));
     s.Sync(true);
@@ -162,6 +167,27 @@ TEST(RedisMirror, RestartedInstanceContinuesWithItsState) {
   EXPECT_FALSE(again.Read(Flow(5), &v));
 }
 
+TEST(RedisMirror, ReachesRedisThroughAUnixSocket) {
+  /* NF containers run without a network and reach Redis through its socket. */
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const std::string key = StateKey("t1", "chain-u", 0, "nat");
+  {
+    FlowState s;
+    RedisMirror m(redis.unix_addr(), milliseconds(10));
+    EXPECT_EQ(m.Address(), redis.unix_addr());
+    m.Add(&s, key);
+    m.Start();
+    for (uint16_t i = 0; i < 10; i++) s.Update(Flow(i), Value{i, 2});
+    s.Sync(true);
+    m.Stop(milliseconds(2000));
+    EXPECT_EQ(m.writes(), 10u);
+  }
+  FlowState tcp;
+  RedisMirror m2(redis.addr(), milliseconds(10));
+  EXPECT_EQ(m2.Add(&tcp, key), 10u);
+}
+
 TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
   RedisServer redis;
   if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
@@ -169,11 +195,11 @@ TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
   FlowState writer;
   RedisMirror mw(redis.addr(), milliseconds(5));
   mw.Add(&writer, key);
-  mw.Start(-1);
+  mw.Start();
   FlowState reader;
   RedisMirror mr(redis.addr(), milliseconds(5));
   mr.Add(&reader, key);
-  mr.Start(-1);
+  mr.Start();
 
   writer.Update(Flow(9), Value{99, 0});
   writer.Sync(true);
@@ -200,7 +226,7 @@ TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {
   FlowState s;
   RedisMirror m("127.0.0.1:" + std::to_string(port), milliseconds(10));
   EXPECT_EQ(m.Add(&s, "keel:state:t:c:0-nat"), 0u);
-  m.Start(-1);
+  m.Start();
   auto t0 = std::chrono::steady_clock::now();
   for (uint16_t i = 0; i < 1000; i++) {
     s.Update(Flow(i), Value{i, 0});

@@ -7,7 +7,6 @@
 #include <getopt.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
-#include <rte_lcore.h>
 #include <rte_mbuf.h>
 
 #include <csignal>
@@ -52,7 +51,7 @@ const char kUsage[] =
     "  --stats-interval MS  rewrite the --stats file every MS ms (default 1000)\n"
     "  --pktbuf PATH        copy packets after the first NF into a shared chain\n"
     "                       buffer file at PATH (as a multi-process chain does)\n"
-    "  --redis HOST:PORT    mirror NF state to Redis and load it at start\n"
+    "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
     "  --list               list the NFs and exit\n"
@@ -162,7 +161,7 @@ int main(int argc, char** argv) {
       mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
       for (size_t i = 0; i < chain->size(); i++)
         mirror->Add(&chain->nf(i)->state(), keel::StateKey(tenant, chain_id, i, chain->name(i)));
-      mirror->Start(static_cast<int>(rte_lcore_to_cpu_id(static_cast<int>(rte_get_main_lcore()))));
+      mirror->Start();
     }
 
     std::unique_ptr<keel::Runner> runner;

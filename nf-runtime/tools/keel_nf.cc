@@ -4,6 +4,7 @@
  * owns the DPDK port; the others map only the chain's buffer file.
  */
 #include <getopt.h>
+#include <net/if.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -11,12 +12,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.h"
@@ -25,6 +28,7 @@
 #include "keel/member.h"
 #include "keel/nf_loader.h"
 #include "keel/port.h"
+#include "keel/redis_mirror.h"
 
 namespace {
 
@@ -33,11 +37,14 @@ using keel::cli::ParseInt;
 using keel::cli::UsageError;
 
 constexpr int kWaitForBufferMs = 10000;
+constexpr int kWaitForIfaceMs = 30000;
+constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
-    "               [--coopsched unix:PATH] [--exit-when-idle MS] [--stats FILE]\n"
-    "               [-- <DPDK EAL arguments, position 0 only>]\n"
+    "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
+    "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
+    "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
     "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
@@ -57,9 +64,32 @@ const char kUsage[] =
     "                       TLB misses off every NF at large batches\n"
     "  --coopsched unix:P   announce this NF's thread to keel-coopsched at P\n"
     "  --exit-when-idle MS  position 0: stop the chain after MS ms without a packet\n"
-    "  --stats FILE         write this NF's statistics as JSON at exit\n"
+    "  --wait-iface NAME[:MS]  position 0: before opening the port, wait until network\n"
+    "                       interface NAME exists (the VF the agent moves into this\n"
+    "                       network namespace after start), at most MS ms (default\n"
+    "                       30000); exit 1 if it does not appear\n"
+    "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
+    "                       whole (rename) every --stats-interval and at exit\n"
+    "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
+    "  --redis HOST:PORT    keep the NF's flow table in Redis: load it at start, mirror\n"
+    "                       changes, so a restarted NF of the same chain id and\n"
+    "                       position continues with its state (hash\n"
+    "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
+    "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
-    "                       of private memory (a baseline for benchmarks)\n";
+    "                       of private memory (a baseline for benchmarks)\n"
+    "\n"
+    "The statistics file (cycles from rdtsc; counters count from the start):\n"
+    "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
+    "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
+    "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
+    "   position 0 only:\n"
+    "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
+    "            \"tx_dropped\", \"tx_too_long\", \"copy_dropped\": n,\n"
+    "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
+    "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
+    "   received packets), \"cycles_per_batch\": x}\n";
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {
@@ -74,6 +104,35 @@ bool ValidId(const std::string& id) {
   return true;
 }
 
+/* HOST:PORT with a port in 1..65535. */
+bool ValidRedisAddr(const std::string& addr) {
+  size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  char* end = nullptr;
+  long port = std::strtol(addr.c_str() + colon + 1, &end, 10);
+  return colon + 1 < addr.size() && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+/* The NAME of "--wait-iface NAME[:MS]"; MS, if given, into |*ms|. */
+std::string ParseWaitIface(const std::string& arg, int* ms) {
+  size_t colon = arg.find(':');
+  std::string name = arg.substr(0, colon);
+  if (name.empty() || name.size() >= IF_NAMESIZE || name.find('/') != std::string::npos)
+    UsageError("--wait-iface: '" + name + "' is not an interface name");
+  if (colon != std::string::npos) *ms = ParseInt("--wait-iface", arg.c_str() + colon + 1, 1, 3600000);
+  return name;
+}
+
+/* Waits, polling every 10 ms, until interface |name| exists; false after |ms|. */
+bool WaitForIface(const std::string& name, int ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (if_nametoindex(name.c_str()) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kIfacePoll);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +140,8 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string nf, chain_id, coopsched;
+  std::string nf, chain_id, coopsched, redis, tenant = "default", wait_iface;
+  int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -95,8 +155,11 @@ int main(int argc, char** argv) {
       {"pktbuf", required_argument, nullptr, 'p'},   {"coopsched", required_argument, nullptr, 's'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 'S'},    {"help", no_argument, nullptr, 'h'},
+      {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
+      {"wait-iface", required_argument, nullptr, 'w'},
+      {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -110,9 +173,13 @@ int main(int argc, char** argv) {
       case 's': coopsched = optarg; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
+      case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
       case 'h': std::fputs(kUsage, stdout); return 0;
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
+      case 'r': redis = optarg; break;
+      case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
+      case 't': tenant = optarg; break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -127,6 +194,10 @@ int main(int argc, char** argv) {
     UsageError("--position " + std::to_string(opt.position) + " is not below --of " + std::to_string(opt.count));
   if (opt.position > 0 && eal_at < argc - 1)
     UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
+  if (!wait_iface.empty() && opt.position != 0)
+    UsageError("--wait-iface is for position 0 only: the others never open the port");
+  if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
+  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);
@@ -136,6 +207,12 @@ int main(int argc, char** argv) {
   } catch (const keel::ConfigError& e) {
     UsageError(e.what());
   }
+  if (!wait_iface.empty() && !WaitForIface(wait_iface, wait_iface_ms)) {
+    std::fprintf(stderr, "keel-nf: --wait-iface: interface %s did not appear within %d ms\n",
+                 wait_iface.c_str(), wait_iface_ms);
+    return 1;
+  }
+
   std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
     std::string dir = "/dev/shm/keel";
@@ -187,6 +264,13 @@ int main(int argc, char** argv) {
       /* The packet memory of this process alone, for its private copies. */
       pool = keel::MbufPool("keel_nf_private", 1023, 64, &err);
     }
+    std::unique_ptr<keel::RedisMirror> mirror;
+    if (err.empty() && !redis.empty()) {
+      mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
+      mirror->Add(&chain->nf(0)->state(), keel::StateKey(tenant, chain_id, static_cast<size_t>(opt.position),
+                                                        chain->name(0)));
+      mirror->Start();
+    }
     std::unique_ptr<keel::Member> member;
     if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
     if (member && !coopsched.empty() &&
@@ -208,6 +292,7 @@ int main(int argc, char** argv) {
       rte_eth_dev_close(0);
     }
     member.reset();
+    if (mirror) mirror->Stop(std::chrono::milliseconds(1000));
     chain.reset();
     if (pool) rte_mempool_free(pool);
   }

@@ -25,18 +25,18 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 type options struct {
-	listen, grpcListen, redis, placer, secrets, topology, docker, algo string
-	noAuth                                                             bool
-	pool                                                               int
+	listen, grpcListen, redis, placer, secrets, topology, docker, algo, cpuset string
+	noAuth                                                                     bool
+	pool                                                                       int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -58,6 +58,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
 	fs.IntVar(&o.pool, "pool", 1, "pooled instances per chain on deploy")
+	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
+		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
 	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -132,6 +134,7 @@ func run(o *options) error {
 	if err != nil {
 		log.Printf("warning: %v: normal functions are refused until the gateway restarts with a reachable --docker", err)
 	} else {
+		docker.Cpuset = o.cpuset
 		p.Runtime = docker
 	}
 	if err := p.Adopt(ctx); err != nil {

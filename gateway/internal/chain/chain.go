@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 )
 

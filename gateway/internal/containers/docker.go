@@ -34,6 +34,10 @@ var ErrImageMissing = errors.New("image not found in the local Docker image stor
 
 // Docker manages function replicas on one Docker engine.
 type Docker struct {
+	// Cpuset confines every replica to these CPUs (Docker's --cpuset-cpus syntax, "" = any):
+	// the CPUs that coopsched does not manage, so a normal function never takes a chain's core.
+	Cpuset string
+
 	cli  *client.Client
 	mu   sync.Mutex
 	urls map[string][]url.URL // running replicas by function
@@ -66,7 +70,7 @@ func (d *Docker) CheckImage(ctx context.Context, image string) error {
 // Apply makes the function run exactly `replicas` containers of the deployment: replicas of
 // an older deployment are replaced, matching ones (e.g. from before a gateway restart) kept.
 func (d *Docker) Apply(ctx context.Context, fd *types.FunctionDeployment, replicas int) error {
-	spec := specOf(fd)
+	spec := specOf(fd, d.Cpuset)
 	list, err := d.replicas(ctx, fd.Service)
 	if err != nil {
 		return err
@@ -212,7 +216,8 @@ func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec 
 	labels := map[string]string{LabelFunction: fd.Service, LabelReplica: strconv.Itoa(i), LabelSpec: spec}
 	cfg := &container.Config{Image: fd.Image, Env: env, Labels: labels}
 	host := &container.HostConfig{ReadonlyRootfs: fd.ReadOnlyRootFilesystem,
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped}}
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+		Resources:     container.Resources{CpusetCpus: d.Cpuset}}
 	name := fmt.Sprintf("keel-fn-%s-%d", fd.Service, i)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
 	if err != nil {
@@ -234,13 +239,13 @@ func (d *Docker) remove(ctx context.Context, id string) error {
 }
 
 // specOf identifies what a replica runs, so an update replaces replicas and a restart keeps them.
-func specOf(fd *types.FunctionDeployment) string {
+func specOf(fd *types.FunctionDeployment, cpuset string) string {
 	keys := make([]string, 0, len(fd.EnvVars))
 	for k := range fd.EnvVars {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	s := fd.Image + "|" + fd.EnvProcess
+	s := fd.Image + "|" + fd.EnvProcess + "|cpuset=" + cpuset
 	for _, k := range keys {
 		s += "|" + k + "=" + fd.EnvVars[k]
 	}

@@ -7,6 +7,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -15,10 +16,10 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -108,7 +109,13 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		}
 		return &pb.AssignFlowResponse{Chain: c.Name, Reason: reason}, nil
 	}
-	in.State = store.Attached
+	if in.State != store.Attached {
+		core, err := s.pickCore(ctx, in.Worker)
+		if err != nil {
+			return &pb.AssignFlowResponse{Chain: c.Name, Reason: err.Error()}, nil
+		}
+		in.State, in.Core = store.Attached, core
+	}
 	in.Flows++
 	if err := s.Store.PutInstance(ctx, in); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -117,6 +124,41 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
 	s.Provider.UpdateChainMetrics(ctx, c.Name)
 	return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: pi}, nil
+}
+
+// pickCore chooses the core an instance of worker leaves the pool for (Galleon §5.3).
+func (s *Server) pickCore(ctx context.Context, worker string) (int32, error) {
+	workers, err := s.Store.Workers(ctx)
+	if err != nil {
+		return -1, err
+	}
+	w := workers[worker]
+	if w == nil || len(w.CoreIDs) == 0 {
+		return -1, fmt.Errorf("worker %s has not registered any managed core (is keel-agent running?)", worker)
+	}
+	mine, err := s.workerInstances(ctx, worker)
+	if err != nil {
+		return -1, err
+	}
+	return PickCore(w.CoreIDs, mine), nil
+}
+
+// PickCore returns the managed core with the fewest attached instances (the lowest on a
+// tie); the controller issue replaces it with core packing against the SLO thresholds.
+func PickCore(coreIDs []uint32, insts []*store.Instance) int32 {
+	load := map[int32]int{}
+	for _, in := range insts {
+		if in.State == store.Attached {
+			load[in.Core]++
+		}
+	}
+	best := int32(-1)
+	for _, c := range coreIDs {
+		if best < 0 || load[int32(c)] < load[best] || (load[int32(c)] == load[best] && int32(c) < best) {
+			best = int32(c)
+		}
+	}
+	return best
 }
 
 // Pick is Galleon's Listing 1: among attached instances that are not overloaded the most
@@ -145,7 +187,8 @@ func (s *Server) RegisterWorker(ctx context.Context, req *pb.RegisterWorkerReque
 	if req.Worker == "" {
 		return nil, status.Error(codes.InvalidArgument, "worker: missing name")
 	}
-	w := &store.Worker{Name: req.Worker, Address: req.Address, Cores: req.Cores, VFPorts: map[uint32]string{}, Seen: time.Now().UTC()}
+	w := &store.Worker{Name: req.Worker, Address: req.Address, Cores: req.Cores, CoreIDs: req.CoreIds,
+		VFPorts: map[uint32]string{}, Seen: time.Now().UTC()}
 	for _, vf := range req.VfPorts {
 		w.VFPorts[vf.Port] = vf.Name
 	}
@@ -254,12 +297,10 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	if in == nil {
 		return status.Errorf(codes.NotFound, "instance %s: unknown", st.Instance)
 	}
-	in.RateGbps, in.P99us, in.QueueLen, in.Flows = st.RateGbps, st.P99Us, st.QueueLen, st.Flows
-	in.Packets, in.Drops, in.Core = st.Packets, st.Drops, st.Core
-	in.State = store.Pooled
-	if st.Attached {
-		in.State = store.Attached
-	}
+	// The agent reports what runs; what should run (state, core, batch) stays the gateway's.
+	in.RateGbps, in.P99us, in.QueueLen = st.RateGbps, st.P99Us, st.QueueLen
+	in.Packets, in.Drops = st.Packets, st.Drops
+	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
 	placed := f.Chain.Placement.RateGbps
 	in.Overloaded = st.QueueLen >= QueueHigh || (placed > 0 && st.RateGbps >= RateHighFrac*placed)
 	if err := s.Store.PutInstance(ctx, in); err != nil {
@@ -284,11 +325,17 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Control_WatchServer) erro
 			return err
 		}
 	}
+	if err := stream.Send(&pb.WatchEvent{Kind: pb.WatchEvent_SYNCED}); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-ch:
+		case ev, ok := <-ch:
+			if !ok {
+				return status.Errorf(codes.ResourceExhausted, "watcher %s fell %d events behind; watch again", req.Watcher, events.Backlog)
+			}
 			if err := stream.Send(ev); err != nil {
 				return err
 			}

@@ -33,3 +33,21 @@ func Test_Pick_falls_back_to_an_idle_instance_then_nothing(t *testing.T) {
 		t.Fatalf("got %s, want none", got.ID)
 	}
 }
+
+func Test_PickCore_takes_the_least_loaded_managed_core(t *testing.T) {
+	insts := []*store.Instance{
+		{ID: "a/0", State: store.Attached, Core: 1},
+		{ID: "a/1", State: store.Attached, Core: 1},
+		{ID: "b/0", State: store.Attached, Core: 3},
+		{ID: "b/1", State: store.Pooled, Core: -1},
+	}
+	if got := PickCore([]uint32{1, 3}, insts); got != 3 {
+		t.Fatalf("got core %d, want 3", got)
+	}
+	if got := PickCore([]uint32{3, 2}, nil); got != 2 {
+		t.Fatalf("got core %d, want the lowest of equals, 2", got)
+	}
+	if got := PickCore(nil, insts); got != -1 {
+		t.Fatalf("got core %d without managed cores, want -1", got)
+	}
+}

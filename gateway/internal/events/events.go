@@ -7,9 +7,12 @@ import (
 	"sync"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
+
+// Backlog is how many events a subscriber may fall behind before it is cut off.
+const Backlog = 256
 
 // Hub delivers every published event to every subscriber.
 type Hub struct {
@@ -20,21 +23,26 @@ type Hub struct {
 // NewHub returns a hub without subscribers.
 func NewHub() *Hub { return &Hub{subs: map[chan *pb.WatchEvent]struct{}{}} }
 
-// Subscribe returns a channel of events and a function that ends the subscription.
-// A subscriber that falls 256 events behind loses the oldest events it has not read.
+// Subscribe returns a channel of events and a function that ends the subscription. A
+// subscriber that falls Backlog events behind is cut off: its channel is closed, so that it
+// watches again from a fresh snapshot instead of silently missing a change.
 func (h *Hub) Subscribe() (<-chan *pb.WatchEvent, func()) {
-	ch := make(chan *pb.WatchEvent, 256)
+	ch := make(chan *pb.WatchEvent, Backlog)
 	h.mu.Lock()
 	h.subs[ch] = struct{}{}
 	h.mu.Unlock()
 	return ch, func() {
 		h.mu.Lock()
-		delete(h.subs, ch)
+		if _, ok := h.subs[ch]; ok {
+			delete(h.subs, ch)
+			close(ch)
+		}
 		h.mu.Unlock()
 	}
 }
 
-// Publish sends ev to every subscriber without blocking.
+// Publish sends ev to every subscriber without blocking; a subscriber whose backlog is full
+// is cut off (see Subscribe).
 func (h *Hub) Publish(ev *pb.WatchEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -42,14 +50,8 @@ func (h *Hub) Publish(ev *pb.WatchEvent) {
 		select {
 		case ch <- ev:
 		default:
-			select {
-			case <-ch:
-			default:
-			}
-			select {
-			case ch <- ev:
-			default:
-			}
+			delete(h.subs, ch)
+			close(ch)
 		}
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -169,6 +169,9 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	}
 	if err != nil {
 		return fmt.Errorf("deploy %s: %w", f.Deployment.Service, err)
+	}
+	if err := c.ApplyDeployment(&f.Deployment); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	f.Chain = c
 	if old == nil {
@@ -518,7 +521,11 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 		describeChain(f.Chain, insts, ann)
 		st.Image = f.Chain.Summary()
 		st.Replicas = uint64(len(insts))
-		st.AvailableReplicas = uint64(len(insts))
+		for _, in := range insts {
+			if in.Phase == "ready" {
+				st.AvailableReplicas++
+			}
+		}
 	}
 	return st, nil
 }
@@ -542,7 +549,14 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		if in.Core >= 0 {
 			core = strconv.Itoa(int(in.Core))
 		}
-		parts = append(parts, fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows))
+		phase := in.Phase
+		if phase == "" {
+			phase = "unseen"
+		}
+		if in.Reason != "" {
+			phase += " (" + in.Reason + ")"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d phase=%s", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows, phase))
 		rate += in.RateGbps
 		if in.P99us > p99 {
 			p99 = in.P99us

@@ -74,6 +74,7 @@ type Worker struct {
 	Name    string            `json:"name"`
 	Address string            `json:"address"`
 	Cores   uint32            `json:"cores"`
+	CoreIDs []uint32          `json:"core_ids"` // the cores coopsched manages on the worker
 	VFPorts map[uint32]string `json:"vf_ports"`
 	Seen    time.Time         `json:"seen"`
 }

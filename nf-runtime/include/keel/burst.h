@@ -23,8 +23,10 @@ void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, Po
 int ReturnSurvivors(rte_mbuf** mbufs, Packet* views, int n, PacketBatch* batch, rte_mbuf** out);
 
 /* The egress copy: copies the packets of |batch| into new mbufs from |pool|
- * into |out|; returns how many (0 and counted as TX drops if the pool is empty). */
-int CopyOut(PacketBatch* batch, rte_mempool* pool, rte_mbuf** out, PortCounters* c);
+ * into |out|; returns how many. A packet longer than one mbuf goes out as a
+ * chain of segments if |chain| (the port sends multi-segment mbufs), else it
+ * is dropped and counted as tx_too_long; an empty pool counts as TX drops. */
+int CopyOut(PacketBatch* batch, rte_mempool* pool, bool chain, rte_mbuf** out, PortCounters* c);
 
 /* Sends |n| mbufs on queue 0 of |port|, frees what the queue refused. */
 void TransmitBurst(uint16_t port, rte_mbuf** mbufs, int n, PortCounters* c);

@@ -23,6 +23,7 @@
 #include "keel/chain.h"
 #include "keel/monitor.h"
 #include "keel/pktbuf.h"
+#include "keel/stats_file.h"
 
 namespace keel {
 
@@ -32,7 +33,8 @@ struct MemberOptions {
   std::string pktbuf_path;
   uint16_t port = 0;           /* position 0 only: RX and TX */
   int exit_when_idle_ms = 0;   /* position 0 only; 0: run until stopped */
-  std::string stats_path;
+  std::string stats_path;       /* empty: no statistics file */
+  int stats_interval_ms = 1000; /* how often the statistics file is rewritten */
   /* Positions > 0: work on a private copy of each packet (a buffer from this
    * process's own pool) and copy it back, the isolation-by-copying of
    * EdgeOS/NFVnice (a benchmark baseline). */
@@ -47,11 +49,14 @@ class Member {
                                         int wait_ms, std::string* err);
 
   /* Takes turns until Stop(), the idle timeout (position 0) or the chain
-   * closing (the others); then writes the statistics file. */
+   * closing (the others); then writes the statistics file a last time. */
   void Run();
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
 
-  Json StatsJson() const;
+  /* This NF's statistics, as the statistics file shows them (keel-nf
+   * --help describes them). |final|: the packet loop has ended, so the
+   * NF's own figures (NF::Stats) are included. */
+  Json StatsJson(bool final) const;
 
  private:
   Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt);
@@ -61,13 +66,14 @@ class Member {
   void InPlaceTurn();
   /* copy_each_hop: runs the NF on private copies of |batch|, copies back. */
   void RunOnPrivateCopies(PacketBatch* batch);
-  void WriteStats() const;
 
   Chain* chain_;
   rte_mempool* pool_; /* position 0: the port's; others: private (copy_each_hop) */
   MemberOptions opt_;
   std::unique_ptr<PktBuf> buf_;
+  std::unique_ptr<StatsFile> stats_; /* rewrites opt_.stats_path from a service thread */
   PortCounters port_;
+  bool tx_chains_ = false; /* position 0: the port sends multi-segment mbufs */
   Counter turns_;
   Counter order_violations_; /* packets whose predecessor had not finished them */
   std::atomic<bool> stop_{false};

@@ -12,6 +12,7 @@
 #define KEEL_MONITOR_H_
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <x86intrin.h>
 
 #include <atomic>
@@ -43,6 +44,15 @@ uint64_t TscHz();
  * get to run to move itself while the packet thread polls. */
 void MoveOffCore(pthread_t t, int core);
 
+/* The CPU thread |tid| is pinned to, or -1 if it may run on several. */
+int PinnedCore(pid_t tid);
+
+/* Keeps the calling service thread off the core packet thread |packet_tid|
+ * is pinned to, following it when it moves (coopsched pins an NF's thread
+ * after it started): when that core is no longer |*core|, moves the caller
+ * with MoveOffCore and updates |*core|. */
+void FollowOffCore(pid_t packet_tid, int* core);
+
 /* What one NF of the chain did. */
 struct NfCounters {
   Counter packets_in;
@@ -59,7 +69,8 @@ struct PortCounters {
   Counter rx_malformed;   /* dropped before the first NF: truncated or bad headers */
   Counter tx_packets;
   Counter tx_bytes;
-  Counter tx_dropped;     /* the TX queue was full */
+  Counter tx_dropped;     /* the TX queue was full, or no mbuf was left */
+  Counter tx_too_long;    /* longer than an mbuf, and the port sends no segment chains */
   Counter copy_dropped;   /* the chain's packet buffer was full */
   Counter rx_queue_len;   /* RX descriptors in use at the last sample; see rx_queue_len_known */
   Counter rx_queue_len_known; /* 1 if the PMD reports RX queue occupancy */

@@ -20,9 +20,14 @@ bool EalInit(std::vector<std::string> args, std::string* err);
 rte_mempool* MbufPool(const char* name, unsigned n, unsigned cache, std::string* err);
 
 /* Configures |port| with one RX queue (buffers from |pool|) and one TX
- * queue, starts it and enables promiscuous mode where the PMD has it.
+ * queue that sends multi-segment mbufs if the PMD can, starts it and enables
+ * promiscuous mode where the PMD has it.
  * Returns false and sets |*err| on failure. */
 bool PortInit(uint16_t port, rte_mempool* pool, std::string* err);
+
+/* True if |port| was set up to send multi-segment mbufs (PortInit enables
+ * it wherever the PMD can). */
+bool PortTxChains(uint16_t port);
 
 /* RX descriptors in use on queue 0 of |port|, or -1 if the PMD cannot tell. */
 int PortRxQueueLen(uint16_t port);

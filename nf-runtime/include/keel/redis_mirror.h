@@ -11,6 +11,8 @@
 #ifndef KEEL_REDIS_MIRROR_H_
 #define KEEL_REDIS_MIRROR_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,16 +34,20 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
 
 class RedisMirror {
  public:
-  /* |addr| is HOST:PORT; |period| is how often changes are written. */
+  /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are written. */
   RedisMirror(const std::string& addr, std::chrono::milliseconds period);
   ~RedisMirror();
+  /* The Redis address as given: HOST:PORT or unix:PATH. */
+  std::string Address() const;
 
   /* Before Start: mirrors |state| into hash |key| and loads what the hash
    * already holds into it, so a restarted NF continues with its state.
    * Returns the number of flows loaded (0 if Redis is unreachable). */
   size_t Add(FlowState* state, const std::string& key);
-  /* Starts the mirror thread, kept off CPU |packet_core| (-1: anywhere). */
-  void Start(int packet_core);
+  /* Starts the mirror thread (keel-redis, SCHED_OTHER). The caller is the
+   * packet thread: the mirror keeps off its core, following it when
+   * coopsched moves it. */
+  void Start();
   /* Writes what is still pending (for at most |deadline|) and stops. */
   void Stop(std::chrono::milliseconds deadline);
 
@@ -60,11 +66,12 @@ class RedisMirror {
   bool Connect();
   void Disconnect();
   bool Flush(Table* t);
-  void Loop();
+  void Loop(pid_t packet_tid);
   void Round();
 
   std::string host_;
-  int port_;
+  int port_ = 0;
+  std::string unix_path_; /* set for unix:PATH: a unix socket instead of TCP */
   std::chrono::milliseconds period_;
   redisContext* ctx_ = nullptr;
   std::chrono::steady_clock::time_point next_connect_{};

@@ -2,8 +2,8 @@
 /*
  * The packet loop of a chain run to completion in one process: receive a
  * burst, prefetch its headers, drop and count malformed packets, run the
- * NFs, transmit. A control thread, kept off the packet core, publishes the
- * statistics.
+ * NFs, transmit. A service thread, kept off the packet core, publishes the
+ * statistics (stats_file.h).
  *
  * With a chain buffer (Galleon Fig. 2), the first NF works on the NIC's
  * buffers and the runtime then copies the survivors into the chain's shared
@@ -16,6 +16,7 @@
 #include <rte_mbuf.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -56,19 +57,22 @@ class Runner {
   Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt);
   void ProcessBurst(rte_mbuf** mbufs, int n);
   void RunFromChainBuffer();
-  void ControlLoop();
-  void WriteStats() const;
+  /* The statistics with the receive rate since the last call (service thread). */
+  Json PeriodicStats();
 
   Chain* chain_;
   rte_mempool* pool_;
   RunnerOptions opt_;
   std::unique_ptr<PktBuf> pktbuf_;
   PortCounters port_;
+  bool tx_chains_ = false; /* the TX port sends multi-segment mbufs */
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};
   uint64_t start_tsc_ = 0;
   std::atomic<uint64_t> end_tsc_{0};
   std::atomic<double> rx_pps_{0};
+  uint64_t rate_rx_ = 0;                            /* service thread only */
+  std::chrono::steady_clock::time_point rate_since_{}; /* service thread only */
 };
 
 }  // namespace keel

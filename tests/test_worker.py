@@ -1,0 +1,322 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A deployed chain really runs: `make up`, `faas-cli deploy -f stack.yml`, and the worker
+agent runs every pooled instance as one container per server-placed NF with its VF on the
+NIC bridge; an attached instance of chain 3 (ACL -> NAT) NATs UDP sent into the bridge's
+trunk with its VLAN tag; NF containers, the agent and the gateway survive crashes and
+restarts; `faas-cli remove` and `make down` leave nothing behind. Real dockerd, Open vSwitch,
+keel-coopsched (SCHED_FIFO on core 1), redis-server, placer and gateway, all started by
+`make up`."""
+import fcntl
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from keelenv import ROOT
+
+FAAS_CLI = os.environ.get("FAAS_CLI") or shutil.which("faas-cli") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
+RUN = ROOT / "run"
+GATEWAY = "http://127.0.0.1:8080"
+CONTROL = "127.0.0.1:50051"
+BRIDGE = "keel-nic-local"
+CHAINS = ["chain1", "chain2", "chain3"]
+# chain 3's NAT in stack.yml
+NAT_IP = "198.18.255.3"
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ovs-vsctl") or not shutil.which("dockerd") or os.cpu_count() < 2,
+    reason="needs root, Open vSwitch, dockerd (make deps installs them) and a core 1 for coopsched")
+
+
+def sh(*args, check=True, timeout=120, **kw):
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout, **kw)
+
+
+def ovs(*args, check=True):
+    return sh("ovs-vsctl", f"--db=unix:{RUN / 'ovs' / 'db.sock'}", *args, check=check)
+
+
+def pid_of(name: str) -> int:
+    return int((RUN / f"{name}.pid").read_text())
+
+
+def faas(*args, timeout=120):
+    env = {**os.environ, "HOME": str(RUN / "faas-home")}
+    return sh(FAAS_CLI, *args, "-g", GATEWAY, check=False, timeout=timeout, env=env, cwd=ROOT)
+
+
+def describe(name: str) -> str:
+    r = faas("describe", name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def instances(name: str) -> dict:
+    """The chain's instances as describe shows them: id -> {state, vlan, core, phase}."""
+    line = next(l for l in describe(name).splitlines() if "com.keel.instances" in l)
+    out = {}
+    for m in re.finditer(r"(\S+/\d+) (\w+) worker=\S+ vlan=(\d+) core=(\S+) flows=\d+ phase=(\w+)", line):
+        out[m[1]] = {"state": m[2], "vlan": int(m[3]), "core": m[4], "phase": m[5]}
+    return out
+
+
+def server_nfs(name: str) -> int:
+    line = next(l for l in describe(name).splitlines() if "com.keel.placement" in l)
+    return line.count("@server")
+
+
+def nf_containers(**labels) -> list[dict]:
+    args = ["docker", "ps", "-a", "--format", "{{json .}}", "--filter", "label=com.keel.instance"]
+    for k, v in labels.items():
+        args += ["--filter", f"label=com.keel.{k}={v}"]
+    return [json.loads(l) for l in sh(*args).stdout.splitlines() if l.strip()]
+
+
+def wait_for(what: str, fn, timeout=90.0, every=0.5):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+
+
+def all_ready(name: str):
+    insts = instances(name)
+    return insts if insts and all(i["phase"] == "ready" for i in insts.values()) else None
+
+
+@pytest.fixture(scope="module")
+def control():
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        import grpc
+        pb = importlib.import_module("keel.v1.control_pb2")
+        pb_grpc = importlib.import_module("keel.v1.control_pb2_grpc")
+        with grpc.insecure_channel(CONTROL) as ch:
+            yield pb, pb_grpc.ControlStub(ch)
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
+@pytest.fixture(scope="module")
+def stack():
+    """make up, log in, deploy stack.yml; make down afterwards, and check it left nothing."""
+    lock = open("/tmp/keel-core1.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        t0 = time.time()
+        up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        print(f"make up took {time.time() - t0:.1f}s")
+        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+        env = {**os.environ, "HOME": str(RUN / "faas-home")}
+        r = subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
+                           capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield
+    finally:
+        down = sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+    assert not [p for p in RUN.glob("*.pid")], "make down left PID files"
+    links = sh("ip", "-o", "link", "show").stdout
+    assert not re.search(r"^\d+: keel(vf|-nic|-up|-tor)", links, re.M), links
+    assert not [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("keelw")]
+
+
+@pytest.fixture(scope="module")
+def deployed(stack):
+    t0 = time.time()
+    r = faas("deploy", "-f", "stack.yml", "--filter", "chain*")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for c in CHAINS:
+        if server_nfs(c):
+            wait_for(f"{c}'s pooled instance ready", lambda c=c: all_ready(c))
+    print(f"deploy -> every pooled instance ready: {time.time() - t0:.1f}s")
+    return True
+
+
+@pytest.fixture
+def trunk():
+    """A netns keelw<pid> whose veth is a trunk port (every VLAN) of the NIC bridge."""
+    tag = str(os.getpid() % 100000)
+    ns, host, peer = f"keelw{tag}", f"keelwh{tag}", f"keelwn{tag}"
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+        sh("ip", "link", "set", peer, "netns", ns)
+        for pre, dev in (([], host), (["ip", "netns", "exec", ns], peer)):
+            sh(*pre, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+            sh(*pre, "ethtool", "-K", dev, "tx", "off", check=False)
+            sh(*pre, "ip", "link", "set", dev, "up")
+        ovs("add-port", BRIDGE, host)
+        yield ns, peer
+    finally:
+        ovs("--if-exists", "del-port", BRIDGE, host, check=False)
+        sh("ip", "link", "del", host, check=False)
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def send_and_capture(ns, dev, vlan, sport, n=50, timeout=20):
+    """Sends n UDP packets 198.18.0.10:sport -> 198.18.3.5:5001 tagged vlan into the bridge and
+    returns what comes back on that VLAN from the NAT's address (scapy packets)."""
+    prog = f"""
+import sys
+from scapy.all import Ether, Dot1Q, IP, UDP, Raw, AsyncSniffer, sendp
+import time
+sn = AsyncSniffer(iface={dev!r}, filter="vlan {vlan} and src host {NAT_IP}", store=True)
+sn.start(); time.sleep(0.5)
+pkts = [Ether(src="02:00:00:00:0a:01", dst="02:00:00:00:0b:01") / Dot1Q(vlan={vlan}) /
+        IP(src="198.18.0.10", dst="198.18.3.5") / UDP(sport={sport}, dport=5001) / Raw(b"keel%04d" % i)
+        for i in range({n})]
+sendp(pkts, iface={dev!r}, verbose=False, inter=0.002)
+deadline = time.time() + {timeout}
+while time.time() < deadline and len(sn.results or []) < {n}:
+    time.sleep(0.1)
+sn.stop()
+for p in sn.results:
+    print(p[IP].src, p[UDP].sport, p[UDP].dport, bytes(p[UDP].payload)[:8].decode())
+"""
+    r = sh("ip", "netns", "exec", ns, sys.executable, "-c", prog, timeout=timeout + 30)
+    return [l.split() for l in r.stdout.splitlines() if l.strip()]
+
+
+def test_deploy_runs_one_container_per_server_nf_with_its_vf(deployed):
+    for c in CHAINS:
+        insts = instances(c)
+        n = server_nfs(c)
+        if not n:
+            assert insts == {}, f"{c} runs on the switch only, yet has instances"
+            continue
+        for iid, inst in insts.items():
+            cs = nf_containers(instance=iid)
+            assert len(cs) == n and all(x["State"] == "running" for x in cs), cs
+            port = f"keelvf{inst['vlan']}"
+            assert port in ovs("list-ports", BRIDGE).stdout.split()
+            assert ovs("get", "port", port, "tag").stdout.strip() == str(inst["vlan"])
+    d = sh("docker", "inspect", nf_containers(chain="chain3")[0]["ID"]).stdout
+    hc = json.loads(d)[0]["HostConfig"]
+    assert hc["NetworkMode"] == "none" and not hc["Privileged"] and hc["CpusetCpus"] == "1"
+
+
+def test_attached_chain3_instance_nats_udp_from_the_trunk(deployed, control, trunk):
+    pb, stub = control
+    flow = pb.FiveTuple(src_ip="198.18.0.10", dst_ip="198.18.3.5", src_port=4000, dst_port=5001, proto=17)
+    a = stub.AssignFlow(pb.AssignFlowRequest(flow=flow, ingress_id="test"))
+    assert a.assigned and a.chain == "chain3", a
+    vlan = a.instance.vlan
+    wait_for("chain3 attached and ready", lambda: instances("chain3")[a.instance.id]["phase"] == "ready"
+             and instances("chain3")[a.instance.id]["state"] == "attached")
+    ns, dev = trunk
+    got = send_and_capture(ns, dev, vlan, sport=4000)
+    assert len(got) == 50, got
+    assert {g[0] for g in got} == {NAT_IP} and len({g[1] for g in got}) == 1  # one NAT mapping for the flow
+    assert sorted(g[3] for g in got) == [f"keel{i:04d}" for i in range(50)]
+
+    def packets_reported():
+        with urllib.request.urlopen(GATEWAY + "/metrics", timeout=5) as r:
+            m = re.search(r'^keel_chain_packets_total\{chain="chain3"\} (\S+)', r.read().decode(), re.M)
+        return m and float(m[1]) >= 50
+    wait_for("chain3's packets in the gateway's metrics", packets_reported, timeout=30)
+
+
+def test_killed_nf_container_is_replaced_and_the_nat_mapping_survives(deployed, control, trunk):
+    pb, stub = control
+    iid = next(i for i, x in instances("chain3").items() if x["state"] == "attached")
+    vlan = instances("chain3")[iid]["vlan"]
+    ns, dev = trunk
+    before = send_and_capture(ns, dev, vlan, sport=4100, n=10)
+    assert len(before) == 10
+    time.sleep(1.5)  # the NAT table reaches Redis (the runtime mirrors it periodically)
+    nat = next(c for c in nf_containers(instance=iid) if c["Labels"].find("com.keel.position=1") >= 0)
+    sh("docker", "kill", nat["ID"])
+    wait_for("the NAT container replaced", lambda: (lambda cs: len(cs) == 2 and nat["ID"] not in {c["ID"] for c in cs}
+                                                    and all(c["State"] == "running" for c in cs))(nf_containers(instance=iid)))
+    wait_for("chain3 ready again", lambda: instances("chain3")[iid]["phase"] == "ready")
+    after = send_and_capture(ns, dev, vlan, sport=4100, n=10)
+    assert len(after) == 10
+    assert {g[1] for g in after} == {before[0][1]}, "the flow's NAT port changed: its state did not survive"
+
+
+def test_agent_restart_adopts_everything_without_restarting_it(deployed):
+    ids = sorted(c["ID"] for c in nf_containers())
+    ports = sorted(ovs("list-ports", BRIDGE).stdout.split())
+    old = pid_of("keel-agent")
+    os.kill(old, 9)
+    up = sh("make", "-s", "up", check=False, timeout=300, cwd=ROOT)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    assert pid_of("keel-agent") != old
+    time.sleep(3)
+    for c in CHAINS:
+        if server_nfs(c):
+            wait_for(f"{c} ready after the agent restart", lambda c=c: all_ready(c))
+    assert sorted(c["ID"] for c in nf_containers()) == ids
+    assert sorted(ovs("list-ports", BRIDGE).stdout.split()) == ports
+
+
+def test_gateway_restart_leaves_the_instances_running(deployed):
+    ids = sorted(c["ID"] for c in nf_containers())
+    os.kill(pid_of("keel-gateway"), 15)
+    time.sleep(1)
+    up = sh("make", "-s", "up", check=False, timeout=300, cwd=ROOT)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    time.sleep(3)
+    for c in CHAINS:
+        if server_nfs(c):
+            wait_for(f"{c} ready after the gateway restart", lambda c=c: all_ready(c))
+    assert sorted(c["ID"] for c in nf_containers()) == ids
+
+
+def test_remove_leaves_no_container_port_group_or_key(deployed):
+    r = faas("remove", "-f", "stack.yml", "--filter", "chain*")
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for("every NF container removed", lambda: nf_containers() == [], timeout=60)
+    wait_for("every VF port removed", lambda: not [p for p in ovs("list-ports", BRIDGE).stdout.split()
+                                                   if p.startswith("keelvf")], timeout=30)
+    assert not re.search(r"^\d+: keelvf", sh("ip", "-o", "link", "show").stdout, re.M)
+    keys = sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", "KEYS", "keel:*").stdout.split()
+    assert not [k for k in keys if k.startswith(("keel:instances:", "keel:state:"))], keys
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        import grpc
+        cpb = importlib.import_module("keel.v1.coopsched_pb2")
+        cgrpc = importlib.import_module("keel.v1.coopsched_pb2_grpc")
+        with grpc.insecure_channel("unix:/run/keel/coopsched.sock") as ch:
+            st = cgrpc.CoopschedStub(ch).Status(cpb.StatusRequest(), timeout=10)
+        assert list(st.groups) == []
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
+def test_cpu_bound_normal_function_never_runs_on_the_chains_core(deployed, control, trunk):
+    r = faas("deploy", "-f", "stack.yml", "--filter", "hello")
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for("hello answers", lambda: faas("invoke", "hello", timeout=30).returncode == 0, timeout=60)
+    busy = threading.Thread(target=lambda: urllib.request.urlopen(
+        urllib.request.Request(GATEWAY + "/function/hello?spin=6000", data=b"x"), timeout=20).read())
+    busy.start()
+    try:
+        time.sleep(0.5)
+        pid = int(sh("docker", "inspect", "-f", "{{.State.Pid}}", "keel-fn-hello-0").stdout)
+        allowed = Path(f"/proc/{pid}/status").read_text()
+        assert re.search(r"^Cpus_allowed_list:\s+0$", allowed, re.M), allowed
+        iid = next(i for i, x in instances("chain3").items() if x["state"] == "attached")
+        ns, dev = trunk
+        got = send_and_capture(ns, dev, instances("chain3")[iid]["vlan"], sport=4200, n=50)
+        assert len(got) == 50
+    finally:
+        busy.join(timeout=30)
+    assert faas("remove", "hello").returncode == 0
