@@ -25,21 +25,20 @@ OVSDB = f"unix:{RUN}/ovs/db.sock"
 BRIDGE, VETH, PEER, NETNS = "keel-nic-sttest", "keelst0", "keelst1", "keelst-ns"
 
 
-def starttime(pid: int) -> str | None:
+def running(pid: int) -> bool:
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
+        return False
 
 
 def pid_files() -> dict[str, int]:
-    """The stack's PID files whose process is alive, as {name: pid}."""
+    """The stack's PID files whose process runs, as {name: pid}."""
     out = {}
     for f in RUN.glob("*.pid"):
-        parts = f.read_text().split()
-        if len(parts) == 2 and parts[0].isdigit() and starttime(int(parts[0])) == parts[1]:
-            out[f.stem] = int(parts[0])
+        text = f.read_text().strip()
+        if text.isdigit() and running(int(text)):
+            out[f.stem] = int(text)
     return out
 
 
@@ -141,7 +140,7 @@ def imitate_agent() -> None:
 
 def assert_down(pids: dict[str, int], pktbuf_before: bool) -> None:
     for name, pid in pids.items():
-        assert starttime(pid) is None, f"{name} (pid {pid}) still runs after make down"
+        assert not running(pid), f"{name} (pid {pid}) still runs after make down"
     assert not list(RUN.glob("*.pid")), "PID files left behind"
     assert not link_exists(BRIDGE) and not link_exists(VETH), "the bridge or its veth is left"
     assert not netns_exists(NETNS), "the VF's netns is left"
@@ -195,15 +194,22 @@ def test_make_down_after_a_crash():
 
 def test_make_down_with_stale_pid_files_and_with_nothing_running():
     RUN.mkdir(exist_ok=True)
-    me = os.getpid()
-    # A PID file naming a live process that the stack did not start (wrong start time), and
-    # one naming no process at all.
-    (RUN / "keel-gateway.pid").write_text(f"{me} 1\n")
-    (RUN / "redis.pid").write_text("4194000 12345\n")
-    r, _ = make("down")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert starttime(me) is not None
-    assert not list(RUN.glob("*.pid"))
+    # A recycled PID: a process named like the gateway that started after the PID file was
+    # written. And a PID file naming no process at all.
+    impostor = subprocess.Popen(["bash", "-c", "exec -a keel-gateway sleep 60"])
+    try:
+        (RUN / "keel-gateway.pid").write_text(f"{impostor.pid}\n")
+        hour_ago = time.time() - 3600
+        os.utime(RUN / "keel-gateway.pid", (hour_ago, hour_ago))
+        (RUN / "redis.pid").write_text("4194000\n")
+        r, _ = make("down")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert impostor.poll() is None, "make down killed a process it did not start"
+        assert "stale PID file" in r.stdout
+        assert not list(RUN.glob("*.pid"))
+    finally:
+        impostor.kill()
+        impostor.wait()
     r, _ = make("down")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "stopped" not in r.stdout and "killed" not in r.stdout

@@ -29,22 +29,21 @@ esac
 # stop NAME SECONDS: SIGTERM to NAME's process, SIGKILL if it is still there after SECONDS;
 # removes the PID file. Sets KILLED=1 if SIGKILL was needed.
 stop() {
-  local name=$1 limit=$2 pid start deadline
+  local name=$1 limit=$2 pid deadline
   KILLED=0
   if ! pid=$(alive "$name"); then
     [ ! -f "$RUN/$name.pid" ] || say "  $name: not running (stale PID file removed)"
     rm -f "$RUN/$name.pid"
     return 0
   fi
-  start=$(starttime "$pid")
   kill -TERM "$pid" 2>/dev/null || true
   deadline=$((SECONDS + limit))
-  while [ "$(starttime "$pid")" = "$start" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-  if [ "$(starttime "$pid")" = "$start" ]; then
+  while ours "$name" "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  if ours "$name" "$pid"; then
     kill -KILL "$pid" 2>/dev/null || true
     KILLED=1
     deadline=$((SECONDS + 5))
-    while [ "$(starttime "$pid")" = "$start" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    while ours "$name" "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
     say "  $name: killed (pid $pid did not stop within $limit s of SIGTERM)"
   else
     say "  $name: stopped (pid $pid)"

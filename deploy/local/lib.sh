@@ -3,8 +3,9 @@
 # stack started is recognised. Sourced, not run.
 #
 # run/ (repo-relative, gitignored):
-#   NAME.pid   "PID STARTTIME" of each process make up started (STARTTIME: field 22 of
-#              /proc/PID/stat, so a recycled PID is never taken for ours)
+#   NAME.pid   the PID of each process make up started, written right after the fork: a
+#              process that started after its PID file was written is not ours (a recycled
+#              PID), nor is one without NAME's program in its command line
 #   NAME.log   its stdout and stderr
 #   redis/     Redis' data directory (appendonly), redis.sock its unix socket
 #   ovs/       the private Open vSwitch: conf.db, db.sock, OVS' own pidfiles, control
@@ -31,25 +32,33 @@ say() { printf '%s\n' "$*"; }
 warn() { printf '%s: warning: %s\n' "$PROG" "$*" >&2; }
 die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
 
-# starttime PID: the process' start time in clock ticks since boot; empty if the process is
-# gone or a zombie.
-starttime() {
-  local stat
+# started PID: when the process started, in seconds since the epoch; empty if it is gone or
+# a zombie.
+started() {
+  local stat btime
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
   stat=${stat##*) }              # the fields after "(comm) "; comm may hold spaces
   set -- $stat
   [ "$1" != Z ] || return 0      # field 3, the state
-  printf '%s' "${20}"            # field 22
+  btime=$(awk '$1 == "btime" {print $2}' /proc/stat)
+  printf '%s' $((btime + ${20} / CLK_TCK))   # field 22, clock ticks since boot
+}
+CLK_TCK=$(getconf CLK_TCK)
+
+# ours NAME PID: true if PID runs and started no later than run/NAME.pid was written (give or
+# take 2 s: both times are whole seconds, and btime may be a second off).
+ours() {
+  local start
+  start=$(started "$2")
+  [ -n "$start" ] && [ "$start" -le $(($(stat -c %Y "$RUN/$1.pid" 2>/dev/null || echo 0) + 2)) ]
 }
 
-# alive NAME: prints the PID of NAME if its PID file names a live process started by the
-# stack (same start time, marker in its command line); fails otherwise.
+# alive NAME: prints the PID of NAME if its PID file names a live process that the stack
+# started (see ours) with NAME's program in its command line; fails otherwise.
 alive() {
-  local name=$1 pid start
-  [ -f "$RUN/$name.pid" ] || return 1
-  read -r pid start < "$RUN/$name.pid" || return 1
-  [[ $pid =~ ^[0-9]+$ ]] && [ -n "$start" ] || return 1
-  [ "$(starttime "$pid")" = "$start" ] || return 1
+  local name=$1 pid
+  read -r pid 2>/dev/null < "$RUN/$name.pid" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] && ours "$name" "$pid" || return 1
   tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "${MARKER[$name]}" || return 1
   printf '%s' "$pid"
 }

@@ -13,7 +13,7 @@
 #   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock
 #   keel-agent       the worker "local", /healthz on 127.0.0.1:9101
 #
-# and builds the keel/nf-base image if the engine lacks it. Logs and PID files are in run/
+# and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
 # stack runs only checks that every part answers. Must run as root.
 #
@@ -35,6 +35,20 @@ while [ $# -gt 0 ]; do
     *) usage >&2; exit 2 ;;
   esac
 done
+
+# unmanaged_cpus: the online CPUs coopsched does not manage, as a list (e.g. 0 or 0,2,3):
+# normal functions' containers run there, never on a chain's core.
+unmanaged_cpus() {
+  local range cpu out=()
+  IFS=, read -ra ranges < /sys/devices/system/cpu/online
+  for range in "${ranges[@]}"; do
+    for ((cpu = ${range%-*}; cpu <= ${range#*-}; cpu++)); do
+      [[ ,$MANAGED_CORES, == *,$cpu,* ]] || out+=("$cpu")
+    done
+  done
+  local IFS=,
+  printf '%s' "${out[*]}"
+}
 
 # listener PID ADDR: true if process PID listens on ADDR (HOST:PORT or a unix socket path).
 listener() {
@@ -60,14 +74,7 @@ spawn() {
   shift
   setsid "$@" > "$RUN/$name.log" 2>&1 < /dev/null &
   PID=$!
-  echo "$PID $(starttime "$PID")" > "$RUN/$name.pid"
-}
-
-# running NAME: true while the process of run/NAME.pid runs (same start time; its command
-# line may still be this script's between fork and exec).
-running() {
-  local pid start
-  read -r pid start < "$RUN/$1.pid" && [ -n "$start" ] && [ "$(starttime "$pid")" = "$start" ]
+  echo "$PID" > "$RUN/$name.pid"
 }
 
 # await NAME SECONDS CHECK...: waits until CHECK succeeds; fails with NAME's log tail if
@@ -76,7 +83,7 @@ await() {
   local name=$1 limit=$2 deadline=$((SECONDS + $2))
   shift 2
   until "$@" >/dev/null 2>&1; do
-    if [ -n "$name" ] && ! running "$name"; then
+    if [ -n "$name" ] && ! ours "$name" "$PID"; then
       say "  $name exited during start-up"
       logtail "$name"
       die "$name did not start; make down stops what did"
@@ -182,16 +189,19 @@ part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:
 for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
   --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" \
-  --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK"
+  --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
+  --function-cpuset "$(unmanaged_cpus)"
 
 part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \
   --listen "unix:$COOPSCHED_SOCK" --no-rt-throttle
 
-# The image every library NF runs in (keel/nf-sdk comes with it).
-if docker -H "unix://$DOCKER_SOCK" image inspect keel/nf-base:latest > /dev/null 2>&1; then
+# The image every library NF runs in (keel/nf-sdk comes with it), rebuilt when keel-nf is
+# newer than it.
+nf_base=$(docker -H "unix://$DOCKER_SOCK" image inspect -f '{{.Created}}' keel/nf-base:latest 2>/dev/null || true)
+if [ -n "$nf_base" ] && [ "$(date -d "$nf_base" +%s)" -ge "$(stat -L -c %Y "$BIN/keel-nf")" ]; then
   say "  keel/nf-base: present"
 else
-  say "  keel/nf-base: building (deploy/local/images.sh)"
+  say "  keel/nf-base: ${nf_base:+older than $BIN/keel-nf, }building (deploy/local/images.sh)"
   "$ROOT/deploy/local/images.sh" --bin "$BIN" "unix://$DOCKER_SOCK" | sed 's/^/    /'
 fi
 
