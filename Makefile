@@ -7,6 +7,8 @@
 #   make bench  deps + build + benchmarks (bench/results/*.json)
 #   make demo   deps + build + run the demo and print its report
 #   make images the bases of packet-function images (dockerd must run)
+#   make up     deps + build + start the local stack in the background (run/)
+#   make down   stop the local stack and remove what it made
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -26,11 +28,11 @@ endif
 APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool python3-venv \
-	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...).
 APT_NO_RECOMMENDS := docker.io
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images clean
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images up down clean
 
 deps: apt-deps py-deps go-deps
 
@@ -90,6 +92,16 @@ images: build
 	deploy/local/images.sh --bin $(BUILD)/bin $(DOCKER)
 	cd gateway && CGO_ENABLED=0 $(GO) build -o examples/hello/hello ./examples/hello
 	DOCKER_BUILDKIT=0 docker $(if $(DOCKER),-H $(DOCKER)) build -q -t keel/hello:latest gateway/examples/hello
+
+# The local single-node stack: redis, dockerd (if none runs), Open vSwitch, placer, gateway,
+# coopsched and agent as background processes with logs and PID files in run/. KEEL_BIN
+# (default build/bin, as for the tests) is where keel's binaries are.
+KEEL_BIN ?= $(BUILD)/bin
+up: build
+	deploy/local/up.sh --bin $(KEEL_BIN)
+
+down:
+	deploy/local/down.sh
 
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json

@@ -1,0 +1,224 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# Starts keel's local single-node stack in the background (`make up`), each part waited for
+# until it answers:
+#
+#   redis-server     127.0.0.1:6379 and unix socket run/redis.sock (AOF in run/redis/)
+#   dockerd          only if none answers at /var/run/docker.sock
+#   ovsdb-server     private Open vSwitch database, run/ovs/db.sock
+#   ovs-vswitchd     userspace datapath (bridges use datapath_type=netdev)
+#   chain buffers    tmpfs with 2 MB pages on /run/keel/pktbuf (if not mounted yet)
+#   keel-place       placer service, 127.0.0.1:50062
+#   keel-gateway     OpenFaaS API http://127.0.0.1:8080, gRPC 127.0.0.1:50051
+#   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock
+#   keel-agent       the worker "local", /healthz on 127.0.0.1:9101
+#
+# and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
+# (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
+# stack runs only checks that every part answers. Must run as root.
+#
+# usage: deploy/local/up.sh [--bin DIR]
+#   --bin DIR   keel's binaries (default $KEEL_BIN, else build/bin)
+set -euo pipefail
+
+PROG=up.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+BIN=${KEEL_BIN:-$ROOT/build/bin}
+VENV=$ROOT/.venv
+
+usage() { sed -n '/^# Starts/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bin) [ $# -ge 2 ] || die "--bin needs a directory"; BIN=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+
+# unmanaged_cpus: the online CPUs coopsched does not manage, as a list (e.g. 0 or 0,2,3):
+# normal functions' containers run there, never on a chain's core.
+unmanaged_cpus() {
+  local range cpu out=()
+  IFS=, read -ra ranges < /sys/devices/system/cpu/online
+  for range in "${ranges[@]}"; do
+    for ((cpu = ${range%-*}; cpu <= ${range#*-}; cpu++)); do
+      [[ ,$MANAGED_CORES, == *,$cpu,* ]] || out+=("$cpu")
+    done
+  done
+  local IFS=,
+  printf '%s' "${out[*]}"
+}
+
+# listener PID ADDR: true if process PID listens on ADDR (HOST:PORT or a unix socket path).
+listener() {
+  local pid=$1 addr=$2
+  if [[ $addr == /* ]]; then
+    ss -Hxlp src "$addr" 2>/dev/null | grep -q "pid=$pid,"
+  else
+    ss -Hltnp src "$addr" 2>/dev/null | grep -q "pid=$pid,"
+  fi
+}
+
+# port_free HOST:PORT: fails, naming the holder, if another process listens there.
+port_free() {
+  local holder
+  holder=$(ss -Hltnp src "$1" 2>/dev/null) || true
+  [ -z "$holder" ] || die "$1 is taken by another process, not started by make up: $holder"
+}
+
+# spawn NAME CMD...: starts CMD in its own session, output to run/NAME.log, writes
+# run/NAME.pid and sets PID.
+spawn() {
+  local name=$1
+  shift
+  setsid "$@" > "$RUN/$name.log" 2>&1 < /dev/null &
+  PID=$!
+  echo "$PID" > "$RUN/$name.pid"
+}
+
+# await NAME SECONDS CHECK...: waits until CHECK succeeds; fails with NAME's log tail if
+# NAME's process exits or SECONDS pass. NAME "" waits for a part the stack did not start.
+await() {
+  local name=$1 limit=$2 deadline=$((SECONDS + $2))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$name" ] && ! ours "$name" "$PID"; then
+      say "  $name exited during start-up"
+      logtail "$name"
+      die "$name did not start; make down stops what did"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      say "  $name: no answer to '$*' within $limit s"
+      [ -z "$name" ] || logtail "$name"
+      die "${name:-a part of the stack} did not become healthy; make down stops what did start"
+    fi
+    sleep 0.2
+  done
+}
+
+# part NAME SECONDS CHECK -- CMD...: starts NAME with CMD unless it runs already, then waits
+# until CHECK succeeds. CHECK may use $PID.
+part() {
+  local name=$1 limit=$2 check=() state=running
+  shift 2
+  while [ "$1" != -- ]; do check+=("$1"); shift; done
+  shift
+  if ! PID=$(alive "$name"); then
+    rm -f "$RUN/$name.pid"
+    spawn "$name" "$@"
+    state=started
+  fi
+  await "$name" "$limit" "${check[@]}"
+  say "  $name: $state (pid $PID)"
+}
+
+http_ok() { curl -fsS -m 2 -o /dev/null "$1"; }
+redis_ok() {
+  [ "$(redis-cli -h 127.0.0.1 -p 6379 ping)" = PONG ] && [ "$(redis-cli -s "$RUN/redis.sock" ping)" = PONG ]
+}
+ovsdb_ok() { ovs-vsctl --timeout=2 show; }
+vswitchd_ok() { ovs-appctl --timeout=2 -t ovs-vswitchd version; }
+placer_ok() { listener "$PID" 127.0.0.1:50062; }
+gateway_ok() { http_ok http://127.0.0.1:8080/healthz && listener "$PID" 127.0.0.1:50051; }
+coopsched_ok() { listener "$PID" "$COOPSCHED_SOCK"; }
+agent_ok() { http_ok http://127.0.0.1:9101/healthz; }
+
+# Before anything starts: root, two cores, every program.
+[ "$(id -u)" -eq 0 ] || die "must run as root (mounts, dockerd, SCHED_FIFO); try sudo make up"
+[ "$(nproc)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
+for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss; do
+  command -v "$prog" > /dev/null || die "$prog is not installed: run make deps"
+done
+[ -f /usr/share/openvswitch/vswitch.ovsschema ] || die "the OVS schema is missing: run make deps (openvswitch-switch)"
+[ -x "$VENV/bin/keel-place" ] || die "$VENV/bin/keel-place is missing: run make build"
+for prog in keel-gateway keel-coopsched keel-nf; do
+  [ -x "$BIN/$prog" ] || die "$BIN/$prog is missing: run make build"
+done
+[ -x "$BIN/keel-agent" ] || die "$BIN/keel-agent is missing: the worker agent (agent/, issue 10) is not built; make build builds it once agent/ is in the tree"
+
+start=$SECONDS
+mkdir -p "$RUN/redis" "$RUN/ovs" "$RUN/secrets"
+cd "$ROOT"
+say "starting keel's local stack (logs and PID files in $RUN)"
+
+# Redis: functions, chains, placements and NF state. NF containers have no network and use
+# the unix socket.
+alive redis > /dev/null || port_free 127.0.0.1:6379
+part redis 20 redis_ok -- redis-server --bind 127.0.0.1 --port 6379 --protected-mode yes \
+  --unixsocket "$RUN/redis.sock" --unixsocketperm 770 --dir "$RUN/redis" \
+  --appendonly yes --save "" --daemonize no
+
+# Docker engine: the one that answers, else ours. --cpu-rt-runtime gives the docker cgroup
+# the real-time budget (cgroup v1 RT group scheduling) that containers' SCHED_FIFO NF threads
+# draw from.
+if alive dockerd > /dev/null || ! docker_answers; then
+  rt=()
+  [ ! -f /sys/fs/cgroup/cpu/cpu.rt_runtime_us ] || rt=(--cpu-rt-runtime=950000)
+  command -v dockerd > /dev/null || die "no dockerd answers at $DOCKER_SOCK and dockerd is not installed: run make deps"
+  mkdir -p "$RUN/dockerd"
+  part dockerd 60 docker_answers -- dockerd -H "unix://$DOCKER_SOCK" --pidfile "$RUN/dockerd/docker.pid" "${rt[@]}"
+else
+  say "  dockerd: answers at $DOCKER_SOCK (not started by make up, left alone)"
+  rt_budget=$(cat /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us 2>/dev/null || echo unknown)
+  [ "$rt_budget" != 0 ] || warn "that dockerd's cgroup has no real-time budget (cpu.rt_runtime_us 0): start it with --cpu-rt-runtime=950000 for SCHED_FIFO in NF containers"
+fi
+
+# Open vSwitch, private to the stack: the NIC bridge of the worker (keel-nic-local) and later
+# the ToR are bridges here, datapath_type=netdev.
+[ -s "$RUN/ovs/conf.db" ] || ovsdb-tool create "$RUN/ovs/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+part ovsdb-server 20 ovsdb_ok -- ovsdb-server "$RUN/ovs/conf.db" --remote="punix:$RUN/ovs/db.sock" \
+  --pidfile --no-chdir -vconsole:info -vsyslog:off
+ovs-vsctl --timeout=5 --no-wait init
+part ovs-vswitchd 30 vswitchd_ok -- ovs-vswitchd "unix:$RUN/ovs/db.sock" --pidfile --no-chdir \
+  -vconsole:info -vsyslog:off
+
+# Chain buffers: one file per chain instance on a tmpfs with 2 MB pages.
+if mountpoint -q "$PKTBUF"; then
+  say "  chain buffers: $PKTBUF mounted$( [ -f "$RUN/pktbuf.mounted" ] || echo ' (not by make up, left alone)')"
+else
+  mkdir -p "$PKTBUF"
+  mount -t tmpfs -o huge=always,mode=0700 keel-pktbuf "$PKTBUF"
+  touch "$RUN/pktbuf.mounted"
+  say "  chain buffers: mounted tmpfs (huge=always) on $PKTBUF"
+fi
+
+alive keel-place > /dev/null || port_free 127.0.0.1:50062
+part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:50062
+
+for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
+part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
+  --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" \
+  --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
+  --function-cpuset "$(unmanaged_cpus)"
+
+part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \
+  --listen "unix:$COOPSCHED_SOCK" --no-rt-throttle
+
+# The image every library NF runs in (keel/nf-sdk comes with it), rebuilt when keel-nf is
+# newer than it.
+nf_base=$(docker -H "unix://$DOCKER_SOCK" image inspect -f '{{.Created}}' keel/nf-base:latest 2>/dev/null || true)
+if [ -n "$nf_base" ] && [ "$(date -d "$nf_base" +%s)" -ge "$(stat -L -c %Y "$BIN/keel-nf")" ]; then
+  say "  keel/nf-base: present"
+else
+  say "  keel/nf-base: ${nf_base:+older than $BIN/keel-nf, }building (deploy/local/images.sh)"
+  "$ROOT/deploy/local/images.sh" --bin "$BIN" "unix://$DOCKER_SOCK" | sed 's/^/    /'
+fi
+
+alive keel-agent > /dev/null || port_free 127.0.0.1:9101
+part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --worker local \
+  --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" --cores "$MANAGED_CORES" \
+  --ovsdb "unix:$RUN/ovs/db.sock" --pktbuf-dir "$PKTBUF" --redis 127.0.0.1:6379 \
+  --redis-socket "$RUN/redis.sock" --listen 127.0.0.1:9101
+
+password=$RUN/secrets/basic-auth-password
+await "" 10 test -s "$password"
+cat <<EOF
+keel is up ($((SECONDS - start)) s).
+  gateway   http://127.0.0.1:8080 (faas-cli's default gateway)
+  password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
+  log in    faas-cli login --password-stdin < $password
+  OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show
+  logs      $RUN/*.log
+  stop      make down
+EOF

@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+"""make up / make down: the local stack starts in the background and every part answers, a
+second make up is quick and changes nothing, and make down leaves no process, bridge, veth,
+netns or mount behind: after a normal run, after a crash, with stale PID files and when
+nothing runs. Holds /tmp/keel-core1.lock throughout (make up starts keel-coopsched on core 1)."""
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from keelenv import BIN, ROOT
+
+RUN = ROOT / "run"
+PARTS = ["redis", "ovsdb-server", "ovs-vswitchd", "keel-place", "keel-gateway", "keel-coopsched", "keel-agent"]
+PKTBUF = "/run/keel/pktbuf"
+OVSDB = f"unix:{RUN}/ovs/db.sock"
+# What the agent makes on a worker, imitated: the NIC bridge, one VF veth as an access port,
+# its other end in a namespace.
+BRIDGE, VETH, PEER, NETNS = "keel-nic-sttest", "keelst0", "keelst1", "keelst-ns"
+
+
+def running(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def pid_files() -> dict[str, int]:
+    """The stack's PID files whose process runs, as {name: pid}."""
+    out = {}
+    for f in RUN.glob("*.pid"):
+        text = f.read_text().strip()
+        if text.isdigit() and running(int(text)):
+            out[f.stem] = int(text)
+    return out
+
+
+def docker_answers() -> bool:
+    return subprocess.run(["docker", "-H", "unix:///var/run/docker.sock", "version"],
+                          capture_output=True).returncode == 0
+
+
+def why_skip() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (mounts, dockerd, SCHED_FIFO)"
+    if (os.cpu_count() or 1) < 2:
+        return "needs two cores: coopsched manages core 1"
+    for prog in ("redis-server", "ovsdb-server", "ovs-vswitchd", "docker"):
+        if not shutil.which(prog):
+            return f"{prog} is not installed (make deps installs it)"
+    if not docker_answers() and not shutil.which("dockerd"):
+        return "no Docker engine answers and dockerd is not installed"
+    if not (BIN / "keel-agent").exists():
+        return f"{BIN / 'keel-agent'} is not built yet (agent/, issue 10): make up needs it"
+    return None
+
+
+pytestmark = pytest.mark.skipif(why_skip() is not None, reason=why_skip() or "")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def core1():
+    """The core-1 lock, and a machine without a running stack (the tests would stop it)."""
+    if pid_files():
+        pytest.skip(f"a keel stack runs already ({', '.join(pid_files())}): make down first")
+    with open("/tmp/keel-core1.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def clean_stack():
+    """Each test starts and ends with no stack running, whatever it did."""
+    yield
+    if pid_files():
+        make("down")
+
+
+def make(target: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    r = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), target],
+                       capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def up() -> float:
+    r, took = make("up")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "http://127.0.0.1:8080" in r.stdout
+    assert f"{RUN}/secrets/basic-auth-password" in r.stdout
+    return took
+
+
+def redis_ping(family, addr) -> bytes:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(addr)
+        s.sendall(b"PING\r\n")
+        return s.recv(64)
+
+
+def http_status(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status
+
+
+def sh(*args, check=True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=30)
+
+
+def link_exists(name: str) -> bool:
+    return sh("ip", "link", "show", "dev", name, check=False).returncode == 0
+
+
+def netns_exists(name: str) -> bool:
+    return name in sh("ip", "netns", "list").stdout.split()
+
+
+def imitate_agent() -> None:
+    """A NIC bridge in the stack's OVS with one VF: a veth access port, VLAN 7, whose other
+    end is in a netns."""
+    sh("ovs-vsctl", f"--db={OVSDB}", "--timeout=10", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE,
+       "datapath_type=netdev")
+    sh("ip", "netns", "add", NETNS)
+    sh("ip", "link", "add", VETH, "type", "veth", "peer", "name", PEER, "netns", NETNS)
+    sh("ip", "link", "set", VETH, "up")
+    sh("ovs-vsctl", f"--db={OVSDB}", "--timeout=10", "add-port", BRIDGE, VETH, "tag=7")
+    deadline = time.time() + 10
+    while not link_exists(BRIDGE) and time.time() < deadline:
+        time.sleep(0.1)
+    assert link_exists(BRIDGE) and link_exists(VETH) and netns_exists(NETNS)
+
+
+def assert_down(pids: dict[str, int], pktbuf_before: bool) -> None:
+    for name, pid in pids.items():
+        assert not running(pid), f"{name} (pid {pid}) still runs after make down"
+    assert not list(RUN.glob("*.pid")), "PID files left behind"
+    assert not link_exists(BRIDGE) and not link_exists(VETH), "the bridge or its veth is left"
+    assert not netns_exists(NETNS), "the VF's netns is left"
+    mounted = sh("mountpoint", "-q", PKTBUF, check=False).returncode == 0
+    assert mounted == pktbuf_before, "make down left the chain-buffer mount it made" if mounted else \
+        "make down unmounted a chain-buffer tmpfs it did not mount"
+
+
+def test_make_up_twice_then_make_down_leaves_nothing():
+    pktbuf_before = sh("mountpoint", "-q", PKTBUF, check=False).returncode == 0
+    dockerd_before = docker_answers()
+    took = up()
+    pids = pid_files()
+    assert set(PARTS) <= set(pids), f"missing PID files: {set(PARTS) - set(pids)}"
+    assert ("dockerd" in pids) != dockerd_before, "dockerd started although one answered, or not started"
+
+    assert redis_ping(socket.AF_INET, ("127.0.0.1", 6379)) == b"+PONG\r\n"
+    assert redis_ping(socket.AF_UNIX, str(RUN / "redis.sock")) == b"+PONG\r\n"
+    assert sh("ovs-vsctl", f"--db={OVSDB}", "--timeout=5", "show").returncode == 0
+    socket.create_connection(("127.0.0.1", 50062), timeout=5).close()
+    assert http_status("http://127.0.0.1:8080/healthz") == 200
+    socket.create_connection(("127.0.0.1", 50051), timeout=5).close()
+    assert os.path.exists("/run/keel/coopsched.sock")
+    assert http_status("http://127.0.0.1:9101/healthz") == 200
+    assert sh("mountpoint", "-q", PKTBUF, check=False).returncode == 0
+
+    again = up()
+    assert pid_files() == pids, "a second make up restarted something"
+    assert again < max(30.0, took), f"second make up took {again:.1f} s (first {took:.1f} s)"
+
+    imitate_agent()
+    r, _ = make("down")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_down(pids, pktbuf_before)
+    if not dockerd_before:
+        assert not docker_answers()
+
+
+def test_make_down_after_a_crash():
+    pktbuf_before = sh("mountpoint", "-q", PKTBUF, check=False).returncode == 0
+    up()
+    pids = pid_files()
+    imitate_agent()
+    for name in ("keel-agent", "ovs-vswitchd", "ovsdb-server", "keel-gateway"):
+        os.kill(pids[name], signal.SIGKILL)
+    r, _ = make("down")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stale PID file" in r.stdout
+    assert_down(pids, pktbuf_before)
+
+
+def test_make_down_with_stale_pid_files_and_with_nothing_running():
+    RUN.mkdir(exist_ok=True)
+    # A recycled PID: a process named like the gateway that started after the PID file was
+    # written. And a PID file naming no process at all.
+    impostor = subprocess.Popen(["bash", "-c", "exec -a keel-gateway sleep 60"])
+    try:
+        (RUN / "keel-gateway.pid").write_text(f"{impostor.pid}\n")
+        hour_ago = time.time() - 3600
+        os.utime(RUN / "keel-gateway.pid", (hour_ago, hour_ago))
+        (RUN / "redis.pid").write_text("4194000\n")
+        r, _ = make("down")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert impostor.poll() is None, "make down killed a process it did not start"
+        assert "stale PID file" in r.stdout
+        assert not list(RUN.glob("*.pid"))
+    finally:
+        impostor.kill()
+        impostor.wait()
+    r, _ = make("down")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopped" not in r.stdout and "killed" not in r.stdout
