@@ -284,6 +284,29 @@ def test_gateway_restart_leaves_the_instances_running(deployed):
     assert sorted(c["ID"] for c in nf_containers()) == ids
 
 
+def test_cpu_bound_normal_function_never_runs_on_the_chains_core(deployed, control, trunk):
+    if sh("docker", "image", "inspect", "keel/hello:latest", check=False).returncode != 0:
+        sh("make", "-s", "images", timeout=600, cwd=ROOT)
+    r = faas("deploy", "-f", "stack.yml", "--filter", "hello")
+    assert r.returncode == 0, r.stdout + r.stderr
+    wait_for("hello answers", lambda: faas("invoke", "hello", timeout=30).returncode == 0, timeout=60)
+    busy = threading.Thread(target=lambda: urllib.request.urlopen(
+        urllib.request.Request(GATEWAY + "/function/hello?spin=6000", data=b"x"), timeout=20).read())
+    busy.start()
+    try:
+        time.sleep(0.5)
+        pid = int(sh("docker", "inspect", "-f", "{{.State.Pid}}", "keel-fn-hello-0").stdout)
+        allowed = Path(f"/proc/{pid}/status").read_text()
+        assert re.search(r"^Cpus_allowed_list:\s+0$", allowed, re.M), allowed
+        iid = next(i for i, x in instances("chain3").items() if x["state"] == "attached")
+        ns, dev = trunk
+        got = send_and_capture(ns, dev, instances("chain3")[iid]["vlan"], sport=4200, n=50)
+        assert len(got) == 50
+    finally:
+        busy.join(timeout=30)
+    assert faas("remove", "hello").returncode == 0
+
+
 def test_remove_leaves_no_container_port_group_or_key(deployed):
     r = faas("remove", "-f", "stack.yml", "--filter", "chain*")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -304,23 +327,3 @@ def test_remove_leaves_no_container_port_group_or_key(deployed):
     finally:
         sys.path.remove(str(ROOT / "build" / "py"))
 
-
-def test_cpu_bound_normal_function_never_runs_on_the_chains_core(deployed, control, trunk):
-    r = faas("deploy", "-f", "stack.yml", "--filter", "hello")
-    assert r.returncode == 0, r.stdout + r.stderr
-    wait_for("hello answers", lambda: faas("invoke", "hello", timeout=30).returncode == 0, timeout=60)
-    busy = threading.Thread(target=lambda: urllib.request.urlopen(
-        urllib.request.Request(GATEWAY + "/function/hello?spin=6000", data=b"x"), timeout=20).read())
-    busy.start()
-    try:
-        time.sleep(0.5)
-        pid = int(sh("docker", "inspect", "-f", "{{.State.Pid}}", "keel-fn-hello-0").stdout)
-        allowed = Path(f"/proc/{pid}/status").read_text()
-        assert re.search(r"^Cpus_allowed_list:\s+0$", allowed, re.M), allowed
-        iid = next(i for i, x in instances("chain3").items() if x["state"] == "attached")
-        ns, dev = trunk
-        got = send_and_capture(ns, dev, instances("chain3")[iid]["vlan"], sport=4200, n=50)
-        assert len(got) == 50
-    finally:
-        busy.join(timeout=30)
-    assert faas("remove", "hello").returncode == 0
