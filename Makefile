@@ -72,6 +72,7 @@ build: deps
 	    proto/keel/v1/coopsched.proto
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
 	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
+	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
 
 test: build
 	$(MAKE) --no-print-directory unit-test py-test

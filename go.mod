@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/docker/docker v28.5.2+incompatible
+	github.com/docker/go-units v0.5.0
 	github.com/gorilla/mux v1.8.1
 	github.com/openfaas/faas-provider v0.25.12
 	github.com/prometheus/client_golang v1.20.5
@@ -21,7 +22,6 @@ require (
 	github.com/containerd/log v0.2.0 // indirect
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-connections v0.8.2 // indirect
-	github.com/docker/go-units v0.5.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """keel-nf chains under keel-coopsched: one process per NF on one managed
 core with SCHED_FIFO, run to completion across the processes."""
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,12 +25,12 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or os.cpu_count() < 2,
                                 reason="needs root (SCHED_FIFO) and a second core for coopsched to manage")
 
 
-@pytest.fixture
-def coopsched(tmp_path):
-    """keel-coopsched managing core 1; yields a gRPC stub."""
+@contextlib.contextmanager
+def running_coopsched(tmp_path, *args):
+    """keel-coopsched managing core 1 with |args|; yields a gRPC stub."""
     sock = tmp_path / "coopsched.sock"
     proc = subprocess.Popen([str(BIN / "keel-coopsched"), "--cores", str(MANAGED_CORE),
-                             "--listen", f"unix:{sock}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--listen", f"unix:{sock}", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 10
     while not sock.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -38,10 +40,19 @@ def coopsched(tmp_path):
     channel = grpc.insecure_channel(f"unix:{sock}")
     stub = pb_grpc.CoopschedStub(channel)
     stub.target = f"unix:{sock}"
-    yield stub
-    channel.close()
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        yield stub
+    finally:
+        channel.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def coopsched(tmp_path):
+    """keel-coopsched managing core 1; yields a gRPC stub."""
+    with running_coopsched(tmp_path) as stub:
+        yield stub
 
 
 def group(stub, gid):
@@ -159,3 +170,58 @@ def test_copy_each_hop_gives_the_same_packets_as_zero_copy(tmp_path, coopsched):
     assert len(copied) == n
     assert all(f[42:45] == b"\x00\x01\x02" for f in copied)
     assert copied == zero
+
+
+NF_IMAGE = os.environ.get("KEEL_NF_IMAGE", "keel/nf-base:latest")
+
+
+def docker(*args, check=True):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60, check=check)
+
+
+@pytest.fixture
+def nf_image():
+    """The keel/nf-base image on the machine's dockerd ($DOCKER_HOST); skips if there is none."""
+    if not shutil.which("docker") or docker("version", check=False).returncode != 0:
+        pytest.skip("no dockerd answers the docker client")
+    if docker("image", "inspect", NF_IMAGE, check=False).returncode != 0:
+        pytest.skip(f"image {NF_IMAGE} is missing: run make images")
+    return NF_IMAGE
+
+
+def test_nf_in_a_container_registers_by_its_host_tid_and_runs_fifo(tmp_path, nf_image):
+    """keel-nf in its own PID namespace announces the tid it sees (1) with its
+    namespace; coopsched maps it to the host's. Under --no-rt-throttle the
+    container needs no RT cgroup budget (cgroup v1 cpu.rt_runtime_us = 0)."""
+    n = 20
+    in_pcap, out_pcap = tmp_path / "in.pcap", tmp_path / "out.pcap"
+    pcapraw.write(in_pcap, (pcapraw.udp_frame(1000 + i, b"\xff" * 18) for i in range(n)))
+    name = f"keel-test-nf-{os.getpid()}"
+    with running_coopsched(tmp_path, "--no-rt-throttle") as cs:
+        docker("run", "-d", "--name", name, "--network", "none", "--cpuset-cpus", f"0,{MANAGED_CORE}",
+               "-v", f"{tmp_path}:{tmp_path}", nf_image, "--nf", 'stamp={"index":0}', "--chain-id", "boxed",
+               "--position", "0", "--of", "1", "--pktbuf", str(tmp_path / "pktbuf"), "--coopsched", cs.target,
+               "--stats", str(tmp_path / "stats.json"), "--stats-interval", "100", "--", "--no-pci", "--no-huge",
+               "-m", "256", "--log-level=error", "--no-telemetry",
+               "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={out_pcap}")
+        try:
+            host_pid = int(docker("inspect", "-f", "{{.State.Pid}}", name).stdout)
+            assert wait_for(lambda: group(cs, "boxed") is not None, 10), docker("logs", name).stderr
+            (thread,) = group(cs, "boxed").threads
+            assert thread.tid == host_pid != 1, "coopsched must hold the host's tid (is the image older than keel-nf?)"
+            cs.Attach(pb.AttachRequest(group_id="boxed", core=MANAGED_CORE))
+            stats = tmp_path / "stats.json"
+            assert wait_for(lambda: json.loads(stats.read_text())["port"]["tx_packets"] == n, 10)
+            policy = open(f"/proc/{host_pid}/stat").read().rsplit(")", 1)[1].split()[38]
+            assert policy == "1", "the NF thread is not SCHED_FIFO"
+            (stats_tid,) = [t for t in os.listdir(f"/proc/{host_pid}/task")
+                            if open(f"/proc/{host_pid}/task/{t}/comm").read().strip() == "keel-stats"]
+            status = f"/proc/{host_pid}/task/{stats_tid}/status"
+            assert wait_for(lambda: "Cpus_allowed_list:\t0\n" in open(status).read(), 5), \
+                "the statistics thread stayed on the managed core"
+            t0 = time.time()
+            docker("stop", "-t", "5", name)
+            assert time.time() - t0 < 3, "keel-nf took too long to stop on SIGTERM"
+            assert docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip() == "0"
+        finally:
+            docker("rm", "-f", name, check=False)

@@ -50,7 +50,8 @@ def chain_stack(tmp_path, name, labels=None, annotations=None):
     return p
 
 
-GOOD = {"com.keel.chain": "ACL -> NAT", "com.keel.filter": "dst net 198.19.9.0/24", "com.keel.slo": "p99=100us,t_min=10Mbps"}
+ACL_NAT = "ACL(rules=[{'dst_ip':'198.19.9.0/24'}]) -> NAT(external_ip='198.18.100.1', port_range=[1024, 65535])"
+GOOD = {"com.keel.chain": ACL_NAT, "com.keel.filter": "dst net 198.19.9.0/24", "com.keel.slo": "p99=100us,t_min=10Mbps"}
 
 
 def test_login_refuses_a_wrong_password_and_accepts_the_generated_one(gateway):
@@ -85,6 +86,14 @@ def test_deploy_stack_chains_then_list_and_describe(gateway, redis_addr):
 BAD = [
     ("unknown-nf", None, {**GOOD, "com.keel.chain": "ACL -> Frobnicate"}, 400, "annotations.com.keel.chain", "unknown NF or chain 'Frobnicate'"),
     ("syntax", None, {**GOOD, "com.keel.chain": "ACL -> -> NAT"}, 400, "annotations.com.keel.chain: column", ""),
+    ("bad-nf-argument", None, {**GOOD, "com.keel.chain": ACL_NAT.replace("198.18.100.1", "notanip")}, 400,
+     "annotations.com.keel.chain: column 48", "bad argument 'external_ip' for nat: expected an IPv4 address"),
+    ("nf-init-refuses", None, {**GOOD, "com.keel.chain": "BPF(filters=['tcp prot 80'])"}, 400,
+     "annotations.com.keel.chain", "NF bpf: argument filters: filters[0]: 'tcp prot 80' does not compile"),
+    ("missing-nf-argument", None, {**GOOD, "com.keel.chain": "Tunnel -> IPv4Fwd(routes=[])"}, 400,
+     "annotations.com.keel.chain", "NF tunnel: argument vlan: missing"),
+    ("old-argument-name", None, {**GOOD, "com.keel.chain": "Tunnel(tag=7)"}, 400,
+     "annotations.com.keel.chain", "bad argument 'tag' for tunnel: accepted arguments: vlan"),
     ("bad-filter", None, {**GOOD, "com.keel.filter": "dst net 198.18.0.0/15 andd tcp"}, 400, "annotations.com.keel.filter", "not a valid pcap filter"),
     ("bad-slo", None, {**GOOD, "com.keel.slo": "p99=100,t_min=1Gbps"}, 400, "annotations.com.keel.slo", "expected a delay like 100us"),
     ("missing-label", {"team": "x"}, GOOD, 400, "labels.com.keel.kind: missing", ""),

@@ -101,3 +101,14 @@ def test_faas_cli_builds_ttlguard_and_its_image_drops_low_ttl(images, tmp_path):
     nf = st["nfs"][0]
     assert (nf["nf"], nf["packets_in"], nf["dropped"]) == ("ttlguard", 8, 4)
     assert docker.cli("ps", "-aq", "--filter", f"name=keel-img-test-{os.getpid()}").stdout.strip() == ""
+
+    # what the gateway runs when the function is deployed and when a chain names it
+    r = docker.cli("run", "--rm", "--network", "none", "keel/nf-ttlguard:latest", "--list", "--json", timeout=60)
+    loaded = [nf for nf in json.loads(r.stdout)["nfs"] if "loaded_from" in nf]
+    assert [(nf["name"], [a["name"] for a in nf["args"]]) for nf in loaded] == [("ttlguard", ["min_ttl"])]
+    r = docker.cli("run", "--rm", "--network", "none", "keel/nf-ttlguard:latest", "--check", "--nf",
+                   'ttlguard={"min_ttl":0}', check=False, timeout=60)
+    assert r.returncode == 2 and "ttlguard.min_ttl: 0 is out of range [1, 255]" in r.stderr, r.stderr
+    r = docker.cli("run", "--rm", "--network", "none", "keel/nf-ttlguard:latest", "--check", "--nf",
+                   'ttlguard={"min_ttl":10}', check=False, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -3,13 +3,14 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
 import pytest
 from scapy.all import Dot1Q, Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
 
-from keelenv import BIN
+from keelenv import BIN, ROOT
 
 
 def start_chain(tmp_path, chain_id, nfs, packets, idle_ms=400, extra=()):
@@ -260,3 +261,105 @@ def test_wait_iface_opens_the_port_once_the_interface_appears(tmp_path):
         assert json.loads(st.read_text())["port"]["rx_packets"] >= 0
     finally:
         subprocess.run(["ip", "netns", "del", ns])
+
+
+def test_list_json_is_the_catalogue_keel_chain_exports():
+    def catalogue(binary):
+        r = subprocess.run([str(BIN / binary), "--list", "--json"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    cat = catalogue("keel-nf")
+    assert cat == catalogue("keel-chain") and cat["version"] == 1
+    nfs = {nf["name"]: nf for nf in cat["nfs"]}
+    assert len(nfs) == 17
+    assert [(a["name"], a["type"], a.get("required")) for a in nfs["tunnel"]["args"]] == [("vlan", "integer", True)]
+    assert [a["name"] for a in nfs["nat"]["args"]] == ["external_ip", "port_range"]
+    assert (ROOT / "build" / "nf-catalog.json").exists() and json.loads(
+        (ROOT / "build" / "nf-catalog.json").read_text()) == cat
+
+
+def test_check_runs_init_without_ports_and_names_the_bad_field():
+    def check(*nfs):
+        args = [a for nf in nfs for a in ("--nf", nf)]
+        return subprocess.run([str(BIN / "keel-nf"), "--check", *args], capture_output=True, text=True, timeout=30)
+    ok = check('tunnel={"vlan":7}', 'nat={"external_ip":"198.18.100.1","port_range":[1024,2047]}',
+               'ipv4fwd={"routes":[{"prefix":"198.18.0.0/15","dst_mac":"02:00:00:00:00:01","port":0}]}')
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    for nf, message in [('nat={"external_ip":"notanip","port_range":[1,2]}', "nat.external_ip: 'notanip' is not an IPv4 address"),
+                        ('tunnel={"tag":7}', "tunnel.tag: unknown field"),
+                        ("tunnel", "tunnel.vlan: missing"),
+                        ('bpf={"filters":["tcp prot 80"]}', "bpf.filters[0]: 'tcp prot 80' does not compile"),
+                        ('tunnel={"vlan":', "bad JSON")]:
+        r = check('macswap', nf)
+        assert r.returncode == 2 and message in r.stderr, (nf, r.stderr)
+    r = check("frobnicate")
+    assert r.returncode == 2 and "unknown NF 'frobnicate'" in r.stderr
+
+def cpu_ticks(pid):
+    return sum(int(f) for f in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+
+
+def running_chain(tmp_path, chain_id):
+    """Three stamp NFs that run until stopped, each with its statistics file written."""
+    pkts = [udp_frame(100, sport=1000 + i) for i in range(10)]
+    nfs = [("stamp", {"index": k}) for k in range(3)]
+    procs, _, stats, _ = start_chain(tmp_path, chain_id, nfs, pkts, idle_ms=600000)
+    assert wait_for(lambda: all(st.exists() for st in stats), 15), [p.poll() for p in procs]
+    return procs
+
+
+def exited_within(p, seconds):
+    try:
+        p.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_positions_exit_when_position_0_is_killed(tmp_path):
+    procs = running_chain(tmp_path, "kill0")
+    try:
+        procs[0].kill()
+        for p in procs[1:]:
+            assert exited_within(p, 3), "a position kept running after position 0 died"
+            assert p.returncode == 1
+            assert "position 0 of the chain is gone" in p.stderr.read()
+    finally:
+        kill_all(procs)
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_sigterm_stops_any_position_within_a_second_and_the_chain_with_it(tmp_path, k):
+    procs = running_chain(tmp_path, f"term{k}")
+    try:
+        procs[k].terminate()
+        assert exited_within(procs[k], 1), f"position {k} ignored SIGTERM for a second"
+        for p in procs:
+            assert exited_within(p, 2)
+            assert p.returncode == 0, p.stderr.read()
+    finally:
+        kill_all(procs)
+
+
+def test_waiting_for_a_stopped_position_does_not_burn_a_core(tmp_path):
+    procs = running_chain(tmp_path, "stop0")
+    try:
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        before = [cpu_ticks(p.pid) for p in procs[1:]]
+        time.sleep(1)
+        used = [cpu_ticks(p.pid) - b for p, b in zip(procs[1:], before)]
+        assert all(u < 20 for u in used), f"CPU ticks in 1 s while waiting: {used}"
+        os.kill(procs[0].pid, signal.SIGCONT)
+        procs[0].terminate()
+        for p in procs:
+            assert exited_within(p, 2) and p.returncode == 0
+    finally:
+        kill_all(procs)

@@ -134,3 +134,19 @@ def test_loaded_nf_rejects_a_bad_field_by_name(keel_nf, ttlguard, tmp_path):
             "--position", 0, "--of", 1, "--pktbuf", tmp_path / "pktbuf",
             *eal(tmp_path, in_pcap, tmp_path / "out.pcap"))
     assert r.returncode == 2 and "min_ttl" in r.stderr, r.stderr
+
+
+def test_list_json_exports_the_loaded_nf_with_its_arguments(keel_nf, ttlguard):
+    r = run(keel_nf, "--load", ttlguard, "--list", "--json")
+    assert r.returncode == 0, r.stderr
+    nfs = {nf["name"]: nf for nf in json.loads(r.stdout)["nfs"]}
+    assert nfs["ttlguard"]["loaded_from"] == str(ttlguard)
+    assert [(a["name"], a["type"], a["minimum"], a["maximum"]) for a in nfs["ttlguard"]["args"]] == [
+        ("min_ttl", "integer", 1, 255)]
+    assert "loaded_from" not in nfs["nat"]
+
+
+def test_check_runs_the_loaded_nfs_init(keel_nf, ttlguard):
+    assert run(keel_nf, "--load", ttlguard, "--check", "--nf", 'ttlguard={"min_ttl":10}').returncode == 0
+    r = run(keel_nf, "--load", ttlguard, "--check", "--nf", 'ttlguard={"min_ttl":0}')
+    assert r.returncode == 2 and "ttlguard.min_ttl: 0 is out of range [1, 255]" in r.stderr, r.stderr

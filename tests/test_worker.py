@@ -30,7 +30,7 @@ CONTROL = "127.0.0.1:50051"
 BRIDGE = "keel-nic-local"
 CHAINS = ["chain1", "chain2", "chain3"]
 # chain 3's NAT in stack.yml
-NAT_IP = "198.18.255.3"
+NAT_IP = "198.18.100.1"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("ovs-vsctl") or not shutil.which("dockerd") or os.cpu_count() < 2,

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "cs-pidns.h"
 #include "cs-rt.h"
 
 namespace keel::coopsched {
@@ -90,7 +91,12 @@ grpc::Status Service::RegisterThread(grpc::ServerContext*,
   uint32_t announced = 0;
   int registered = 0;
   cs_error err{};
-  if (cs_sched_announce(sched_, req->group_id().c_str(), req->position(), req->count(), req->tid(),
+  pid_t tid = req->tid();
+  /* An NF in a container gives the id its own PID namespace knows. */
+  if (req->pid_ns() != 0 && req->pid_ns() != own_pid_ns_ &&
+      cs_pidns_host_tid(req->pid_ns(), req->tid(), &tid, &err) != CS_OK)
+    return ToStatus(err);
+  if (cs_sched_announce(sched_, req->group_id().c_str(), req->position(), req->count(), tid,
                         req->pktbuf_path().c_str(), &announced, &registered, &err) != CS_OK)
     return ToStatus(err);
   out->set_announced(announced);

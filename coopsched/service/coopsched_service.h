@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "cs-pidns.h"
 #include "cs-sched.h"
 #include "keel/v1/coopsched.grpc.pb.h"
 
@@ -13,7 +14,7 @@ namespace keel::coopsched {
 // Service answers the Coopsched RPCs; it does not own the scheduler.
 class Service final : public keel::v1::Coopsched::Service {
  public:
-  explicit Service(cs_sched* sched) : sched_(sched) {}
+  explicit Service(cs_sched* sched) : sched_(sched), own_pid_ns_(cs_pidns_self()) {}
 
   // Stop ends every Events stream; call before shutting the server down.
   void Stop() { stopping_ = true; }
@@ -39,6 +40,7 @@ class Service final : public keel::v1::Coopsched::Service {
   grpc::Status GroupReply(const std::string& group, keel::v1::GroupStatus* out);
 
   cs_sched* sched_;
+  const uint64_t own_pid_ns_;  // inode of coopsched's PID namespace
   std::atomic<bool> stopping_{false};
 };
 

@@ -11,6 +11,7 @@
 
 #include "cs-corelock.h"
 #include "cs-handoff.h"
+#include "cs-pidns.h"
 #include "cs-rt.h"
 #include "cs-sched-private.h"
 #include "cs-tsc.h"
@@ -340,14 +341,22 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   for (uint32_t i = 0; i < n; i++) {
     if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
     opened++;
+    /* An NF writes the id its own PID namespace gives it (a container's). */
     uint64_t announced = CS_LOAD(g->chain.w->tids[i]);
-    if (announced != 0 && announced != (uint64_t)tids[i]) {
-      cs_error_set(err, CS_EINVAL, "pktbuf %s says position %u is thread %llu, not %d", path, i,
-                   (unsigned long long)announced, (int)tids[i]);
+    pid_t inner = cs_pidns_inner_tid(tids[i]);
+    if (announced != 0 && announced != (uint64_t)tids[i] && announced != (uint64_t)inner) {
+      cs_error_set(err, CS_EINVAL, "pktbuf %s says position %u is thread %llu, not %d (%d in its PID namespace)",
+                   path, i, (unsigned long long)announced, (int)tids[i], (int)inner);
       goto fail;
     }
     if (g->tasks[i].pid == getpid()) {
       cs_error_set(err, CS_EINVAL, "thread %d belongs to keel-coopsched", (int)tids[i]);
+      goto fail;
+    }
+    if (g->tasks[i].pid == 1) {
+      cs_error_set(err, CS_EINVAL,
+                   "thread %d is init, not an NF (an NF in a container names its PID namespace)",
+                   (int)tids[i]);
       goto fail;
     }
   }

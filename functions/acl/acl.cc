@@ -197,5 +197,16 @@ class Acl : public NF {
 }  // namespace
 
 KEEL_NF(Acl, "acl", "first-match IPv4 5-tuple filter; packets no rule matches are dropped");
+KEEL_NF_ARGS(Acl, R"json([
+  {"name": "rules", "required": true, "type": "array",
+   "doc": "rules in order; the first that matches decides, packets no rule matches are dropped",
+   "items": {"type": "object", "fields": [
+     {"name": "src_ip", "type": "cidr", "doc": "source prefix (any if absent)"},
+     {"name": "dst_ip", "type": "cidr", "doc": "destination prefix (any if absent)"},
+     {"name": "src_port", "type": "ports", "doc": "source port or \"lo-hi\" (needs proto tcp or udp)"},
+     {"name": "dst_port", "type": "ports", "doc": "destination port or \"lo-hi\" (needs proto tcp or udp)"},
+     {"name": "proto", "type": "proto", "doc": "tcp, udp, icmp or an IP protocol number"},
+     {"name": "drop", "type": "boolean", "default": false, "doc": "drop matching packets instead of passing them"}]}}
+])json");
 
 }  // namespace keel

@@ -222,5 +222,11 @@ class Bpf : public NF {
 }  // namespace
 
 KEEL_NF(Bpf, "bpf", "pcap-filter classifier: passes or drops packets that match any filter");
+KEEL_NF_ARGS(Bpf, R"json([
+  {"name": "filters", "required": true, "type": "array", "items": {"type": "string"},
+   "doc": "pcap-filter expressions; a packet matches if any of them matches"},
+  {"name": "action", "type": "string", "enum": ["pass", "drop"], "default": "pass",
+   "doc": "what happens to matching packets; the others get the opposite"}
+])json");
 
 }  // namespace keel

@@ -54,5 +54,9 @@ class ChaCha : public NF {
 };
 
 KEEL_NF(ChaCha, "chacha", "XORs the TCP/UDP payload with a ChaCha20 keystream (RFC 8439)");
+KEEL_NF_ARGS(ChaCha, R"json([
+  {"name": "key", "required": true, "type": "hex", "bytes": 32, "doc": "ChaCha20 key, 64 hex digits"},
+  {"name": "nonce", "required": true, "type": "hex", "bytes": 12, "doc": "ChaCha20 nonce, 24 hex digits"}
+])json");
 
 }  // namespace keel

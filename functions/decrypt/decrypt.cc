@@ -60,5 +60,9 @@ class AesDecrypt : public NF {
 };
 
 KEEL_NF(AesDecrypt, "decrypt", "decrypts an AES-128-CBC TCP/UDP payload made by encrypt");
+KEEL_NF_ARGS(AesDecrypt, R"json([
+  {"name": "key", "required": true, "type": "hex", "bytes": 16, "doc": "AES-128 key, 32 hex digits"},
+  {"name": "iv", "required": true, "type": "hex", "bytes": 16, "doc": "CBC initialisation vector, 32 hex digits"}
+])json");
 
 }  // namespace keel

@@ -137,5 +137,11 @@ class Dedup : public NF {
 };
 
 KEEL_NF(Dedup, "dedup", "replaces TCP/UDP payload chunks seen before by cache references");
+KEEL_NF_ARGS(Dedup, R"json([
+  {"name": "chunk_bytes", "type": "integer", "minimum": 16, "maximum": 512, "default": 64,
+   "doc": "payload chunk size in bytes (rededup must use the same)"},
+  {"name": "cache_entries", "type": "integer", "minimum": 1, "maximum": 65536, "default": 4096,
+   "doc": "chunks remembered (rededup must use the same)"}
+])json");
 
 }  // namespace keel

@@ -30,5 +30,6 @@ class Detunnel : public NF {
 };
 
 KEEL_NF(Detunnel, "detunnel", "pops the outer 802.1Q VLAN tag");
+KEEL_NF_ARGS(Detunnel, "[]");
 
 }  // namespace keel

@@ -65,5 +65,9 @@ class AesEncrypt : public NF {
 };
 
 KEEL_NF(AesEncrypt, "encrypt", "encrypts the TCP/UDP payload with AES-128-CBC (PKCS#7 padding)");
+KEEL_NF_ARGS(AesEncrypt, R"json([
+  {"name": "key", "required": true, "type": "hex", "bytes": 16, "doc": "AES-128 key, 32 hex digits"},
+  {"name": "iv", "required": true, "type": "hex", "bytes": 16, "doc": "CBC initialisation vector, 32 hex digits"}
+])json");
 
 }  // namespace keel

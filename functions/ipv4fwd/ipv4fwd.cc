@@ -140,5 +140,14 @@ class Ipv4Fwd : public NF {
 };
 
 KEEL_NF(Ipv4Fwd, "ipv4fwd", "IPv4 longest-prefix-match forwarding: sets the next hop's MAC, decrements TTL");
+KEEL_NF_ARGS(Ipv4Fwd, R"json([
+  {"name": "routes", "required": true, "type": "array",
+   "doc": "routes; the longest matching prefix wins, packets without a route are dropped",
+   "items": {"type": "object", "fields": [
+     {"name": "prefix", "required": true, "type": "cidr", "doc": "destination prefix (0.0.0.0/0: default route)"},
+     {"name": "dst_mac", "required": true, "type": "mac", "doc": "next hop's MAC address"},
+     {"name": "port", "required": true, "type": "integer", "minimum": 0, "maximum": 65535,
+      "doc": "output port, counted per port in the NF's statistics"}]}}
+])json");
 
 }  // namespace keel

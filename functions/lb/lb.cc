@@ -75,5 +75,9 @@ class Lb : public NF {
 };
 
 KEEL_NF(Lb, "lb", "L4 load balancer: sends each flow to one of the backends");
+KEEL_NF_ARGS(Lb, R"json([
+  {"name": "backends", "required": true, "type": "array", "items": {"type": "ipv4"}, "min_items": 1,
+   "doc": "backend addresses; each flow goes to one of them"}
+])json");
 
 }  // namespace keel

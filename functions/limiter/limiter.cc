@@ -53,5 +53,11 @@ uint64_t Limiter::Now() const {
 }
 
 KEEL_NF(Limiter, "limiter", "token bucket rate limiter: rate_bps with burst_bytes of credit");
+KEEL_NF_ARGS(Limiter, R"json([
+  {"name": "rate_bps", "required": true, "type": "integer", "minimum": 1, "maximum": 1000000000000,
+   "doc": "sustained rate in bits per second"},
+  {"name": "burst_bytes", "required": true, "type": "integer", "minimum": 1, "maximum": 1000000000,
+   "doc": "bucket depth in bytes"}
+])json");
 
 }  // namespace keel

@@ -26,5 +26,6 @@ class MacSwap : public NF {
 };
 
 KEEL_NF(MacSwap, "macswap", "swaps Ethernet source and destination addresses");
+KEEL_NF_ARGS(MacSwap, "[]");
 
 }  // namespace keel

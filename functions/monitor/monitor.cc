@@ -128,5 +128,6 @@ class Monitor : public NF {
 }  // namespace
 
 KEEL_NF(Monitor, "monitor", "counts packets and bytes per IPv4 flow and in total; never drops");
+KEEL_NF_ARGS(Monitor, "[]");
 
 }  // namespace keel

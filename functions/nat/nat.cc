@@ -147,5 +147,11 @@ class Nat : public NF {
 };
 
 KEEL_NF(Nat, "nat", "source NAT for TCP/UDP to external_ip and a port of port_range");
+KEEL_NF_ARGS(Nat, R"json([
+  {"name": "external_ip", "required": true, "type": "ipv4", "doc": "source address of translated flows"},
+  {"name": "port_range", "required": true, "type": "array", "min_items": 2, "max_items": 2,
+   "items": {"type": "integer", "minimum": 1, "maximum": 65535},
+   "doc": "[lo, hi]: the source ports handed out to flows"}
+])json");
 
 }  // namespace keel

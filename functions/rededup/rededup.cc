@@ -117,5 +117,11 @@ class Rededup : public NF {
 };
 
 KEEL_NF(Rededup, "rededup", "restores TCP/UDP payloads encoded by dedup");
+KEEL_NF_ARGS(Rededup, R"json([
+  {"name": "chunk_bytes", "type": "integer", "minimum": 16, "maximum": 512, "default": 64,
+   "doc": "payload chunk size in bytes, as dedup's"},
+  {"name": "cache_entries", "type": "integer", "minimum": 1, "maximum": 65536, "default": 4096,
+   "doc": "chunks remembered, as dedup's"}
+])json");
 
 }  // namespace keel

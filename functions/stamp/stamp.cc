@@ -49,5 +49,9 @@ class Stamp : public NF {
 }  // namespace
 
 KEEL_NF(Stamp, "stamp", "diagnostic: writes its index into the payload and checks the NF before it");
+KEEL_NF_ARGS(Stamp, R"json([
+  {"name": "index", "required": true, "type": "integer", "minimum": 0, "maximum": 255,
+   "doc": "this NF's position, written into the payload"}
+])json");
 
 }  // namespace keel

@@ -41,5 +41,9 @@ class Tunnel : public NF {
 };
 
 KEEL_NF(Tunnel, "tunnel", "pushes an 802.1Q VLAN tag (outer tag if already tagged)");
+KEEL_NF_ARGS(Tunnel, R"json([
+  {"name": "vlan", "required": true, "type": "integer", "minimum": 0, "maximum": 4095,
+   "doc": "VLAN id of the pushed 802.1Q tag"}
+])json");
 
 }  // namespace keel

@@ -163,5 +163,9 @@ class UrlFilter : public NF {
 }  // namespace
 
 KEEL_NF(UrlFilter, "urlfilter", "drops HTTP requests for blocked host/path prefixes");
+KEEL_NF_ARGS(UrlFilter, R"json([
+  {"name": "blocklist", "required": true, "type": "array", "items": {"type": "string"},
+   "doc": "entries host[:port][/path-prefix]; a request for a listed host (and path prefix) is dropped"}
+])json");
 
 }  // namespace keel

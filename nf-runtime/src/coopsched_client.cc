@@ -2,6 +2,7 @@
 #include "keel/coopsched_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "keel/v1/coopsched.grpc.pb.h"
@@ -16,6 +17,9 @@ bool AnnounceToCoopsched(const std::string& target, const std::string& group, in
   req.set_position(static_cast<uint32_t>(position));
   req.set_count(static_cast<uint32_t>(count));
   req.set_tid(static_cast<int32_t>(gettid()));
+  /* In a container the tid is the namespace's; coopsched maps it to its own. */
+  struct stat ns;
+  if (stat("/proc/self/ns/pid", &ns) == 0) req.set_pid_ns(ns.st_ino);
   req.set_pktbuf_path(pktbuf);
   v1::RegisterThreadResponse resp;
   /* coopsched stops the last position to announce itself while its call is

@@ -2,9 +2,11 @@
 #include "keel/member.h"
 
 #include <rte_ethdev.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -19,6 +21,14 @@ namespace keel {
 static constexpr uint32_t kMaxBatchBursts = 64;
 /* Packets to prefetch ahead in the chain's buffer (l3fwd does 8). */
 static constexpr uint32_t kPrefetchAhead = 8;
+/* Waiting for a turn: how often the position whose turn it is is checked
+ * for life, how long to spin with sched_yield before sleeping between
+ * looks (without coopsched), and how long position 0, asked to stop, waits
+ * for its turn to send what is in flight. */
+static constexpr uint64_t kLivenessCheckMs = 100;
+static constexpr uint64_t kSpinMs = 1;
+static constexpr auto kBackoffSleep = std::chrono::microseconds(200);
+static constexpr uint64_t kStopGraceMs = 500;
 /* Position 0's turns between NIC queue-length samples. */
 static constexpr uint64_t kQueueSampleTurns = 64;
 
@@ -27,8 +37,41 @@ static T Load(const T* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 template <class T>
 static void Store(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
+static uint64_t MsToCycles(uint64_t ms) { return TscHz() / 1000 * ms; }
+
 Member::Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt)
     : chain_(chain), pool_(pool), opt_(opt) {}
+
+Member::~Member() {
+  stats_.reset();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+/* The byte of the buffer file that stands for position |k|. */
+static struct flock PositionByte(short type, uint32_t k) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(k);
+  fl.l_len = 1;
+  return fl;
+}
+
+bool Member::HoldPosition(std::string* err) {
+  lock_fd_ = open(opt_.pktbuf_path.c_str(), O_RDWR | O_CLOEXEC);
+  struct flock fl = PositionByte(F_WRLCK, static_cast<uint32_t>(opt_.position));
+  if (lock_fd_ >= 0 && fcntl(lock_fd_, F_OFD_SETLK, &fl) == 0) return true;
+  *err = opt_.pktbuf_path + ": position " + std::to_string(opt_.position) + ": " +
+         (errno == EAGAIN || errno == EACCES ? "another process holds this position"
+                                              : std::strerror(errno));
+  return false;
+}
+
+bool Member::PositionGone(uint32_t j) const {
+  if (j >= KEEL_SCHED_MAX_NFS || Load(&buf_->sched()->tids[j]) == 0) return false;
+  struct flock fl = PositionByte(F_WRLCK, j);
+  return fcntl(lock_fd_, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+}
 
 std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
                                        int wait_ms, std::string* err) {
@@ -61,6 +104,8 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
       return nullptr;
     }
   }
+  err->clear(); /* what failed while waiting for the buffer no longer matters */
+  if (!m->HoldPosition(err)) return nullptr;
   Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));
   Member* raw = m.get();
   m->stats_ = std::make_unique<StatsFile>(opt.stats_path, opt.stats_interval_ms,
@@ -188,18 +233,43 @@ void Member::RunOnPrivateCopies(PacketBatch* batch) {
   }
 }
 
-void Member::Run() {
+bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
+  const uint32_t k = static_cast<uint32_t>(opt_.position);
+  const uint64_t start = Rdtsc();
+  uint64_t next_check = start + MsToCycles(kLivenessCheckMs);
+  uint32_t turn;
+  while ((turn = Load(&s->turn)) != k) {
+    if (Load(&s->closing)) return false;
+    uint64_t now = Rdtsc();
+    if (stop_.load(std::memory_order_relaxed) && (k > 0 || now - start > MsToCycles(kStopGraceMs))) {
+      Store(&s->closing, 1u);
+      return false;
+    }
+    if (now >= next_check) {
+      next_check = now + MsToCycles(kLivenessCheckMs);
+      if (PositionGone(turn)) {
+        *err = "position " + std::to_string(turn) + " of the chain is gone (its process ended); stopping";
+        return false;
+      }
+    }
+    if (!opt_.coopsched && now - start > MsToCycles(kSpinMs)) {
+      std::this_thread::sleep_for(kBackoffSleep);
+    } else {
+      sched_yield();
+    }
+  }
+  return true;
+}
+
+bool Member::Run(std::string* err) {
+  err->clear();
   keel_chain_sched* s = buf_->sched();
   const uint32_t k = static_cast<uint32_t>(opt_.position);
   const uint32_t next = (k + 1) % static_cast<uint32_t>(opt_.count);
-  idle_cycles_ = TscHz() / 1000 * static_cast<uint64_t>(opt_.exit_when_idle_ms);
+  idle_cycles_ = MsToCycles(static_cast<uint64_t>(opt_.exit_when_idle_ms));
   last_rx_ = Rdtsc();
   bool running = true;
-  while (running) {
-    if (Load(&s->turn) != k) {
-      sched_yield();
-      continue;
-    }
+  while (running && AwaitTurn(s, err)) {
     Store(&s->busy_since_tsc, Rdtsc());
     if (k == 0) {
       if (stop_.load(std::memory_order_relaxed)) {
@@ -208,11 +278,12 @@ void Member::Run() {
       } else {
         running = HeadTurn(s);
       }
-      if (!running) Store(&s->closing, 1u);
     } else {
-      running = !Load(&s->closing);
+      running = !Load(&s->closing) && !stop_.load(std::memory_order_relaxed);
       if (running) InPlaceTurn();
     }
+    /* Whoever stops first closes the chain: the others exit too. */
+    if (!running) Store(&s->closing, 1u);
     turns_.Add(1);
     chain_->SyncState(false);
     Store<uint64_t>(&s->busy_since_tsc, 0);
@@ -223,6 +294,7 @@ void Member::Run() {
   chain_->SyncState(true);
   stats_->Stop();
   stats_->Write(StatsJson(true));
+  return err->empty();
 }
 
 Json Member::StatsJson(bool final) const {

@@ -15,7 +15,9 @@ bool LoadNfLibrary(const std::string& path, std::vector<std::string>* added, std
   /* dlopen searches the library path for a bare name; a tenant's file is meant. */
   std::string file = path.find('/') == std::string::npos ? "./" + path : path;
   dlerror();
+  SetNfOrigin(path);
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  SetNfOrigin("");
   if (!handle) {
     const char* why = dlerror();
     *err = path + ": cannot load: " + (why ? why : "unknown dlopen error");

@@ -36,6 +36,7 @@ const char kUsage[] =
     "                  [--exit-when-idle MS] [--stats FILE] [--stats-interval MS]\n"
     "                  [--pktbuf PATH] [--redis HOST:PORT] [--tenant NAME]\n"
     "                  [--chain-id ID] -- <DPDK EAL arguments>\n"
+    "       keel-chain --list [--json]\n"
     "\n"
     "Runs a chain of keel network functions in one process, run to completion:\n"
     "each burst received on port 0 goes through every NF in the order given and\n"
@@ -54,12 +55,14 @@ const char kUsage[] =
     "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
-    "  --list               list the NFs and exit\n"
+    "  --list [--json]      list the NFs and exit; with --json print the NF\n"
+    "                       catalogue (names, help, argument schemas) as JSON\n"
     "\n"
     "Example, processing a capture offline:\n"
     "  keel-chain --nf 'acl={\"rules\":[{\"dst_ip\":\"198.18.0.0/15\"}]}' --nf macswap \\\n"
     "    --exit-when-idle 200 -- --no-pci --no-huge -m 512 \\\n"
-    "    --vdev net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap\n";
+    "    --vdev net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap\n"
+    "\n";
 
 keel::Runner* g_runner = nullptr;
 
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
   std::vector<keel::NfSpec> specs;
   keel::RunnerOptions opt;
   std::string redis, tenant = "default", chain_id = "keel-chain";
+  bool list = false, json = false;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
     if (std::string(argv[i]) == "--") {
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
       {"stats-interval", required_argument, nullptr, 'S'},
       {"redis", required_argument, nullptr, 'r'},  {"tenant", required_argument, nullptr, 't'},
       {"chain-id", required_argument, nullptr, 'c'}, {"list", no_argument, nullptr, 'l'},
+      {"json", no_argument, nullptr, 'j'},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -102,15 +107,22 @@ int main(int argc, char** argv) {
       case 'r': redis = optarg; break;
       case 't': tenant = optarg; break;
       case 'c': chain_id = optarg; break;
-      case 'l':
-        for (const keel::NfInfo* nf : keel::ListNfs()) std::printf("%-10s %s\n", nf->name.c_str(), nf->help.c_str());
+      case 'l': list = true; break;
+      case 'j': json = true; break;
+      case 'h':
+        std::fputs(kUsage, stdout);
+        std::fputs(keel::cli::kCatalogHelp, stdout);
         return 0;
-      case 'h': std::fputs(kUsage, stdout); return 0;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
   }
   if (optind < eal_at) UsageError(std::string("unexpected argument '") + argv[optind] + "'");
+  if (json && !list) UsageError("--json goes with --list");
+  if (list) {
+    keel::cli::PrintCatalog(json);
+    return 0;
+  }
   if (specs.empty()) UsageError("no --nf given: a chain needs at least one NF");
   if (eal_at == argc) UsageError("missing '--' followed by the DPDK EAL arguments");
 

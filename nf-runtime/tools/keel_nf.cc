@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,8 +44,10 @@ constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
-    "               [--stats FILE [--stats-interval MS]] [--redis HOST:PORT [--tenant T]]\n"
+    "               [--stats FILE [--stats-interval MS]] [--redis ADDR [--tenant T]]\n"
     "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
+    "       keel-nf [--load NF.so] --list [--json]\n"
+    "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
     "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
@@ -71,13 +74,21 @@ const char kUsage[] =
     "  --stats FILE         write this NF's statistics as JSON to FILE, rewritten\n"
     "                       whole (rename) every --stats-interval and at exit\n"
     "  --stats-interval MS  how often, 10..3600000 (default 1000)\n"
-    "  --redis HOST:PORT    keep the NF's flow table in Redis: load it at start, mirror\n"
+    "  --redis ADDR         keep the NF's flow table in Redis: load it at start, mirror\n"
     "                       changes, so a restarted NF of the same chain id and\n"
     "                       position continues with its state (hash\n"
     "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
     "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
+    "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
+    "                       with --json print the NF catalogue as JSON\n"
+    "  --check              run each --nf's Init on its configuration, without ports\n"
+    "                       or a chain (a device-less DPDK EAL without hugepages, for NFs\n"
+    "                       that use DPDK libraries), and exit: 0 if every one is\n"
+    "                       accepted, 2 with Init's message naming the NF and the\n"
+    "                       field (e.g. \"nat.external_ip: 'x' is not an IPv4\n"
+    "                       address\") if one is not\n"
     "\n"
     "The statistics file (cycles from rdtsc; counters count from the start):\n"
     "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
@@ -104,8 +115,9 @@ bool ValidId(const std::string& id) {
   return true;
 }
 
-/* HOST:PORT with a port in 1..65535. */
+/* HOST:PORT with a port in 1..65535, or unix:PATH. */
 bool ValidRedisAddr(const std::string& addr) {
+  if (addr.rfind("unix:", 0) == 0) return addr.size() > 5;
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
   char* end = nullptr;
@@ -133,6 +145,40 @@ bool WaitForIface(const std::string& name, int ms) {
   return true;
 }
 
+/* keel-nf --check: Init of every NF spec on its configuration; exit status 0 or 2. */
+int CheckNfs(char* argv0, const std::vector<std::string>& nfs) {
+  if (nfs.empty()) UsageError("--check needs at least one --nf");
+  std::vector<keel::NfSpec> specs;
+  for (const std::string& nf : nfs) {
+    specs.push_back(keel::ParseNfSpec(nf));
+    if (!keel::CreateNf(specs.back().name))
+      UsageError("--nf: unknown NF '" + specs.back().name + "' (keel-nf --list shows the NFs)");
+  }
+  std::string prefix = "--file-prefix=keel-check-" + std::to_string(getpid());
+  std::vector<std::string> eal{argv0, "--no-pci", "--no-huge", "-m", "160", "--no-shconf",
+                               "--log-level=error", "--no-telemetry", prefix};
+  if (std::string err; !keel::EalInit(eal, &err)) {
+    std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+    return 1;
+  }
+  std::string runtime_dir = rte_eal_get_runtime_dir();
+  int rc = 0;
+  for (const keel::NfSpec& spec : specs) {
+    try {
+      keel::MakeNf(spec.name, spec.config);
+    } catch (const keel::ConfigError& e) {
+      std::fprintf(stderr, "keel-nf: %s\n", e.what());
+      rc = kExitUsage;
+      break;
+    }
+  }
+  rte_eal_cleanup();
+  /* The EAL's run-time files of this one-shot process. */
+  std::error_code ignored;
+  std::filesystem::remove_all(runtime_dir, ignored);
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,9 +186,10 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string nf, chain_id, coopsched, redis, tenant = "default", wait_iface;
+  std::string chain_id, coopsched, redis, tenant = "default", wait_iface;
   int wait_iface_ms = kWaitForIfaceMs;
-  std::vector<std::string> loads;
+  std::vector<std::string> loads, nfs;
+  bool list = false, json = false, check = false;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
     if (std::string(argv[i]) == "--") {
@@ -160,21 +207,29 @@ int main(int argc, char** argv) {
       {"copy-each-hop", no_argument, nullptr, 'C'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
+      {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
+      {"check", no_argument, nullptr, 'K'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
   while ((c = getopt_long(eal_at, argv, ":", kOptions, nullptr)) != -1) {
     switch (c) {
-      case 'n': nf = optarg; break;
+      case 'n': nfs.push_back(optarg); break;
       case 'c': chain_id = optarg; break;
       case 'k': opt.position = ParseInt("--position", optarg, 0, KEEL_SCHED_MAX_NFS - 1); break;
       case 'o': opt.count = ParseInt("--of", optarg, 1, KEEL_SCHED_MAX_NFS); break;
       case 'p': opt.pktbuf_path = optarg; break;
-      case 's': coopsched = optarg; break;
+      case 's': coopsched = optarg; opt.coopsched = true; break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 'S': opt.stats_path = optarg; break;
       case 'I': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
-      case 'h': std::fputs(kUsage, stdout); return 0;
+      case 'l': list = true; break;
+      case 'j': json = true; break;
+      case 'K': check = true; break;
+      case 'h':
+        std::fputs(kUsage, stdout);
+        std::fputs(keel::cli::kCatalogHelp, stdout);
+        return 0;
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
       case 'r': redis = optarg; break;
@@ -187,7 +242,14 @@ int main(int argc, char** argv) {
   if (optind < eal_at) UsageError(std::string("unexpected argument '") + argv[optind] + "'");
   for (const std::string& so : loads)
     if (std::string err; !keel::LoadNfLibrary(so, nullptr, &err)) UsageError("--load " + err);
-  if (nf.empty()) UsageError("--nf is required");
+  if (json && !list) UsageError("--json goes with --list");
+  if (list) {
+    keel::cli::PrintCatalog(json);
+    return 0;
+  }
+  if (check) return CheckNfs(argv[0], nfs);
+  if (nfs.size() != 1) UsageError(nfs.empty() ? "--nf is required" : "--nf is given more than once (only --check takes several)");
+  const std::string& nf = nfs[0];
   if (!ValidId(chain_id)) UsageError("--chain-id: '" + chain_id + "' is not a chain id ([A-Za-z0-9_.-], 1-64)");
   if (opt.position < 0 || opt.count == 0) UsageError("--position and --of are required");
   if (opt.position >= opt.count)
@@ -197,7 +259,7 @@ int main(int argc, char** argv) {
   if (!wait_iface.empty() && opt.position != 0)
     UsageError("--wait-iface is for position 0 only: the others never open the port");
   if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
-  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT");
+  if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT or unix:PATH");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);
@@ -284,7 +346,10 @@ int main(int argc, char** argv) {
       g_member = member.get();
       std::signal(SIGINT, OnSignal);
       std::signal(SIGTERM, OnSignal);
-      member->Run();
+      if (!member->Run(&err)) {
+        std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+        rc = 1;
+      }
       g_member = nullptr;
     }
     if (opt.position == 0) {

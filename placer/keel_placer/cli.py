@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .algos import ALGOS, run
-from .catalog import LIBRARY, ALIASES, ProfileError, default_nf_profile_path, load_profiles
+from .catalog import (ALIASES, Catalog, CatalogError, ProfileError, default_catalog_path,
+                      default_nf_profile_path, library, load_profiles, use_catalog)
 from .evaluate import evaluate
 from .lang import SpecError
 from .model import Placement
@@ -38,6 +39,14 @@ Chain language (one statement per line; // and /* */ comments):
       d_max); bare numbers mean Gbps and microseconds
 NF names are case-insensitive: %(nfs)s
   aliases: %(aliases)s
+NF arguments are keel-nf's: the names, types and ranges each NF declares (KEEL_NF_ARGS),
+e.g. Tunnel(vlan=7), NAT(external_ip='198.18.100.1', port_range=[1024, 65535]). They
+come from the NF catalogue `keel-chain --list --json` exports (--catalog FILE, env
+KEEL_NF_CATALOG, default build/nf-catalog.json as `make build` writes it); see
+`keel-nf --help` for its schema. Required arguments may be left out here (placement
+needs costs, not configurations). --tenant-nfs FILE adds a tenant's packet functions:
+a JSON list of catalogue entries named by function name, with optional "cycles"
+(server cycles per packet, default 500); they run on servers only.
 
 Topology YAML:
   switch: {kind: pisa|openflow, stages: 12, ports_gbps: 100}
@@ -52,16 +61,27 @@ Measured costs in bench/results/nf_profile.json are used when present
 
 Exit status: 0 on success (also when no placement is feasible: see "feasible"),
 2 on bad input (the message names file:line:column and the problem).
-""" % {"nfs": ", ".join(sorted(LIBRARY)),
-       "aliases": ", ".join(f"{k}={v}" for k, v in sorted(ALIASES.items()))}
+"""
+
+
+def _description() -> str:
+    try:
+        nfs = ", ".join(library().names())
+    except CatalogError as e:
+        nfs = f"(no catalogue: {e})"
+    return DESCRIPTION % {"nfs": nfs,
+                          "aliases": ", ".join(f"{k}={v}" for k, v in sorted(ALIASES.items()))}
 
 
 class BadInput(Exception):
     """Input that the user must fix; printed and exit status 2."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="keel-place", description=DESCRIPTION,
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--catalog")
+    use_catalog(pre.parse_known_args(argv)[0].catalog)
+    p = argparse.ArgumentParser(prog="keel-place", description=_description(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -72,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--profiles", metavar="FILE", help="JSON cost profiles replacing the catalog's")
         sp.add_argument("--nf-profile", metavar="FILE|none",
                         help="measured nf_profile.json (default: bench/results/nf_profile.json if found)")
+        catalog(sp)
+        sp.add_argument("--tenant-nfs", metavar="FILE",
+                        help="JSON list of a tenant's packet functions (catalogue entries + cycles)")
+
+    def catalog(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--catalog", metavar="FILE",
+                        help=f"NF catalogue from keel-chain --list --json (default {default_catalog_path()})")
 
     sp = sub.add_parser("parse", help="check a spec and print its chain graphs",
                         description="Parse a spec; print each bound chain's NF graph.")
@@ -105,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
                         description="Serve keel.v1.Placer over gRPC until interrupted.")
     sp.add_argument("--listen", default="127.0.0.1:50062", metavar="ADDR:PORT")
     sp.add_argument("--nf-profile", metavar="FILE|none")
+    catalog(sp)
     return p
 
 
@@ -121,16 +149,36 @@ def _nf_profile(arg: str | None) -> str | None:
     return arg or default_nf_profile_path()
 
 
-def load_problem(args: argparse.Namespace) -> Problem:
-    """Read spec, topology and profiles named on the command line."""
-    text = _read(args.spec)
+def load_catalog(args: argparse.Namespace) -> Catalog:
+    """The library's catalogue with the --tenant-nfs file's NFs."""
     try:
-        spec = parse_spec(text)
+        cat = library()
+        if args.tenant_nfs:
+            try:
+                entries = json.loads(_read(args.tenant_nfs))
+            except json.JSONDecodeError as e:
+                raise BadInput(f"{args.tenant_nfs}: {e}") from e
+            cat = cat.with_tenants(entries, args.tenant_nfs)
+    except CatalogError as e:
+        raise BadInput(str(e)) from e
+    return cat
+
+
+def load_spec(args: argparse.Namespace, cat: Catalog):
+    """Read and resolve the --spec file."""
+    try:
+        return parse_spec(_read(args.spec), cat)
     except SpecError as e:
         raise BadInput("\n".join(d.render(args.spec) for d in e.diagnostics)) from e
+
+
+def load_problem(args: argparse.Namespace) -> Problem:
+    """Read spec, topology and profiles named on the command line."""
+    cat = load_catalog(args)
+    spec = load_spec(args, cat)
     try:
         topo = load_topology(args.topology)
-        profiles = load_profiles(args.profiles, _nf_profile(args.nf_profile))
+        profiles = load_profiles(args.profiles, _nf_profile(args.nf_profile), cat)
     except (TopologyError, ProfileError) as e:
         raise BadInput(str(e)) from e
     return Problem(spec, topo, profiles)
@@ -174,17 +222,18 @@ def print_eval(table: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     try:
         if args.cmd == "serve":
             from .service import serve
-            serve(args.listen, _nf_profile(args.nf_profile))
+            try:
+                serve(args.listen, _nf_profile(args.nf_profile))
+            except CatalogError as e:
+                raise BadInput(str(e)) from e
             return 0
         if args.cmd == "parse":
-            try:
-                spec = parse_spec(_read(args.spec))
-            except SpecError as e:
-                raise BadInput("\n".join(d.render(args.spec) for d in e.diagnostics)) from e
+            spec = load_spec(args, load_catalog(args))
             if args.json:
                 print(json.dumps({"chains": [g.to_dict() for g in spec.chains]}, indent=2))
             else:

@@ -11,7 +11,7 @@ from concurrent import futures
 import grpc
 
 from .algos import ALGOS, run
-from .catalog import ProfileError, load_profiles
+from .catalog import Catalog, CatalogError, ProfileError, library, load_profiles
 from .lang import SpecError
 from .pattern import Problem
 from .spec import parse_spec
@@ -28,6 +28,16 @@ def _errors(e: SpecError) -> list:
     return [pb.SpecError(line=d.line, column=d.col, message=d.message) for d in e.diagnostics]
 
 
+def _catalog(tenant_nfs_json: str) -> Catalog:
+    if not tenant_nfs_json:
+        return library()
+    try:
+        entries = json.loads(tenant_nfs_json)
+    except json.JSONDecodeError as e:
+        raise CatalogError(f"tenant_nfs_json: {e}") from e
+    return library().with_tenants(entries, "tenant_nfs_json")
+
+
 class PlacerService(pb_grpc.PlacerServicer):
     """Parse and Place; bad input comes back in the response, never as an RPC error."""
 
@@ -36,9 +46,11 @@ class PlacerService(pb_grpc.PlacerServicer):
 
     def Parse(self, request, context):
         try:
-            spec = parse_spec(request.spec)
+            spec = parse_spec(request.spec, _catalog(request.tenant_nfs_json))
         except SpecError as e:
             return pb.ParseResponse(ok=False, errors=_errors(e))
+        except CatalogError as e:
+            return pb.ParseResponse(ok=False, errors=[pb.SpecError(line=0, column=0, message=str(e))])
         chains = []
         for g in spec.chains:
             chains.append(pb.ChainGraph(
@@ -52,16 +64,19 @@ class PlacerService(pb_grpc.PlacerServicer):
 
     def Place(self, request, context):
         try:
-            spec = parse_spec(request.spec)
+            cat = _catalog(request.tenant_nfs_json)
+            spec = parse_spec(request.spec, cat)
         except SpecError as e:
             return pb.PlaceResponse(ok=False, errors=_errors(e))
+        except CatalogError as e:
+            return pb.PlaceResponse(ok=False, input_error=str(e))
         algo = request.algo or "heuristic"
         if algo not in ALGOS:
             return pb.PlaceResponse(ok=False, input_error=f"unknown algo '{algo}' "
                                     f"(expected one of {', '.join(ALGOS)})")
         try:
             topo = parse_topology_text(request.topology_yaml)
-            profiles = self._profiles(request.profiles_json)
+            profiles = self._profiles(request.profiles_json, cat)
         except (TopologyError, ProfileError) as e:
             return pb.PlaceResponse(ok=False, input_error=str(e))
         pl = run(Problem(spec, topo, profiles), algo)
@@ -76,13 +91,13 @@ class PlacerService(pb_grpc.PlacerServicer):
                 subgroups=[pb.PlacedSubgroup(id=s.id, server=s.server, cores=s.cores, nfs=s.nfs)
                            for s in c.subgroups]) for c in pl.chains])
 
-    def _profiles(self, text: str):
+    def _profiles(self, text: str, cat: Catalog):
         if not text:
-            return load_profiles(None, self.nf_profile)
+            return load_profiles(None, self.nf_profile, cat)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             f.write(text)
         try:
-            return load_profiles(f.name, self.nf_profile)
+            return load_profiles(f.name, self.nf_profile, cat)
         except ProfileError as e:
             raise ProfileError(str(e).replace(f.name, "profiles_json")) from None
         finally:
@@ -90,7 +105,9 @@ class PlacerService(pb_grpc.PlacerServicer):
 
 
 def start(listen: str, nf_profile: str | None = None) -> tuple[grpc.Server, int]:
-    """Start the server on `listen` (host:port, port 0 picks one); returns it and its port."""
+    """Start the server on `listen` (host:port, port 0 picks one); returns it and its port.
+    The library's catalogue is loaded first, so a missing one stops the start (CatalogError)."""
+    library()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_PlacerServicer_to_server(PlacerService(nf_profile), server)
     port = server.add_insecure_port(listen)

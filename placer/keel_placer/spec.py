@@ -34,8 +34,9 @@ def parse_time(v: Any) -> float | None:
 
 
 class _Resolver:
-    def __init__(self, tree: SpecTree, errors: list[Diagnostic]):
+    def __init__(self, tree: SpecTree, errors: list[Diagnostic], cat: catalog.Catalog):
         self.tree = tree
+        self.cat = cat
         self.errors = errors
         self.funcs = {}
         self.chains: dict[str, ChainDef] = {}
@@ -53,10 +54,9 @@ class _Resolver:
         self.errors.append(Diagnostic(pos.line, pos.col, msg))
 
     def check_call(self, call: NFCall) -> catalog.NFKind | None:
-        kind = catalog.lookup(call.name)
+        kind = self.cat.lookup(call.name)
         if kind is None:
-            self.err(call.pos, f"unknown NF '{call.name}' (library: "
-                               f"{', '.join(sorted(catalog.LIBRARY))})")
+            self.err(call.pos, f"unknown NF '{call.name}' (known: {', '.join(self.cat.names())})")
             return None
         msg = catalog.check_args(kind, call.args or {})
         if msg:
@@ -106,14 +106,14 @@ class _Resolver:
             return self.expr(g, self.chains[call.name].expr, preds, stack + [call.name])
         if call.name in self.funcs and call.args is None:
             fcall = self.funcs[call.name].call
-            kind = catalog.lookup(fcall.name)
+            kind = self.cat.lookup(fcall.name)
             if kind is None:
                 return preds  # reported at the func definition
             base, args = call.name, dict(fcall.args or {})
         else:
             if call.name in self.tree.broken:
                 return preds
-            if call.args is None and catalog.lookup(call.name) is None:
+            if call.args is None and self.cat.lookup(call.name) is None:
                 self.err(call.pos, f"unknown NF or chain '{call.name}'")
                 return preds
             kind = self.check_call(call)
@@ -189,10 +189,11 @@ def _merge_edges(edges: list[Edge]) -> list[Edge]:
     return [Edge(s, d, w) for (s, d), w in acc.items()]
 
 
-def parse_spec(text: str) -> Spec:
-    """Parse and resolve spec text; raise SpecError with every diagnostic if it is bad."""
+def parse_spec(text: str, cat: catalog.Catalog | None = None) -> Spec:
+    """Parse and resolve spec text against an NF catalogue (default: the library's);
+    raise SpecError with every diagnostic if it is bad."""
     tree, errors = parse_tree(text)
-    spec = _Resolver(tree, errors).resolve()
+    spec = _Resolver(tree, errors, cat or catalog.library()).resolve()
     if errors:
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
     if not spec.chains:

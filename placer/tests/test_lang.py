@@ -57,7 +57,7 @@ def test_nested_branches_pass_through_and_funcs(examples):
     assert ("filter_a", "pop") in edges(web)      # outer pass-through arm
     assert ("filter_b", "pop") in edges(web)      # inner pass-through arm merges after the branch
     assert ("urlfilter", "pop") in edges(web)
-    assert web.nodes[0].args == {"filter": "tcp port 80"}
+    assert web.nodes[0].args == {"filters": ["tcp port 80"]}
     assert web.slo.d_max == 200 and web.slo.t_max == 40
     tenant = next(g for g in spec.chains if g.name == "tenant_chain")
     assert round(tenant.nodes[5].weight, 3) == 0.5  # 'weight': 2 of 4
@@ -78,7 +78,7 @@ def test_unknown_nf_names_line_and_column():
 
 def _unknown(name):
     from keel_placer import catalog
-    return f"unknown NF '{name}' (library: {', '.join(sorted(catalog.LIBRARY))})"
+    return f"unknown NF '{name}' (known: {', '.join(catalog.library().names())})"
 
 
 def test_unknown_bare_name():

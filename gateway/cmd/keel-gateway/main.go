@@ -25,6 +25,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -34,9 +35,9 @@ import (
 )
 
 type options struct {
-	listen, grpcListen, redis, placer, secrets, topology, docker, algo, cpuset string
-	noAuth                                                                     bool
-	pool                                                                       int
+	listen, grpcListen, redis, placer, secrets, topology, docker, algo, keelNF, cpuset string
+	noAuth                                                                             bool
+	pool                                                                               int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -46,7 +47,16 @@ func parseFlags(args []string) (*options, error) {
 		fmt.Fprintf(fs.Output(), "Usage: keel-gateway [flags]\n\n"+
 			"keel's OpenFaaS provider: deploy normal functions, packet functions (label com.keel.kind=nf)\n"+
 			"and NF chains (label com.keel.kind=chain, annotations com.keel.chain, com.keel.filter,\n"+
-			"com.keel.slo) with faas-cli; serves keel.v1.Control for keel-ingress and keel-agent.\n\n")
+			"com.keel.slo) with faas-cli; serves keel.v1.Control for keel-ingress and keel-agent.\n\n"+
+			"NF arguments: at start the gateway reads the library's NF catalogue from --keel-nf\n"+
+			"(keel-nf --list --json: names and argument schemas). A chain's NF arguments become each\n"+
+			"NF's keel-nf configuration, checked by the schema (names, types, ranges, required ones)\n"+
+			"and by the NF's Init: `keel-nf --check` for library NFs, and for a tenant's packet\n"+
+			"function `docker run --rm --network none IMAGE --check --nf ...` (schema only without\n"+
+			"--docker). A packet function's schema is read from its image when it is deployed\n"+
+			"(IMAGE --list --json); without a container engine from its annotation com.keel.nf, a\n"+
+			"catalogue entry {\"name\": NF, \"args\": [...]}, else it takes no arguments. Its label\n"+
+			"com.keel.cycles gives the placer its cost (server cycles per packet, default 500).\n\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
@@ -57,6 +67,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
+	fs.StringVar(&o.keelNF, "keel-nf", defaultKeelNF(), "keel-nf binary: the NF catalogue (--list --json) and NF configuration checks (--check)")
 	fs.IntVar(&o.pool, "pool", 1, "pooled instances per chain on deploy")
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
 		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
@@ -71,6 +82,15 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--pool must be >= 0")
 	}
 	return o, nil
+}
+
+// defaultKeelNF is the keel-nf beside this binary (both are in build/bin).
+func defaultKeelNF() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "keel-nf"
+	}
+	return filepath.Join(filepath.Dir(exe), "keel-nf")
 }
 
 func main() {
@@ -124,18 +144,23 @@ func run(o *options) error {
 	}
 	defer conn.Close()
 
+	library, err := nfcatalog.List(ctx, o.keelNF)
+	if err != nil {
+		return fmt.Errorf("--keel-nf: %w", err)
+	}
 	m := metrics.New()
 	hub := events.NewHub()
-	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool,
-		Validator: &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo}}
+	v := &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo,
+		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF}}
+	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()
 	if err != nil {
-		log.Printf("warning: %v: normal functions are refused until the gateway restarts with a reachable --docker", err)
+		log.Printf("warning: %v: normal functions are refused and packet functions' arguments are not read from their images until the gateway restarts with a reachable --docker", err)
 	} else {
 		docker.Cpuset = o.cpuset
-		p.Runtime = docker
+		p.Runtime, p.Images, v.Runner = docker, docker, docker
 	}
 	if err := p.Adopt(ctx); err != nil {
 		return err

@@ -2,7 +2,10 @@
 
 package main
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+)
 
 func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 	o, err := parseFlags(nil)
@@ -11,9 +14,12 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 	}
 	want := options{listen: "127.0.0.1:8080", grpcListen: "127.0.0.1:50051", redis: "127.0.0.1:6379", placer: "127.0.0.1:50062",
 		secrets: "/var/lib/keel/secrets", topology: "deploy/local/topology.yaml", docker: "unix:///var/run/docker.sock",
-		algo: "heuristic", pool: 1}
+		algo: "heuristic", pool: 1, keelNF: defaultKeelNF()}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
+	}
+	if filepath.Base(o.keelNF) != "keel-nf" || !filepath.IsAbs(o.keelNF) {
+		t.Fatalf("--keel-nf default %q is not the keel-nf beside the gateway", o.keelNF)
 	}
 }
 

@@ -6,11 +6,14 @@ package chain
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
@@ -24,6 +27,13 @@ const (
 	AnnotationChain  = "com.keel.chain"
 	AnnotationFilter = "com.keel.filter"
 	AnnotationSLO    = "com.keel.slo"
+	// LabelCycles is a packet function's server cycles per packet, for the placer.
+	LabelCycles = "com.keel.cycles"
+	// AnnotationNF is a packet function's catalogue entry ({"name": NF, "args": [...]}), read
+	// when the gateway has no container engine to ask the image (keel-nf --list --json).
+	AnnotationNF = "com.keel.nf"
+	// LibraryImage runs the library's NFs.
+	LibraryImage = "keel/nf-base:latest"
 )
 
 // InvalidError is a deployment that cannot be accepted; Field names the label or annotation.
@@ -82,6 +92,9 @@ type Chain struct {
 	Placement Placement `json:"placement"`
 	// Members are the NFs an instance runs on its worker (the server-placed ones), in order.
 	Members []Member `json:"members"`
+	// NFConfigs are every NF of the chain in order with its configuration; Members is the
+	// subset the placement puts on servers (SetPlacement).
+	NFConfigs []Member `json:"nf_configs"`
 	// Tenant is the function's namespace; it names the NF state in Redis.
 	Tenant string `json:"tenant"`
 	// MemoryBytes and CPUs limit each NF container (from the function's limits; 0 = none).
@@ -105,11 +118,44 @@ func (c *Chain) Summary() string {
 	return strings.Join(parts, " -> ")
 }
 
-// Validator checks chains against the placer and places them with the chains already deployed.
+// SetPlacement records the chain's placement and the NFs it puts on servers as Members.
+func (c *Chain) SetPlacement(p Placement) {
+	c.Placement = p
+	server := map[string]bool{}
+	for _, n := range p.NFs {
+		if n.Target == "server" {
+			server[n.Name] = true
+		}
+	}
+	c.Members = nil
+	for _, m := range c.NFConfigs {
+		if server[m.Name] {
+			c.Members = append(c.Members, m)
+		}
+	}
+}
+
+// TenantNF is a deployed packet function that chains may name by its function name.
+type TenantNF struct {
+	Name   string        // the function's name
+	Image  string        // its image (entrypoint: keel-nf --load the tenant's NF)
+	NF     *nfcatalog.NF // the NF its image adds to keel-nf; nil: unknown, it takes no arguments
+	Cycles float64       // server cycles per packet (label com.keel.cycles); 0: the placer's default
+}
+
+// Validator checks chains against the placer and the NF catalogue and places them with the
+// chains already deployed.
 type Validator struct {
 	Placer   pb.PlacerClient
 	Topology string // topology YAML for Place
 	Algo     string // placement algorithm ("" = the placer's default)
+	// Catalog is the library's NF catalogue (keel-nf --list --json).
+	Catalog *nfcatalog.Catalog
+	// Check runs a library NF's Init on its configuration (keel-nf --check).
+	Check nfcatalog.Checker
+	// Runner runs a tenant NF's image to check its configuration with the image's own keel-nf;
+	// nil: tenant NFs are checked by their schema only.
+	Runner nfcatalog.Runner
 }
 
 // Kind returns the keel kind of a deployment ("" for a normal function) or an InvalidError.
@@ -140,10 +186,11 @@ func Kind(fd *types.FunctionDeployment) (string, error) {
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate checks a chain deployment and places it together with the deployed chains
-// (others, without a chain of the same name). tenantNFs are the deployed packet functions by
-// name; the placer sees each as a server-only stand-in NF. It returns the new chain and the
-// placement of every chain by name; bad input is an *InvalidError.
-func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, others []*Chain, tenantNFs []string) (*Chain, map[string]Placement, error) {
+// (others, without a chain of the same name). tenantNFs are the deployed packet functions; the
+// placer knows them by function name with their arguments. Each NF's arguments become its
+// keel-nf configuration, checked by the NF's schema and its Init (keel-nf --check). It returns
+// the new chain and the placement of every chain by name; bad input is an *InvalidError.
+func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, others []*Chain, tenantNFs []TenantNF) (*Chain, map[string]Placement, error) {
 	ann := map[string]string{}
 	if fd.Annotations != nil {
 		ann = *fd.Annotations
@@ -169,9 +216,11 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		return nil, nil, invalid("annotations."+AnnotationFilter, "%q is not a valid pcap filter: %v", c.Filter, err)
 	}
 
-	funcs := standIns(tenantNFs)
-	spec := chainSpec(0, c) + funcs
-	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Spec: spec})
+	tenants, tenantJSON, err := tenantEntries(tenantNFs)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Spec: chainSpec(0, c), TenantNfsJson: tenantJSON})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Parse: %w", err)
 	}
@@ -181,14 +230,16 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	for _, n := range pr.Chains[0].Nodes {
 		c.NFs = append(c.NFs, n.Name)
 	}
+	if c.NFConfigs, err = v.configure(ctx, pr.Chains[0].Nodes, tenants); err != nil {
+		return nil, nil, err
+	}
 
 	all := append([]*Chain{c}, others...)
 	var b strings.Builder
 	for i, o := range all {
 		b.WriteString(chainSpec(i, o))
 	}
-	b.WriteString(funcs)
-	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo})
+	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Place: %w", err)
 	}
@@ -209,26 +260,85 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		}
 		placements[all[idx].Name] = fromProto(pc)
 	}
-	c.Placement = placements[c.Name]
+	c.SetPlacement(placements[c.Name])
 	return c, placements, nil
+}
+
+// tenantEntries returns the tenant NFs by lower-case name and their catalogue entries for the
+// placer (ParseRequest.tenant_nfs_json); names that are not identifiers cannot be named in a
+// chain and are left out.
+func tenantEntries(nfs []TenantNF) (map[string]*TenantNF, string, error) {
+	type entry struct {
+		Name   string          `json:"name"`
+		Help   string          `json:"help,omitempty"`
+		Args   []nfcatalog.Arg `json:"args"`
+		Cycles float64         `json:"cycles,omitempty"`
+	}
+	sorted := append([]TenantNF(nil), nfs...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	byName := map[string]*TenantNF{}
+	entries := []entry{}
+	for i := range sorted {
+		t := &sorted[i]
+		if !identRe.MatchString(t.Name) {
+			continue
+		}
+		e := entry{Name: t.Name, Args: []nfcatalog.Arg{}, Cycles: t.Cycles}
+		if t.NF != nil {
+			e.Help, e.Args = t.NF.Help, t.NF.Args
+		}
+		byName[strings.ToLower(t.Name)] = t
+		entries = append(entries, e)
+	}
+	if len(entries) == 0 {
+		return byName, "", nil
+	}
+	out, err := json.Marshal(entries)
+	return byName, string(out), err
+}
+
+// configure turns each NF's chain-language arguments into its keel-nf configuration, checked
+// by the NF's schema and by its Init: library NFs with the local keel-nf, tenant NFs with
+// their image's keel-nf (or by the schema alone without a container engine).
+func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants map[string]*TenantNF) ([]Member, error) {
+	out := make([]Member, 0, len(nodes))
+	for _, n := range nodes {
+		var (
+			schema  *nfcatalog.NF
+			image   string
+			checker nfcatalog.Checker
+		)
+		if t, ok := tenants[strings.ToLower(n.Nf)]; ok {
+			schema, image = t.NF, t.Image
+			if schema == nil {
+				schema = &nfcatalog.NF{Name: strings.ToLower(t.Name)}
+			} else if v.Runner != nil {
+				checker = &nfcatalog.Image{Runner: v.Runner, Image: t.Image}
+			}
+		} else if schema = v.Catalog.Lookup(n.Nf); schema != nil {
+			image, checker = LibraryImage, v.Check
+		} else {
+			return nil, fmt.Errorf("placer returned NF %q, which is neither a library NF nor a deployed packet function", n.Nf)
+		}
+		config, err := schema.Config(n.Name, n.ArgsJson)
+		if err == nil && checker != nil {
+			err = checker.Check(ctx, n.Name, schema.Name, config)
+		}
+		var bad *nfcatalog.ArgError
+		if errors.As(err, &bad) {
+			return nil, invalid("annotations."+AnnotationChain, "%v", bad)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("check NF %s: %w", n.Name, err)
+		}
+		out = append(out, Member{Name: n.Name, NF: schema.Name, Image: image, Config: config})
+	}
+	return out, nil
 }
 
 // chainSpec renders chain number i as three lines of the chain language: flow, chain, binding.
 func chainSpec(i int, c *Chain) string {
 	return fmt.Sprintf("flow f%d = [{}]\nchain c%d = %s\nf%d : c%d @ %s\n", i, i, c.Spec, i, i, c.SLO.binding())
-}
-
-// standIns declares each tenant NF as a func the placer knows: a server-only library NF.
-func standIns(names []string) string {
-	sorted := append([]string(nil), names...)
-	sort.Strings(sorted)
-	var b strings.Builder
-	for _, n := range sorted {
-		if identRe.MatchString(n) {
-			fmt.Fprintf(&b, "func %s = UrlFilter()\n", n)
-		}
-	}
-	return b.String()
 }
 
 // specError maps placer diagnostics of the first chain's lines to the annotation they came from.

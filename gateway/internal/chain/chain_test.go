@@ -5,9 +5,11 @@ package chain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 	"google.golang.org/grpc"
@@ -15,22 +17,64 @@ import (
 
 // fakePlacer records the specs it sees and answers with canned responses.
 type fakePlacer struct {
-	parse  *pb.ParseResponse
-	place  *pb.PlaceResponse
-	specs  []string
-	called int
+	parse   *pb.ParseResponse
+	place   *pb.PlaceResponse
+	specs   []string
+	tenants []string // tenant_nfs_json of each request
+	called  int
 }
 
 func (f *fakePlacer) Parse(_ context.Context, in *pb.ParseRequest, _ ...grpc.CallOption) (*pb.ParseResponse, error) {
 	f.specs = append(f.specs, in.Spec)
+	f.tenants = append(f.tenants, in.TenantNfsJson)
 	f.called++
 	return f.parse, nil
 }
 
 func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.CallOption) (*pb.PlaceResponse, error) {
 	f.specs = append(f.specs, in.Spec)
+	f.tenants = append(f.tenants, in.TenantNfsJson)
 	f.called++
 	return f.place, nil
+}
+
+// library holds the schemas of the library NFs the tests use, as KEEL_NF_ARGS declares them.
+var library = func() *nfcatalog.Catalog {
+	c, err := nfcatalog.Parse([]byte(`{"version": 1, "nfs": [
+ {"name": "tunnel", "args": [{"name": "vlan", "type": "integer", "minimum": 0, "maximum": 4095, "required": true, "doc": "VLAN id"}]},
+ {"name": "nat", "args": [{"name": "external_ip", "type": "ipv4", "required": true, "doc": "source address"},
+   {"name": "port_range", "type": "array", "required": true, "min_items": 2, "max_items": 2,
+    "items": {"type": "integer", "minimum": 1, "maximum": 65535}, "doc": "[lo, hi]"}]},
+ {"name": "acl", "args": [{"name": "rules", "type": "array", "required": true, "doc": "rules", "items": {"type": "object",
+   "fields": [{"name": "dst_ip", "type": "cidr", "doc": "destination"}, {"name": "drop", "type": "boolean", "doc": "drop"}]}}]}]}`))
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
+
+var ttlguard = &nfcatalog.NF{Name: "ttlguard", Help: "drops low TTLs", LoadedFrom: "/usr/lib/keel/nf/libnf.so",
+	Args: []nfcatalog.Arg{{Name: "min_ttl", Type: "integer", Minimum: ptr(int64(1)), Maximum: ptr(int64(255)), Doc: "lowest TTL"}}}
+
+func ptr[T any](v T) *T { return &v }
+
+// fakeChecker plays keel-nf --check: it refuses the configurations in refuse.
+type fakeChecker struct {
+	refuse map[string]*nfcatalog.ArgError
+	calls  []string
+}
+
+func (f *fakeChecker) Check(_ context.Context, instance, nf, config string) error {
+	f.calls = append(f.calls, instance+" "+nf+"="+config)
+	if e, ok := f.refuse[config]; ok {
+		return &nfcatalog.ArgError{NF: instance, Arg: e.Arg, Problem: e.Problem}
+	}
+	return nil
+}
+
+func validator(fp *fakePlacer) (*Validator, *fakeChecker) {
+	fc := &fakeChecker{}
+	return &Validator{Placer: fp, Topology: "x", Catalog: library, Check: fc}, fc
 }
 
 func deployment(name string, ann map[string]string) *types.FunctionDeployment {
@@ -38,11 +82,16 @@ func deployment(name string, ann map[string]string) *types.FunctionDeployment {
 	return &types.FunctionDeployment{Service: name, Labels: &labels, Annotations: &ann}
 }
 
-var good = map[string]string{AnnotationChain: "ACL -> NAT", AnnotationFilter: "dst net 198.18.3.0/24", AnnotationSLO: "p99=100us,t_min=1Gbps"}
+const goodChain = "ACL(rules=[{'dst_ip':'198.18.3.0/24','drop':False}]) -> NAT(external_ip='198.18.100.1', port_range=[1024, 65535])"
 
+var good = map[string]string{AnnotationChain: goodChain, AnnotationFilter: "dst net 198.18.3.0/24", AnnotationSLO: "p99=100us,t_min=1Gbps"}
+
+// okPlacer answers like the placer for goodChain.
 func okPlacer() *fakePlacer {
 	return &fakePlacer{
-		parse: &pb.ParseResponse{Ok: true, Chains: []*pb.ChainGraph{{Name: "c0", Nodes: []*pb.NfNode{{Name: "acl"}, {Name: "nat"}}}}},
+		parse: &pb.ParseResponse{Ok: true, Chains: []*pb.ChainGraph{{Name: "c0", Nodes: []*pb.NfNode{
+			{Name: "acl", Nf: "acl", ArgsJson: `{"rules": [{"dst_ip": "198.18.3.0/24", "drop": false}]}`},
+			{Name: "nat", Nf: "nat", ArgsJson: `{"external_ip": "198.18.100.1", "port_range": [1024, 65535]}`}}}}},
 		place: &pb.PlaceResponse{Ok: true, Feasible: true, Chains: []*pb.PlacedChain{
 			{Name: "c0", RateGbps: 2, Nfs: []*pb.PlacedNf{{Name: "acl", Nf: "acl", Target: "switch", Subgroup: -1}, {Name: "nat", Nf: "nat", Target: "server", Server: "w1"}},
 				Subgroups: []*pb.PlacedSubgroup{{Id: 0, Server: "w1", Cores: 1, Nfs: []string{"nat"}}}},
@@ -52,9 +101,10 @@ func okPlacer() *fakePlacer {
 
 func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	fp := okPlacer()
-	v := &Validator{Placer: fp, Topology: "x"}
+	v, fc := validator(fp)
 	other := &Chain{Name: "older", Spec: "Tunnel", SLO: SLO{TMinGbps: 1}}
-	c, placements, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{other}, []string{"ttlguard", "bad-name"})
+	tenants := []TenantNF{{Name: "ttlguard", Image: "keel/nf-ttlguard:latest", NF: ttlguard, Cycles: 300}, {Name: "bad-name"}}
+	c, placements, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{other}, tenants)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +115,101 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 		t.Fatalf("summary %q", c.Summary())
 	}
 	place := fp.specs[1]
-	for _, want := range []string{"chain c0 = ACL -> NAT\n", "f0 : c0 @ {'t_min': '1Gbps', 'd_max': '100us'}", "chain c1 = Tunnel\n", "func ttlguard = UrlFilter()\n"} {
+	for _, want := range []string{"chain c0 = " + goodChain + "\n", "f0 : c0 @ {'t_min': '1Gbps', 'd_max': '100us'}", "chain c1 = Tunnel\n"} {
 		if !strings.Contains(place, want) {
 			t.Errorf("Place spec lacks %q:\n%s", want, place)
 		}
 	}
-	if strings.Contains(place, "bad-name") {
-		t.Errorf("a name that is not an identifier reached the placer:\n%s", place)
+	wantTenants := `[{"name":"ttlguard","help":"drops low TTLs","args":[{"name":"min_ttl","type":"integer","doc":"lowest TTL","minimum":1,"maximum":255}],"cycles":300}]`
+	if fp.tenants[0] != wantTenants || fp.tenants[1] != wantTenants {
+		t.Errorf("tenant NFs sent to the placer:\n%s\nwant\n%s", fp.tenants, wantTenants)
+	}
+	// acl runs on the switch; nat, the server NF, is the instance's one member
+	wantMembers := []Member{{Name: "nat", NF: "nat", Image: LibraryImage, Config: `{"external_ip":"198.18.100.1","port_range":[1024,65535]}`}}
+	if fmt.Sprint(c.Members) != fmt.Sprint(wantMembers) || len(c.NFConfigs) != 2 || c.NFConfigs[0].Config != `{"rules":[{"drop":false,"dst_ip":"198.18.3.0/24"}]}` {
+		t.Errorf("members %+v, configs %+v", c.Members, c.NFConfigs)
+	}
+	if len(fc.calls) != 2 || fc.calls[1] != `nat nat={"external_ip":"198.18.100.1","port_range":[1024,65535]}` {
+		t.Errorf("keel-nf --check calls %q", fc.calls)
+	}
+}
+
+func Test_Validate_refuses_NF_arguments_naming_the_NF_and_the_argument(t *testing.T) {
+	cases := []struct{ nf, args, want string }{
+		{"nat", `{"external_ip": "notanip", "port_range": [1, 2]}`, "annotations.com.keel.chain: NF nat: argument external_ip: expected an IPv4 address 'A.B.C.D', got 'notanip'"},
+		{"nat", `{"ext_addr": "198.18.0.1"}`, "annotations.com.keel.chain: NF nat: argument ext_addr: unknown argument (accepted: external_ip, port_range)"},
+		{"nat", `{}`, "annotations.com.keel.chain: NF nat: argument external_ip: missing (required: source address)"},
+		{"tunnel", `{"tag": 7}`, "annotations.com.keel.chain: NF tunnel: argument tag: unknown argument (accepted: vlan)"},
+	}
+	for _, c := range cases {
+		fp := okPlacer()
+		n := fp.parse.Chains[0].Nodes[1]
+		n.Name, n.Nf, n.ArgsJson = c.nf, c.nf, c.args
+		v, _ := validator(fp)
+		_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
+		var inv *InvalidError
+		if !errors.As(err, &inv) || err.Error() != c.want || fp.called != 1 {
+			t.Errorf("%s(%s): got %v (placer called %d times), want %s", c.nf, c.args, err, fp.called, c.want)
+		}
+	}
+	// what only Init knows (keel-nf --check) is refused the same way
+	fp := okPlacer()
+	v, fc := validator(fp)
+	fc.refuse = map[string]*nfcatalog.ArgError{`{"external_ip":"198.18.100.1","port_range":[1024,65535]}`: {Arg: "port_range", Problem: "lo 1024 is too low"}}
+	_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
+	if err == nil || err.Error() != "annotations.com.keel.chain: NF nat: argument port_range: lo 1024 is too low" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func Test_Validate_accepts_a_tenant_NF_with_its_arguments(t *testing.T) {
+	fp := okPlacer()
+	fp.parse.Chains[0].Nodes = append(fp.parse.Chains[0].Nodes, &pb.NfNode{Name: "ttlguard", Nf: "ttlguard", ArgsJson: `{"min_ttl": 10}`})
+	fp.place.Chains = fp.place.Chains[:1] // no other chain is deployed
+	fp.place.Chains[0].Nfs = append(fp.place.Chains[0].Nfs, &pb.PlacedNf{Name: "ttlguard", Nf: "ttlguard", Target: "server", Server: "w1"})
+	v, fc := validator(fp)
+	runner := &fakeRunner{}
+	v.Runner = runner
+	tenants := []TenantNF{{Name: "TTLGuard", Image: "keel/nf-ttlguard:latest", NF: ttlguard}}
+	ann := map[string]string{AnnotationChain: goodChain + " -> ttlguard(min_ttl=10)", AnnotationFilter: "ip", AnnotationSLO: "t_min=1Gbps"}
+	c, _, err := v.Validate(context.Background(), deployment("guarded", ann), nil, tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Member{Name: "ttlguard", NF: "ttlguard", Image: "keel/nf-ttlguard:latest", Config: `{"min_ttl":10}`}
+	if len(c.Members) != 2 || c.Members[1] != want {
+		t.Fatalf("members %+v", c.Members)
+	}
+	if len(fc.calls) != 2 || len(runner.args) != 1 || strings.Join(runner.args[0], " ") != `keel/nf-ttlguard:latest --check --nf ttlguard={"min_ttl":10}` {
+		t.Fatalf("library checks %q, image runs %q", fc.calls, runner.args)
+	}
+
+	fp = okPlacer()
+	fp.parse.Chains[0].Nodes = append(fp.parse.Chains[0].Nodes, &pb.NfNode{Name: "ttlguard", Nf: "ttlguard", ArgsJson: `{"min_ttl": 0}`})
+	v, _ = validator(fp)
+	_, _, err = v.Validate(context.Background(), deployment("guarded", ann), nil, tenants)
+	if err == nil || err.Error() != "annotations.com.keel.chain: NF ttlguard: argument min_ttl: 0 is out of range [1, 255]" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// fakeRunner plays a tenant image whose keel-nf --check accepts everything.
+type fakeRunner struct{ args [][]string }
+
+func (f *fakeRunner) RunOnce(_ context.Context, image string, args []string) ([]byte, []byte, int, error) {
+	f.args = append(f.args, append([]string{image}, args...))
+	return nil, nil, 0, nil
+}
+
+func Test_SetPlacement_keeps_the_server_NFs_as_members(t *testing.T) {
+	c := &Chain{NFConfigs: []Member{{Name: "acl"}, {Name: "nat"}, {Name: "tunnel"}}}
+	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "server"}, {Name: "nat", Target: "switch"}, {Name: "tunnel", Target: "server"}}})
+	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "acl"}, {Name: "tunnel"}}) {
+		t.Fatalf("members %+v", c.Members)
+	}
+	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "switch"}, {Name: "nat", Target: "switch"}, {Name: "tunnel", Target: "smartnic"}}})
+	if len(c.Members) != 0 {
+		t.Fatalf("members %+v", c.Members)
 	}
 }
 
@@ -87,7 +225,8 @@ func Test_Validate_rejects_bad_input_before_asking_the_placer(t *testing.T) {
 	}
 	for name, c := range cases {
 		fp := okPlacer()
-		_, _, err := (&Validator{Placer: fp}).Validate(context.Background(), deployment("c", c.ann), nil, nil)
+		v, _ := validator(fp)
+		_, _, err := v.Validate(context.Background(), deployment("c", c.ann), nil, nil)
 		var inv *InvalidError
 		if !errors.As(err, &inv) || inv.Field != c.field || fp.called != 0 {
 			t.Errorf("%s: got %v (placer called %d times), want field %s", name, err, fp.called, c.field)
@@ -98,13 +237,15 @@ func Test_Validate_rejects_bad_input_before_asking_the_placer(t *testing.T) {
 func Test_Validate_maps_placer_errors_to_annotations(t *testing.T) {
 	fp := okPlacer()
 	fp.parse = &pb.ParseResponse{Ok: false, Errors: []*pb.SpecError{{Line: 2, Column: 18, Message: "unknown NF or chain 'Foo'"}}}
-	_, _, err := (&Validator{Placer: fp}).Validate(context.Background(), deployment("c", good), nil, nil)
+	v, _ := validator(fp)
+	_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
 	if err == nil || err.Error() != "annotations.com.keel.chain: column 7: unknown NF or chain 'Foo'" {
 		t.Fatalf("got %v", err)
 	}
 	fp = okPlacer()
 	fp.place = &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "not enough cores"}
-	_, _, err = (&Validator{Placer: fp}).Validate(context.Background(), deployment("c", good), nil, nil)
+	v, _ = validator(fp)
+	_, _, err = v.Validate(context.Background(), deployment("c", good), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "annotations.com.keel.slo: no placement") || !strings.Contains(err.Error(), "not enough cores") {
 		t.Fatalf("got %v", err)
 	}

@@ -5,6 +5,7 @@
 package containers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -25,7 +27,8 @@ import (
 const (
 	LabelFunction = "com.keel.function"
 	LabelReplica  = "com.keel.replica"
-	LabelSpec     = "com.keel.spec" // the deployment's image + env, to tell an update from a restart
+	LabelSpec     = "com.keel.spec"    // the deployment's image + env, to tell an update from a restart
+	LabelOneShot  = "com.keel.oneshot" // a container RunOnce starts and removes
 	watchdogPort  = 8080
 )
 
@@ -228,6 +231,42 @@ func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec 
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	return nil
+}
+
+// RunOnce runs image with args (after its entrypoint) without a network, waits for it to exit
+// and removes it, like `docker run --rm --network none IMAGE ARGS...`; it returns what the
+// container wrote and its exit status.
+func (d *Docker) RunOnce(ctx context.Context, image string, args []string) (stdout, stderr []byte, code int, err error) {
+	if err := d.CheckImage(ctx, image); err != nil {
+		return nil, nil, 0, err
+	}
+	cfg := &container.Config{Image: image, Cmd: args, Labels: map[string]string{LabelOneShot: "true"}}
+	host := &container.HostConfig{NetworkMode: "none"}
+	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("run %s: %w", image, err)
+	}
+	defer func() { _ = d.remove(context.WithoutCancel(ctx), resp.ID) }()
+	waitc, errc := d.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return nil, nil, 0, fmt.Errorf("run %s: %w", image, err)
+	}
+	select {
+	case w := <-waitc:
+		code = int(w.StatusCode)
+	case err := <-errc:
+		return nil, nil, 0, fmt.Errorf("run %s: %w", image, err)
+	}
+	logs, err := d.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("run %s: logs: %w", image, err)
+	}
+	defer logs.Close()
+	var out, errb bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &errb, logs); err != nil {
+		return nil, nil, 0, fmt.Errorf("run %s: logs: %w", image, err)
+	}
+	return out.Bytes(), errb.Bytes(), code, nil
 }
 
 func (d *Docker) remove(ctx context.Context, id string) error {

@@ -262,7 +262,12 @@ func (s *Server) StreamStats(stream pb.Control_StreamStatsServer) error {
 		if err != nil {
 			return err
 		}
-		if err := s.applyStats(ctx, st); err != nil {
+		err = s.applyStats(ctx, st)
+		if status.Code(err) == codes.NotFound {
+			// An instance removed while its stats were on the way: not the agent's fault.
+			continue
+		}
+		if err != nil {
 			return err
 		}
 		n++

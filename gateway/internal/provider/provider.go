@@ -20,6 +20,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
@@ -44,7 +45,7 @@ type Runtime interface {
 
 // Validator checks and places chains.
 type Validator interface {
-	Validate(ctx context.Context, fd *types.FunctionDeployment, others []*chain.Chain, tenantNFs []string) (*chain.Chain, map[string]chain.Placement, error)
+	Validate(ctx context.Context, fd *types.FunctionDeployment, others []*chain.Chain, tenantNFs []chain.TenantNF) (*chain.Chain, map[string]chain.Placement, error)
 }
 
 // Provider ties the store, the chain validator, the container runtime, metrics and events.
@@ -52,8 +53,13 @@ type Provider struct {
 	Store     *store.Store
 	Validator Validator
 	Runtime   Runtime // nil: normal functions are refused
-	Metrics   *metrics.Metrics
-	Hub       *events.Hub
+	// Images runs a packet function's image once to read the NF it adds (keel-nf --list
+	// --json); nil: the NF's catalogue entry comes from its com.keel.nf annotation.
+	Images nfcatalog.Runner
+	// Library is the library's NF catalogue: a packet function may not take one of its names.
+	Library *nfcatalog.Catalog
+	Metrics *metrics.Metrics
+	Hub     *events.Hub
 	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
 	PoolSize int
 
@@ -95,7 +101,7 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	case chain.KindChain:
 		return p.deployChain(ctx, f, old)
 	case chain.KindNF:
-		return p.Store.Put(ctx, f)
+		return p.deployNF(ctx, f)
 	default:
 		return p.deployNormal(ctx, f, old == nil)
 	}
@@ -109,6 +115,55 @@ func kindName(kind string) string {
 		return "packet function"
 	}
 	return "normal function"
+}
+
+// deployNF records a packet function with the NF its image adds to keel-nf (name and argument
+// schemas), which chains naming the function are checked against.
+func (p *Provider) deployNF(ctx context.Context, f *store.Function) error {
+	fd := &f.Deployment
+	if p.Library != nil && p.Library.Lookup(fd.Service) != nil {
+		return fmt.Errorf("%w: service: %s is the name of a library NF; name the packet function differently", ErrInvalid, fd.Service)
+	}
+	if v := label(fd, chain.LabelCycles); v != "" {
+		if c, err := strconv.ParseFloat(v, 64); err != nil || c <= 0 {
+			return fmt.Errorf("%w: labels.%s: %q is not a positive number of cycles per packet", ErrInvalid, chain.LabelCycles, v)
+		}
+	}
+	var err error
+	switch ann := annotation(fd, chain.AnnotationNF); {
+	case p.Images != nil:
+		if f.NF, err = nfcatalog.Describe(ctx, p.Images, fd.Image, fd.Service); err != nil {
+			return fmt.Errorf("%w: image: %v", ErrInvalid, err)
+		}
+	case ann != "":
+		if f.NF, err = nfcatalog.FromAnnotation(ann); err != nil {
+			return fmt.Errorf("%w: annotations.%s: %v", ErrInvalid, chain.AnnotationNF, err)
+		}
+	default:
+		log.Printf("packet function %s: no container engine and no %s annotation: it takes no arguments", fd.Service, chain.AnnotationNF)
+	}
+	return p.Store.Put(ctx, f)
+}
+
+func label(fd *types.FunctionDeployment, key string) string {
+	if fd.Labels == nil {
+		return ""
+	}
+	return (*fd.Labels)[key]
+}
+
+func annotation(fd *types.FunctionDeployment, key string) string {
+	if fd.Annotations == nil {
+		return ""
+	}
+	return (*fd.Annotations)[key]
+}
+
+// tenantNF is a deployed packet function as chains see it.
+func tenantNF(f *store.Function) chain.TenantNF {
+	t := chain.TenantNF{Name: f.Deployment.Service, Image: f.Deployment.Image, NF: f.NF}
+	t.Cycles, _ = strconv.ParseFloat(label(&f.Deployment, chain.LabelCycles), 64)
+	return t
 }
 
 func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created bool) error {
@@ -152,14 +207,14 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	}
 	var others []*chain.Chain
 	var othersF []*store.Function
-	var nfs []string
+	var nfs []chain.TenantNF
 	for _, o := range all {
 		switch {
 		case o.Kind == chain.KindChain && o.Deployment.Service != f.Deployment.Service:
 			others = append(others, o.Chain)
 			othersF = append(othersF, o)
 		case o.Kind == chain.KindNF:
-			nfs = append(nfs, o.Deployment.Service)
+			nfs = append(nfs, tenantNF(o))
 		}
 	}
 	c, placements, err := p.Validator.Validate(ctx, &f.Deployment, others, nfs)
@@ -190,7 +245,7 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	}
 	for _, o := range othersF {
 		if pl, ok := placements[o.Deployment.Service]; ok {
-			o.Chain.Placement = pl
+			o.Chain.SetPlacement(pl)
 			if err := p.Store.Put(ctx, o); err != nil {
 				return err
 			}

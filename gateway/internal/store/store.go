@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/redis/go-redis/v9"
 )
@@ -38,6 +39,8 @@ type Function struct {
 	Replicas   uint64                   `json:"replicas"`
 	CreatedAt  time.Time                `json:"created_at"`
 	Chain      *chain.Chain             `json:"chain,omitempty"`
+	// NF is a packet function's NF as its image declares it (name, argument schemas).
+	NF *nfcatalog.NF `json:"nf,omitempty"`
 }
 
 // Instance is one instance of a chain on a worker (Galleon: an sgroup with its VF and VLAN).

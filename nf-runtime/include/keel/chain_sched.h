@@ -17,7 +17,16 @@
  *    bursts, runs NF 0 and copies the survivors into the chain buffer. With
  *    detach_req set it sets parked = 1 instead and passes the turn without
  *    receiving: nothing is in flight, and coopsched may stop the chain.
- *  - When position 0 stops it sets closing = 1; the others exit at their turn.
+ *  - Whoever stops first sets closing = 1: position 0 after transmitting at
+ *    its turn (or, asked to stop, if its turn does not come within 500 ms),
+ *    the others at once. Every position exits when it sees closing, at its
+ *    turn or while waiting for it.
+ *  - Each position holds an OFD write lock on byte k of the buffer file while
+ *    its process lives (the kernel drops it when the process dies, in any
+ *    PID namespace). A position waiting for its turn checks every 100 ms
+ *    whether the position whose turn it is (tids[turn] != 0) still holds its
+ *    lock, and exits with a message if not. Without coopsched it waits with
+ *    sched_yield for 1 ms, then in 200 us sleeps.
  *  - The watchdog: busy_since_tsc != 0 for longer than the yield timeout
  *    means position `turn` does not yield.
  */
@@ -41,7 +50,8 @@ struct keel_chain_sched {
   uint64_t handoffs;       /* turns passed, all positions */
   uint64_t rounds;         /* batches position 0 started */
   uint64_t packets;        /* packets position 0 received */
-  uint64_t tids[16];       /* host thread id of each position's packet thread */
+  uint64_t tids[16];       /* thread id of each position's packet thread, in its own
+                              PID namespace; nonzero once the position is there */
 };
 
 #define KEEL_SCHED_MAX_NFS 16

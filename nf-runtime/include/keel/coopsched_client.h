@@ -9,8 +9,10 @@ namespace keel {
 
 /* Tells keel-coopsched at |target| ("unix:PATH") that the calling thread is
  * position |position| of |count| of chain instance |group| whose buffer
- * file is |pktbuf|. coopsched makes the chain an sgroup (detached) once
- * every position has announced itself. False and |*err| on failure. */
+ * file is |pktbuf|. The thread is named by its id and PID namespace, so
+ * coopsched finds it inside a container too. coopsched makes the chain an
+ * sgroup (detached) once every position has announced itself. False and
+ * |*err| on failure. */
 bool AnnounceToCoopsched(const std::string& target, const std::string& group, int position,
                          int count, const std::string& pktbuf, std::string* err);
 

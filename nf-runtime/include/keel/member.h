@@ -39,6 +39,9 @@ struct MemberOptions {
    * process's own pool) and copy it back, the isolation-by-copying of
    * EdgeOS/NFVnice (a benchmark baseline). */
   bool copy_each_hop = false;
+  /* keel-coopsched schedules the chain: waiting for a turn yields (FIFO
+   * order hands the core on) and never sleeps. */
+  bool coopsched = false;
 };
 
 class Member {
@@ -48,10 +51,13 @@ class Member {
   static std::unique_ptr<Member> Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
                                         int wait_ms, std::string* err);
 
-  /* Takes turns until Stop(), the idle timeout (position 0) or the chain
-   * closing (the others); then writes the statistics file a last time. */
-  void Run();
+  /* Takes turns until Stop(), the idle timeout (position 0), the chain
+   * closing, or another position's process going away; then writes the
+   * statistics file a last time. False and |*err| in the last case. */
+  bool Run(std::string* err);
+  /* Asks Run to return within about a second; safe from a signal handler. */
   void Stop() { stop_.store(true, std::memory_order_relaxed); }
+  ~Member();
 
   /* This NF's statistics, as the statistics file shows them (keel-nf
    * --help describes them). |final|: the packet loop has ended, so the
@@ -60,6 +66,13 @@ class Member {
 
  private:
   Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt);
+  /* Locks this position's byte of the chain's buffer file for as long as
+   * the process lives; the kernel drops the lock when it dies. */
+  bool HoldPosition(std::string* err);
+  /* True if position |j| has been there and its process has gone. */
+  bool PositionGone(uint32_t j) const;
+  /* Waits for this position's turn; false if it should stop instead. */
+  bool AwaitTurn(keel_chain_sched* s, std::string* err);
   /* Position 0's turn; false once the chain goes idle for too long. */
   bool HeadTurn(keel_chain_sched* s);
   void Egress();
@@ -77,6 +90,7 @@ class Member {
   Counter turns_;
   Counter order_violations_; /* packets whose predecessor had not finished them */
   std::atomic<bool> stop_{false};
+  int lock_fd_ = -1; /* holds this position's lock (HoldPosition) */
   uint64_t idle_cycles_ = 0;
   uint64_t last_rx_ = 0;
 };

@@ -10,10 +10,25 @@
  *     }
  *   };
  *   KEEL_NF(MacSwap, "macswap", "swaps Ethernet source and destination");
+ *   KEEL_NF_ARGS(MacSwap, "[]");
  *
  * Init validates the configuration and throws keel::ConfigError naming the
  * bad field. ProcessBatch sees only packets; scheduling, packet I/O and the
  * external state store belong to the runtime.
+ *
+ * KEEL_NF_ARGS declares, next to the NF, the arguments Init accepts as a JSON
+ * array of argument schemas; `keel-nf --list --json` exports them and the
+ * placer and the gateway check chains against them. An argument schema is
+ *
+ *   {"name": "vlan", "type": "integer", "minimum": 0, "maximum": 4095,
+ *    "required": true, "doc": "VLAN id of the pushed 802.1Q tag"}
+ *
+ * with "type" one of integer (minimum, maximum), boolean, string (enum),
+ * ipv4 ("A.B.C.D"), cidr ("A.B.C.D/N" or an address), proto ("tcp", "udp",
+ * "icmp" or 0..255), mac, hex (bytes: the length in bytes), ports (a port N or "lo-hi"), array (items: the element's
+ * type schema, min_items, max_items) or object (fields: argument schemas of its
+ * members; no other member is accepted); "required" (default false), "default"
+ * (the value Init assumes when the argument is absent) and "doc" (one line).
  */
 #ifndef KEEL_NF_H_
 #define KEEL_NF_H_
@@ -55,13 +70,35 @@ struct NfInfo {
   std::string name;
   std::string help;
   NfFactory factory;
+  Json args = Json::array(); /* argument schemas (KEEL_NF_ARGS) */
+  std::string loaded_from;   /* the shared object that registered it; empty if built in */
 };
 
 /* Adds an NF type to the registry; used through KEEL_NF. */
 class NfRegistrar {
  public:
   NfRegistrar(const char* name, const char* help, NfFactory factory);
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
 };
+
+/* Attaches argument schemas to a registered NF; used through KEEL_NF_ARGS.
+ * A malformed schema is a programming error: it aborts with a message. */
+class NfArgsRegistrar {
+ public:
+  NfArgsRegistrar(const NfRegistrar& nf, const char* args_json);
+};
+
+/* Returns the problem with an argument schema array, or "" if it is well formed. */
+std::string CheckArgSchemas(const Json& args);
+/* Records that NFs registered from now on come from the shared object |path|
+ * (empty: built in); used by LoadNfLibrary. */
+void SetNfOrigin(const std::string& path);
+/* The catalogue of every registered NF as JSON (keel-nf --list --json):
+ * {"version": 1, "nfs": [{"name", "help", "args": [...], "loaded_from"?}]}. */
+Json CatalogJson();
 
 /* Creates an NF by its registered name; nullptr if there is none. */
 std::unique_ptr<NF> CreateNf(const std::string& name);
@@ -77,5 +114,9 @@ std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_js
 #define KEEL_NF(CLASS, NAME, HELP)                                  \
   static ::keel::NfRegistrar keel_nf_registrar_##CLASS(NAME, HELP,  \
       []() -> std::unique_ptr<::keel::NF> { return std::make_unique<CLASS>(); })
+
+/* Declares the arguments of the NF registered just above with KEEL_NF. */
+#define KEEL_NF_ARGS(CLASS, ARGS_JSON) \
+  static ::keel::NfArgsRegistrar keel_nf_args_##CLASS(keel_nf_registrar_##CLASS, ARGS_JSON)
 
 #endif  // KEEL_NF_H_

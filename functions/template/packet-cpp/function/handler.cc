@@ -2,6 +2,8 @@
 // A keel packet function: one class, Init validates the JSON configuration and names bad
 // fields, ProcessBatch works on a burst in place. Scheduling, I/O and state belong to the
 // runtime. Rename the class and the registered name ("ttlguard") to your function's.
+// KEEL_NF_ARGS declares the arguments Init accepts (keel-nf --help describes the schema); the
+// gateway reads them from the image (keel-nf --list --json) to check chains that use the NF.
 #include "keel/nf.h"
 
 namespace keel {
@@ -25,5 +27,9 @@ class TtlGuard : public NF {
 };
 
 KEEL_NF(TtlGuard, "ttlguard", "drops IPv4 packets whose TTL is below min_ttl");
+KEEL_NF_ARGS(TtlGuard, R"json([
+  {"name": "min_ttl", "type": "integer", "minimum": 1, "maximum": 255, "default": 1,
+   "doc": "packets with a lower TTL are dropped"}
+])json");
 
 }  // namespace keel

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// keel-agent runs on every worker: it follows the gateway's chain instances for this
+// worker and runs each as NF containers with a VF and a coopsched sgroup.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keel-nfv/keel/agent/internal/agent"
+	"github.com/keel-nfv/keel/agent/internal/runtime"
+	"github.com/keel-nfv/keel/agent/internal/vf"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const usage = `usage: keel-agent [flags]
+
+keel-agent runs on every worker. It registers the worker with the gateway
+(keel.v1.Control RegisterWorker), follows the gateway's desired chain instances
+for it (Watch), and makes them run:
+
+  - one Docker container per server-placed NF of an instance, named
+    keel-<group>-<position> (group = instance id with '/' as '.'), labelled
+    com.keel.{worker,instance,chain,position,of,tenant,vlan,spec}; entry point
+    keel-nf; --network none; cpuset = --cores; memory/CPU limits of the chain;
+    no restart policy (the agent rebuilds); never privileged;
+  - the instance's directory <pktbuf-dir>/<group> (chain buffer, stats-K.json),
+    bind-mounted at the same path into that instance's containers only, plus
+    coopsched's socket at /run/keel/coopsched.sock and redis-server's socket at
+    /run/keel/redis.sock;
+  - one VF: position 0's container starts first, the VF (veth vf0, or an SR-IOV
+    VF) is moved into its netns, then the other positions start. keel-nf
+    announces each position to keel-coopsched; the sgroup forms detached
+    (pre-deployed pool, Galleon §5.3);
+  - coopsched Attach / Detach / SetBatch as the gateway's instance says.
+
+Level-triggered: each pass reads what runs (container labels, coopsched Status,
+OVS ports, pktbuf directories), so a restarted agent re-adopts everything. A dead
+NF container or a FAILED / CUT_OFF sgroup is reported failed with the reason and
+the instance rebuilt in place (same id, VLAN, core; NF state from Redis) after a
+backoff of 1 s doubling to 60 s. A removed instance loses its sgroup,
+containers, VF, directory and Redis keys keel:state:<tenant>:<group>:*.
+
+SCHED_FIFO in containers (cgroup v1 with RT group scheduling): the kernel
+refuses SCHED_FIFO to threads of a cgroup with cpu.rt_runtime_us = 0, Docker's
+default. The agent raises /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us to the
+root group's value (950000 if the root is unthrottled) unless it is larger
+(dockerd --cpu-rt-runtime does the same), and gives every NF container
+--rt-runtime-us (HostConfig.CPURealtimeRuntime). Nothing else: no capability,
+no --privileged, for scheduling. Run keel-coopsched with --no-rt-throttle: then the kernel
+enforces no RT budget and the value only opens the door; with throttling on,
+it is each NF container's SCHED_FIFO time per second.
+
+Position 0's DPDK arguments: --no-pci --no-huge -m 256
+--file-prefix=keel-<group>-0 --no-telemetry --log-level=error
+--vdev net_af_packet0,iface=vf0 (or net_af_xdp0). A container has no
+hugetlbfs, hence --no-huge, and DPDK 22.11 refuses --in-memory with --no-huge,
+hence a file prefix of its own. The chain buffer still sits on 2 MB pages (the
+pktbuf tmpfs is mounted huge=always; the agent mounts it if nothing is).
+Position 0's container gets CAP_NET_ADMIN (DPDK sets vf0 promiscuous and its
+MAC; with --network none it reaches only the container's own netns); af_xdp
+adds BPF, PERFMON and an unlimited memlock.
+
+Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz.
+
+flags:
+`
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("keel-agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	var (
+		gateway     = fs.String("gateway", "127.0.0.1:50051", "the gateway's keel.v1.Control gRPC address `HOST:PORT`")
+		worker      = fs.String("worker", "local", "this worker's `NAME`: the placer topology's server name (local for make up)")
+		dockerHost  = fs.String("docker", "unix:///var/run/docker.sock", "the Docker engine `URL`")
+		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
+		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
+		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
+		bridge      = fs.String("bridge", "", "the worker's NIC bridge `NAME` (default keel-nic-<worker>)")
+		vfKind      = fs.String("vf", "ovsveth", "where VFs come from: ovsveth (OVS bridge + veth pairs) or sriov (--sriov-pf's VFs)")
+		sriovPF     = fs.String("sriov-pf", "", "with --vf sriov: the physical function's `NETDEV`")
+		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")
+		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
+		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `HOST:PORT`, to delete a removed instance's NF state (empty: never)")
+		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
+		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics and /healthz")
+		statsEvery  = fs.Duration("stats-interval", time.Second, "how often NFs write their stats files and the agent reads them")
+		heartbeat   = fs.Duration("heartbeat", 10*time.Second, "an instance's stats go to the gateway at least this often (else on significant change)")
+		rtRuntime   = fs.Int64("rt-runtime-us", 10000, "cgroup v1 cpu.rt_runtime_us of each NF container (see SCHED_FIFO above)")
+		regTimeout  = fs.Duration("register-timeout", 30*time.Second, "an instance whose NFs have not formed their sgroup after this is failed and rebuilt")
+		waitIface   = fs.Duration("wait-iface", 30*time.Second, "how long position 0 waits for vf0 to appear (keel-nf --wait-iface)")
+		resync      = fs.Duration("resync", 5*time.Second, "a full reconcile pass at least this often (events trigger passes in between)")
+	)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "keel-agent: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	cores, err := parseCores(*coresFlag)
+	if err != nil {
+		return bad("--cores: %v", err)
+	}
+	csPath, ok := strings.CutPrefix(*coopsched, "unix:")
+	if !ok || csPath == "" {
+		return bad("--coopsched %q is not unix:PATH", *coopsched)
+	}
+	if *vfDriver != "af_packet" && *vfDriver != "af_xdp" {
+		return bad("--vf-driver %q is not af_packet or af_xdp", *vfDriver)
+	}
+	if *statsEvery < 10*time.Millisecond || *heartbeat < *statsEvery {
+		return bad("--stats-interval must be >= 10ms and --heartbeat at least as long")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	var provider vf.Provider
+	switch *vfKind {
+	case "ovsveth":
+		o := vf.NewOVSVeth(*ovsdb, *bridge, *worker)
+		provider = o
+	case "sriov":
+		if *sriovPF == "" {
+			return bad("--vf sriov needs --sriov-pf")
+		}
+		provider = &vf.SRIOV{PF: *sriovPF, Sys: "/sys", Run: vf.Exec}
+	default:
+		return bad("--vf %q is not ovsveth or sriov", *vfKind)
+	}
+
+	rtOn, err := agent.EnsureRT("/sys/fs/cgroup/cpu", *rtRuntime)
+	if err != nil {
+		return bad("SCHED_FIFO for NF containers: %v", err)
+	}
+	if !rtOn {
+		*rtRuntime = 0
+	}
+	if mounted, err := agent.EnsurePktbufDir(*pktbufDir); err != nil {
+		return bad("--pktbuf-dir: %v", err)
+	} else if mounted {
+		log.Info("mounted the pktbuf tmpfs", "dir", *pktbufDir, "options", "huge=always,mode=0700")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	docker, err := runtime.NewDocker(dctx, *dockerHost)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
+		return 1
+	}
+	gw, err := grpc.NewClient(*gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return bad("--gateway: %v", err)
+	}
+	defer gw.Close()
+	cs, err := grpc.NewClient(*coopsched, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return bad("--coopsched: %v", err)
+	}
+	defer cs.Close()
+	var rdb *redis.Client
+	if *redisAddr != "" {
+		rdb = redis.NewClient(&redis.Options{Addr: *redisAddr})
+		defer rdb.Close()
+	}
+
+	cfg := agent.Config{
+		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedSocket: csPath,
+			RedisSocket: *redisSocket, Cpuset: joinCores(cores), VFDriver: *vfDriver,
+			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
+			WaitIfaceMs: int(waitIface.Milliseconds())},
+		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
+		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
+	}
+	a := agent.New(cfg, agent.Deps{Runtime: docker, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
+		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(agent.NewMetrics(a))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := a.Healthy(hctx); err != nil {
+			http.Error(w, "coopsched: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return bad("--listen: %v", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	log.Info("keel-agent", "worker", *worker, "gateway", *gateway, "cores", joinCores(cores), "vf", *vfKind,
+		"vf_driver", *vfDriver, "listen", *listen, "rt_runtime_us", *rtRuntime)
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parseCores(s string) ([]int32, error) {
+	var out []int32
+	seen := map[int32]bool{}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q is not a core number", f)
+		}
+		if !seen[int32(n)] {
+			seen[int32(n)] = true
+			out = append(out, int32(n))
+		}
+	}
+	return out, nil
+}
+
+func joinCores(c []int32) string {
+	s := make([]string, len(c))
+	for i, n := range c {
+		s[i] = strconv.Itoa(int(n))
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keel-nfv/keel/agent/internal/reconcile"
+	"github.com/keel-nfv/keel/agent/internal/runtime"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// coopschedTimeout bounds one coopsched call (Detach waits for a batch boundary, bounded
+// by coopsched itself).
+const coopschedTimeout = 5 * time.Second
+
+// fast runs an attach, detach or batch change inline: they take microseconds to
+// milliseconds, and scale-out must not wait behind a container start.
+func (a *Agent) fast(ctx context.Context, act reconcile.Action) {
+	ctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
+	defer cancel()
+	group := GroupID(act.ID)
+	var err error
+	switch act.Kind {
+	case reconcile.Attach:
+		_, err = a.Coopsched.Attach(ctx, &pb.AttachRequest{GroupId: group, Core: uint32(act.Core)})
+	case reconcile.Detach:
+		var r *pb.DetachResponse
+		if r, err = a.Coopsched.Detach(ctx, &pb.DetachRequest{GroupId: group}); err == nil && !r.AtBoundary {
+			a.Log.Warn("detach: the chain did not reach a batch boundary in time and was stopped", "instance", act.ID, "wait_us", r.WaitUs)
+		}
+	case reconcile.SetBatch:
+		_, err = a.Coopsched.SetBatch(ctx, &pb.SetBatchRequest{GroupId: group, Batch: act.Batch})
+	}
+	a.countAction(act.Kind.String(), err)
+	if err != nil {
+		a.Log.Warn("reconcile: action failed; retried on the next pass", "action", act.String(), "err", err)
+		return
+	}
+	a.Kick()
+}
+
+// startSlow runs a create, replace, fail or remove in its own goroutine, the instance
+// marked busy meanwhile; a pass follows when it ends.
+func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observed) {
+	a.mu.Lock()
+	a.busy[act.ID] = true
+	in, ch := a.instances[act.ID], (*pb.Chain)(nil)
+	if in != nil {
+		ch = a.chains[in.Chain]
+	}
+	var specs []runtime.Spec
+	if in != nil && ch != nil {
+		specs = a.cfg.Specs(in, ch)
+	}
+	if st := a.status[act.ID]; st != nil {
+		switch act.Kind {
+		case reconcile.Create, reconcile.Replace:
+			st.phase, st.reason = "starting", ""
+		case reconcile.Fail:
+			st.phase, st.reason = "failed", act.Reason
+		}
+	}
+	a.mu.Unlock()
+	a.reportNow()
+	own := teardownInfo{containers: obs.containers[act.ID], vlans: obs.vlans[act.ID], tenant: obs.tenants[act.ID]}
+	if in != nil {
+		own.vlans = appendNew(own.vlans, in.Vlan)
+	}
+	if ch != nil && own.tenant == "" {
+		own.tenant = ch.Tenant
+	}
+	a.workers.Add(1)
+	go func() {
+		defer a.workers.Done()
+		select {
+		case a.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		err := a.slow(context.WithoutCancel(ctx), act, in, specs, own)
+		<-a.slots
+		a.countAction(act.Kind.String(), err)
+		a.mu.Lock()
+		delete(a.busy, act.ID)
+		a.mu.Unlock()
+		a.Kick()
+	}()
+}
+
+// teardownInfo is what a teardown must remove besides what its id names.
+type teardownInfo struct {
+	containers []runtime.Container
+	vlans      []uint32
+	tenant     string
+}
+
+func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInstance, specs []runtime.Spec, own teardownInfo) error {
+	switch act.Kind {
+	case reconcile.Remove:
+		err := a.teardown(ctx, act.ID, own)
+		if err == nil {
+			err = a.deleteState(ctx, own.tenant, act.ID)
+		}
+		a.logResult(act, err, time.Time{})
+		return err
+	case reconcile.Fail:
+		reason := act.Reason + a.deadContainers(ctx, act.ID)
+		err := a.teardown(ctx, act.ID, own)
+		a.failed(act.ID, reason)
+		a.logResult(act, err, time.Time{})
+		return err
+	case reconcile.Replace:
+		if err := a.teardown(ctx, act.ID, own); err != nil {
+			a.logResult(act, err, time.Time{})
+			return err
+		}
+	}
+	if in == nil || len(specs) == 0 {
+		return nil // no longer desired: the next pass removes what is left
+	}
+	start := time.Now()
+	err := a.create(ctx, in, specs)
+	if err == nil {
+		a.awaitGroup(ctx, in.Id)
+	}
+	if err != nil {
+		// Whatever was made goes, so the rebuild starts clean; NF state stays in Redis.
+		if terr := a.teardown(ctx, in.Id, teardownInfo{vlans: []uint32{in.Vlan}}); terr != nil {
+			a.Log.Warn("teardown after a failed create", "instance", in.Id, "err", terr)
+		}
+		a.failed(in.Id, err.Error())
+	}
+	a.logResult(act, err, start)
+	return err
+}
+
+func (a *Agent) logResult(act reconcile.Action, err error, start time.Time) {
+	if err != nil {
+		a.Log.Warn("reconcile: action failed", "action", act.String(), "err", err)
+		return
+	}
+	if !start.IsZero() {
+		a.Log.Info("reconcile: done", "action", act.String(), "containers_up_ms", time.Since(start).Milliseconds())
+		return
+	}
+	a.Log.Info("reconcile: done", "action", act.String())
+}
+
+// failed records a failure: phase failed with the reason, and the backoff before the rebuild.
+func (a *Agent) failed(id, reason string) {
+	a.mu.Lock()
+	f := a.fails[id]
+	if f == nil {
+		f = &failure{}
+		a.fails[id] = f
+	}
+	f.count++
+	f.reason = reason
+	f.notBefore = time.Now().Add(reconcile.Backoff(f.count))
+	if st := a.status[id]; st != nil {
+		st.phase, st.reason, st.attached, st.core = "failed", reason, false, -1
+		st.restarts++
+	}
+	a.mu.Unlock()
+	a.Log.Warn("instance failed", "instance", id, "reason", reason, "rebuild_in", reconcile.Backoff(f.count).String())
+	a.reportNow()
+}
+
+// create builds an instance: a fresh directory, position 0's container, its VF moved in,
+// then the other positions (pre-deployed detached: Galleon §5.3). keel-nf announces each
+// position to coopsched; the sgroup forms detached when all have.
+func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtime.Spec) error {
+	dir := a.cfg.InstanceDir(in.Id)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("stale files of %s: %w", in.Id, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("directory of %s: %w", in.Id, err)
+	}
+	for k, s := range specs {
+		id, err := a.Runtime.Create(ctx, s)
+		if errors.Is(err, runtime.ErrImageMissing) {
+			return fmt.Errorf("NF %d (%s): %w", k, s.Image, err)
+		}
+		if err != nil {
+			return err
+		}
+		if err := a.Runtime.Start(ctx, id); err != nil {
+			return fmt.Errorf("NF %d: %w", k, err)
+		}
+		c, err := a.Runtime.Inspect(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !c.Running || c.Pid <= 0 {
+			return fmt.Errorf("NF %d stopped at once: %s", k, runtime.Why(c))
+		}
+		if k == 0 {
+			if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// awaitGroup waits (bounded by --register-timeout) until the instance's NFs have formed
+// their sgroup, so the pass that reports it ready and attaches it follows at once:
+// coopsched has no event for a group that forms.
+func (a *Agent) awaitGroup(ctx context.Context, id string) {
+	deadline := time.Now().Add(a.cfg.RegisterTimeout)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
+		st, err := a.Coopsched.Status(cctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil {
+			return
+		}
+		for _, g := range st.Groups {
+			if g.GroupId == GroupID(id) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deadContainers describes the instance's containers that have stopped ("" if none), so a
+// failure coopsched saw first still names the exit code and last words of the NF.
+func (a *Agent) deadContainers(ctx context.Context, id string) string {
+	list, err := a.Runtime.List(ctx, map[string]string{LabelWorker: a.cfg.Worker, LabelInstance: id})
+	if err != nil {
+		return ""
+	}
+	s := ""
+	for _, c := range list {
+		if c.Running {
+			continue
+		}
+		if full, err := a.Runtime.Inspect(ctx, c.ID); err == nil && !full.Running {
+			s += fmt.Sprintf("; NF container %s: %s", c.Labels[LabelPosition], runtime.Why(full))
+		}
+	}
+	return s
+}
+
+// teardown removes everything of an instance but its NF state: the sgroup (threads back
+// to CFS), the containers, the VF and the directory.
+func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error {
+	var errs []error
+	cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
+	_, err := a.Coopsched.Unregister(cctx, &pb.UnregisterRequest{GroupId: GroupID(id)})
+	cancel()
+	if err != nil && status.Code(err) != codes.NotFound {
+		errs = append(errs, fmt.Errorf("coopsched unregister %s: %w", id, err))
+	}
+	list, err := a.Runtime.List(ctx, map[string]string{LabelWorker: a.cfg.Worker, LabelInstance: id})
+	if err != nil {
+		errs = append(errs, err)
+		list = own.containers
+	}
+	for _, c := range list {
+		if err := a.Runtime.Remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, v := range own.vlans {
+		if err := a.VF.Unplug(ctx, id, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(a.cfg.InstanceDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteState deletes the NF state of a removed instance from Redis:
+// keel:state:<tenant>:<group>:* (keel-nf's keys, see nf-runtime redis_mirror).
+func (a *Agent) deleteState(ctx context.Context, tenant, id string) error {
+	if a.Redis == nil {
+		return nil
+	}
+	pattern := "keel:state:" + globEscape(tenant) + ":" + globEscape(GroupID(id)) + ":*"
+	iter := a.Redis.Scan(ctx, 0, pattern, 256).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("redis scan %s: %w", pattern, err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := a.Redis.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("redis del %s: %w", pattern, err)
+	}
+	a.Log.Info("deleted NF state", "instance", id, "keys", strconv.Itoa(len(keys)))
+	return nil
+}
+
+func globEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+	return r.Replace(s)
+}

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package agent is keel-agent's controller: it follows the gateway's desired chain
+// instances for this worker (Watch), reads what runs (container labels, coopsched Status,
+// VF ports), and closes the gap with reconcile.Diff's actions, level-triggered: every
+// pass starts from the observed state, so a restarted agent re-adopts everything.
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keel-nfv/keel/agent/internal/reconcile"
+	"github.com/keel-nfv/keel/agent/internal/runtime"
+	"github.com/keel-nfv/keel/agent/internal/vf"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is the agent's configuration (keel-agent's flags).
+type Config struct {
+	SpecConfig
+	Address         string  // the agent's metrics/health address, told to the gateway
+	Cores           []int32 // the cores coopsched manages
+	Heartbeat       time.Duration
+	StatsInterval   time.Duration
+	Resync          time.Duration // a full pass at least this often
+	RegisterTimeout time.Duration // containers up, sgroup not formed after this: failed
+	ReadyResetAfter time.Duration // ready this long: the failure backoff starts over
+	MaxParallel     int           // instances created or torn down at once
+}
+
+// Deps are the agent's connections.
+type Deps struct {
+	Runtime   runtime.Runtime
+	VF        vf.Provider
+	Coopsched pb.CoopschedClient
+	Control   pb.ControlClient
+	Redis     *redis.Client // nil: removed instances' NF state is left in Redis
+	Log       *slog.Logger
+}
+
+// failure is the rebuild backoff of one instance.
+type failure struct {
+	count     int
+	notBefore time.Time
+	reason    string
+}
+
+// instStatus is what the agent knows of a desired instance for reports and metrics.
+type instStatus struct {
+	chain    string
+	tenant   string
+	members  []string // NF names in chain order
+	phase    string
+	reason   string
+	attached bool
+	core     int32
+	batch    uint32
+	restarts uint64
+	ready    time.Time // when it last became ready
+	stats    sampleState
+}
+
+// Agent is one worker's controller.
+type Agent struct {
+	cfg Config
+	Deps
+
+	mu        sync.Mutex
+	chains    map[string]*pb.Chain
+	instances map[string]*pb.ChainInstance // this worker's, by id
+	synced    bool
+	connected bool
+	busy      map[string]bool
+	fails     map[string]*failure
+	status    map[string]*instStatus
+	actions   map[string]uint64 // "kind result" -> count, for metrics
+
+	kick    chan struct{} // a reconcile pass is due
+	report  chan struct{} // a phase changed: report now
+	slots   chan struct{} // bounds concurrent slow actions
+	workers sync.WaitGroup
+}
+
+// New returns an agent; Run starts it.
+func New(cfg Config, deps Deps) *Agent {
+	if cfg.MaxParallel < 1 {
+		cfg.MaxParallel = 2
+	}
+	return &Agent{cfg: cfg, Deps: deps,
+		chains: map[string]*pb.Chain{}, instances: map[string]*pb.ChainInstance{},
+		busy: map[string]bool{}, fails: map[string]*failure{}, status: map[string]*instStatus{}, actions: map[string]uint64{},
+		kick: make(chan struct{}, 1), report: make(chan struct{}, 1), slots: make(chan struct{}, cfg.MaxParallel)}
+}
+
+// Kick asks for a reconcile pass soon.
+func (a *Agent) Kick() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) reportNow() {
+	select {
+	case a.report <- struct{}{}:
+	default:
+	}
+}
+
+// Run follows the gateway, Docker and coopsched events and reconciles until ctx ends,
+// then waits for the actions in flight.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.VF.Setup(ctx); err != nil {
+		return err
+	}
+	go a.followGateway(ctx)
+	go a.followDocker(ctx)
+	go a.followCoopsched(ctx)
+	go a.reportStats(ctx)
+	t := time.NewTicker(a.cfg.Resync)
+	defer t.Stop()
+	for {
+		a.reconcileOnce(ctx)
+		select {
+		case <-ctx.Done():
+			a.workers.Wait()
+			return nil
+		case <-a.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// reconcileOnce runs one pass: desired and actual state, Diff, actions.
+func (a *Agent) reconcileOnce(ctx context.Context) {
+	start := time.Now()
+	// An instance busy at any moment of the pass is left alone: an action that ends while
+	// the state is read would otherwise be judged on a view from before it ended.
+	a.mu.Lock()
+	busy := map[string]bool{}
+	for id := range a.busy {
+		busy[id] = true
+	}
+	a.mu.Unlock()
+	obs, err := a.observe(ctx)
+	if err != nil {
+		a.Log.Warn("reconcile: cannot read the worker's state; nothing changed", "err", err)
+		a.countAction("observe", err)
+		return
+	}
+	a.mu.Lock()
+	desired := map[string]reconcile.Desired{}
+	for id, in := range a.instances {
+		ch := a.chains[in.Chain]
+		if ch == nil || len(ch.Members) == 0 {
+			continue
+		}
+		specs := a.cfg.Specs(in, ch)
+		desired[id] = reconcile.Desired{ID: id, Tenant: ch.Tenant, Members: len(ch.Members),
+			Spec: specs[0].Labels[LabelSpec], Core: coreOf(in), Batch: in.Batch}
+	}
+	notBefore := map[string]time.Time{}
+	for id, f := range a.fails {
+		notBefore[id] = f.notBefore
+	}
+	for id := range a.busy {
+		busy[id] = true
+	}
+	in := reconcile.Input{Now: start, Synced: a.synced, Desired: desired, Actual: obs.actual, Busy: busy,
+		NotBefore: notBefore, RegisterTimeout: a.cfg.RegisterTimeout}
+	a.updateStatus(desired, obs, busy, start)
+	a.mu.Unlock()
+
+	var next time.Time
+	for _, act := range reconcile.Diff(in) {
+		a.Log.Info("reconcile", "action", act.String())
+		if act.Kind.Slow() {
+			a.startSlow(ctx, act, obs)
+			continue
+		}
+		a.fast(ctx, act)
+	}
+	for id, t := range notBefore {
+		if _, ok := desired[id]; ok && t.After(start) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if !next.IsZero() {
+		time.AfterFunc(time.Until(next), a.Kick)
+	}
+}
+
+func coreOf(in *pb.ChainInstance) int32 {
+	if in.State == "attached" && in.Core >= 0 {
+		return in.Core
+	}
+	return -1
+}
+
+// updateStatus refreshes each desired instance's phase from the observed state (a.mu held).
+func (a *Agent) updateStatus(desired map[string]reconcile.Desired, obs *observed, busy map[string]bool, now time.Time) {
+	changed := false
+	for id, d := range desired {
+		st := a.status[id]
+		in := a.instances[id]
+		ch := a.chains[in.Chain]
+		if st == nil {
+			st = &instStatus{core: -1}
+			a.status[id] = st
+		}
+		st.chain, st.tenant = in.Chain, ch.Tenant
+		st.members = st.members[:0]
+		for _, m := range ch.Members {
+			st.members = append(st.members, m.Name)
+		}
+		if busy[id] {
+			continue // the action in flight sets the phase
+		}
+		act := obs.actual[id]
+		f := a.fails[id]
+		phase, reason := reconcile.Phase(d, act, f != nil), ""
+		if phase == "failed" {
+			reason = f.reason
+		}
+		if phase == "ready" && st.phase != "ready" {
+			st.ready = now
+		}
+		if phase == "ready" && f != nil && now.Sub(st.ready) >= a.cfg.ReadyResetAfter {
+			delete(a.fails, id)
+		}
+		attached := act.Group == reconcile.GroupAttached
+		core := int32(-1)
+		if attached {
+			core = act.GroupCore
+		}
+		if st.phase != phase || st.reason != reason || st.attached != attached || st.core != core || st.batch != act.GroupBatch {
+			changed = true
+		}
+		st.phase, st.reason, st.attached, st.core, st.batch = phase, reason, attached, core, act.GroupBatch
+	}
+	for id := range a.status {
+		if _, ok := desired[id]; !ok {
+			delete(a.status, id)
+		}
+	}
+	if changed {
+		a.reportNow()
+	}
+}
+
+func (a *Agent) countAction(kind string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	a.mu.Lock()
+	a.actions[kind+" "+result]++
+	a.mu.Unlock()
+}

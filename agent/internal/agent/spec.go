@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/keel-nfv/keel/agent/internal/runtime"
+	"github.com/keel-nfv/keel/agent/internal/vf"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+)
+
+// Container labels: they are the agent's memory, so a restarted agent re-adopts what runs.
+const (
+	LabelWorker   = "com.keel.worker"
+	LabelInstance = "com.keel.instance"
+	LabelChain    = "com.keel.chain"
+	LabelPosition = "com.keel.position"
+	LabelOf       = "com.keel.of"
+	LabelTenant   = "com.keel.tenant"
+	LabelVLAN     = "com.keel.vlan"
+	LabelSpec     = "com.keel.spec"
+)
+
+// Paths inside an NF container.
+const (
+	CoopschedSocketIn = "/run/keel/coopsched.sock"
+	RedisSocketIn     = "/run/keel/redis.sock"
+)
+
+// GroupID is the coopsched sgroup id (and keel-nf --chain-id) of an instance: its id with
+// '/' replaced by '.' (chain names use [A-Za-z0-9_.-]).
+func GroupID(instance string) string { return strings.ReplaceAll(instance, "/", ".") }
+
+// InstanceOfGroup inverts GroupID: the instance number follows the last '.'.
+func InstanceOfGroup(group string) (string, bool) {
+	i := strings.LastIndex(group, ".")
+	if i <= 0 || i == len(group)-1 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(group[i+1:], 10, 32); err != nil {
+		return "", false
+	}
+	return group[:i] + "/" + group[i+1:], true
+}
+
+// SpecConfig is the part of the agent's configuration that shapes NF containers.
+type SpecConfig struct {
+	Worker          string
+	PktbufDir       string // host directory holding one subdirectory per instance
+	CoopschedSocket string // host path of coopsched's socket
+	RedisSocket     string // host path of redis-server's socket ("" : NFs keep no state in Redis)
+	Cpuset          string // the managed cores, e.g. "1"
+	VFDriver        string // af_packet | af_xdp
+	StatsIntervalMs int
+	RTRuntimeUs     int64
+	WaitIfaceMs     int
+}
+
+// InstanceDir is the host directory of an instance's chain buffer and stats files. It is
+// bind-mounted at the same path into that instance's containers only, so the buffer path
+// keel-nf announces to coopsched names the same file in both mount namespaces.
+func (c SpecConfig) InstanceDir(instance string) string {
+	return filepath.Join(c.PktbufDir, GroupID(instance))
+}
+
+// StatsFile is position k's statistics file (the same path on the host and in the container).
+func (c SpecConfig) StatsFile(instance string, k int) string {
+	return filepath.Join(c.InstanceDir(instance), fmt.Sprintf("stats-%d.json", k))
+}
+
+// ealArgs are position 0's DPDK EAL arguments: no PCI, no hugepages (the chain buffer is
+// the agent's 2 MB-page tmpfs file; DPDK's own pool is ordinary memory), the VF through a
+// kernel vdev. DPDK 22.11 refuses --in-memory with --no-huge (legacy memory), so the EAL
+// keeps its few runtime files under a prefix of its own in the container's /var/run.
+func (c SpecConfig) ealArgs(group string) []string {
+	vdev := "net_af_packet0,iface=" + vf.InNetns
+	if c.VFDriver == "af_xdp" {
+		vdev = "net_af_xdp0,iface=" + vf.InNetns
+	}
+	return []string{"--no-pci", "--no-huge", "-m", "256", "--file-prefix=keel-" + group + "-0", "--no-telemetry",
+		"--log-level=error", "--vdev", vdev}
+}
+
+// Specs returns the containers of an instance in chain order, each labelled with the
+// instance's spec hash.
+func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
+	n := len(ch.Members)
+	group := GroupID(in.Id)
+	dir := c.InstanceDir(in.Id)
+	specs := make([]runtime.Spec, 0, n)
+	for k, m := range ch.Members {
+		nf := m.Nf
+		if m.ConfigJson != "" {
+			nf += "=" + m.ConfigJson
+		}
+		args := []string{"--nf", nf, "--chain-id", group, "--position", strconv.Itoa(k), "--of", strconv.Itoa(n),
+			"--pktbuf", filepath.Join(dir, "pktbuf")}
+		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
+			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
+		mounts := []runtime.Mount{{Source: dir, Target: dir}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
+		if c.RedisSocket != "" {
+			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
+			mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})
+		}
+		s := runtime.Spec{
+			Name:  fmt.Sprintf("keel-%s-%d", group, k),
+			Image: m.Image,
+			Labels: map[string]string{LabelWorker: c.Worker, LabelInstance: in.Id, LabelChain: in.Chain,
+				LabelPosition: strconv.Itoa(k), LabelOf: strconv.Itoa(n), LabelTenant: ch.Tenant,
+				LabelVLAN: strconv.FormatUint(uint64(in.Vlan), 10)},
+			Mounts:      mounts,
+			Cpuset:      c.Cpuset,
+			MemoryBytes: ch.MemoryBytes,
+			CPUs:        ch.Cpus,
+			RTRuntimeUs: c.RTRuntimeUs,
+		}
+		if k == 0 {
+			s.Args = append(args, "--wait-iface", fmt.Sprintf("%s:%d", vf.InNetns, c.WaitIfaceMs), "--")
+			s.Args = append(s.Args, c.ealArgs(group)...)
+			// DPDK sets vf0 promiscuous and its MAC (ioctls that need NET_ADMIN, which
+			// reaches only the container's own netns: --network none); AF_XDP also loads
+			// an XDP program and pins UMEM. Exactly these, never --privileged.
+			s.CapAdd = []string{"NET_ADMIN"}
+			if c.VFDriver == "af_xdp" {
+				s.CapAdd = append(s.CapAdd, "BPF", "PERFMON")
+				s.MemlockUnlimited = true
+			}
+		} else {
+			s.Args = args
+		}
+		specs = append(specs, s)
+	}
+	h := sha256.New()
+	_ = json.NewEncoder(h).Encode(specs)
+	sum := hex.EncodeToString(h.Sum(nil))[:16]
+	for i := range specs {
+		specs[i].Labels[LabelSpec] = sum
+	}
+	return specs
+}

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+)
+
+func testSpecConfig() SpecConfig {
+	return SpecConfig{Worker: "local", PktbufDir: "/run/keel/pktbuf", CoopschedSocket: "/run/keel/coopsched.sock",
+		RedisSocket: "/run/keel/redis.sock", Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 1000, RTRuntimeUs: 10000, WaitIfaceMs: 30000}
+}
+
+func testChain() *pb.Chain {
+	return &pb.Chain{Name: "c3", Tenant: "openfaas-fn", MemoryBytes: 512 << 20, Members: []*pb.ChainMember{
+		{Name: "ACL", Nf: "acl", Image: "keel/nf-base", ConfigJson: `{"rules":[]}`},
+		{Name: "NAT", Nf: "nat", Image: "keel/nf-base", ConfigJson: `{"external_ip":"198.18.0.1"}`}}}
+}
+
+func Test_GroupID_round_trips_through_InstanceOfGroup(t *testing.T) {
+	for _, id := range []string{"c3/0", "a.b-c/12"} {
+		got, ok := InstanceOfGroup(GroupID(id))
+		if !ok || got != id {
+			t.Fatalf("%s -> %s -> %s %v", id, GroupID(id), got, ok)
+		}
+	}
+	for _, bad := range []string{"c1", "c1.", ".1", "c1.x"} {
+		if _, ok := InstanceOfGroup(bad); ok {
+			t.Errorf("%q taken for an instance", bad)
+		}
+	}
+}
+
+func Test_Specs_run_keel_nf_per_member_with_position_0_owning_the_VF(t *testing.T) {
+	in := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101}
+	specs := testSpecConfig().Specs(in, testChain())
+	if len(specs) != 2 {
+		t.Fatalf("%d specs", len(specs))
+	}
+	s0 := strings.Join(specs[0].Args, " ")
+	want0 := `--nf acl={"rules":[]} --chain-id c3.1 --position 0 --of 2 --pktbuf /run/keel/pktbuf/c3.1/pktbuf ` +
+		`--coopsched unix:/run/keel/coopsched.sock --stats /run/keel/pktbuf/c3.1/stats-0.json --stats-interval 1000 ` +
+		`--redis unix:/run/keel/redis.sock --tenant openfaas-fn --wait-iface vf0:30000 -- --no-pci --no-huge -m 256 ` +
+		`--file-prefix=keel-c3.1-0 --no-telemetry --log-level=error --vdev net_af_packet0,iface=vf0`
+	if s0 != want0 {
+		t.Fatalf("position 0 args:\n got  %s\n want %s", s0, want0)
+	}
+	if s1 := strings.Join(specs[1].Args, " "); strings.Contains(s1, " -- ") || !strings.Contains(s1, "--position 1 --of 2") {
+		t.Fatalf("position 1 args: %s", s1)
+	}
+	if specs[1].Name != "keel-c3.1-1" || specs[1].Labels[LabelInstance] != "c3/1" || specs[1].Labels[LabelVLAN] != "101" ||
+		specs[1].Labels[LabelTenant] != "openfaas-fn" || specs[1].Cpuset != "1" || specs[1].MemoryBytes != 512<<20 ||
+		specs[1].RTRuntimeUs != 10000 || len(specs[1].CapAdd) != 0 || strings.Join(specs[0].CapAdd, ",") != "NET_ADMIN" {
+		t.Fatalf("position 1: %+v", specs[1])
+	}
+	mounts := map[string]string{}
+	for _, m := range specs[0].Mounts {
+		mounts[m.Target] = m.Source
+	}
+	if mounts["/run/keel/pktbuf/c3.1"] != "/run/keel/pktbuf/c3.1" || mounts["/run/keel/coopsched.sock"] == "" ||
+		mounts["/run/keel/redis.sock"] != "/run/keel/redis.sock" || len(mounts) != 3 {
+		t.Fatalf("mounts %v", mounts)
+	}
+}
+
+func Test_Specs_hash_changes_with_what_defines_the_instance(t *testing.T) {
+	cfg := testSpecConfig()
+	in := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101}
+	h := cfg.Specs(in, testChain())[0].Labels[LabelSpec]
+	if h2 := cfg.Specs(in, testChain())[1].Labels[LabelSpec]; h2 != h {
+		t.Fatal("positions of one instance carry different hashes")
+	}
+	attached := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101, State: "attached", Core: 1, Batch: 8}
+	if cfg.Specs(attached, testChain())[0].Labels[LabelSpec] != h {
+		t.Fatal("attaching changed the spec")
+	}
+	moved := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 102}
+	if cfg.Specs(moved, testChain())[0].Labels[LabelSpec] == h {
+		t.Fatal("a new VLAN kept the spec")
+	}
+	ch := testChain()
+	ch.Members[1].ConfigJson = `{"external_ip":"198.18.0.2"}`
+	if cfg.Specs(in, ch)[0].Labels[LabelSpec] == h {
+		t.Fatal("a new NF configuration kept the spec")
+	}
+}
+
+func Test_Specs_without_Redis_socket_keep_no_NF_state(t *testing.T) {
+	cfg := testSpecConfig()
+	cfg.RedisSocket = ""
+	cfg.VFDriver = "af_xdp"
+	s := cfg.Specs(&pb.ChainInstance{Id: "c3/0", Vlan: 100}, testChain())
+	if a := strings.Join(s[0].Args, " "); strings.Contains(a, "--redis") || !strings.Contains(a, "net_af_xdp0,iface=vf0") {
+		t.Fatalf("args %s", a)
+	}
+	if len(s[0].Mounts) != 2 || strings.Join(s[0].CapAdd, ",") != "NET_ADMIN,BPF,PERFMON" || !s[0].MemlockUnlimited {
+		t.Fatalf("spec %+v", s[0])
+	}
+}

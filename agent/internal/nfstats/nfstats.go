@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package nfstats reads the statistics files keel-nf writes (--stats FILE, rewritten every
+// --stats-interval), turns counters into rates, and decides when a change is worth
+// reporting to the gateway (Galleon §5.1: event-driven, not a tight poll).
+package nfstats
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"time"
+)
+
+// File is one keel-nf statistics file (position K of an instance).
+type File struct {
+	Position int `json:"position"`
+	Of       int `json:"of"`
+	NFs      []struct {
+		NF              string  `json:"nf"`
+		PacketsIn       uint64  `json:"packets_in"`
+		PacketsOut      uint64  `json:"packets_out"`
+		Dropped         uint64  `json:"dropped"`
+		CyclesPerPacket float64 `json:"cycles_per_packet"`
+	} `json:"nfs"`
+	// Position 0 only.
+	Port *struct {
+		RxPackets   uint64  `json:"rx_packets"`
+		RxBytes     uint64  `json:"rx_bytes"`
+		TxPackets   uint64  `json:"tx_packets"`
+		TxDropped   uint64  `json:"tx_dropped"`
+		CopyDropped uint64  `json:"copy_dropped"`
+		RxMalformed uint64  `json:"rx_malformed"`
+		RxQueueLen  *uint64 `json:"rx_queue_len"`
+	} `json:"port"`
+	CyclesPerBatch float64 `json:"cycles_per_batch"`
+}
+
+// Parse decodes a statistics file.
+func Parse(b []byte) (*File, error) {
+	var f File
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("keel-nf stats: %w", err)
+	}
+	return &f, nil
+}
+
+// NF is one NF process's counters.
+type NF struct {
+	Name            string
+	Position        int
+	PacketsIn       uint64
+	PacketsOut      uint64
+	Dropped         uint64
+	CyclesPerPacket float64
+}
+
+// Sample is an instance's counters at one moment.
+type Sample struct {
+	At             time.Time // when position 0 last wrote its file
+	Packets        uint64    // received on the VF
+	Bytes          uint64
+	Drops          uint64 // dropped by NFs, on transmit, in the copy and as malformed
+	QueueLen       uint32
+	CyclesPerBatch float64
+	NFs            []NF // in chain order; a position whose file is not there yet is absent
+}
+
+// Read reads the statistics files of an instance with n positions (paths[k] for position
+// k). Missing files are skipped: an NF writes its first file a stats interval after start.
+func Read(paths []string) (Sample, bool) {
+	var s Sample
+	ok := false
+	for k, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		f, err := Parse(b)
+		if err != nil {
+			continue
+		}
+		for _, nf := range f.NFs {
+			s.NFs = append(s.NFs, NF{Name: nf.NF, Position: k, PacketsIn: nf.PacketsIn, PacketsOut: nf.PacketsOut,
+				Dropped: nf.Dropped, CyclesPerPacket: nf.CyclesPerPacket})
+			s.Drops += nf.Dropped
+		}
+		if k == 0 && f.Port != nil {
+			st, err := os.Stat(p)
+			if err != nil {
+				continue
+			}
+			ok = true
+			s.At = st.ModTime()
+			s.Packets, s.Bytes = f.Port.RxPackets, f.Port.RxBytes
+			s.Drops += f.Port.TxDropped + f.Port.CopyDropped + f.Port.RxMalformed
+			if f.Port.RxQueueLen != nil {
+				s.QueueLen = uint32(min(*f.Port.RxQueueLen, math.MaxUint32))
+			}
+			s.CyclesPerBatch = f.CyclesPerBatch
+		}
+	}
+	return s, ok
+}
+
+// Rate is the packet and bit rate between two samples of one instance (zero if the
+// counters went backwards: the instance was rebuilt).
+func Rate(prev, cur Sample) (pps, gbps float64) {
+	dt := cur.At.Sub(prev.At).Seconds()
+	if dt <= 0 || cur.Packets < prev.Packets || cur.Bytes < prev.Bytes {
+		return 0, 0
+	}
+	return float64(cur.Packets-prev.Packets) / dt, float64(cur.Bytes-prev.Bytes) * 8 / dt / 1e9
+}
+
+// Report is what was last sent to the gateway for an instance, or is about to be.
+type Report struct {
+	Phase    string
+	Reason   string
+	Attached bool
+	Core     int32
+	Batch    uint32
+	RatePPS  float64
+	Drops    uint64
+	QueueLen uint32
+	Restarts uint64
+}
+
+// Significant reports whether cur differs enough from the last report to send it now:
+// any change of phase, attachment, core, batch or restarts, new drops, a rate that moved
+// by more than 10 % (or left or reached zero), or a NIC queue that started or stopped building.
+func Significant(last, cur Report) bool {
+	if last.Phase != cur.Phase || last.Reason != cur.Reason || last.Attached != cur.Attached ||
+		last.Core != cur.Core || last.Batch != cur.Batch || last.Restarts != cur.Restarts || cur.Drops > last.Drops {
+		return true
+	}
+	if (last.RatePPS == 0) != (cur.RatePPS == 0) {
+		return true
+	}
+	if last.RatePPS > 0 && math.Abs(cur.RatePPS-last.RatePPS) > 0.1*last.RatePPS {
+		return true
+	}
+	return (last.QueueLen == 0) != (cur.QueueLen == 0)
+}

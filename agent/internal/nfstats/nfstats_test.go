@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package nfstats
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// What keel-nf's Member::StatsJson writes for position 0 and for a later position.
+const pos0 = `{
+  "position": 0, "of": 2, "chain_buffer": "/run/keel/pktbuf/c.0/pktbuf", "turns": 10, "order_violations": 0,
+  "nfs": [{"nf": "acl", "packets_in": 1000, "packets_out": 990, "dropped": 10, "batches": 4, "cycles_per_packet": 120.5,
+           "stats": {"rules": 1}}],
+  "port": {"rx_packets": 1000, "rx_malformed": 1, "tx_packets": 980, "tx_dropped": 2, "copy_dropped": 0,
+           "rx_bytes": 64000, "rx_queue_len": 12},
+  "batches": 4, "cycles_per_batch": 3000.0
+}`
+
+const pos1 = `{"position": 1, "of": 2, "turns": 10, "order_violations": 0,
+  "nfs": [{"nf": "nat", "packets_in": 990, "packets_out": 980, "dropped": 10, "batches": 4, "cycles_per_packet": 300}]}`
+
+func Test_Read_sums_an_instance_over_its_files(t *testing.T) {
+	dir := t.TempDir()
+	p0, p1 := filepath.Join(dir, "stats-0.json"), filepath.Join(dir, "stats-1.json")
+	if err := os.WriteFile(p0, []byte(pos0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p1, []byte(pos1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := Read([]string{p0, p1})
+	if !ok {
+		t.Fatal("no sample")
+	}
+	if s.Packets != 1000 || s.Bytes != 64000 || s.Drops != 10+10+2+1 || s.QueueLen != 12 || s.CyclesPerBatch != 3000 {
+		t.Fatalf("sample %+v", s)
+	}
+	if len(s.NFs) != 2 || s.NFs[1] != (NF{Name: "nat", Position: 1, PacketsIn: 990, PacketsOut: 980, Dropped: 10, CyclesPerPacket: 300}) {
+		t.Fatalf("NFs %+v", s.NFs)
+	}
+}
+
+func Test_Read_without_position_0_has_no_sample(t *testing.T) {
+	dir := t.TempDir()
+	p1 := filepath.Join(dir, "stats-1.json")
+	if err := os.WriteFile(p1, []byte(pos1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Read([]string{filepath.Join(dir, "stats-0.json"), p1}); ok {
+		t.Fatal("a sample without position 0")
+	}
+}
+
+func Test_Parse_accepts_a_queue_length_the_driver_does_not_report(t *testing.T) {
+	f, err := Parse([]byte(`{"position":0,"of":1,"nfs":[],"port":{"rx_packets":5,"rx_queue_len":null}}`))
+	if err != nil || f.Port.RxQueueLen != nil || f.Port.RxPackets != 5 {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if _, err := Parse([]byte(`{"position":`)); err == nil {
+		t.Fatal("truncated file accepted")
+	}
+}
+
+func Test_Rate_is_the_counter_difference_over_time(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	pps, gbps := Rate(Sample{At: t0, Packets: 1000, Bytes: 1e6}, Sample{At: t0.Add(2 * time.Second), Packets: 3000, Bytes: 1e6 + 250e6})
+	if pps != 1000 || gbps != 1 {
+		t.Fatalf("pps %v gbps %v", pps, gbps)
+	}
+	if pps, _ := Rate(Sample{At: t0, Packets: 1000}, Sample{At: t0.Add(time.Second), Packets: 10}); pps != 0 {
+		t.Fatalf("rebuilt instance: pps %v", pps)
+	}
+	if pps, _ := Rate(Sample{At: t0, Packets: 1}, Sample{At: t0, Packets: 5}); pps != 0 {
+		t.Fatalf("same file: pps %v", pps)
+	}
+}
+
+func Test_Significant_ignores_small_rate_changes(t *testing.T) {
+	last := Report{Phase: "ready", RatePPS: 1e6, Drops: 5}
+	cases := []struct {
+		cur  Report
+		want bool
+	}{
+		{Report{Phase: "ready", RatePPS: 1.05e6, Drops: 5}, false},
+		{Report{Phase: "ready", RatePPS: 1.2e6, Drops: 5}, true},
+		{Report{Phase: "ready", RatePPS: 0.85e6, Drops: 5}, true},
+		{Report{Phase: "ready", RatePPS: 1e6, Drops: 6}, true},
+		{Report{Phase: "failed", RatePPS: 1e6, Drops: 5}, true},
+		{Report{Phase: "ready", RatePPS: 1e6, Drops: 5, Attached: true, Core: 1}, true},
+		{Report{Phase: "ready", RatePPS: 1e6, Drops: 5, QueueLen: 40}, true},
+		{Report{Phase: "ready", RatePPS: 1e6, Drops: 5, Batch: 8}, true},
+	}
+	for i, c := range cases {
+		if got := Significant(last, c.cur); got != c.want {
+			t.Errorf("case %d: %v, want %v", i, got, c.want)
+		}
+	}
+	if !Significant(Report{Phase: "ready"}, Report{Phase: "ready", RatePPS: 10}) {
+		t.Error("traffic starting is not significant")
+	}
+}
