@@ -131,7 +131,7 @@ agent_ok() {
 
 # Before anything starts: root, two cores, every program.
 [ "$(id -u)" -eq 0 ] || die "must run as root (mounts, dockerd, SCHED_FIFO); try sudo make up"
-[ "$(nproc)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
+[ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
 for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss; do
   command -v "$prog" > /dev/null || die "$prog is not installed: run make deps"
 done
