@@ -186,6 +186,10 @@ def nf_image():
         pytest.skip("no dockerd answers the docker client")
     if docker("image", "inspect", NF_IMAGE, check=False).returncode != 0:
         pytest.skip(f"image {NF_IMAGE} is missing: run make images")
+    # An image built from older sources would announce itself without its
+    # PID namespace; coopsched refuses that (tid 1 is init).
+    if "--wait-iface" not in docker("run", "--rm", "--network", "none", NF_IMAGE, "--help").stdout:
+        pytest.skip(f"{NF_IMAGE} holds an older keel-nf: run make images")
     return NF_IMAGE
 
 
