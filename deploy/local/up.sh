@@ -11,7 +11,7 @@
 #   keel-place       placer service, 127.0.0.1:50062
 #   keel-gateway     OpenFaaS API http://127.0.0.1:8080, gRPC 127.0.0.1:50051
 #   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock
-#   keel-agent       the worker "local", /healthz on 127.0.0.1:9101
+#   keel-agent       the worker "local", /healthz and /metrics on 127.0.0.1:9101
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -122,11 +122,16 @@ vswitchd_ok() { ovs-appctl --timeout=2 -t ovs-vswitchd version; }
 placer_ok() { listener "$PID" 127.0.0.1:50062; }
 gateway_ok() { http_ok http://127.0.0.1:8080/healthz && listener "$PID" 127.0.0.1:50051; }
 coopsched_ok() { listener "$PID" "$COOPSCHED_SOCK"; }
-agent_ok() { http_ok http://127.0.0.1:9101/healthz; }
+# The agent answers, and has registered with the gateway and read its desired state (so a
+# deploy right after make up reaches it).
+agent_ok() {
+  http_ok http://127.0.0.1:9101/healthz &&
+    curl -fsS -m 2 http://127.0.0.1:9101/metrics | grep -qx 'keel_agent_gateway_synced 1'
+}
 
 # Before anything starts: root, two cores, every program.
 [ "$(id -u)" -eq 0 ] || die "must run as root (mounts, dockerd, SCHED_FIFO); try sudo make up"
-[ "$(nproc)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
+[ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
 for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss; do
   command -v "$prog" > /dev/null || die "$prog is not installed: run make deps"
 done
