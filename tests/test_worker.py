@@ -307,6 +307,25 @@ def test_cpu_bound_normal_function_never_runs_on_the_chains_core(deployed, contr
     assert faas("remove", "hello").returncode == 0
 
 
+
+def test_an_image_that_disappears_fails_the_instance_with_its_reason_and_backs_off(deployed):
+    img = sh("docker", "image", "inspect", "-f", "{{.Id}}", "keel/nf-base:latest").stdout.strip()
+    iid = next(iter(instances("chain3")))
+    sh("docker", "rmi", "-f", "keel/nf-base:latest")
+    try:
+        sh("docker", "kill", nf_containers(instance=iid)[0]["ID"])
+        wait_for("chain3 reported failed", lambda: instances("chain3")[iid]["phase"] == "failed", timeout=30)
+        # first the NF's exit, then the rebuild's reason
+        wait_for("the missing image named", lambda: "keel/nf-base:latest: image not found" in describe("chain3"), timeout=30)
+        log = (RUN / "keel-agent.log").read_text()
+        t0 = time.time()
+        time.sleep(6)
+        tries = (RUN / "keel-agent.log").read_text()[len(log):].count('msg="instance failed" instance=' + iid)
+        assert tries <= 2, f"{tries} rebuilds in {time.time() - t0:.0f}s: a crash loop, not a backoff"
+    finally:
+        sh("docker", "tag", img, "keel/nf-base:latest")
+    wait_for("chain3 rebuilt once the image is back", lambda: instances("chain3")[iid]["phase"] == "ready", timeout=90)
+
 def test_remove_leaves_no_container_port_group_or_key(deployed):
     r = faas("remove", "-f", "stack.yml", "--filter", "chain*")
     assert r.returncode == 0, r.stdout + r.stderr
