@@ -58,8 +58,10 @@ bool PortInit(uint16_t port, rte_mempool* pool, std::string* err) {
 }
 
 bool PortTxChains(uint16_t port) {
-  rte_eth_conf conf;
-  return rte_eth_dev_conf_get(port, &conf) == 0 && (conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  /* PortInit turns multi-segment TX on wherever the driver offers it, so the
+   * capability tells (rte_eth_dev_conf_get is still experimental in 22.11). */
+  rte_eth_dev_info info;
+  return rte_eth_dev_info_get(port, &info) == 0 && (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
 }
 
 int PortRxQueueLen(uint16_t port) {
