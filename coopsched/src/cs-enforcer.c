@@ -3,7 +3,9 @@
  * The enforcer of one managed core. It runs pinned to the core at the
  * highest SCHED_FIFO priority, so while it works no NF thread of the core
  * runs; it sleeps between ticks (1 ms, 50 us while an sgroup is detaching)
- * so the NF threads have the core otherwise. It applies the master's
+ * so the NF threads have the core otherwise. With no sgroup attached to its
+ * core it only wakes for a request (every request signals it), for the
+ * check of detached sgroups, or once a second: an idle daemon costs no CPU. It applies the master's
  * attach/detach requests, drives detaching sgroups to a stop and runs the
  * yield watchdog (Galleon footnote 2), which also fails an sgroup one of
  * whose threads has exited. The first managed core's enforcer watches the
@@ -28,6 +30,10 @@
 #define CS_FAST_TICK_NS 50000ull
 #define CS_STOP_TIMEOUT_NS 1000000000ull
 #define CS_DETACHED_CHECK_NS 20000000ull
+#define CS_IDLE_TICK_NS 1000000000ull
+
+/* What the enforcer's next sleep should be, from its last tick. */
+enum cs_pace { CS_PACE_IDLE, CS_PACE_DETACHED, CS_PACE_WATCH, CS_PACE_FAST };
 
 static void complete_op(struct cs_sched *s, struct cs_group *g) {
   g->op_done = 1;
@@ -202,16 +208,21 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
   if (!running) finish_stop(s, g);
 }
 
-/* One pass over the sgroups of this core; returns 1 if one is detaching. */
-static int tick(struct cs_sched *s, struct cs_enforcer *e) {
+/* One pass over the sgroups of this core; returns how soon to look again:
+ * fast while one is detaching, at the watchdog's tick while one runs here,
+ * at the detached check while enforcer 0 has detached sgroups to watch. */
+static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
+  enum cs_pace pace = CS_PACE_IDLE;
   int detached_too = e == &s->enforcers[0] && now_ns >= e->next_detached_check_ns;
   if (detached_too) e->next_detached_check_ns = now_ns + CS_DETACHED_CHECK_NS;
   for (struct cs_group *g = s->groups; g; g = g->next) {
+    if (e == &s->enforcers[0] && g->state == CS_DETACHED && pace < CS_PACE_DETACHED) pace = CS_PACE_DETACHED;
     if (detached_too && g->state == CS_DETACHED && g->op == CS_OP_NONE) check_threads(s, g);
     if (g->op == CS_OP_ATTACH && !g->op_done && g->op_core == e->core) do_attach(s, e, g);
     if (g->core != e->core || check_threads(s, g)) continue;
+    if (g->state == CS_ATTACHED || g->state == CS_DETACHING) pace = CS_PACE_WATCH;
     if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
       start_detach(s, g, now_ns);
     }
@@ -225,7 +236,16 @@ static int tick(struct cs_sched *s, struct cs_enforcer *e) {
       busy |= g->state == CS_DETACHING;
     }
   }
-  return busy;
+  return busy ? CS_PACE_FAST : pace;
+}
+
+static uint64_t pace_ns(enum cs_pace pace) {
+  switch (pace) {
+    case CS_PACE_FAST: return CS_FAST_TICK_NS;
+    case CS_PACE_WATCH: return CS_TICK_NS;
+    case CS_PACE_DETACHED: return CS_DETACHED_CHECK_NS;
+    default: return CS_IDLE_TICK_NS;
+  }
 }
 
 void *cs_enforcer_main(void *arg) {
@@ -233,10 +253,10 @@ void *cs_enforcer_main(void *arg) {
   struct cs_sched *s = e->s;
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
-    int fast = tick(s, e);
+    enum cs_pace pace = tick(s, e);
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + (fast ? CS_FAST_TICK_NS : CS_TICK_NS);
+    uint64_t ns = (uint64_t)until.tv_nsec + pace_ns(pace);
     until.tv_sec += (time_t)(ns / 1000000000ull);
     until.tv_nsec = (long)(ns % 1000000000ull);
     pthread_cond_timedwait(&e->cv, &s->mu, &until);

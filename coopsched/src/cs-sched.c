@@ -389,6 +389,8 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   pthread_mutex_lock(&s->mu);
   g->next = s->groups;
   s->groups = g;
+  /* The first enforcer watches detached sgroups: from now on, at its detached pace. */
+  pthread_cond_signal(&s->enforcers[0].cv);
   pthread_mutex_unlock(&s->mu);
   return CS_OK;
 fail:
