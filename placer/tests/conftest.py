@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import grpc
 import pytest
 
 from keel_placer.catalog import load_profiles
 from keel_placer.pattern import Problem
+from keel_placer.service import pb_grpc, start
 from keel_placer.spec import parse_spec
 from keel_placer.topology import load_topology, topology_from_dict
 
@@ -21,6 +23,18 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture
+def stub():
+    """A PlacerStub on a keel-place gRPC service of the test's own (loopback, free port)."""
+    server, port = start("127.0.0.1:0")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield pb_grpc.PlacerStub(channel)
+    finally:
+        channel.close()
+        server.stop(grace=None)
 
 
 def one_server(cores: int = 16, ghz: float = 1.7, gbps: float = 40, stages: int = 12,

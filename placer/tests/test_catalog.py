@@ -6,7 +6,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import grpc
 import pytest
 
 from keel_placer import catalog
@@ -15,7 +14,7 @@ from keel_placer.cli import main
 from keel_placer.lang import SpecError
 from keel_placer.pattern import Problem
 from keel_placer.algos import run
-from keel_placer.service import pb, pb_grpc, start
+from keel_placer.service import pb
 from keel_placer.spec import parse_spec
 
 from conftest import one_server
@@ -134,17 +133,6 @@ def test_cli_catalog_and_tenant_nfs_flags(tmp_path, capsys):
     assert main(["parse", "--spec", str(spec), "--tenant-nfs", str(tenants), "--catalog", str(small)]) == 2
     assert "bad argument 'vlan' for tunnel: accepted arguments: none" in capsys.readouterr().err
     catalog.use_catalog(None)
-
-
-@pytest.fixture
-def stub():
-    server, port = start("127.0.0.1:0")
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield pb_grpc.PlacerStub(channel)
-    finally:
-        channel.close()
-        server.stop(grace=None)
 
 
 def test_service_takes_tenant_nfs_in_parse_and_place(stub, examples):
