@@ -11,6 +11,7 @@ import time
 import pytest
 from scapy.all import Ether, IP, UDP, Raw, rdpcap, wrpcap
 
+import netns
 from keelenv import BIN
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tcpdump"),
@@ -25,21 +26,8 @@ def sh(*args, check=True):
 def veth_into_netns():
     """A veth pair: keelh<pid> here, keeln<pid> inside netns keel<pid>;
     both deleted afterwards."""
-    tag = str(os.getpid() % 100000)
-    ns, host, peer = f"keel{tag}", f"keelh{tag}", f"keeln{tag}"
-    sh("ip", "netns", "add", ns)
-    try:
-        sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
-        sh("ip", "link", "set", peer, "netns", ns)
-        for netns, dev in ((None, host), (ns, peer)):
-            pre = ["ip", "netns", "exec", ns] if netns else []
-            sh(*pre, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
-            sh(*pre, "ethtool", "-K", dev, "tx", "off", check=False)
-            sh(*pre, "ip", "link", "set", dev, "up")
-        yield ns, host, peer
-    finally:
-        sh("ip", "link", "del", host, check=False)
-        sh("ip", "netns", "del", ns, check=False)
+    with netns.veth_into_netns("keel") as v:
+        yield v
 
 
 @needs_root

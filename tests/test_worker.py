@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import netns
 from keelenv import ROOT
 
 FAAS_CLI = os.environ.get("FAAS_CLI") or shutil.which("faas-cli") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
@@ -152,22 +153,12 @@ def deployed(stack):
 @pytest.fixture
 def trunk():
     """A netns keelw<pid> whose veth is a trunk port (every VLAN) of the NIC bridge."""
-    tag = str(os.getpid() % 100000)
-    ns, host, peer = f"keelw{tag}", f"keelwh{tag}", f"keelwn{tag}"
-    sh("ip", "netns", "add", ns)
-    try:
-        sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
-        sh("ip", "link", "set", peer, "netns", ns)
-        for pre, dev in (([], host), (["ip", "netns", "exec", ns], peer)):
-            sh(*pre, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
-            sh(*pre, "ethtool", "-K", dev, "tx", "off", check=False)
-            sh(*pre, "ip", "link", "set", dev, "up")
+    with netns.veth_into_netns("keelw") as (ns, host, peer):
         ovs("add-port", BRIDGE, host)
-        yield ns, peer
-    finally:
-        ovs("--if-exists", "del-port", BRIDGE, host, check=False)
-        sh("ip", "link", "del", host, check=False)
-        sh("ip", "netns", "del", ns, check=False)
+        try:
+            yield ns, peer
+        finally:
+            ovs("--if-exists", "del-port", BRIDGE, host, check=False)
 
 
 def send_and_capture(ns, dev, vlan, sport, n=50, timeout=20):
