@@ -62,23 +62,21 @@ func ParseMemory(s string) (int64, error) {
 		}
 		b := int64(n * float64(u.mult))
 		if b < 6<<20 {
-			return 0, errorf("%q is below the 6 MB a container needs", s)
+			return 0, fmt.Errorf("%q is below the 6 MB a container needs", s)
 		}
 		return b, nil
 	}
-	return 0, errorf("%q is not a memory size (e.g. 128Mi, 256m, 1G)", s)
+	return 0, fmt.Errorf("%q is not a memory size (e.g. 128Mi, 256m, 1G)", s)
 }
 
 // ParseCPU reads a CPU limit in cores ("0.5", "2") or millicores ("500m").
 func ParseCPU(s string) (float64, error) {
 	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "m"), 64)
 	if err != nil || v <= 0 {
-		return 0, errorf("%q is not a CPU limit (e.g. 0.5, 2 or 500m)", s)
+		return 0, fmt.Errorf("%q is not a CPU limit (e.g. 0.5, 2 or 500m)", s)
 	}
 	if strings.HasSuffix(s, "m") {
 		v /= 1000
 	}
 	return v, nil
 }
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
