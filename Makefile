@@ -69,7 +69,7 @@ build: deps
 	mkdir -p $(BUILD)/py
 	$(PY) placer/build_proto.py
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
-	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto
+	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto proto/keel/v1/torctl.proto
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
 	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent

@@ -10,9 +10,9 @@ py=${1:-python3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 gobin=$(go env GOBIN); [ -n "$gobin" ] || gobin=$(go env GOPATH)/bin
 pkg=github.com/keel-nfv/keel/proto/keel/v1
-m="Mkeel/v1/placer.proto=$pkg;keelv1,Mkeel/v1/control.proto=$pkg;keelv1,Mkeel/v1/coopsched.proto=$pkg;keelv1"
+m="Mkeel/v1/placer.proto=$pkg;keelv1,Mkeel/v1/control.proto=$pkg;keelv1,Mkeel/v1/coopsched.proto=$pkg;keelv1,Mkeel/v1/torctl.proto=$pkg;keelv1"
 "$py" -m grpc_tools.protoc -I "$root/proto" \
   --plugin=protoc-gen-go="$gobin/protoc-gen-go" --plugin=protoc-gen-go-grpc="$gobin/protoc-gen-go-grpc" \
   --go_out="$root/proto" --go_opt=paths=source_relative,"$m" \
   --go-grpc_out="$root/proto" --go-grpc_opt=paths=source_relative,"$m" \
-  keel/v1/placer.proto keel/v1/control.proto keel/v1/coopsched.proto
+  keel/v1/placer.proto keel/v1/control.proto keel/v1/coopsched.proto keel/v1/torctl.proto
