@@ -215,17 +215,25 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
         assert a.assigned and a.chain == "chain2" and a.instance.state == "attached" and a.instance.vlan >= 100
         none = stub.AssignFlow(pb.AssignFlowRequest(flow=pb.FiveTuple(src_ip="10.0.0.1", dst_ip="198.18.200.1", proto=17)))
         assert not none.assigned and "no chain" in none.reason
-        sw = stub.AssignFlow(pb.AssignFlowRequest(flow=pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.1.1", proto=17)))
-        assert not sw.assigned and sw.chain == "chain1" and "switch only" in sw.reason
+        # chain 1 runs on the switch only: assigned without an instance
+        udp1 = pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.1.1", proto=17)
+        sw = stub.AssignFlow(pb.AssignFlowRequest(flow=udp1, chain="chain1"))
+        assert sw.assigned and sw.switch_only and sw.chain == "chain1" and not sw.HasField("instance")
+        # the ingress's classification is checked: a wrong hint is corrected by the filters
+        assert stub.AssignFlow(pb.AssignFlowRequest(flow=udp1, chain="chain3")).chain == "chain1"
+        # asking again for a live flow (the ingress retrying) gives the same instance, counted once
+        again = stub.AssignFlow(pb.AssignFlowRequest(flow=http, chain="chain2"))
+        assert again.instance.id == a.instance.id and again.instance.flows == 1
         assert a.instance.core == 1  # the worker's managed core
         # the only instance reports overload: no instance is left for a new flow until one is pooled;
         # what the agent reports never changes what the gateway decided (state, core)
         stats = [pb.InstanceStats(worker="local", instance="chain2/0", rate_gbps=0.05, packets=1000, drops=3,
                                   p99_us=42, queue_len=100, flows=1, attached=False, core=-1, phase="ready")]
         assert stub.StreamStats(iter(stats)).received == 1
-        assert not stub.AssignFlow(pb.AssignFlowRequest(flow=http)).assigned
+        http2 = pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.2.9", src_port=4001, dst_port=80, proto=6)
+        assert not stub.AssignFlow(pb.AssignFlowRequest(flow=http2)).assigned
         assert api(gateway, "POST", "/system/scale-function/chain2", {"serviceName": "chain2", "replicas": 2})[0] == 202
-        b = stub.AssignFlow(pb.AssignFlowRequest(flow=http))
+        b = stub.AssignFlow(pb.AssignFlowRequest(flow=http2))
         assert b.assigned and b.instance.id == "chain2/1" and b.instance.vlan != a.instance.vlan
         kinds = []
         for e in watch:  # worker registered, flow a, stats, pool grown, flow b
@@ -234,6 +242,19 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
                 break
         assert kinds[0] == pb.WatchEvent.WORKER_REGISTERED and len(kinds) == 5
         watch.cancel()
+        live = {(f.flow.dst_ip, f.flow.src_port, f.chain, f.instance) for f in stub.ListFlows(pb.ListFlowsRequest()).flows}
+        assert live == {("198.18.2.9", 4000, "chain2", "chain2/0"), ("198.18.2.9", 4001, "chain2", "chain2/1"),
+                        ("198.18.1.1", 0, "chain1", "")}
+        assert [f.flow.src_port for f in stub.ListFlows(pb.ListFlowsRequest(chain="chain2")).flows] == [4000, 4001]
+        # a flow whose rule expired is released once; its instance's count drops
+        assert stub.ReleaseFlow(pb.ReleaseFlowRequest(flow=udp1, reason="idle_timeout")).released
+        assert not stub.ReleaseFlow(pb.ReleaseFlowRequest(flow=udp1)).released
+        assert stub.ReleaseFlow(pb.ReleaseFlowRequest(flow=http2, reason="idle_timeout")).released
+        assert stub.AssignFlow(pb.AssignFlowRequest(flow=http2)).instance.flows == 1
+        stub.ReportIngressStats(pb.IngressStats(ingress_id="ingress-0", new_flows=3))
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.ReportIngressStats(pb.IngressStats())
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     d = gateway.faas("describe", "chain2").stdout
     assert "chain2/0 attached worker=local vlan=" in d and "core=1 flows=1 phase=ready" in d and "42.0 us" in d
     st, text = api(gateway, "GET", "/metrics", auth=False)

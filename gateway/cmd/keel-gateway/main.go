@@ -35,9 +35,9 @@ import (
 )
 
 type options struct {
-	listen, grpcListen, redis, placer, secrets, topology, docker, algo, keelNF, cpuset string
-	noAuth                                                                             bool
-	pool                                                                               int
+	listen, grpcListen, redis, placer, torctl, secrets, topology, docker, algo, keelNF, cpuset string
+	noAuth                                                                                     bool
+	pool                                                                                       int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -63,6 +63,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:50051", "keel.v1.Control gRPC address")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address that keeps functions, chains and placements")
 	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
+	fs.StringVar(&o.torctl, "torctl", "", "keel-torctl address (keel.v1.TorControl): flows whose ToR rules expire are released\n"+
+		"(their instance's flow count drops); \"\" = no ToR")
 	fs.StringVar(&o.secrets, "secrets", "/var/lib/keel/secrets", "directory of basic-auth-user and basic-auth-password (created on first start)")
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
@@ -175,7 +177,16 @@ func run(o *options) error {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
 	gs := grpc.NewServer()
-	pb.RegisterControlServer(gs, &control.Server{Store: st, Provider: p, Hub: hub})
+	cs := &control.Server{Store: st, Provider: p, Hub: hub}
+	pb.RegisterControlServer(gs, cs)
+	if o.torctl != "" {
+		tc, err := grpc.NewClient(o.torctl, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("--torctl %s: %w", o.torctl, err)
+		}
+		defer tc.Close()
+		go cs.FollowTor(ctx, pb.NewTorControlClient(tc), log.Printf)
+	}
 	hs := &http.Server{Handler: handlers.NewRouter(p, m, creds), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)

@@ -81,6 +81,13 @@ type Member struct {
 	Config string `json:"config"` // the keel-nf configuration, JSON
 }
 
+// SwitchNF is one NF of a chain that keel-torctl runs on the ToR as OpenFlow rules, before the
+// chain's server NFs or, with AfterServer, on the way back from them.
+type SwitchNF struct {
+	Member
+	AfterServer bool `json:"after_server,omitempty"`
+}
+
 // Chain is a validated chain as the gateway stores it.
 type Chain struct {
 	Name      string    `json:"name"`
@@ -95,6 +102,8 @@ type Chain struct {
 	// NFConfigs are every NF of the chain in order with its configuration; Members is the
 	// subset the placement puts on servers (SetPlacement).
 	NFConfigs []Member `json:"nf_configs"`
+	// SwitchNFs are the NFs the placement puts on the ToR switch, in order (SetPlacement).
+	SwitchNFs []SwitchNF `json:"switch_nfs,omitempty"`
 	// Tenant is the function's namespace; it names the NF state in Redis.
 	Tenant string `json:"tenant"`
 	// MemoryBytes and CPUs limit each NF container (from the function's limits; 0 = none).
@@ -118,21 +127,49 @@ func (c *Chain) Summary() string {
 	return strings.Join(parts, " -> ")
 }
 
-// SetPlacement records the chain's placement and the NFs it puts on servers as Members.
+// SetPlacement records the chain's placement, the NFs it puts on servers as Members and the
+// ones it puts on the switch as SwitchNFs.
 func (c *Chain) SetPlacement(p Placement) {
 	c.Placement = p
-	server := map[string]bool{}
+	target := map[string]string{}
 	for _, n := range p.NFs {
-		if n.Target == "server" {
-			server[n.Name] = true
-		}
+		target[n.Name] = n.Target
 	}
-	c.Members = nil
+	c.Members, c.SwitchNFs = nil, nil
 	for _, m := range c.NFConfigs {
-		if server[m.Name] {
+		switch target[m.Name] {
+		case "server":
 			c.Members = append(c.Members, m)
+		case "switch":
+			c.SwitchNFs = append(c.SwitchNFs, SwitchNF{Member: m, AfterServer: len(c.Members) > 0})
 		}
 	}
+}
+
+// SwitchBetweenServers names a switch NF that the placement puts between two server NFs ("" if
+// none): the ToR runs a chain's switch NFs before its server NFs or after them, and a packet
+// cannot go back to the switch and then to the server again.
+func (c *Chain) SwitchBetweenServers() string {
+	for _, sw := range c.SwitchNFs {
+		if !sw.AfterServer {
+			continue
+		}
+		for _, m := range c.Members {
+			if indexOf(c.NFConfigs, m.Name) > indexOf(c.NFConfigs, sw.Name) {
+				return sw.Name
+			}
+		}
+	}
+	return ""
+}
+
+func indexOf(ms []Member, name string) int {
+	for i, m := range ms {
+		if m.Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // TenantNF is a deployed packet function that chains may name by its function name.
@@ -261,6 +298,10 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		placements[all[idx].Name] = fromProto(pc)
 	}
 	c.SetPlacement(placements[c.Name])
+	if nf := c.SwitchBetweenServers(); nf != "" {
+		return nil, nil, invalid("annotations."+AnnotationChain, "the placement puts %s on the switch between NFs that run on a server; "+
+			"keel's ToR runs a chain's switch NFs only before or after its server NFs (place %s on the server, e.g. with a tenant NF, or reorder the chain)", nf, nf)
+	}
 	return c, placements, nil
 }
 

@@ -207,9 +207,25 @@ func Test_SetPlacement_keeps_the_server_NFs_as_members(t *testing.T) {
 	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "acl"}, {Name: "tunnel"}}) {
 		t.Fatalf("members %+v", c.Members)
 	}
+	if c.SwitchBetweenServers() != "nat" {
+		t.Errorf("nat runs on the switch between two server NFs, got %q", c.SwitchBetweenServers())
+	}
 	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "switch"}, {Name: "nat", Target: "switch"}, {Name: "tunnel", Target: "smartnic"}}})
 	if len(c.Members) != 0 {
 		t.Fatalf("members %+v", c.Members)
+	}
+}
+
+func Test_SetPlacement_splits_switch_NFs_before_and_after_the_server_part(t *testing.T) {
+	c := &Chain{NFConfigs: []Member{{Name: "acl", NF: "acl"}, {Name: "nat", NF: "nat"}, {Name: "tunnel", NF: "tunnel"}}}
+	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "switch"}, {Name: "nat", Target: "server"}, {Name: "tunnel", Target: "switch"}}})
+	want := []SwitchNF{{Member: Member{Name: "acl", NF: "acl"}}, {Member: Member{Name: "tunnel", NF: "tunnel"}, AfterServer: true}}
+	if fmt.Sprint(c.SwitchNFs) != fmt.Sprint(want) || c.SwitchBetweenServers() != "" {
+		t.Fatalf("switch NFs %+v, between %q", c.SwitchNFs, c.SwitchBetweenServers())
+	}
+	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "switch"}, {Name: "nat", Target: "switch"}, {Name: "tunnel", Target: "switch"}}})
+	if len(c.SwitchNFs) != 3 || c.SwitchNFs[2].AfterServer || len(c.Members) != 0 {
+		t.Fatalf("a switch-only chain runs every NF on the way in: %+v", c.SwitchNFs)
 	}
 }
 

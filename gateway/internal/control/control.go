@@ -38,8 +38,9 @@ type Server struct {
 	Provider *provider.Provider
 	Hub      *events.Hub
 
-	mu      sync.Mutex // serialises read-modify-write of instances
+	mu      sync.Mutex // serialises read-modify-write of instances and flows
 	filters sync.Map   // filter expression -> *pcapfilter.Filter
+	ingress sync.Map   // ingress id -> latest *pb.IngressStats
 }
 
 func (s *Server) filter(expr string) (*pcapfilter.Filter, error) {
@@ -54,60 +55,120 @@ func (s *Server) filter(expr string) (*pcapfilter.Filter, error) {
 	return f, nil
 }
 
-// AssignFlow picks the chain whose filter matches the flow (chains in name order) and an
-// instance of it: the most loaded attached instance that is not overloaded, else a pooled one.
-func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb.AssignFlowResponse, error) {
-	ft := req.GetFlow()
+// parseFlow checks a 5-tuple from the wire.
+func parseFlow(ft *pb.FiveTuple) (pcapfilter.Flow, error) {
 	if ft == nil {
-		return nil, status.Error(codes.InvalidArgument, "flow: missing")
+		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: missing")
 	}
 	src, err1 := netip.ParseAddr(ft.SrcIp)
 	dst, err2 := netip.ParseAddr(ft.DstIp)
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "flow: %v", err)
+		return pcapfilter.Flow{}, status.Errorf(codes.InvalidArgument, "flow: %v", err)
 	}
 	if ft.SrcPort > 65535 || ft.DstPort > 65535 || ft.Proto > 255 {
-		return nil, status.Error(codes.InvalidArgument, "flow: port or protocol out of range")
+		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: port or protocol out of range")
 	}
-	flow := pcapfilter.Flow{Src: src, Dst: dst, SrcPort: uint16(ft.SrcPort), DstPort: uint16(ft.DstPort), Proto: uint8(ft.Proto)}
+	return pcapfilter.Flow{Src: src, Dst: dst, SrcPort: uint16(ft.SrcPort), DstPort: uint16(ft.DstPort), Proto: uint8(ft.Proto)}, nil
+}
+
+func flowKey(f pcapfilter.Flow) string {
+	return store.FlowKey(f.Proto, f.Src, f.SrcPort, f.Dst, f.DstPort)
+}
+
+// classify returns the chain whose filter matches the flow: the ingress's choice (hint) if its
+// filter does match, else the first chain in name order whose filter does; nil if none.
+func (s *Server) classify(ctx context.Context, flow pcapfilter.Flow, hint string) (*chain.Chain, error) {
+	if hint != "" {
+		f, err := s.Store.Get(ctx, hint)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		if f != nil && f.Kind == chain.KindChain {
+			if ok, err := s.matches(f.Chain, flow); err != nil || ok {
+				return f.Chain, err
+			}
+		}
+	}
 	all, err := s.Store.List(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	var c *chain.Chain
 	for _, f := range all {
 		if f.Kind != chain.KindChain {
 			continue
 		}
-		flt, err := s.filter(f.Chain.Filter)
-		if err != nil {
-			continue
+		if ok, err := s.matches(f.Chain, flow); err != nil || ok {
+			return f.Chain, err
 		}
-		ok, err := flt.Match(flow)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "flow: %v", err)
-		}
-		if ok {
-			c = f.Chain
-			break
-		}
+	}
+	return nil, nil
+}
+
+func (s *Server) matches(c *chain.Chain, flow pcapfilter.Flow) (bool, error) {
+	flt, err := s.filter(c.Filter)
+	if err != nil {
+		return false, nil // refused at deploy; a stored chain with a bad filter matches nothing
+	}
+	ok, err := flt.Match(flow)
+	if err != nil {
+		return false, status.Errorf(codes.InvalidArgument, "flow: %v", err)
+	}
+	return ok, nil
+}
+
+// switchOnly: the chain has no NF on a server, so its flows need no instance.
+func switchOnly(c *chain.Chain) bool {
+	return len(c.Members) == 0 && len(c.Placement.Subgroups) == 0
+}
+
+// AssignFlow classifies a new flow to a chain (the ingress's choice, checked) and assigns it
+// an instance: the most loaded attached instance that is not overloaded, else a pooled one
+// (Galleon Listing 1). A flow of a chain that runs on the switch only is recorded without
+// an instance. A flow that is already assigned gets its assignment again (the ingress retries
+// after a lost answer), so its instance's flow count is not raised twice.
+func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb.AssignFlowResponse, error) {
+	flow, err := parseFlow(req.GetFlow())
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.classify(ctx, flow, req.Chain)
+	if err != nil {
+		return nil, err
 	}
 	if c == nil {
 		return &pb.AssignFlowResponse{Reason: "no chain's filter matches the flow"}, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	key := flowKey(flow)
+	prev, err := s.Store.Flow(ctx, key)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
 	insts, err := s.Store.Instances(ctx, c.Name)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
+	if prev != nil && prev.Chain == c.Name {
+		if prev.Instance == "" {
+			return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
+		}
+		for _, in := range insts {
+			if in.ID == prev.Instance {
+				return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: events.InstanceProto(in)}, nil
+			}
+		}
+	}
+	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
+	if switchOnly(c) {
+		if err := s.Store.PutFlow(ctx, rec, nil); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
+	}
 	in := Pick(insts)
 	if in == nil {
-		reason := "chain " + c.Name + " has no instance with spare capacity and no pooled instance"
-		if len(c.Placement.Subgroups) == 0 {
-			reason = "chain " + c.Name + " runs on the switch only"
-		}
-		return &pb.AssignFlowResponse{Chain: c.Name, Reason: reason}, nil
+		return &pb.AssignFlowResponse{Chain: c.Name, Reason: "chain " + c.Name + " has no instance with spare capacity and no pooled instance"}, nil
 	}
 	if in.State != store.Attached {
 		core, err := s.pickCore(ctx, in.Worker)
@@ -117,13 +178,151 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		in.State, in.Core = store.Attached, core
 	}
 	in.Flows++
-	if err := s.Store.PutInstance(ctx, in); err != nil {
+	rec.Instance, rec.VLAN, rec.Worker = in.ID, in.VLAN, in.Worker
+	if err := s.Store.PutFlow(ctx, rec, in); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)
 	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
 	s.Provider.UpdateChainMetrics(ctx, c.Name)
 	return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: pi}, nil
+}
+
+// ReleaseFlow ends a flow's assignment: its ToR rule expired, or the ingress could not
+// install it. The instance's flow count drops.
+func (s *Server) ReleaseFlow(ctx context.Context, req *pb.ReleaseFlowRequest) (*pb.ReleaseFlowResponse, error) {
+	flow, err := parseFlow(req.GetFlow())
+	if err != nil {
+		return nil, err
+	}
+	released, err := s.release(ctx, flowKey(flow))
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &pb.ReleaseFlowResponse{Released: released}, nil
+}
+
+func (s *Server) release(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, err := s.Store.Flow(ctx, key)
+	if err != nil || rec == nil {
+		return false, err
+	}
+	var in *store.Instance
+	if rec.Instance != "" {
+		insts, err := s.Store.Instances(ctx, rec.Chain)
+		if err != nil {
+			return false, err
+		}
+		for _, x := range insts {
+			if x.ID == rec.Instance {
+				in = x
+			}
+		}
+		if in != nil && in.Flows > 0 {
+			in.Flows--
+		}
+	}
+	if err := s.Store.DeleteFlow(ctx, rec, in); err != nil {
+		return false, err
+	}
+	if in != nil {
+		s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+		s.Provider.UpdateChainMetrics(ctx, rec.Chain)
+	}
+	return true, nil
+}
+
+// ListFlows returns the live flow assignments.
+func (s *Server) ListFlows(ctx context.Context, req *pb.ListFlowsRequest) (*pb.ListFlowsResponse, error) {
+	flows, err := s.Store.Flows(ctx, req.Chain)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	resp := &pb.ListFlowsResponse{}
+	for _, f := range flows {
+		ft, err := tupleOf(f.Key)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		resp.Flows = append(resp.Flows, &pb.FlowRecord{Flow: ft, Chain: f.Chain, Instance: f.Instance, Vlan: f.VLAN, Worker: f.Worker})
+	}
+	return resp, nil
+}
+
+// tupleOf parses a FlowKey back into a 5-tuple.
+func tupleOf(key string) (*pb.FiveTuple, error) {
+	var proto uint32
+	var src, dst string
+	if _, err := fmt.Sscanf(key, "%d %s %s", &proto, &src, &dst); err != nil {
+		return nil, fmt.Errorf("flow key %q: %w", key, err)
+	}
+	s, err1 := netip.ParseAddrPort(src)
+	d, err2 := netip.ParseAddrPort(dst)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("flow key %q: %w", key, err)
+	}
+	return &pb.FiveTuple{SrcIp: s.Addr().String(), DstIp: d.Addr().String(), SrcPort: uint32(s.Port()),
+		DstPort: uint32(d.Port()), Proto: proto}, nil
+}
+
+// ReportIngressStats keeps the latest counters of each ingress.
+func (s *Server) ReportIngressStats(ctx context.Context, st *pb.IngressStats) (*pb.ReportIngressStatsResponse, error) {
+	if st.IngressId == "" {
+		return nil, status.Error(codes.InvalidArgument, "ingress_id: missing")
+	}
+	s.ingress.Store(st.IngressId, st)
+	return &pb.ReportIngressStatsResponse{}, nil
+}
+
+// IngressStats returns the latest counters of every ingress, by ingress id.
+func (s *Server) IngressStats() map[string]*pb.IngressStats {
+	out := map[string]*pb.IngressStats{}
+	s.ingress.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*pb.IngressStats)
+		return true
+	})
+	return out
+}
+
+// FollowTor releases the flows whose ToR rules expire, as keel-torctl reports them, until ctx
+// ends; it watches again (after 0.5 s, backing off to 5 s) whenever the stream breaks.
+func (s *Server) FollowTor(ctx context.Context, tor pb.TorControlClient, logf func(string, ...any)) {
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		err := s.followTorOnce(ctx, tor)
+		if ctx.Err() != nil {
+			return
+		}
+		logf("keel-torctl: flow expiry stream: %v; watching again in %s", err, backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (s *Server) followTorOnce(ctx context.Context, tor pb.TorControlClient) error {
+	stream, err := tor.WatchFlowRemoved(ctx, &pb.WatchFlowRemovedRequest{Watcher: "keel-gateway"})
+	if err != nil {
+		return err
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		flow, err := parseFlow(ev.GetAssignment().GetFlow())
+		if err != nil {
+			return err
+		}
+		if _, err := s.release(ctx, flowKey(flow)); err != nil {
+			return err
+		}
+	}
 }
 
 // pickCore chooses the core an instance of worker leaves the pool for (Galleon §5.3).

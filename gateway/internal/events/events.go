@@ -70,5 +70,8 @@ func ChainProto(c *chain.Chain) *pb.Chain {
 	for _, m := range c.Members {
 		pc.Members = append(pc.Members, &pb.ChainMember{Name: m.Name, Nf: m.NF, Image: m.Image, ConfigJson: m.Config})
 	}
+	for _, sw := range c.SwitchNFs {
+		pc.SwitchNfs = append(pc.SwitchNfs, &pb.SwitchNf{Name: sw.Name, Nf: sw.NF, ConfigJson: sw.Config, AfterServer: sw.AfterServer})
+	}
 	return pc
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"time"
@@ -27,6 +28,7 @@ const (
 	keyVLANs     = "keel:vlans"       // set of VLAN ids in use
 	keyWorkers   = "keel:workers"     // hash worker -> JSON Worker
 	keyCalls     = "keel:invocations" // hash function -> calls through the proxy
+	keyFlows     = "keel:flows"       // hash flow key (FlowKey) -> JSON Flow
 )
 
 // ErrNotFound is returned for a function that is not deployed.
@@ -80,6 +82,22 @@ type Worker struct {
 	CoreIDs []uint32          `json:"core_ids"` // the cores coopsched manages on the worker
 	VFPorts map[uint32]string `json:"vf_ports"`
 	Seen    time.Time         `json:"seen"`
+}
+
+// Flow is one live flow assignment: the ToR sends the flow to Instance (VLAN) on Worker, or
+// through the switch only when Instance is "".
+type Flow struct {
+	Key      string    `json:"key"` // FlowKey
+	Chain    string    `json:"chain"`
+	Instance string    `json:"instance,omitempty"`
+	VLAN     uint32    `json:"vlan,omitempty"`
+	Worker   string    `json:"worker,omitempty"`
+	Since    time.Time `json:"since"`
+}
+
+// FlowKey names a flow by its 5-tuple: "PROTO SRC:SPORT DST:DPORT" with canonical addresses.
+func FlowKey(proto uint8, src netip.Addr, sport uint16, dst netip.Addr, dport uint16) string {
+	return fmt.Sprintf("%d %s %s", proto, netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport))
 }
 
 // Store is the Redis-backed state of one gateway.
@@ -154,15 +172,22 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 	return out, nil
 }
 
-// Delete removes a function with its instances and releases their VLANs.
+// Delete removes a function with its instances and flows and releases their VLANs.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	insts, err := s.Instances(ctx, name)
+	if err != nil {
+		return err
+	}
+	flows, err := s.Flows(ctx, name)
 	if err != nil {
 		return err
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, in := range insts {
 			p.SRem(ctx, keyVLANs, in.VLAN)
+		}
+		for _, f := range flows {
+			p.HDel(ctx, keyFlows, f.Key)
 		}
 		p.Del(ctx, keyInstances+name, keyFunction+name)
 		p.HDel(ctx, keyCalls, name)
@@ -266,9 +291,18 @@ func (s *Store) Workers(ctx context.Context) (map[string]*Worker, error) {
 	return out, nil
 }
 
-// DeleteInstance removes one chain instance and releases its VLAN.
+// DeleteInstance removes one chain instance with its flows and releases its VLAN.
 func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	flows, err := s.Flows(ctx, in.Chain)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, f := range flows {
+			if f.Instance == in.ID {
+				p.HDel(ctx, keyFlows, f.Key)
+			}
+		}
 		p.HDel(ctx, keyInstances+in.Chain, in.ID)
 		p.SRem(ctx, keyVLANs, in.VLAN)
 		return nil
@@ -291,4 +325,76 @@ func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
 		return 0, nil
 	}
 	return n, err
+}
+
+// PutFlow records a flow assignment and, in the same transaction, the instance it was
+// assigned to (nil for a switch-only chain).
+func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
+	return s.flowTx(ctx, "assign", f, in, func(p redis.Pipeliner, b []byte) { p.HSet(ctx, keyFlows, f.Key, b) })
+}
+
+// DeleteFlow removes a flow assignment and, in the same transaction, stores its instance
+// (nil for a switch-only chain) with the flow count the caller lowered.
+func (s *Store) DeleteFlow(ctx context.Context, f *Flow, in *Instance) error {
+	return s.flowTx(ctx, "release", f, in, func(p redis.Pipeliner, _ []byte) { p.HDel(ctx, keyFlows, f.Key) })
+}
+
+func (s *Store) flowTx(ctx context.Context, what string, f *Flow, in *Instance, op func(redis.Pipeliner, []byte)) error {
+	fb, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	var ib []byte
+	if in != nil {
+		if ib, err = json.Marshal(in); err != nil {
+			return err
+		}
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		op(p, fb)
+		if in != nil {
+			p.HSet(ctx, keyInstances+in.Chain, in.ID, ib)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s flow %s: %w", what, f.Key, err)
+	}
+	return nil
+}
+
+// Flow returns the assignment of the flow with key, or nil if it has none.
+func (s *Store) Flow(ctx context.Context, key string) (*Flow, error) {
+	b, err := s.rdb.HGet(ctx, keyFlows, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("flow %s: %w", key, err)
+	}
+	var f Flow
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("decode flow %s: %w", key, err)
+	}
+	return &f, nil
+}
+
+// Flows returns the live flow assignments of chainName ("" = every chain), sorted by key.
+func (s *Store) Flows(ctx context.Context, chainName string) ([]*Flow, error) {
+	m, err := s.rdb.HGetAll(ctx, keyFlows).Result()
+	if err != nil {
+		return nil, fmt.Errorf("flows: %w", err)
+	}
+	out := make([]*Flow, 0, len(m))
+	for k, v := range m {
+		var f Flow
+		if err := json.Unmarshal([]byte(v), &f); err != nil {
+			return nil, fmt.Errorf("decode flow %s: %w", k, err)
+		}
+		if chainName == "" || f.Chain == chainName {
+			out = append(out, &f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
 }
