@@ -65,7 +65,10 @@ for row in json.load(sys.stdin)[0]["rows"]:
 
 say "stopping keel's local stack"
 
-# The agent first, so that nothing re-creates containers or veths behind our back.
+# The ingress and the ToR's controller, then the agent, so that nothing re-creates rules,
+# containers or veths behind our back.
+stop keel-ingress 10
+stop keel-torctl 10
 stop keel-agent 10
 if docker_answers; then
   ids=$(docker -H "unix://$DOCKER_SOCK" ps -aq --filter label=com.keel.worker)

@@ -12,6 +12,12 @@
 #   keel-gateway     OpenFaaS API http://127.0.0.1:8080, gRPC 127.0.0.1:50051
 #   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock
 #   keel-agent       the worker "local", /healthz and /metrics on 127.0.0.1:9101
+#   ToR              OVS bridge keel-tor (OpenFlow 1.3, fail-mode secure) with ports to the
+#                    traffic source (netns keelsrc), the sink (netns keelsink), the ingress
+#                    and the worker's NIC bridge (keel-tor-local)
+#   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653; gRPC 127.0.0.1:50070,
+#                    /metrics on 127.0.0.1:9102
+#   keel-ingress     new flows from the ToR on keel-ing (AF_XDP); /metrics on 127.0.0.1:9103
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -137,7 +143,8 @@ for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsct
 done
 [ -f /usr/share/openvswitch/vswitch.ovsschema ] || die "the OVS schema is missing: run make deps (openvswitch-switch)"
 [ -x "$VENV/bin/keel-place" ] || die "$VENV/bin/keel-place is missing: run make build"
-for prog in keel-gateway keel-coopsched keel-nf; do
+[ -x "$VENV/bin/keel-torctl" ] || die "$VENV/bin/keel-torctl is missing: run make build"
+for prog in keel-gateway keel-coopsched keel-nf keel-ingress; do
   [ -x "$BIN/$prog" ] || die "$BIN/$prog is missing: run make build"
 done
 [ -x "$BIN/keel-agent" ] || die "$BIN/keel-agent is missing: the worker agent (agent/, issue 10) is not built; make build builds it once agent/ is in the tree"
@@ -195,7 +202,7 @@ for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null ||
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
   --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" \
   --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
-  --function-cpuset "$(unmanaged_cpus)"
+  --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
 part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \
   --listen "unix:$COOPSCHED_SOCK" --no-rt-throttle
@@ -216,6 +223,54 @@ part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --wor
   --ovsdb "unix:$RUN/ovs/db.sock" --pktbuf-dir "$PKTBUF" --redis 127.0.0.1:6379 \
   --redis-socket "$RUN/redis.sock" --listen 127.0.0.1:9101
 
+# The embedded ToR: an OVS bridge whose table-miss sends new flows to keel-ingress, ports to
+# the traffic source and sink network namespaces (fixed MACs; the source's next hop is the
+# sink, so its kernel sends without ARP) and a trunk to each worker's NIC bridge.
+SRC_MAC=02:6b:65:00:00:01 SINK_MAC=02:6b:65:00:00:02
+# veth HOST PEER [NETNS]: a veth pair with TX checksum offload off (OVS' userspace datapath
+# loses TCP/UDP otherwise), PEER moved into NETNS if given; kept if it exists.
+veth() {
+  local host=$1 peer=$2 ns=${3:-}
+  ip link show "$host" > /dev/null 2>&1 && return 0
+  ip link add "$host" type veth peer name "$peer"
+  if [ -n "$ns" ]; then
+    ip netns list | grep -qw "^$ns" || ip netns add "$ns"
+    ip link set "$peer" netns "$ns"
+    ip netns exec "$ns" ethtool -K "$peer" tx off > /dev/null
+    ip netns exec "$ns" ip link set lo up
+    ip netns exec "$ns" ip link set "$peer" up
+  else
+    ethtool -K "$peer" tx off > /dev/null
+    ip link set "$peer" up
+  fi
+  ethtool -K "$host" tx off > /dev/null
+  ip link set "$host" up
+}
+vsctl() { ovs-vsctl --timeout=10 "$@"; }
+vsctl --may-exist add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 \
+  fail-mode=secure -- set-controller keel-tor tcp:127.0.0.1:6653
+veth keel-tsrc keel-src keelsrc
+ip netns exec keelsrc ip link set keel-src address $SRC_MAC
+ip netns exec keelsrc ip addr replace 198.18.0.1/24 dev keel-src
+ip netns exec keelsrc ip neigh replace 198.18.0.254 lladdr $SINK_MAC dev keel-src nud permanent
+ip netns exec keelsrc ip route replace 198.18.0.0/15 via 198.18.0.254
+veth keel-tsink keel-sink keelsink
+ip netns exec keelsink ip link set keel-sink address $SINK_MAC promisc on
+veth keel-ting keel-ing
+for port in keel-tsrc keel-tsink keel-ting keel-tor-local; do vsctl --may-exist add-port keel-tor $port; done
+say "  ToR: bridge keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing, worker local)"
+
+torctl_ok() { listener "$PID" 127.0.0.1:50070 && curl -fsS -m 2 http://127.0.0.1:9102/metrics | grep -qx 'keel_torctl_switch_connected 1'; }
+alive keel-torctl > /dev/null || for addr in 127.0.0.1:6653 127.0.0.1:50070 127.0.0.1:9102; do port_free $addr; done
+part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:50070 --ofp-listen 127.0.0.1:6653 \
+  --gateway 127.0.0.1:50051 --ingress-port keel-ting --egress-port keel-tsink --metrics 127.0.0.1:9102
+
+ingress_ok() { http_ok http://127.0.0.1:9103/metrics; }
+alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
+part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 \
+  --ingress-id ingress-0 --metrics 127.0.0.1:9103 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
+  --log-level=error --file-prefix keel-ingress --vdev net_af_xdp0,iface=keel-ing
+
 password=$RUN/secrets/basic-auth-password
 await "" 10 test -s "$password"
 cat <<EOF
@@ -224,6 +279,9 @@ keel is up ($((SECONDS - start)) s).
   password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
   log in    faas-cli login --password-stdin < $password
   OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show
+  ToR flows ovs-ofctl -O OpenFlow13 dump-flows unix:$RUN/ovs/keel-tor.mgmt
+  traffic   ip netns exec keelsrc ...  (source, 198.18.0.1; sends through the ToR)
+            ip netns exec keelsink ... (sink: what the chains send out)
   logs      $RUN/*.log
   stop      make down
 EOF

@@ -170,7 +170,8 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	if in == nil {
 		return &pb.AssignFlowResponse{Chain: c.Name, Reason: "chain " + c.Name + " has no instance with spare capacity and no pooled instance"}, nil
 	}
-	if in.State != store.Attached {
+	attach := in.State != store.Attached
+	if attach {
 		core, err := s.pickCore(ctx, in.Worker)
 		if err != nil {
 			return &pb.AssignFlowResponse{Chain: c.Name, Reason: err.Error()}, nil
@@ -183,7 +184,11 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)
-	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
+	if attach {
+		// Watchers (agents, torctl) act on state and core, not on every flow's count: at
+		// thousands of new flows a second those events would only bury the ones that matter.
+		s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
+	}
 	s.Provider.UpdateChainMetrics(ctx, c.Name)
 	return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: pi}, nil
 }
@@ -228,7 +233,6 @@ func (s *Server) release(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	if in != nil {
-		s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
 		s.Provider.UpdateChainMetrics(ctx, rec.Chain)
 	}
 	return true, nil
