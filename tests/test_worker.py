@@ -6,13 +6,10 @@ trunk with its VLAN tag; NF containers, the agent and the gateway survive crashe
 restarts; `faas-cli remove` and `make down` leave nothing behind. Real dockerd, Open vSwitch,
 keel-coopsched (SCHED_FIFO on core 1), redis-server, placer and gateway, all started by
 `make up`."""
-import fcntl
 import importlib
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -23,51 +20,14 @@ import pytest
 
 import netns
 from keelenv import ROOT
+from keelstack import (CHAINS, GATEWAY, RUN, SKIP_REASON, all_ready, control_stub, describe, faas,
+                       instances, ovs, pid_of, running_stack, sh, wait_for)
 
-FAAS_CLI = os.environ.get("FAAS_CLI") or shutil.which("faas-cli") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
-RUN = ROOT / "run"
-GATEWAY = "http://127.0.0.1:8080"
-CONTROL = "127.0.0.1:50051"
 BRIDGE = "keel-nic-local"
-CHAINS = ["chain1", "chain2", "chain3"]
 # chain 3's NAT in stack.yml
 NAT_IP = "198.18.100.1"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ovs-vsctl") or not shutil.which("dockerd") or os.cpu_count() < 2,
-    reason="needs root, Open vSwitch, dockerd (make deps installs them) and a core 1 for coopsched")
-
-
-def sh(*args, check=True, timeout=120, **kw):
-    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout, **kw)
-
-
-def ovs(*args, check=True):
-    return sh("ovs-vsctl", f"--db=unix:{RUN / 'ovs' / 'db.sock'}", *args, check=check)
-
-
-def pid_of(name: str) -> int:
-    return int((RUN / f"{name}.pid").read_text())
-
-
-def faas(*args, timeout=120):
-    env = {**os.environ, "HOME": str(RUN / "faas-home")}
-    return sh(FAAS_CLI, *args, "-g", GATEWAY, check=False, timeout=timeout, env=env, cwd=ROOT)
-
-
-def describe(name: str) -> str:
-    r = faas("describe", name)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
-
-
-def instances(name: str) -> dict:
-    """The chain's instances as describe shows them: id -> {state, vlan, core, phase}."""
-    line = next(l for l in describe(name).splitlines() if "com.keel.instances" in l)
-    out = {}
-    for m in re.finditer(r"(\S+/\d+) (\w+) worker=\S+ vlan=(\d+) core=(\S+) flows=\d+ phase=(\w+)", line):
-        out[m[1]] = {"state": m[2], "vlan": int(m[3]), "core": m[4], "phase": m[5]}
-    return out
+pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 
 def server_nfs(name: str) -> int:
@@ -82,60 +42,17 @@ def nf_containers(**labels) -> list[dict]:
     return [json.loads(l) for l in sh(*args).stdout.splitlines() if l.strip()]
 
 
-def wait_for(what: str, fn, timeout=90.0, every=0.5):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
-
-
-def all_ready(name: str):
-    insts = instances(name)
-    return insts if insts and all(i["phase"] == "ready" for i in insts.values()) else None
-
-
 @pytest.fixture(scope="module")
 def control():
-    sys.path.insert(0, str(ROOT / "build" / "py"))
-    try:
-        import grpc
-        pb = importlib.import_module("keel.v1.control_pb2")
-        pb_grpc = importlib.import_module("keel.v1.control_pb2_grpc")
-        with grpc.insecure_channel(CONTROL) as ch:
-            yield pb, pb_grpc.ControlStub(ch)
-    finally:
-        sys.path.remove(str(ROOT / "build" / "py"))
+    with control_stub() as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def stack():
-    """make up, log in, deploy stack.yml; make down afterwards, and check it left nothing."""
-    lock = open("/tmp/keel-core1.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        t0 = time.time()
-        up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        print(f"make up took {time.time() - t0:.1f}s")
-        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
-        env = {**os.environ, "HOME": str(RUN / "faas-home")}
-        r = subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
-                           capture_output=True, text=True, env=env, timeout=30)
-        assert r.returncode == 0, r.stdout + r.stderr
+    """make up, log in; make down afterwards, and check it left nothing."""
+    with running_stack():
         yield
-    finally:
-        down = sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
-    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
-    assert not [p for p in RUN.glob("*.pid")], "make down left PID files"
-    links = sh("ip", "-o", "link", "show").stdout
-    assert not re.search(r"^\d+: keel(vf|-nic|-up|-tor)", links, re.M), links
-    assert not [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("keelw")]
 
 
 @pytest.fixture(scope="module")

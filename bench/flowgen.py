@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Flow generator and sink for flow-setup measurements through keel's embedded ToR.
+
+    flowgen.py send --iface keel-src --rate 1000 --duration 10 --packets 4 --gap-ms 2 \\
+                    --dst-net 198.18.3.0/24 --out sent.json
+    flowgen.py recv --iface keel-sink --duration 15 --out recv.json
+
+`send` opens new flows at a steady rate (new flows per second), each a few packets
+`--gap-ms` apart, UDP or TCP (alternating with --proto mix), from --src-ip to hosts of
+--dst-net. Every packet carries, after its L4 header, the magic b"KEEL", the flow id and
+the packet's sequence number in the flow, so the sink tells flows apart even after NAT or
+tunnelling rewrote their headers. `recv` counts per flow what arrived: packets, packets
+that came after a later one of the same flow (reordered) and duplicates. Both run inside
+the network namespace of their interface (ip netns exec) on raw AF_PACKET sockets, stop
+after --duration (send) or when nothing arrived for --quiet seconds after --duration
+(recv), and write JSON.
+
+Addresses must be in 198.18.0.0/15 (the benchmarking range); the interface must be one
+whose name starts with keel.
+"""
+import argparse
+import heapq
+import ipaddress
+import json
+import socket
+import struct
+import sys
+import time
+
+MAGIC = b"KEEL"
+ETH_P_ALL = 0x0003
+BENCH_NET = ipaddress.ip_network("198.18.0.0/15")
+
+
+def checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    s = (s >> 16) + (s & 0xFFFF)
+    s += s >> 16
+    return ~s & 0xFFFF
+
+
+def mac_bytes(mac: str) -> bytes:
+    return bytes(int(b, 16) for b in mac.split(":"))
+
+
+def frame(src_mac: bytes, dst_mac: bytes, src: bytes, dst: bytes, proto: int, sport: int, dport: int,
+          payload: bytes) -> bytes:
+    """An Ethernet + IPv4 + UDP/TCP frame with correct checksums."""
+    if proto == 17:
+        l4 = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0)
+    else:  # TCP, ACK|PSH, no options
+        l4 = struct.pack("!HHIIBBHHH", sport, dport, 1, 1, 5 << 4, 0x18, 65535, 0, 0)
+    pseudo = src + dst + struct.pack("!BBH", 0, proto, len(l4) + len(payload))
+    csum = checksum(pseudo + l4 + payload)
+    if proto == 17:
+        l4 = l4[:6] + struct.pack("!H", csum or 0xFFFF)
+    else:
+        l4 = l4[:16] + struct.pack("!H", csum) + l4[18:]
+    total = 20 + len(l4) + len(payload)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0x4000, 64, proto, 0, src, dst)
+    ip = ip[:10] + struct.pack("!H", checksum(ip)) + ip[12:]
+    return dst_mac + src_mac + b"\x08\x00" + ip + l4 + payload
+
+
+def check_iface(name: str) -> None:
+    if not name.startswith("keel"):
+        sys.exit(f"flowgen: interface {name!r}: only keel* interfaces (made by keel's tests) are used")
+
+
+def send(a) -> dict:
+    check_iface(a.iface)
+    net = ipaddress.ip_network(a.dst_net)
+    src = ipaddress.ip_address(a.src_ip)
+    if not net.subnet_of(BENCH_NET) or src not in BENCH_NET:
+        sys.exit("flowgen: --src-ip and --dst-net must be in 198.18.0.0/15")
+    hosts = [h.packed for h in net.hosts()][:254]
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((a.iface, 0))
+    src_mac, dst_mac = mac_bytes(a.src_mac), mac_bytes(a.dst_mac)
+    nflows = int(a.rate * a.duration)
+    pad = max(0, a.size - 14 - 20 - 20 - 12)
+    start = time.monotonic() + 0.05
+    # (due time, flow id, sequence number): each flow's first packet at id / rate, the rest
+    # --gap-ms apart.
+    due = [(start + i / a.rate, i, 0) for i in range(nflows)]
+    heapq.heapify(due)
+    sent, late_max = 0, 0.0
+    while due:
+        t, fid, seq = due[0]
+        now = time.monotonic()
+        if t > now:
+            time.sleep(min(t - now, 0.001))
+            continue
+        heapq.heappop(due)
+        late_max = max(late_max, now - t)
+        gid = a.first_flow + fid
+        proto = 17 if a.proto == "udp" or (a.proto == "mix" and gid % 2 == 0) else 6
+        dst = hosts[gid % len(hosts)]
+        sport = 1024 + (gid // len(hosts)) % 64000
+        dport = 5001 if proto == 17 else 80
+        payload = MAGIC + struct.pack("!IIQ", gid, seq, time.monotonic_ns()) + b"\0" * pad
+        s.send(frame(src_mac, dst_mac, src.packed, dst, proto, sport, dport, payload))
+        sent += 1
+        if seq + 1 < a.packets:
+            heapq.heappush(due, (t + a.gap_ms / 1000, fid, seq + 1))
+    s.close()
+    return {"flows": nflows, "packets": sent, "first_flow": a.first_flow, "packets_per_flow": a.packets,
+            "seconds": round(time.monotonic() - start, 3), "late_max_ms": round(late_max * 1000, 3)}
+
+
+def recv(a) -> dict:
+    check_iface(a.iface)
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    # A deep queue, so that a burst is counted rather than lost in the sink's socket.
+    s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE (we run as root)
+    s.bind((a.iface, 0))
+    s.settimeout(0.2)
+    flows: dict[int, list[int]] = {}  # flow id -> [received, last seq, reordered, duplicates]
+    seen: set[tuple[int, int]] = set()
+    other = 0
+    end = time.monotonic() + a.duration
+    last = time.monotonic()
+    print("ready", file=sys.stderr, flush=True)
+    while True:
+        now = time.monotonic()
+        if now > end and now - last > a.quiet:
+            break
+        try:
+            pkt, addr = s.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if addr[2] == socket.PACKET_OUTGOING:
+            continue
+        i = pkt.find(MAGIC)
+        if i < 0 or len(pkt) < i + 12:
+            other += 1
+            continue
+        last = time.monotonic()
+        fid, seq = struct.unpack_from("!II", pkt, i + 4)
+        st = flows.setdefault(fid, [0, -1, 0, 0])
+        if (fid, seq) in seen:
+            st[3] += 1
+            continue
+        seen.add((fid, seq))
+        st[0] += 1
+        if seq < st[1]:
+            st[2] += 1
+        st[1] = max(st[1], seq)
+    s.close()
+    return {"packets": sum(f[0] for f in flows.values()), "flows": len(flows),
+            "reordered": sum(f[2] for f in flows.values()), "duplicates": sum(f[3] for f in flows.values()),
+            "other_packets": other, "per_flow": {str(k): v[0] for k, v in sorted(flows.items())}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ps = sub.add_parser("send", help="open new flows at a steady rate")
+    ps.add_argument("--iface", default="keel-src")
+    ps.add_argument("--src-mac", default="02:6b:65:00:00:01")
+    ps.add_argument("--dst-mac", default="02:6b:65:00:00:02")
+    ps.add_argument("--src-ip", default="198.18.0.1")
+    ps.add_argument("--dst-net", default="198.18.3.0/24")
+    ps.add_argument("--rate", type=float, default=100, help="new flows per second")
+    ps.add_argument("--duration", type=float, default=10, help="seconds of new flows")
+    ps.add_argument("--packets", type=int, default=4, help="packets per flow")
+    ps.add_argument("--gap-ms", type=float, default=2.0, help="between a flow's packets")
+    ps.add_argument("--proto", choices=["udp", "tcp", "mix"], default="mix")
+    ps.add_argument("--size", type=int, default=128, help="frame size in bytes")
+    ps.add_argument("--first-flow", type=int, default=0, help="id of the first flow (distinct 5-tuples per run)")
+    ps.add_argument("--out", help="JSON result file (default: stdout)")
+    pr = sub.add_parser("recv", help="count each flow's packets")
+    pr.add_argument("--iface", default="keel-sink")
+    pr.add_argument("--duration", type=float, default=10)
+    pr.add_argument("--quiet", type=float, default=2.0, help="stop this long after the last packet")
+    pr.add_argument("--out", help="JSON result file (default: stdout)")
+    a = p.parse_args(argv)
+    if a.cmd == "send" and (a.rate <= 0 or a.duration <= 0 or a.packets < 1 or a.duration * a.rate > 1_000_000):
+        p.error("send: --rate, --duration > 0, --packets >= 1, at most a million flows")
+    res = send(a) if a.cmd == "send" else recv(a)
+    text = json.dumps(res)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Helpers for tests that run keel's whole local stack (`make up`): commands, faas-cli, the
+chains' instances as `faas-cli describe` shows them, and the stack itself as a context
+manager that brings it up, logs faas-cli in and takes it down again, checking that nothing
+is left behind."""
+import contextlib
+import fcntl
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keelenv import ROOT
+
+FAAS_CLI = os.environ.get("FAAS_CLI") or shutil.which("faas-cli") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
+RUN = ROOT / "run"
+GATEWAY = "http://127.0.0.1:8080"
+CONTROL = "127.0.0.1:50051"
+CHAINS = ["chain1", "chain2", "chain3"]
+
+# Why a stack test cannot run here ("" if it can).
+SKIP_REASON = "" if (os.geteuid() == 0 and shutil.which("ovs-vsctl") and shutil.which("dockerd")
+                     and (os.cpu_count() or 1) >= 2) else \
+    "needs root, Open vSwitch, dockerd (make deps installs them) and a core 1 for coopsched"
+
+
+def sh(*args, check=True, timeout=120, **kw):
+    return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout, **kw)
+
+
+def ovs(*args, check=True):
+    return sh("ovs-vsctl", f"--db=unix:{RUN / 'ovs' / 'db.sock'}", *args, check=check)
+
+
+def pid_of(name: str) -> int:
+    return int((RUN / f"{name}.pid").read_text())
+
+
+def faas(*args, timeout=120):
+    env = {**os.environ, "HOME": str(RUN / "faas-home")}
+    return sh(FAAS_CLI, *args, "-g", GATEWAY, check=False, timeout=timeout, env=env, cwd=ROOT)
+
+
+def describe(name: str) -> str:
+    r = faas("describe", name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def instances(name: str) -> dict:
+    """The chain's instances as describe shows them: id -> {state, vlan, core, phase}."""
+    line = next(l for l in describe(name).splitlines() if "com.keel.instances" in l)
+    out = {}
+    for m in re.finditer(r"(\S+/\d+) (\w+) worker=\S+ vlan=(\d+) core=(\S+) flows=\d+ phase=(\w+)", line):
+        out[m[1]] = {"state": m[2], "vlan": int(m[3]), "core": m[4], "phase": m[5]}
+    return out
+
+
+def wait_for(what: str, fn, timeout=90.0, every=0.5):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+
+
+def all_ready(name: str):
+    insts = instances(name)
+    return insts if insts and all(i["phase"] == "ready" for i in insts.values()) else None
+
+
+@contextlib.contextmanager
+def control_stub():
+    """(control_pb2, a Control stub on the gateway)."""
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        import grpc
+        pb = importlib.import_module("keel.v1.control_pb2")
+        pb_grpc = importlib.import_module("keel.v1.control_pb2_grpc")
+        with grpc.insecure_channel(CONTROL) as ch:
+            yield pb, pb_grpc.ControlStub(ch)
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
+# What make down must leave no trace of: links and network namespaces the stack makes.
+STACK_LINK = re.compile(r"^\d+: (keel(vf|-nic|-up|-tor|-tsrc|-tsink|-ting|-ing)\S*)", re.M)
+STACK_NETNS = ("keelsrc", "keelsink")
+
+
+@contextlib.contextmanager
+def running_stack():
+    """make up and faas-cli login; make down afterwards, checking it left nothing. Holds the
+    core-1 lock (other tests use coopsched's core) throughout."""
+    lock = open("/tmp/keel-core1.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        t0 = time.time()
+        up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        print(f"make up took {time.time() - t0:.1f}s")
+        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+        env = {**os.environ, "HOME": str(RUN / "faas-home")}
+        r = subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
+                           capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield
+    finally:
+        down = sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+    assert not [p for p in RUN.glob("*.pid")], "make down left PID files"
+    links = sh("ip", "-o", "link", "show").stdout
+    assert not STACK_LINK.search(links), links
+    assert not [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("keelw") or n in STACK_NETNS]
