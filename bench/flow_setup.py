@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Flow setup through keel's embedded ToR, ingress and torctl with the real gateway.
+
+Brings the local stack up (deploy/local/up.sh; taken down again at the end only if this
+script started it), deploys chain 3 of stack.yml (ACL on the switch -> NAT in a container)
+with faas-cli, and for each rate opens new flows from the source netns for --seconds, a
+few packets per flow, UDP and TCP alternating, while the sink netns counts every packet per
+flow. Per row: packets sent/received, lost, reordered, the ingress's install latency
+(first held packet -> rule acknowledged; p50/p99 from its histogram's increase over the
+row), the most packets it held at once and its CPU use.
+
+    python bench/flow_setup.py --out bench/results/flow_setup.json [--rates 100,500,...]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "run"
+FLOWGEN = Path(__file__).resolve().parent / "flowgen.py"
+FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
+METRICS = "http://127.0.0.1:9103/metrics"
+GATEWAY = "http://127.0.0.1:8080"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*args, timeout=600, **kw):
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=timeout, **kw)
+
+
+def faas(*args):
+    env = {**os.environ, "HOME": str(RUN / "faas-home")}
+    return sh(FAAS_CLI, *args, "-g", GATEWAY, env=env, cwd=ROOT)
+
+
+def scrape() -> dict[str, float]:
+    with urllib.request.urlopen(METRICS, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def quantile(q: float, before: dict, after: dict, name: str) -> float:
+    """histogram_quantile over the increase of histogram `name` between two scrapes, in ms."""
+    buckets = []
+    for key, v in after.items():
+        if key.startswith(name + "_bucket{") and 'le="' in key:
+            le = key.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets.append((bound, v - before.get(key, 0.0)))
+    buckets.sort()
+    if not buckets or buckets[-1][1] <= 0:
+        return 0.0
+    rank = q * buckets[-1][1]
+    lo, prev = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lo * 1000
+            return (lo + (bound - lo) * (rank - prev) / max(count - prev, 1e-9)) * 1000
+        lo, prev = bound, count
+    return lo * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def gauge_max(stop: threading.Event, out: list) -> None:
+    while not stop.is_set():
+        try:
+            out.append(scrape().get("keel_ingress_buffered_packets", 0.0))
+        except OSError:
+            pass
+        stop.wait(0.05)
+
+
+def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
+    pid = int((RUN / "keel-ingress.pid").read_text())
+    recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
+                             "--duration", str(seconds + 1), "--quiet", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert recv.stderr.readline().strip() == "ready", "the sink did not start"
+    before, cpu0, t0 = scrape(), cpu_seconds(pid), time.monotonic()
+    held: list[float] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=gauge_max, args=(stop, held))
+    sampler.start()
+    sent = json.loads(sh("ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send",
+                         "--rate", str(rate), "--duration", str(seconds), "--packets", str(packets),
+                         "--gap-ms", "2", "--proto", "mix", "--dst-net", "198.18.3.0/24",
+                         "--first-flow", str(first_flow)).stdout)
+    cpu1, t1 = cpu_seconds(pid), time.monotonic()
+    out, err = recv.communicate(timeout=seconds + 120)
+    stop.set()
+    sampler.join()
+    got = json.loads(out)
+    after = scrape()
+    name = "keel_ingress_install_latency_seconds"
+    max_before, max_after = before.get("keel_ingress_buffered_max", 0), after.get("keel_ingress_buffered_max", 0)
+    return {"new_flows_per_s": rate, "packets_sent": sent["packets"], "packets_received": got["packets"],
+            "lost": sent["packets"] - got["packets"], "reordered": got["reordered"],
+            "install_p50_ms": round(quantile(0.50, before, after, name), 3),
+            "install_p99_ms": round(quantile(0.99, before, after, name), 3),
+            "buffered_max": int(max_after if max_after > max_before else max(held, default=0)),
+            "ingress_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
+            "new_flows_seen": int(after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0)),
+            "sender_late_max_ms": sent["late_max_ms"]}
+
+
+def idle_cpu(seconds: float = 10) -> float:
+    pid = int((RUN / "keel-ingress.pid").read_text())
+    c0, t0 = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return round(100 * (cpu_seconds(pid) - c0) / (time.monotonic() - t0), 2)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "flow_setup.json"))
+    p.add_argument("--rates", default="100,500,1000,2000,4000", help="new flows per second, one row each")
+    p.add_argument("--seconds", type=float, default=10, help="per row")
+    p.add_argument("--packets", type=int, default=4, help="per flow")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("flow_setup: needs root (make up, network namespaces)")
+    was_up = (RUN / "keel-ingress.pid").exists() and (RUN / "keel-gateway.pid").exists()
+    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900)
+    try:
+        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+        env = {**os.environ, "HOME": str(RUN / "faas-home")}
+        subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
+                       capture_output=True, text=True, env=env, timeout=30, check=True)
+        faas("deploy", "-f", "stack.yml", "--filter", "chain3")
+        deadline = time.time() + 120
+        while "phase=ready" not in faas("describe", "chain3").stdout:
+            if time.time() > deadline:
+                sys.exit("flow_setup: chain3's instance did not become ready")
+            time.sleep(0.5)
+        rows, first = [], 100000
+        idle = idle_cpu()
+        for rate in [int(r) for r in a.rates.split(",")]:
+            r = row(rate, a.seconds, a.packets, first)
+            first += int(rate * a.seconds) + 1000
+            print(json.dumps(r), file=sys.stderr, flush=True)
+            rows.append(r)
+            time.sleep(2)
+        result = {"rows": rows, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
+                  "seconds_per_row": a.seconds, "chain": "chain3: ACL@switch -> NAT@server"}
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+        faas("remove", "chain3")
+    finally:
+        if not was_up:
+            subprocess.run([str(ROOT / "deploy" / "local" / "down.sh")], capture_output=True, timeout=300)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: Apache-2.0
+"""New flows through the embedded ToR: `make up` (ToR bridge keel-tor, keel-torctl,
+keel-ingress, gateway, agent, ...), `faas-cli deploy` of chain 1 (switch only: Tunnel ->
+IPv4Fwd as OpenFlow rules) and chain 3 (ACL on the switch -> NAT in a container), and
+traffic from the source netns keelsrc to the sink netns keelsink. The first packets of
+every new flow reach the ingress, wait there until keel-torctl has the flow's rule on the
+switch, and arrive complete and in order; later packets take the rule. Rules expire into
+the gateway; torctl and switch restarts keep flows forwarding; bad frames and a gateway
+that does not answer cost the flows they concern, never the ingress. All parts are real
+and started by `make up`."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from keelenv import ROOT
+from keelstack import (RUN, SKIP_REASON, all_ready, control_stub, describe, faas, instances, pid_of, running_stack,
+                       sh, wait_for)
+
+pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
+
+FLOWGEN = ROOT / "bench" / "flowgen.py"
+INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
+NAT_IP = "198.18.100.1"
+SINK_MAC = "02:6b:65:00:00:02"
+SRC_MAC = "02:6b:65:00:00:01"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    with running_stack():
+        r = faas("deploy", "-f", "stack.yml", "--filter", "chain[13]")
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for("chain3's pooled instance ready", lambda: all_ready("chain3"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def control(stack):
+    with control_stub() as c:
+        yield c
+
+
+def metrics(url=INGRESS_METRICS) -> dict[str, float]:
+    """Prometheus text as {'name{labels}': value}."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def drops(m: dict, reason: str) -> float:
+    return sum(v for k, v in m.items() if k.startswith("keel_ingress_drops_total") and f'reason="{reason}"' in k)
+
+
+def flows_through(*send_args, recv_seconds=None) -> tuple[dict, dict]:
+    """Runs flowgen's sink in keelsink and its sender in keelsrc; returns (sent, received)."""
+    args = dict(a.split("=", 1) for a in send_args)
+    duration = float(args.get("--duration", 10))
+    recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
+                             "--duration", str(recv_seconds or duration + 1), "--quiet", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert recv.stderr.readline().strip() == "ready"
+        s = sh("ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send",
+               *[x for a in send_args for x in a.split("=", 1)], timeout=duration + 60)
+        out, err = recv.communicate(timeout=duration + 60)
+    finally:
+        recv.kill()
+    return json.loads(s.stdout), json.loads(out)
+
+
+def capture(sink_filter: str, send: str, timeout=10) -> list[str]:
+    """Sends scapy packets (the expression `send`) from keelsrc and returns a summary line per
+    packet the sink receives that passes the Python expression sink_filter (p: the packet)."""
+    sniff = subprocess.Popen(
+        ["ip", "netns", "exec", "keelsink", sys.executable, "-W", "ignore", "-c", f"""
+import sys, time
+from scapy.all import AsyncSniffer, Dot1Q, IP, UDP, TCP, Ether
+sn = AsyncSniffer(iface="keel-sink", store=True, lfilter=lambda p: {sink_filter})
+sn.start(); time.sleep(0.5); print("ready", flush=True)
+time.sleep({timeout})
+sn.stop()
+for p in sn.results:
+    vlan = p[Dot1Q].vlan if p.haslayer(Dot1Q) else 0
+    l4 = p[UDP] if p.haslayer(UDP) else p[TCP]
+    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sniff.stdout.readline().strip() == "ready"
+        sh("ip", "netns", "exec", "keelsrc", sys.executable, "-W", "ignore", "-c",
+           "from scapy.all import *; "
+           f"sendp({send}, iface='keel-src', verbose=False, inter=0.005)")
+        out, _ = sniff.communicate(timeout=timeout + 30)
+    finally:
+        sniff.kill()
+    return [l for l in out.splitlines() if l.strip()]
+
+
+def udp(dst: str, sport: int, n=5, ttl=64) -> str:
+    return (f"[Ether(src='{SRC_MAC}', dst='{SINK_MAC}') / IP(src='198.18.0.1', dst='{dst}', ttl={ttl}) / "
+            f"UDP(sport={sport}, dport=5001) / Raw(b'keel%02d' % i) for i in range({n})]")
+
+
+def tor_flows(match: str) -> list[str]:
+    out = sh("ovs-ofctl", "-O", "OpenFlow13", "--names", "dump-flows", f"unix:{RUN / 'ovs' / 'keel-tor.mgmt'}").stdout
+    return [l for l in out.splitlines() if match in l]
+
+
+def test_first_packets_of_1000_new_flows_arrive_complete_and_in_order(control):
+    before = metrics()
+    sent, got = flows_through("--rate=500", "--duration=2", "--packets=4", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=0")
+    assert sent["flows"] == 1000 and sent["packets"] == 4000
+    assert got["packets"] == 4000 and got["flows"] == 1000, {k: v for k, v in got.items() if k != "per_flow"}
+    assert got["reordered"] == 0 and got["duplicates"] == 0
+    after = metrics()
+    assert after["keel_ingress_new_flows_total"] - before["keel_ingress_new_flows_total"] == 1000
+    pb, stub = control
+    assert len(stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows) >= 1000
+
+
+def test_the_rule_is_on_the_switch_with_the_instance_vlan_and_worker_port(control):
+    vlan = instances("chain3")["chain3/0"]["vlan"]
+    rules = tor_flows("nw_dst=198.18.3.")
+    assert len(rules) >= 1000, rules[:3]
+    stage2 = [r for r in rules if "in_port" not in r]
+    assert stage2 and all(f"set_field:{4096 + vlan}->vlan_vid" in r and "output:keel-tor-local" in r for r in stage2), \
+        stage2[:3]
+
+
+def test_chain3_nats_through_the_tor_and_its_switch_acl():
+    got = capture(f"p.haslayer(UDP) and p[IP].src == '{NAT_IP}'", udp("198.18.3.7", 3333))
+    assert len(got) == 5, got
+    mac, vlan, src, dst, ttl, sport, dport = got[0].split()
+    assert vlan == "0" and dst == "198.18.3.7" and sport != "3333"  # the VLAN steered it; the NAT mapped it
+
+
+def test_switch_only_chain1_tunnels_and_forwards_on_the_switch():
+    got = capture("p.haslayer(UDP) and p[IP].dst == '198.18.1.9'", udp("198.18.1.9", 4444))
+    # Tunnel(vlan=7) -> IPv4Fwd(198.18.1.0/24 -> 02:00:00:00:01:01), both as OpenFlow rules
+    assert got == ["02:00:00:00:01:01 7 198.18.0.1 198.18.1.9 63 4444 5001"] * 5
+
+
+def test_a_flow_for_no_chain_takes_the_normal_path():
+    before = metrics()
+    got = capture("p.haslayer(UDP) and p[IP].dst == '198.18.50.1'", udp("198.18.50.1", 5555))
+    assert got == [f"{SINK_MAC} 0 198.18.0.1 198.18.50.1 64 5555 5001"] * 5
+    assert metrics()["keel_ingress_normal_path_packets_total"] - before["keel_ingress_normal_path_packets_total"] == 5
+
+
+def test_malformed_frames_are_counted_and_dropped_and_the_ingress_keeps_serving():
+    before = metrics()
+    pid = pid_of("keel-ingress")
+    bad = (f"[Ether(src='{SRC_MAC}', dst='{SINK_MAC}', type=0x0800) / Raw(b'\\x45\\x00'),"  # truncated IPv4
+           f" Ether(src='{SRC_MAC}', dst='{SINK_MAC}') / IP(dst='198.18.3.8', ihl=15) / UDP(),"  # IHL past the end
+           f" Ether(src='{SRC_MAC}', dst='{SINK_MAC}') / IP(dst='198.18.3.8', flags=1, frag=0) / UDP() / Raw(b'x' * 40),"
+           f" Ether(src='{SRC_MAC}', dst='{SINK_MAC}', type=0x88b5) / Raw(b'keel' * 20)]")  # unknown EtherType
+    assert capture("p.haslayer(IP) and p[IP].dst == '198.18.3.8'", bad, timeout=3) == []
+    after = metrics()
+    assert drops(after, "malformed") + drops(after, "fragment") + drops(after, "unknown_ethertype") - (
+        drops(before, "malformed") + drops(before, "fragment") + drops(before, "unknown_ethertype")) >= 4
+    assert os.path.exists(f"/proc/{pid}")
+    assert len(capture(f"p.haslayer(UDP) and p[IP].src == '{NAT_IP}'", udp("198.18.3.9", 3334), timeout=5)) == 5
+
+
+def test_idle_rules_expire_into_the_gateway_and_the_instance_flow_count_drops(control):
+    pb, stub = control
+    assert stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows
+    # torctl's default idle timeout is 10 s: every flow of the tests above goes idle
+    wait_for("chain3's flows released", lambda: not stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows,
+             timeout=40, every=1)
+    assert not tor_flows("nw_dst=198.18.3.")
+    assert re.search(r"chain3/0 attached \S+ vlan=\d+ core=1 flows=0 ", describe("chain3"))
+
+
+def restart(name: str) -> None:
+    """Stops a part of the stack by its PID and lets make up start it again."""
+    pid = pid_of(name)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(f"{name} (pid {pid}) to stop", lambda: not os.path.exists(f"/proc/{pid}"), timeout=15, every=0.1)
+    up = sh("make", "-s", "up", check=False, timeout=300, cwd=ROOT)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+
+
+def test_torctl_restart_keeps_the_rules_and_rebuilds_its_state(control):
+    pb, stub = control
+    sent, got = flows_through("--rate=100", "--duration=1", "--packets=3", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=20000")
+    assert got["packets"] == sent["packets"] == 300
+    restart("keel-torctl")
+    # the switch kept the rules: the same flows go on without the ingress seeing them
+    before = metrics()
+    sent, got = flows_through("--rate=100", "--duration=1", "--packets=3", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=20000")
+    assert got["packets"] == 300 and metrics()["keel_ingress_new_flows_total"] == before["keel_ingress_new_flows_total"]
+    # and new flows are installed by the restarted torctl
+    sent, got = flows_through("--rate=100", "--duration=1", "--packets=3", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=21000")
+    assert got["packets"] == 300 and got["reordered"] == 0
+
+
+def test_switch_restart_reinstalls_the_live_flows_from_the_gateway(control):
+    sent, got = flows_through("--rate=100", "--duration=1", "--packets=3", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=30000")
+    assert got["packets"] == 300
+    restart("ovs-vswitchd")  # a userspace switch forgets its rules
+    wait_for("keel-torctl reconnected with the flows reinstalled", lambda: len(tor_flows("nw_dst=198.18.3.")) >= 100,
+             timeout=30)
+    before = metrics()
+    sent, got = flows_through("--rate=100", "--duration=1", "--packets=3", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=30000")
+    assert got["packets"] == 300 and metrics()["keel_ingress_new_flows_total"] == before["keel_ingress_new_flows_total"]
+
+
+def test_a_gateway_that_does_not_answer_costs_only_the_new_flows_held_packets():
+    pid = pid_of("keel-gateway")
+    os.kill(pid, signal.SIGSTOP)  # hung, not gone: the ingress must give up on its own
+    try:
+        before = metrics()
+        t0 = time.time()
+        sent, got = flows_through("--rate=20", "--duration=1", "--packets=2", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                                  "--first-flow=40000", recv_seconds=4)
+        assert got["packets"] == 0
+        wait_for("held packets dropped and counted",
+                 lambda: drops(metrics(), "assign_timeout") + drops(metrics(), "assign_failed")
+                 - drops(before, "assign_timeout") - drops(before, "assign_failed") >= 40, timeout=10, every=0.2)
+        assert time.time() - t0 < 15
+        # a flow of a chain on the switch only needs the gateway too, but the established
+        # flows of chain 3 do not: their rules are on the switch
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert len(capture(f"p.haslayer(UDP) and p[IP].src == '{NAT_IP}'", udp("198.18.3.10", 3335), timeout=5)) == 5
