@@ -124,9 +124,11 @@ def _acl(nf: SwitchNf, caps: Mapping[str, Any], nxt: int | None) -> list[tuple[i
 
 def _ipv4fwd(nf: SwitchNf, caps: Mapping[str, Any], nxt: int | None) -> list[tuple[int, tuple, tuple]]:
     """Longest prefix first (priority = prefix length): set the next hop's MAC and decrement
-    the TTL (the switch drops a packet whose TTL would reach 0, as keel drops TTL <= 1).
-    keel's IPv4Fwd keeps eth_src and only counts `port` (the rule's counters do); no route
-    and non-IPv4 are dropped."""
+    the TTL. The decrement goes into the action set, which runs it right before the output: a
+    switch drops a packet whose TTL is <= 1 there, output included, as keel drops it (applied
+    at once, a failed decrement would only stop the apply list, and the action set's output
+    would still send the packet). keel's IPv4Fwd keeps eth_src and only counts `port` (the
+    rule's counters do); no route and non-IPv4 are dropped."""
     routes = nf.config.get("routes", [])
     if len(routes) > caps.get("max_routes", 0):
         raise ChainError(f"{nf.name}: {len(routes)} routes, an OpenFlow switch takes at most "
@@ -137,7 +139,8 @@ def _ipv4fwd(nf: SwitchNf, caps: Mapping[str, Any], nxt: int | None) -> list[tup
         m: tuple = (("eth_type", ETH_IPV4),)
         if (p := _prefix(r["prefix"])) is not None:
             m += (("ipv4_dst", p),)
-        act = (("apply", (("set", "eth_dst", r["dst_mac"].lower()), ("dec_ttl",))),) + goto(nxt)
+        act = (("apply", (("set", "eth_dst", r["dst_mac"].lower()),)), ("write", (("dec_ttl",),))) \
+            + goto(nxt)
         out.append((PRIO_RULES + net.prefixlen, m, act))
     out.append((PRIO_CATCH_ALL, (), (("clear",),)))
     return out
