@@ -10,7 +10,7 @@ import grpc
 import pytest
 from scapy.all import ARP, Dot1Q, Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
 
-from conftest import BIN
+from torctl_env import BIN
 from keel_torctl.pb import control_pb2, torctl_pb2
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")

@@ -6,7 +6,7 @@ import grpc
 import pytest
 from scapy.all import Dot1Q, Ether, IP, Raw, UDP
 
-from conftest import PORTS, WORKER
+from torctl_env import PORTS, WORKER
 from keel_torctl.pb import control_pb2, torctl_pb2
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
