@@ -54,11 +54,14 @@ go-deps:
 	@test -x $(GOBIN)/protoc-gen-go || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	@test -x $(GOBIN)/protoc-gen-go-grpc || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
-$(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.toml
+$(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.toml \
+		ingress/torctl/requirements.txt ingress/torctl/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r tests/requirements.txt -r placer/requirements.txt
+	$(PY) -m pip install -q -r tests/requirements.txt -r placer/requirements.txt \
+	    -r ingress/torctl/requirements.txt
 	$(PY) -m pip install -q --no-deps -e placer
+	$(PY) -m pip install -q --no-deps -e ingress/torctl
 	touch $@
 
 py-deps: $(VENV)/.deps
@@ -68,6 +71,7 @@ build: deps
 	ninja -C $(BUILD) -j $(JOBS)
 	mkdir -p $(BUILD)/py
 	$(PY) placer/build_proto.py
+	$(PY) ingress/torctl/build_proto.py
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
 	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto proto/keel/v1/torctl.proto
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
@@ -83,7 +87,7 @@ unit-test:
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:
-	$(PY) -m pytest -q tests placer/tests
+	$(PY) -m pytest -q tests placer/tests ingress/torctl/tests
 
 # keel/nf-base and keel/nf-sdk, the bases of packet-function images, from
 # this machine's files (no registry), and stack.yml's normal function. DOCKER=unix:///path/docker.sock picks

@@ -79,18 +79,34 @@ class _Profile:
     smartnic_cycles: float | None = None
     p4_stages: int = 1
     p4_memory: float = 0.1
-    openflow_rank: int | None = None
 
 
-_ALL = frozenset({SERVER, P4, EBPF, OPENFLOW})
+def openflow_nfs_path() -> Path:
+    """$KEEL_OPENFLOW_NFS, else keel-torctl's ingress/torctl/openflow_nfs.json in this tree."""
+    env = os.environ.get("KEEL_OPENFLOW_NFS")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "ingress" / "torctl" / "openflow_nfs.json"
+
+
+def load_openflow_ranks(path: Path) -> dict[str, int]:
+    """NF -> OpenFlow table rank, from the capability table keel-torctl builds its tables from:
+    exactly the NFs listed there may be placed on an OpenFlow switch."""
+    try:
+        doc = json.loads(path.read_text())
+        return {nf: int(v["rank"]) for nf, v in doc["nfs"].items()}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise CatalogError(f"{path}: not keel-torctl's OpenFlow NF table: {e}") from e
+
+
+_HW = frozenset({SERVER, P4, EBPF})
 # Keyed by the catalogue's NF names; test_catalog checks that every key is a catalogue NF.
+# OPENFLOW and openflow_rank are not set here: they come from openflow_nfs.json (load_catalog).
 PROFILES: dict[str, _Profile] = {
     # ACL: Lemur Table 4 gives 4091 cycles max for 1024 rules -> 120 + 3.88/rule.
-    "acl": _Profile(_ALL, True, 120.0, 3.88, 900.0, 1, 0.2, 1),
+    "acl": _Profile(_HW, True, 120.0, 3.88, 900.0, 1, 0.2),
     "nat": _Profile(frozenset({SERVER, P4}), False, 507.0, p4_stages=2, p4_memory=0.9),
-    "tunnel": _Profile(_ALL, True, 110.0, 0.0, 150.0, 1, 0.1, 3),
-    "detunnel": _Profile(_ALL, True, 110.0, 0.0, 150.0, 1, 0.1, 0),
-    "ipv4fwd": _Profile(_ALL, True, 90.0, 0.0, 200.0, 1, 0.3, 5),
+    "tunnel": _Profile(_HW, True, 110.0, 0.0, 150.0, 1, 0.1),
+    "detunnel": _Profile(_HW, True, 110.0, 0.0, 150.0, 1, 0.1),
+    "ipv4fwd": _Profile(_HW, True, 90.0, 0.0, 200.0, 1, 0.3),
     "urlfilter": _Profile(frozenset({SERVER}), True, 1900.0),
     "encrypt": _Profile(frozenset({SERVER}), True, 9123.0),
     "decrypt": _Profile(frozenset({SERVER}), True, 9800.0),
@@ -98,10 +114,10 @@ PROFILES: dict[str, _Profile] = {
     "dedup": _Profile(frozenset({SERVER}), True, 33185.0),
     "rededup": _Profile(frozenset({SERVER}), True, 12000.0),
     "limiter": _Profile(frozenset({SERVER}), False, 110.0),
-    "monitor": _Profile(frozenset({SERVER, OPENFLOW}), True, 140.0, openflow_rank=2),
+    "monitor": _Profile(frozenset({SERVER}), True, 140.0),
     "lb": _Profile(frozenset({SERVER, P4, EBPF}), True, 150.0, 0.0, 250.0, 2, 0.3),
     "bpf": _Profile(frozenset({SERVER, P4, EBPF}), True, 60.0, 0.0, 100.0, 1, 0.1),
-    "macswap": _Profile(_ALL, True, 40.0, 0.0, 60.0, 1, 0.05, 4),
+    "macswap": _Profile(_HW, True, 40.0, 0.0, 60.0, 1, 0.05),
 }
 
 # Lemur's names for the library's NFs.
@@ -290,8 +306,10 @@ class Catalog:
         return Catalog(kinds, self.source)
 
 
-def load_catalog(path: str) -> Catalog:
-    """Read a catalogue written by `keel-chain --list --json` and join it with PROFILES."""
+def load_catalog(path: str, openflow_nfs: Path | None = None) -> Catalog:
+    """Read a catalogue written by `keel-chain --list --json` and join it with PROFILES and
+    keel-torctl's OpenFlow NF table (openflow_nfs: default openflow_nfs_path())."""
+    ranks = load_openflow_ranks(openflow_nfs or openflow_nfs_path())
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -302,8 +320,9 @@ def load_catalog(path: str) -> Catalog:
     for e in doc["nfs"]:
         name, help_, args = _entry(e, path)
         p = PROFILES.get(name) or _Profile(frozenset({SERVER}), True, DEFAULT_CYCLES)
-        kinds[name] = NFKind(name, p.targets, p.replicable, p.server_cycles, p.per_rule_cycles,
-                             p.smartnic_cycles, p.p4_stages, p.p4_memory, p.openflow_rank, args,
+        targets = p.targets | {OPENFLOW} if name in ranks else p.targets
+        kinds[name] = NFKind(name, targets, p.replicable, p.server_cycles, p.per_rule_cycles,
+                             p.smartnic_cycles, p.p4_stages, p.p4_memory, ranks.get(name), args,
                              help=help_)
     return Catalog(kinds, path)
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from keel_placer import catalog
 from keel_placer.algos import ALGOS, run
-from keel_placer.catalog import ENCAP_CYCLES, load_profiles
+from keel_placer.catalog import ENCAP_CYCLES, OPENFLOW, load_catalog, load_profiles
 from keel_placer.evaluate import evaluate, with_delta
 from keel_placer.pattern import Problem
 from keel_placer.spec import parse_spec
 from keel_placer.topology import load_topology
 
 from conftest import one_server, problem
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DELTAS = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
 
@@ -177,3 +183,23 @@ def test_multi_server_placement_uses_both_servers(examples):
     assert o.marginal_gbps >= h.marginal_gbps - 1e-6
     servers = {s.server for c in h.chains for s in c.subgroups}
     assert servers == {"bess-1", "bess-2"}
+
+
+def test_openflow_placement_follows_keel_torctls_nf_table(tmp_path):
+    # MacSwap cannot be expressed in standard OpenFlow 1.3: never on an OpenFlow switch.
+    text = "flow f = []\nchain c = MacSwap -> Monitor -> AESCBC\nf : c @ {'t_min': '1Gbps'}\n"
+    prob = problem(text, one_server(kind="openflow", stages=8))
+    for algo in ("heuristic", "optimal", "hw-preferred"):
+        pl = run(prob, algo)
+        targets = {n.nf: n.target for n in pl.chains[0].nfs}
+        assert targets["macswap"] != "switch", algo
+    assert run(prob, "hw-preferred").chains[0].nfs[1].target == "switch"
+    # The file drives it: an NF table without monitor keeps monitor off the switch, and the
+    # ranks (the table order) come from it.
+    table = json.loads((ROOT / "ingress" / "torctl" / "openflow_nfs.json").read_text())
+    del table["nfs"]["monitor"]
+    path = tmp_path / "openflow_nfs.json"
+    path.write_text(json.dumps(table))
+    lib = load_catalog(catalog.default_catalog_path(), path)
+    assert OPENFLOW not in lib.kinds["monitor"].targets and OPENFLOW not in lib.kinds["macswap"].targets
+    assert lib.kinds["ipv4fwd"].openflow_rank == 5 and OPENFLOW in lib.kinds["acl"].targets

@@ -1,0 +1,427 @@
+"""torctl's state and its reconcile loop: chains, instances and flows to switch rules.
+
+Level-triggered like a Kubernetes controller: the rules the switch should hold (base,
+chain programs, instance return rules) are computed from the chains and instances the
+gateway's Watch reported, compared with the rules read back from the switch (by cookie),
+and the difference is committed. Flow rules are the exception: they come from InstallFlow,
+and after the switch lost them, from the gateway's Control.ListFlows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from . import ofp
+from .metrics import Metrics
+from .nfs import ChainError, Program, SwitchNf, compile_program
+from .rules import (KIND_BASE, KIND_FLOW, KIND_MASK, KIND_PROGRAM, KIND_REINJECT, KIND_RETURN,
+                    PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK, FiveTuple, Rule, base_rules,
+                    chain_tag, cookie, cookie_detail, cookie_kind, cookie_tag, flow_rule, return_rule)
+from .switch import Switch
+
+LOG = logging.getLogger("keel_torctl.controller")
+_FLOW_KINDS_VALUE, _FLOW_KINDS_MASK = cookie(KIND_FLOW), 0xE << 60  # kinds 4 and 5
+_PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the operator told torctl on its command line."""
+
+    ingress_port: str
+    egress_port: str
+    worker_ports: Mapping[str, str]
+    idle_timeout: int
+    capabilities: Mapping[str, Any]
+    has_gateway: bool
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A flow's assignment (keel.v1.FlowAssignment)."""
+
+    flow: FiveTuple
+    chain: str
+    instance: str
+    vlan: int
+    worker: str
+
+
+@dataclass
+class Flow:
+    """A flow torctl has on the switch, per stage."""
+
+    assignment: Assignment
+    stage2: bool = False
+    stage1: bool = False
+    idle_timeout: int = 0
+    cookie: int = 0
+
+
+@dataclass(frozen=True)
+class Instance:
+    chain: str
+    vlan: int
+    worker: str
+
+
+class UnknownChain(LookupError):
+    """InstallFlow named a chain the gateway has not reported."""
+
+
+class Controller:
+    """The state behind keel-torctl's gRPC API."""
+
+    def __init__(self, opts: Options, switch: Switch, metrics: Metrics,
+                 list_gateway_flows: Callable[[], list[Assignment]] = lambda: []):
+        self.opts = opts
+        self.switch = switch
+        self.metrics = metrics
+        self.list_gateway_flows = list_gateway_flows
+        self._lock = threading.RLock()
+        self._chains: dict[str, Program | ChainError] = {}
+        self._instances: dict[str, Instance] = {}
+        self._flows: dict[FiveTuple, Flow] = {}
+        self._installed: set[tuple[int, int, int]] = set()
+        self._synced = False
+        self._seen: set[str] = set()
+        self._subscribers: list[queue.Queue] = []
+        self.installs = 0
+        self.connections = 0
+        switch.on_connect = self.switch_connected
+        switch.on_flow_removed = self.flow_removed
+        switch.on_port_change = self.reconcile
+
+    # ----- names -----
+
+    def trunk(self, worker: str) -> str:
+        """The ToR port toward a worker (--worker-port, else keel-tor-WORKER)."""
+        return self.opts.worker_ports.get(worker, f"keel-tor-{worker}")
+
+    def _worker_of_port(self, name: str) -> str:
+        for w, p in self.opts.worker_ports.items():
+            if p == name:
+                return w
+        return name.removeprefix("keel-tor-") if name.startswith("keel-tor-") else ""
+
+    def _trunks(self) -> list[str]:
+        names = set(self.opts.worker_ports.values())
+        return sorted(n for n in self.switch.ports() if n in names or n.startswith("keel-tor-"))
+
+    def _chain_name(self, tag: int) -> str:
+        with self._lock:
+            return next((c for c in self._chains if chain_tag(c) == tag), "")
+
+    def _instance_id(self, chain: str, vlan: int) -> str:
+        with self._lock:
+            return next((i for i, x in self._instances.items() if x.chain == chain and x.vlan == vlan), "")
+
+    # ----- chains and instances (the gateway's Watch) -----
+
+    def chain_added(self, name: str, nfs: list[str], members: list[str], switch_nfs: list[Any]) -> None:
+        """Compile a chain's switch NFs; a chain torctl cannot run is kept with its reason."""
+        try:
+            parsed = [SwitchNf(s.name, s.nf, json.loads(s.config_json or "{}"), s.after_server)
+                      for s in switch_nfs]
+            prog: Program | ChainError = compile_program(name, nfs, members, parsed,
+                                                         self.opts.capabilities)
+        except ChainError as e:
+            prog = e
+            LOG.error("refusing chain %s: %s", name, e)
+        except (ValueError, KeyError, TypeError) as e:
+            prog = ChainError(f"bad switch NF configuration: {e}")
+            LOG.error("refusing chain %s: %s", name, prog)
+        with self._lock:
+            self._chains[name] = prog
+            self._seen.add(name)
+        self._reconcile_if_synced()
+
+    def chain_removed(self, name: str) -> None:
+        with self._lock:
+            self._chains.pop(name, None)
+        self._delete_chain(chain_tag(name))
+
+    def instance_changed(self, iid: str, chain: str, vlan: int, worker: str) -> None:
+        with self._lock:
+            self._instances[iid] = Instance(chain, vlan, worker)
+            self._seen.add("instance:" + iid)
+        self._reconcile_if_synced()
+
+    def instance_removed(self, iid: str) -> None:
+        """Delete the instance's return rule and its flows."""
+        with self._lock:
+            inst = self._instances.pop(iid, None)
+        if inst is not None:
+            self._delete_instance(chain_tag(inst.chain), inst.vlan)
+
+    def watch_restarted(self) -> None:
+        """A new Watch snapshot begins: remember what it mentions until SYNCED."""
+        with self._lock:
+            self._seen = set()
+
+    def synced(self) -> None:
+        """The snapshot is complete: forget chains and instances it did not mention."""
+        with self._lock:
+            gone_chains = [c for c in self._chains if c not in self._seen]
+            gone_insts = [i for i in self._instances if "instance:" + i not in self._seen]
+            self._synced = True
+        for i in gone_insts:
+            self.instance_removed(i)
+        for c in gone_chains:
+            self.chain_removed(c)
+        self.reconcile()
+
+    def chain_error(self, name: str) -> str:
+        """Why torctl refuses a chain ("" if it runs it)."""
+        with self._lock:
+            p = self._chains.get(name)
+        return str(p) if isinstance(p, ChainError) else ""
+
+    # ----- the switch -----
+
+    def switch_connected(self) -> None:
+        """Read the switch's rules back, then install what is missing (base, programs and, from
+        the gateway, every live flow the switch lost)."""
+        self.connections += 1
+        if self.connections > 1:
+            self.metrics.reconnects.inc()
+        try:
+            self._read_back()
+            self.reconcile()
+            self._reinstall_gateway_flows()
+        except Exception:  # noqa: BLE001 - a failed reconcile must not kill the thread silently
+            LOG.exception("reconciling after the switch connected failed")
+
+    def _read_back(self) -> None:
+        entries = self.switch.request(lambda dp: ofp.flow_stats_request(dp))
+        names = {no: name for name, no in self.switch.ports().items()}
+        installed, flows = set(), {}
+        for e in entries:
+            kind = cookie_kind(e.cookie)
+            if kind in (KIND_FLOW, KIND_REINJECT) and e.table_id == STEER_TABLE:
+                a = self._assignment(e.cookie, ofp.match_fields(e.match),
+                                     ofp.output_ports(e.instructions), names)
+                f = flows.setdefault(a.flow, Flow(a))
+                f.stage2 |= kind == KIND_FLOW
+                f.stage1 |= kind == KIND_REINJECT
+                f.idle_timeout, f.cookie = e.idle_timeout, e.cookie
+            elif kind:
+                installed.add((e.table_id, e.priority, e.cookie))
+        with self._lock:
+            self._installed = installed
+            self._flows = flows
+            self._update_gauge()
+        LOG.info("read back %d rules and %d flows from the switch", len(installed), len(flows))
+
+    def _assignment(self, c: int, match: dict[str, Any], outputs: list[int],
+                    names: dict[int, str]) -> Assignment:
+        chain, vlan = self._chain_name(cookie_tag(c)), cookie_detail(c)
+        worker = self._worker_of_port(names.get(outputs[-1], "")) if vlan and outputs else ""
+        return Assignment(FiveTuple.from_match(match), chain, self._instance_id(chain, vlan), vlan, worker)
+
+    def _desired(self) -> list[Rule]:
+        port = self.switch.port
+        rules: list[Rule] = []
+        try:
+            rules += base_rules(port, self.opts.ingress_port, self.opts.egress_port, self._trunks())
+        except LookupError as e:
+            LOG.warning("no base rules yet: %s", e)
+        with self._lock:
+            programs = {c: p for c, p in self._chains.items() if isinstance(p, Program)}
+            instances = list(self._instances.values())
+        for p in programs.values():
+            rules += p.rules
+        for inst in instances:
+            p = programs.get(inst.chain)
+            if p is None or p.first_post is None or not inst.vlan:
+                continue
+            try:
+                rules.append(return_rule(port, self.trunk(inst.worker), self.opts.egress_port,
+                                         inst.chain, inst.vlan, p.first_post))
+            except LookupError as e:
+                LOG.warning("no return rule for %s VLAN %d yet: %s", inst.chain, inst.vlan, e)
+        return rules
+
+    def reconcile(self) -> None:
+        """Install missing base/program/return rules; once synced with the gateway, delete
+        program and return rules (and flows of chains) nobody wants any more."""
+        if self.switch.dp is None:
+            return
+        desired = self._desired()
+        want = {r.key for r in desired}
+        with self._lock:
+            adds = [r for r in desired if r.key not in self._installed]
+            stale = [k for k in self._installed if self._synced and k not in want
+                     and cookie_kind(k[2]) in _PROGRAM_KINDS]
+            live_tags = {chain_tag(c) for c in self._chains}
+            dead_tags = {cookie_tag(f.cookie) for f in self._flows.values()} - live_tags \
+                if self._synced and self.opts.has_gateway else set()
+        if dead_tags:
+            for t in dead_tags:
+                self._delete_chain(t)
+        if not adds and not stale:
+            return
+        self.switch.commit(lambda dp: [ofp.delete_cookie(dp, k[2], ~0 & (2**64 - 1)) for k in stale]
+                           + [ofp.add(dp, r) for r in adds])
+        with self._lock:
+            self._installed.difference_update(stale)
+            self._installed.update(r.key for r in adds)
+        LOG.info("reconciled: %d rules added, %d removed", len(adds), len(stale))
+
+    def _reconcile_if_synced(self) -> None:
+        if self._synced or not self.opts.has_gateway:
+            self.reconcile()
+
+    def _reinstall_gateway_flows(self) -> None:
+        if not self.opts.has_gateway:
+            return
+        missing = [a for a in self.list_gateway_flows() if not self._has_stage2(a.flow)]
+        for a in missing:
+            try:
+                self.install(a, 0, False)
+            except Exception as e:  # noqa: BLE001 - one bad flow must not stop the others
+                LOG.warning("re-installing %s failed: %s", a.flow, e)
+        LOG.info("re-installed %d flows from the gateway", len(missing))
+
+    def _has_stage2(self, flow: FiveTuple) -> bool:
+        with self._lock:
+            f = self._flows.get(flow)
+            return f is not None and f.stage2
+
+    def _delete_chain(self, tag: int) -> None:
+        """Delete every rule of a chain (program, return rules, flows) by its cookie tag."""
+        kinds = (KIND_PROGRAM, KIND_RETURN, KIND_FLOW, KIND_REINJECT)
+        if self.switch.dp is not None:
+            self.switch.commit(lambda dp: [ofp.delete_cookie(dp, cookie(k, tag), KIND_MASK | TAG_MASK)
+                                           for k in kinds])
+        with self._lock:
+            self._installed = {k for k in self._installed if cookie_tag(k[2]) != tag
+                               or cookie_kind(k[2]) == KIND_BASE}
+            self._flows = {t: f for t, f in self._flows.items() if cookie_tag(f.cookie) != tag}
+            self._update_gauge()
+
+    def _delete_instance(self, tag: int, vlan: int) -> None:
+        full = 2**64 - 1
+        cookies = [cookie(k, tag, vlan) for k in (KIND_RETURN, KIND_FLOW, KIND_REINJECT)]
+        if self.switch.dp is not None:
+            self.switch.commit(lambda dp: [ofp.delete_cookie(dp, c, full) for c in cookies])
+        with self._lock:
+            self._installed = {k for k in self._installed if k[2] not in cookies}
+            self._flows = {t: f for t, f in self._flows.items() if f.cookie not in cookies}
+            self._update_gauge()
+
+    def _update_gauge(self) -> None:
+        self.metrics.flows.set(sum(1 for f in self._flows.values() if f.stage2))
+
+    # ----- flows -----
+
+    def _program_for(self, chain: str) -> Program | None:
+        with self._lock:
+            p = self._chains.get(chain)
+        if isinstance(p, ChainError):
+            raise ChainError(f"chain {chain}: {p}")
+        if p is None and self.opts.has_gateway:
+            raise UnknownChain(f"chain {chain!r} is unknown to torctl (not in the gateway's Watch)")
+        return p
+
+    def install(self, a: Assignment, idle_timeout: int, reinject_only: bool) -> int:
+        """Install a flow's rule (and its chain's program and return rule if missing) and
+        return its cookie once the switch's barrier reply confirms it."""
+        a.flow.check()
+        prog = self._program_for(a.chain)
+        port = self.switch.port
+        out = port(self.trunk(a.worker)) if a.vlan else port(self.opts.egress_port)
+        ingress = port(self.opts.ingress_port) if reinject_only else None
+        idle = idle_timeout or self.opts.idle_timeout
+        rule = flow_rule(a.flow, a.chain, a.vlan, out, prog.first_pre if prog else None, idle, ingress)
+        needed = list(prog.rules) if prog else []
+        if prog and prog.first_post is not None and a.vlan:
+            needed.append(return_rule(port, self.trunk(a.worker), self.opts.egress_port, a.chain,
+                                      a.vlan, prog.first_post))
+        with self._lock:
+            needed = [r for r in needed if r.key not in self._installed]
+        self.switch.commit(lambda dp: [ofp.add(dp, r) for r in needed + [rule]])
+        with self._lock:
+            self._installed.update(r.key for r in needed)
+            f = self._flows.get(a.flow)
+            if f is None or f.assignment != a:
+                f = self._flows[a.flow] = Flow(a)
+            f.stage1 |= reinject_only
+            f.stage2 |= not reinject_only
+            f.idle_timeout, f.cookie = idle, rule.cookie
+            self.installs += 1
+            self._update_gauge()
+        return rule.cookie
+
+    def remove(self, flow: FiveTuple) -> bool:
+        """Delete a flow's rules (both stages); False if torctl had none."""
+        with self._lock:
+            known = self._flows.pop(flow, None) is not None
+            self._update_gauge()
+        m = flow.match()
+        ingress = self.switch.port(self.opts.ingress_port)
+        self.switch.commit(lambda dp: [ofp.delete_strict(dp, STEER_TABLE, PRIO_FLOW, m),
+                                       ofp.delete_strict(dp, STEER_TABLE, PRIO_REINJECT,
+                                                         (("in_port", ingress),) + m)])
+        return known
+
+    def list_installed(self) -> list[tuple[Assignment, Any]]:
+        """The flow rules on the switch (read back), with their stats entries."""
+        entries = self.switch.request(lambda dp: ofp.flow_stats_request(dp, _FLOW_KINDS_VALUE,
+                                                                         _FLOW_KINDS_MASK))
+        names = {no: name for name, no in self.switch.ports().items()}
+        return [(self._assignment(e.cookie, ofp.match_fields(e.match), ofp.output_ports(e.instructions),
+                                  names), e) for e in entries if e.table_id == STEER_TABLE]
+
+    def flow_count(self) -> int:
+        with self._lock:
+            return sum(1 for f in self._flows.values() if f.stage2)
+
+    # ----- flow expiry -----
+
+    def flow_removed(self, msg: Any) -> None:
+        """Publish a stage-2 rule's idle/hard timeout to every WatchFlowRemoved subscriber."""
+        reasons = {0: "idle_timeout", 1: "hard_timeout"}
+        if msg.reason not in reasons or cookie_kind(msg.cookie) != KIND_FLOW:
+            return
+        flow = FiveTuple.from_match(ofp.match_fields(msg.match))
+        with self._lock:
+            f = self._flows.pop(flow, None)
+            self._update_gauge()
+            subs = list(self._subscribers)
+        if f is not None:
+            a = f.assignment
+        else:
+            chain = self._chain_name(cookie_tag(msg.cookie))
+            vlan = cookie_detail(msg.cookie)
+            a = Assignment(flow, chain, self._instance_id(chain, vlan), vlan, "")
+        self.metrics.flow_removed.labels(reasons[msg.reason]).inc()
+        event = (a, reasons[msg.reason], msg.packet_count, msg.byte_count,
+                 msg.duration_sec + msg.duration_nsec / 1e9)
+        for q in subs:
+            try:
+                q.put_nowait(event)
+            except queue.Full:
+                LOG.warning("a FlowRemoved watcher is too far behind; ending its stream")
+                self.unsubscribe(q)
+
+    def subscribe(self) -> queue.Queue:
+        q: queue.Queue = queue.Queue(maxsize=10000)
+        with self._lock:
+            self._subscribers.append(q)
+        return q
+
+    def unsubscribe(self, q: queue.Queue) -> None:
+        with self._lock:
+            if q in self._subscribers:
+                self._subscribers.remove(q)
+
+    def subscribed(self, q: queue.Queue) -> bool:
+        with self._lock:
+            return q in self._subscribers
+

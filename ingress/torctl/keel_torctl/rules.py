@@ -1,0 +1,205 @@
+"""The switch's rules as plain data: table layout, cookies, chain tags, steering and flow rules.
+
+Everything here is pure (no switch, no os-ken), so the table layout can be read and tested on
+its own; ofp.py turns a Rule into an OpenFlow 1.3 flow-mod. Only standard OpenFlow 1.3 match
+fields and actions are used, so any OpenFlow 1.3 ToR can run what torctl installs.
+
+Table 0 steers (priorities low to high):
+  0   table-miss                        -> output ingress (new flows go to keel-ingress)
+  1   in_port=ingress                   -> output egress (the ingress's normal path)
+  10  in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
+  20  in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
+                                           egress, goto the chain's first after-server NF table
+  100 5-tuple (stage 2)                 -> metadata=chain|pre, action set: push instance VLAN,
+                                           output trunk (or egress), goto the first pre-server NF
+  110 5-tuple, in_port=ingress (stage 1)   the same, for the packets the ingress re-injects
+The NF tables follow (nfs.py), one per NF kind in Lemur's fixed table order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# A port name -> OpenFlow port number lookup that raises MissingPort.
+Ports = Callable[[str], int]
+
+STEER_TABLE = 0
+PRIO_MISS, PRIO_NORMAL, PRIO_RETURN, PRIO_RETURN_CHAIN = 0, 1, 10, 20
+PRIO_FLOW, PRIO_REINJECT = 100, 110
+VLAN_PRESENT = 0x1000  # OFPVID_PRESENT
+ETH_IPV4 = 0x0800
+TPID_8021Q = 0x8100
+PROTO_TCP, PROTO_UDP = 6, 17
+
+# Cookie layout (64 bits): kind (4) | chain tag (32) | detail (28). The detail is the VLAN
+# for flows and return rules, program hash (12) | rule index (16) for NF table rules and
+# the rule index for base rules. A restarted torctl reads its state back from it.
+KIND_BASE, KIND_PROGRAM, KIND_RETURN, KIND_FLOW, KIND_REINJECT = 1, 2, 3, 4, 5
+_KIND_SHIFT, _TAG_SHIFT = 60, 28
+KIND_MASK = 0xF << _KIND_SHIFT
+TAG_MASK = 0xFFFFFFFF << _TAG_SHIFT
+DETAIL_MASK = (1 << _TAG_SHIFT) - 1
+# Metadata: chain tag << 1 | post (1: after the server NFs, on the way back from the worker).
+META_MASK = (0xFFFFFFFF << 1) | 1
+
+
+class MissingPort(LookupError):
+    """The switch has no port of a name a rule needs (e.g. a worker's trunk not yet attached)."""
+
+
+def chain_tag(chain: str) -> int:
+    """A deterministic 32-bit tag of a chain name (so a restarted torctl needs no state)."""
+    return int.from_bytes(hashlib.sha256(chain.encode()).digest()[:4], "big")
+
+
+def metadata(tag: int, post: bool) -> int:
+    """The metadata value that selects a chain's pre- or post-server NF rules."""
+    return (tag << 1) | int(post)
+
+
+def cookie(kind: int, tag: int = 0, detail: int = 0) -> int:
+    """Pack a rule's cookie (see the layout above)."""
+    return (kind << _KIND_SHIFT) | (tag << _TAG_SHIFT) | (detail & DETAIL_MASK)
+
+
+def cookie_kind(c: int) -> int:
+    return (c & KIND_MASK) >> _KIND_SHIFT
+
+
+def cookie_tag(c: int) -> int:
+    return (c & TAG_MASK) >> _TAG_SHIFT
+
+
+def cookie_detail(c: int) -> int:
+    return c & DETAIL_MASK
+
+
+# Actions and instructions are tuples, e.g. ("output", 3), ("set", "vlan_vid", 0x1007),
+# ("push_vlan", 0x8100), ("pop_vlan",), ("dec_ttl",); instructions ("apply", actions),
+# ("write", actions), ("clear",), ("meta", value, mask), ("goto", table).
+Action = tuple
+Instruction = tuple
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One flow entry: where it goes, what it matches and does, and how it is known again."""
+
+    table: int
+    priority: int
+    match: tuple[tuple[str, Any], ...]  # os-ken OXM field names; a masked value is (value, mask)
+    instructions: tuple[Instruction, ...]
+    cookie: int
+    idle_timeout: int = 0
+    flow_removed: bool = False
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """What identifies the rule when it is read back (cookies are unique per rule)."""
+        return (self.table, self.priority, self.cookie)
+
+
+@dataclass(frozen=True)
+class FiveTuple:
+    """A flow as keel-ingress and the gateway name it."""
+
+    src_ip: str
+    dst_ip: str
+    src_port: int
+    dst_port: int
+    proto: int
+
+    def match(self) -> tuple[tuple[str, Any], ...]:
+        """OXM fields matching the flow; L4 ports only for TCP and UDP (OpenFlow prerequisites)."""
+        m: list[tuple[str, Any]] = [("eth_type", ETH_IPV4), ("ip_proto", self.proto),
+                                    ("ipv4_src", self.src_ip), ("ipv4_dst", self.dst_ip)]
+        if self.proto == PROTO_TCP:
+            m += [("tcp_src", self.src_port), ("tcp_dst", self.dst_port)]
+        elif self.proto == PROTO_UDP:
+            m += [("udp_src", self.src_port), ("udp_dst", self.dst_port)]
+        return tuple(m)
+
+    def check(self) -> None:
+        """Raise ValueError naming the bad field of a flow that no rule can match."""
+        for name in ("src_ip", "dst_ip"):
+            try:
+                ipaddress.IPv4Address(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"flow.{name}: {e}") from None
+        if not 0 <= self.proto <= 255:
+            raise ValueError(f"flow.proto: {self.proto} is not an IP protocol number")
+        for name in ("src_port", "dst_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ValueError(f"flow.{name}: {getattr(self, name)} is not a port")
+
+    @staticmethod
+    def from_match(fields: dict[str, Any]) -> "FiveTuple":
+        """The flow a stage-1/2 rule's match (read back from the switch) was built from."""
+        proto = int(fields.get("ip_proto", 0))
+        l4 = "tcp" if proto == PROTO_TCP else "udp" if proto == PROTO_UDP else None
+        return FiveTuple(str(fields.get("ipv4_src", "")), str(fields.get("ipv4_dst", "")),
+                         int(fields.get(f"{l4}_src", 0)) if l4 else 0,
+                         int(fields.get(f"{l4}_dst", 0)) if l4 else 0, proto)
+
+
+def base_rules(ports: Ports, ingress: str, egress: str, trunks: list[str]) -> list[Rule]:
+    """Table 0's chain-independent rules: table-miss, the normal path, return traffic."""
+    ing, eg = ports(ingress), ports(egress)
+    rules = [
+        Rule(STEER_TABLE, PRIO_MISS, (), (("apply", (("output", ing),)),), cookie(KIND_BASE, 0, 0)),
+        Rule(STEER_TABLE, PRIO_NORMAL, (("in_port", ing),), (("apply", (("output", eg),)),),
+             cookie(KIND_BASE, 0, 1)),
+    ]
+    for trunk in trunks:
+        port = ports(trunk)
+        rules.append(Rule(STEER_TABLE, PRIO_RETURN,
+                          (("in_port", port), ("vlan_vid", (VLAN_PRESENT, VLAN_PRESENT))),
+                          (("apply", (("pop_vlan",), ("output", eg))),),
+                          cookie(KIND_BASE, 0, 0x10000 | port)))
+    return rules
+
+
+def goto(table: int | None) -> tuple[Instruction, ...]:
+    """A goto-table instruction, or none at the end of a pipeline (the action set runs)."""
+    return () if table is None else (("goto", table),)
+
+
+def return_rule(ports: Ports, trunk: str, egress: str, chain: str, vlan: int,
+                first_post_table: int) -> Rule:
+    """An instance's return traffic through its chain's after-server switch NFs."""
+    tag = chain_tag(chain)
+    return Rule(STEER_TABLE, PRIO_RETURN_CHAIN,
+                (("in_port", ports(trunk)), ("vlan_vid", VLAN_PRESENT | vlan)),
+                (("apply", (("pop_vlan",),)), ("meta", metadata(tag, True), META_MASK),
+                 ("write", (("output", ports(egress)),)), *goto(first_post_table)),
+                cookie(KIND_RETURN, tag, vlan))
+
+
+def flow_rule(flow: FiveTuple, chain: str, vlan: int, out_port: int, first_pre_table: int | None,
+              idle_timeout: int, ingress_port: int | None) -> Rule:
+    """A flow's steering rule: stage 2 (ingress_port None) or stage 1 (re-injected packets).
+
+    The VLAN push and the output go into the action set, which OpenFlow runs push_vlan,
+    set_field, output in that order at the end of the pipeline, after the chain's pre-server
+    NFs; a Tunnel NF's own tag is pushed earlier (apply-actions), so the instance VLAN is
+    outermost. Without pre-server NFs the same actions are simply applied.
+    """
+    tag = chain_tag(chain)
+    actions: tuple[Action, ...] = (("output", out_port),)
+    if vlan:
+        actions = (("push_vlan", TPID_8021Q), ("set", "vlan_vid", VLAN_PRESENT | vlan)) + actions
+    if first_pre_table is None:
+        instructions: tuple[Instruction, ...] = (("apply", actions),)
+    else:
+        instructions = (("meta", metadata(tag, False), META_MASK), ("write", actions),
+                        ("goto", first_pre_table))
+    match = flow.match()
+    if ingress_port is not None:
+        match = (("in_port", ingress_port),) + match
+    stage1 = ingress_port is not None
+    return Rule(STEER_TABLE, PRIO_REINJECT if stage1 else PRIO_FLOW, match, instructions,
+                cookie(KIND_REINJECT if stage1 else KIND_FLOW, tag, vlan), idle_timeout,
+                flow_removed=not stage1)

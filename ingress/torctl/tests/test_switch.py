@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+"""keel-torctl against a real Open vSwitch: rules, barrier semantics, expiry, restarts."""
+import time
+
+import grpc
+import pytest
+from scapy.all import Dot1Q, Ether, IP, Raw, UDP
+
+from torctl_env import PORTS, WORKER
+from keel_torctl.pb import control_pb2, torctl_pb2
+
+MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+
+
+def udp(sport, dst="198.19.0.1", ttl=64):
+    return Ether(**MACS) / IP(src="198.18.0.1", dst=dst, ttl=ttl) / UDP(sport=sport, dport=53) / Raw(b"k" * 32)
+
+
+def five(sport, dst="198.19.0.1"):
+    return control_pb2.FiveTuple(src_ip="198.18.0.1", dst_ip=dst, src_port=sport, dst_port=53, proto=17)
+
+
+def install(t, sport, chain="plain", vlan=0, worker="", idle=0, reinject=False, instance=""):
+    a = torctl_pb2.FlowAssignment(flow=five(sport), chain=chain, instance=instance, vlan=vlan, worker=worker)
+    return t.stub.InstallFlow(torctl_pb2.InstallFlowRequest(assignment=a, idle_timeout_s=idle,
+                                                            reinject_only=reinject), timeout=10)
+
+
+def flows(ovs, br):
+    return ovs.ofctl("dump-flows", br)
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chains(gateway, torctl):
+    """A chain without switch NFs ("plain") and one with a Monitor after the server NFs."""
+    from keel_torctl.pb import control_pb2 as c
+    gateway.add_chain("plain", [], members=["nat"], nfs=["nat"])
+    gateway.add_chain("mon", [c.SwitchNf(name="m", nf="monitor", config_json="{}", after_server=True)],
+                      members=["nat"], nfs=["nat", "m"])
+    gateway.add_instance("mon/0", "mon", 42)
+    wait_for(lambda: "vlan_vid=0x102a/0x1fff" in flows(torctl.ovs, torctl.br) or
+             "dl_vlan=42" in flows(torctl.ovs, torctl.br), what="mon's return rule")
+
+
+def test_base_rules_steer_table_miss_to_the_ingress_and_trunk_returns_to_the_egress(torctl, bridge):
+    dump = flows(torctl.ovs, bridge[0])
+    ing, eg, trunk = (PORTS[r][0] for r in ("ingress", "egress", "trunk"))
+    assert f"priority=0 actions=output:{ing}" in dump or "priority=0 actions=output:1" in dump
+    assert "priority=1,in_port=" in dump
+    assert "priority=10,vlan_tci=0x1000/0x1000" in dump or "priority=10,in_port=" in dump
+    net = bridge[1]
+    net.drain()
+    net.send([udp(1)])
+    assert [p[UDP].sport for p in net.recv("ingress")] == [1]  # unknown flow: to keel-ingress
+
+
+def test_install_returns_after_the_barrier_so_the_next_packet_takes_the_rule(torctl, bridge):
+    net = bridge[1]
+    net.drain()
+    for sport in range(1000, 1010):
+        install(torctl, sport, vlan=7, worker=WORKER)
+        net.send([udp(sport)])
+    got = net.recv("trunk")
+    assert [(p[Dot1Q].vlan, p[UDP].sport) for p in got] == [(7, s) for s in range(1000, 1010)]
+    assert net.recv("ingress", 0.1) == []
+    dump = flows(torctl.ovs, bridge[0])
+    assert "udp,nw_src=198.18.0.1,nw_dst=198.19.0.1,tp_src=1000,tp_dst=53" in dump
+    assert "push_vlan:0x8100,set_field:4103->vlan_vid,output:" in dump
+
+
+def test_stage1_matches_only_reinjected_packets(torctl, bridge):
+    net = bridge[1]
+    install(torctl, 2000, vlan=8, worker=WORKER, reinject=True)
+    net.drain()
+    net.send([udp(2000)])  # from the source port: not re-injected, still goes to the ingress
+    assert [p[UDP].sport for p in net.recv("ingress")] == [2000]
+    dump = flows(torctl.ovs, bridge[0])
+    assert "priority=110,udp,in_port=" in dump and "tp_src=2000" in dump
+
+
+def test_return_traffic_runs_the_after_server_monitor_then_leaves_untagged(torctl, bridge):
+    net = bridge[1]
+    net.drain()
+    pkt = Ether(**MACS) / Dot1Q(vlan=42) / IP(src="198.19.0.1", dst="198.18.0.1") / UDP(sport=53, dport=9) / Raw(b"r" * 20)
+    net.socks["trunk"].send(pkt)
+    got = net.recv("egress")
+    assert len(got) == 1 and Dot1Q not in got[0] and got[0][UDP].dport == 9
+    dump = flows(torctl.ovs, bridge[0])
+    assert "table=3" in dump and "n_packets=1" in [x for x in dump.splitlines() if "table=3" in x][0]
+
+
+def test_flow_removed_is_streamed_on_idle_timeout(torctl, bridge):
+    stream = torctl.stub.WatchFlowRemoved(torctl_pb2.WatchFlowRemovedRequest(watcher="test"), timeout=15)
+    time.sleep(0.3)
+    install(torctl, 3000, vlan=9, worker=WORKER, idle=1, instance="x/0")
+    ev = next(iter(stream))
+    stream.cancel()
+    assert ev.reason == "idle_timeout"
+    assert (ev.assignment.flow.src_port, ev.assignment.vlan, ev.assignment.worker) == (3000, 9, WORKER)
+    assert "tp_src=3000" not in flows(torctl.ovs, bridge[0])
+
+
+def test_install_fails_fast_for_unknown_chain_and_missing_worker_port(torctl):
+    with pytest.raises(grpc.RpcError) as e:
+        install(torctl, 4000, chain="nope")
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "unknown" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        install(torctl, 4001, vlan=5, worker="w9")
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "keel-tor-w9" in e.value.details()
+
+
+def test_torctl_restart_keeps_forwarding_and_rebuilds_its_state(torctl, bridge):
+    net = bridge[1]
+    install(torctl, 5000, vlan=11, worker=WORKER, idle=60)
+    torctl.stop()
+    net.drain()
+    net.send([udp(5000)])
+    assert [(p[Dot1Q].vlan, p[UDP].sport) for p in net.recv("trunk")] == [(11, 5000)]
+    torctl.start()
+    listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(), timeout=10).flows
+    mine = [f for f in listed if f.assignment.flow.src_port == 5000]
+    assert len(mine) == 1
+    assert (mine[0].assignment.vlan, mine[0].assignment.worker, mine[0].assignment.chain) == (11, WORKER, "plain")
+    assert mine[0].packets == 1 and mine[0].idle_timeout_s == 60
+    assert torctl.stub.Status(torctl_pb2.TorStatusRequest(), timeout=5).flows >= 1
+
+
+def test_switch_that_lost_its_flows_gets_them_back_from_the_gateway(torctl, bridge, gateway):
+    ovs, br = torctl.ovs, bridge[0]
+    gateway.flows = [control_pb2.FlowRecord(flow=five(6000), chain="plain", vlan=12, worker=WORKER)]
+    ovs.vsctl("del-controller", br)
+    ovs.ofctl("del-flows", br)
+    ovs.vsctl("set-controller", br, f"tcp:127.0.0.1:{torctl.ofp_port}")
+    wait_for(lambda: "tp_src=6000" in flows(ovs, br), what="the gateway's flow re-installed")
+    dump = flows(ovs, br)
+    assert "priority=0 actions=output:" in dump and "table=3" in dump
+    status = torctl.stub.Status(torctl_pb2.TorStatusRequest(), timeout=5)
+    assert status.reconnects >= 1 and status.connected
+    gateway.flows = []
+
+
+def test_removing_a_chain_removes_its_program_and_flows(torctl, bridge, gateway):
+    install(torctl, 7000, chain="mon", vlan=42, worker=WORKER, idle=60, instance="mon/0")
+    assert "tp_src=7000" in flows(torctl.ovs, bridge[0])
+    gateway.remove_chain("mon")
+    wait_for(lambda: "tp_src=7000" not in flows(torctl.ovs, bridge[0]) and
+             "table=3" not in flows(torctl.ovs, bridge[0]), what="mon's rules removed")
