@@ -14,6 +14,8 @@ constexpr uint16_t kBurst = 32;
 constexpr uint64_t kExpireEveryNs = 10'000'000;
 /* How long a full TX queue may hold the loop up before its packets are dropped. */
 constexpr uint64_t kTxPatienceNs = 200'000;
+/* The longest nap while a setup's decision is awaited. */
+constexpr uint32_t kHoldingSleepMaxUs = 32;
 
 uint64_t NowNs() {
   timespec ts;
@@ -219,9 +221,11 @@ void DataPlane::PublishGauges() {
 }
 
 void DataPlane::IdleSleep() {
-  /* Nothing came in and nothing is pending: nap, doubling up to the cap, so
-   * an idle ingress costs next to no CPU; the first packet resets it. */
-  idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cfg_.idle_sleep_max_us) : 1;
+  /* Nothing came in: nap, doubling up to the cap, so an idle ingress costs
+   * next to no CPU; the next packet or message resets it. While packets are
+   * held the naps stay short, or they would add to every install latency. */
+  uint32_t cap = table_.held() ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us) : cfg_.idle_sleep_max_us;
+  idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cap) : 1;
   timespec d{0, static_cast<long>(idle_us_) * 1000};
   nanosleep(&d, nullptr);
 }

@@ -23,7 +23,7 @@ namespace keel::ingress {
 struct DataPlaneConfig {
   uint16_t port = 0;
   bool no_chain_forward = true;   /* --no-chain forward (else drop) */
-  uint32_t idle_sleep_max_us = 200;
+  uint32_t idle_sleep_max_us = 2000;
   FlowTableConfig table;
 };
 
