@@ -2,6 +2,7 @@
 /* keel-ingress: EAL and port set-up, the threads, signals; see --help. */
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_mbuf.h>
 #include <signal.h>
 
 #include <atomic>
@@ -23,6 +24,20 @@ constexpr unsigned kChannelSize = 8192;
 /* Mbufs beyond the hold buffer: RX and TX rings, a burst, the pool's cache. */
 constexpr unsigned kMbufSlack = 4096;
 constexpr unsigned kMbufCache = 256;
+constexpr uint16_t kDrainBurst = 32;
+
+/* Drops what the port queued before the ingress serves it: an AF_PACKET socket
+ * sees every interface's packets until it is bound to one, and those must not
+ * be sent out of the ingress port. Returns how many. */
+unsigned DrainPort(uint16_t port) {
+  rte_mbuf* burst[kDrainBurst];
+  unsigned total = 0;
+  while (uint16_t n = rte_eth_rx_burst(port, 0, burst, kDrainBurst)) {
+    rte_pktmbuf_free_bulk(burst, n);
+    total += n;
+  }
+  return total;
+}
 
 void WriteStatsJson(const std::string& path, const IngressCounters& c, const std::string& id) {
   if (path.empty()) return;
@@ -61,6 +76,7 @@ bool Serve(const Flags& flags, uint16_t port, const sigset_t& signals) {
     std::fprintf(stderr, "keel-ingress: %s\n", err.c_str());
     return false;
   }
+  if (unsigned n = DrainPort(port)) std::fprintf(stderr, "keel-ingress: dropped %u frames queued before start\n", n);
   DataPlaneConfig dp = flags.dataplane;
   dp.port = port;
   DataPlane dataplane(dp, &channel, &counters);
