@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The lcore <-> control-thread messages: two rte_rings of fixed-size
+ * messages, so the lcore never blocks or allocates to talk to the control
+ * side, and an eventfd that wakes the control thread (which sleeps in
+ * poll instead of polling the ring).
+ */
+#ifndef KEEL_INGRESS_CHANNEL_H_
+#define KEEL_INGRESS_CHANNEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "drop_reason.h"
+#include "parser.h"
+
+struct rte_ring;
+
+namespace keel::ingress {
+
+class FilterSet;
+
+struct Msg {
+  enum class Kind : uint32_t {
+    /* lcore -> control */
+    kNewFlow,        /* key, req_id, chain: start AssignFlow + stage-1 InstallFlow */
+    kReleased,       /* req_id: held packets are out, install stage 2 */
+    kAbandoned,      /* req_id: the lcore gave up on the setup; release the flow */
+    kFilterSetDone,  /* filters: the lcore no longer uses it, free it */
+    /* control -> lcore */
+    kDecision,       /* key, req_id, failure (kCount = success) */
+    kFilterSet,      /* filters: use this set from now on */
+  };
+  explicit Msg(Kind k = Kind::kNewFlow) : kind(k) {}
+
+  Kind kind;
+  DropReason failure = DropReason::kCount;
+  FlowKey key;
+  uint64_t req_id = 0;
+  FilterSet* filters = nullptr;
+  char chain[64] = {};  /* chain names are OpenFaaS function names (at most 63 characters) */
+
+  void SetChain(const std::string& name);
+};
+
+class Channel {
+ public:
+  /* Creates the rings (|size| messages each, a power of two). Returns
+   * false and sets |*err| on failure. */
+  bool Init(unsigned size, std::string* err);
+  ~Channel();
+
+  /* lcore side (one producer, one consumer). */
+  bool ToControl(const Msg& m);
+  bool FromControl(Msg* m);
+  /* Wakes the control thread after one or more ToControl calls. */
+  void WakeControl();
+
+  /* control side: ToLcore may be called from several threads. */
+  bool ToLcore(const Msg& m);
+  bool FromLcore(Msg* m);
+  /* The descriptor that becomes readable after WakeControl; Drain resets it. */
+  int wake_fd() const { return wake_fd_; }
+  void DrainWake();
+
+ private:
+  rte_ring* to_control_ = nullptr;
+  rte_ring* to_lcore_ = nullptr;
+  int wake_fd_ = -1;
+};
+
+}  // namespace keel::ingress
+
+#endif  // KEEL_INGRESS_CHANNEL_H_

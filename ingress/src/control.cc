@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "control.h"
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "filter_set.h"
+
+namespace keel::ingress {
+
+namespace v1 = keel::v1;
+
+namespace {
+
+constexpr int kWatchBackoffMinMs = 100;
+constexpr int kWatchBackoffMaxMs = 5000;
+constexpr int kReleaseTimeoutMs = 1000;
+constexpr int kReportTimeoutMs = 500;
+
+std::chrono::system_clock::time_point In(int ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+v1::FiveTuple ToProto(const FlowKey& k) {
+  v1::FiveTuple t;
+  t.set_src_ip(Ipv4String(k.src_ip));
+  t.set_dst_ip(Ipv4String(k.dst_ip));
+  t.set_src_port(k.src_port);
+  t.set_dst_port(k.dst_port);
+  t.set_proto(k.proto);
+  return t;
+}
+
+/* The drop reason of a failed call: timeout if it ran out of time. */
+DropReason Failure(const grpc::Status& st, DropReason otherwise) {
+  return st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? DropReason::kTimeout : otherwise;
+}
+
+}  // namespace
+
+template <class Resp>
+struct Control::TypedCall : Call {
+  Resp resp;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<Resp>> reader;
+  std::function<void(const grpc::Status&, const Resp&)> done;
+  void Complete() override { done(status, resp); }
+};
+
+/* A channel that reconnects within a second of its server coming back (gRPC's
+ * default backoff grows to two minutes, far longer than a flow can wait). */
+static std::shared_ptr<grpc::Channel> Dial(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+Control::Control(const ControlConfig& cfg, Channel* channel, IngressCounters* counters)
+    : cfg_(cfg), channel_(channel), counters_(counters) {
+  gateway_ = v1::Control::NewStub(Dial(cfg.gateway));
+  torctl_ = v1::TorControl::NewStub(Dial(cfg.torctl));
+}
+
+Control::~Control() { Stop(); }
+
+void Control::Start() {
+  cq_thread_ = std::thread([this] { CompletionLoop(); });
+  req_thread_ = std::thread([this] { RequestLoop(); });
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  report_thread_ = std::thread([this] { ReportLoop(); });
+  pthread_setname_np(cq_thread_.native_handle(), "keel-ing-cq");
+  pthread_setname_np(req_thread_.native_handle(), "keel-ing-req");
+  pthread_setname_np(watch_thread_.native_handle(), "keel-ing-watch");
+  pthread_setname_np(report_thread_.native_handle(), "keel-ing-report");
+}
+
+void Control::Stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    for (Call* c : live_) c->ctx.TryCancel();
+    if (watch_ctx_) watch_ctx_->TryCancel();
+  }
+  stop_cv_.notify_all();
+  channel_->WakeControl();
+  for (std::thread* t : {&req_thread_, &watch_thread_, &report_thread_}) {
+    if (t->joinable()) t->join();
+  }
+  /* Every call was cancelled and no new one starts: the queue drains. */
+  cq_.Shutdown();
+  if (cq_thread_.joinable()) cq_thread_.join();
+  Msg m;
+  while (channel_->FromLcore(&m)) {
+    if (m.kind == Msg::Kind::kFilterSetDone) delete m.filters;
+  }
+}
+
+bool Control::Pause(int ms) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return !stop_cv_.wait_for(lk, std::chrono::milliseconds(ms), [this] { return stopping_; });
+}
+
+template <class Resp, class Prepare, class Done>
+void Control::Issue(int timeout_ms, Prepare prepare, Done done) {
+  auto* call = new TypedCall<Resp>;
+  call->ctx.set_deadline(In(timeout_ms));
+  call->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) {
+      delete call;
+      return;
+    }
+    live_.insert(call);
+  }
+  call->reader = prepare(&call->ctx, &cq_);
+  call->reader->StartCall();
+  call->reader->Finish(&call->resp, &call->status, call);
+}
+
+void Control::CompletionLoop() {
+  void* tag;
+  bool ok;
+  while (cq_.Next(&tag, &ok)) {
+    auto* call = static_cast<Call*>(tag);
+    call->Complete();
+    std::lock_guard<std::mutex> lk(mu_);
+    live_.erase(call);
+    delete call;
+  }
+}
+
+void Control::RequestLoop() {
+  pollfd pfd{channel_->wake_fd(), POLLIN, 0};
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopping_) return;
+    }
+    poll(&pfd, 1, -1);
+    channel_->DrainWake();
+    Msg m;
+    while (channel_->FromLcore(&m)) HandleLcoreMsg(m);
+  }
+}
+
+void Control::HandleLcoreMsg(const Msg& m) {
+  switch (m.kind) {
+    case Msg::Kind::kNewFlow:
+      return Assign(m);
+    case Msg::Kind::kReleased:
+      return InstallStage2(m.req_id);
+    case Msg::Kind::kAbandoned: {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (setups_.erase(m.req_id) == 0) return;
+      break;
+    }
+    case Msg::Kind::kFilterSetDone:
+      delete m.filters;
+      return;
+    default:
+      return;
+  }
+  Release(m.key, "timeout");
+}
+
+void Control::Assign(const Msg& m) {
+  v1::AssignFlowRequest req;
+  *req.mutable_flow() = ToProto(m.key);
+  req.set_ingress_id(cfg_.ingress_id);
+  req.set_chain(m.chain);
+  FlowKey key = m.key;
+  uint64_t id = m.req_id;
+  std::string chain = m.chain;
+  Issue<v1::AssignFlowResponse>(
+      cfg_.assign_timeout_ms,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncAssignFlow(ctx, req, cq); },
+      [this, key, id, chain](const grpc::Status& st, const v1::AssignFlowResponse& resp) {
+        OnAssigned(key, id, chain, st, resp);
+      });
+}
+
+void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, const grpc::Status& st,
+                         const v1::AssignFlowResponse& resp) {
+  if (!st.ok()) return Decide(key, req, Failure(st, DropReason::kAssignFailed));
+  if (!resp.assigned()) return Decide(key, req, DropReason::kAssignFailed);
+  Setup setup{key, {}};
+  v1::FlowAssignment& a = setup.assignment;
+  *a.mutable_flow() = ToProto(key);
+  a.set_chain(resp.chain().empty() ? chain : resp.chain());
+  if (!resp.switch_only()) {
+    a.set_instance(resp.instance().id());
+    a.set_vlan(resp.instance().vlan());
+    a.set_worker(resp.instance().worker());
+  }
+  v1::InstallFlowRequest install;
+  *install.mutable_assignment() = a;
+  install.set_idle_timeout_s(cfg_.idle_timeout_s);
+  install.set_reinject_only(true);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    setups_[req] = std::move(setup);
+  }
+  Issue<v1::InstallFlowResponse>(
+      cfg_.install_timeout_ms,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
+      [this, key, req](const grpc::Status& st, const v1::InstallFlowResponse&) {
+        if (st.ok()) return Decide(key, req, DropReason::kCount);
+        Decide(key, req, Failure(st, DropReason::kInstallFailed));
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          setups_.erase(req);
+        }
+        Release(key, "install_failed");
+      });
+}
+
+void Control::InstallStage2(uint64_t req) {
+  v1::InstallFlowRequest install;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = setups_.find(req);
+    if (it == setups_.end()) return;
+    *install.mutable_assignment() = it->second.assignment;
+    setups_.erase(it);
+  }
+  install.set_idle_timeout_s(cfg_.idle_timeout_s);
+  install.set_reinject_only(false);
+  /* A failed stage 2 leaves the stage-1 rule: the flow's packets keep
+   * reaching the ingress, which forwards them, so none is lost; count it. */
+  Issue<v1::InstallFlowResponse>(
+      cfg_.install_timeout_ms,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
+      [this](const grpc::Status& st, const v1::InstallFlowResponse&) {
+        (st.ok() ? counters_->stage2_installed : counters_->stage2_failed).Add(1);
+      });
+}
+
+void Control::Release(const FlowKey& key, const char* reason) {
+  v1::ReleaseFlowRequest req;
+  *req.mutable_flow() = ToProto(key);
+  req.set_reason(reason);
+  Issue<v1::ReleaseFlowResponse>(
+      kReleaseTimeoutMs,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncReleaseFlow(ctx, req, cq); },
+      [this](const grpc::Status& st, const v1::ReleaseFlowResponse&) {
+        if (st.ok()) counters_->flows_released.Add(1);
+      });
+}
+
+void Control::Decide(const FlowKey& key, uint64_t req, DropReason failure) {
+  Msg m{Msg::Kind::kDecision};
+  m.key = key;
+  m.req_id = req;
+  m.failure = failure;
+  /* The lcore empties its ring every loop; a full ring means a burst of decisions. */
+  while (!channel_->ToLcore(m)) {
+    if (!Pause(1)) return;
+  }
+}
+
+void Control::WatchLoop() {
+  int backoff = kWatchBackoffMinMs;
+  while (true) {
+    grpc::ClientContext ctx;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopping_) return;
+      watch_ctx_ = &ctx;
+    }
+    bool synced = ReadWatch(&ctx);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      watch_ctx_ = nullptr;
+    }
+    /* A stream that got as far as SYNCED was healthy: start the backoff over. */
+    if (synced) backoff = kWatchBackoffMinMs;
+    counters_->watch_restarts.Add(1);
+    if (!Pause(backoff)) return;
+    backoff = std::min(backoff * 2, kWatchBackoffMaxMs);
+  }
+}
+
+bool Control::ReadWatch(grpc::ClientContext* ctx) {
+  std::map<std::string, std::string> chains;
+  v1::WatchRequest req;
+  req.set_watcher(cfg_.ingress_id);
+  auto reader = gateway_->Watch(ctx, req);
+  v1::WatchEvent ev;
+  bool synced = false;
+  while (reader->Read(&ev)) {
+    switch (ev.kind()) {
+      case v1::WatchEvent::CHAIN_ADDED:
+        chains[ev.chain().name()] = ev.chain().filter();
+        break;
+      case v1::WatchEvent::CHAIN_REMOVED:
+        chains.erase(ev.chain().name());
+        break;
+      case v1::WatchEvent::SYNCED:
+        synced = true;
+        break;
+      default:
+        continue;  /* instances and workers are the gateway's business */
+    }
+    /* Until SYNCED the stream is a snapshot in pieces: keep the old set. */
+    if (synced) Publish(chains);
+  }
+  grpc::Status st = reader->Finish();
+  std::fprintf(stderr, "keel-ingress: watch %s ended: %s (%d); watching again\n", cfg_.gateway.c_str(),
+               st.error_message().c_str(), static_cast<int>(st.error_code()));
+  return synced;
+}
+
+void Control::Publish(const std::map<std::string, std::string>& chains) {
+  if (chains == published_) return;
+  std::vector<std::string> errors;
+  Msg m{Msg::Kind::kFilterSet};
+  m.filters = new FilterSet(chains, &errors);
+  for (const std::string& e : errors) std::fprintf(stderr, "keel-ingress: %s (chain ignored)\n", e.c_str());
+  counters_->chains.Set(m.filters->size());
+  while (!channel_->ToLcore(m)) {
+    if (!Pause(1)) {
+      delete m.filters;
+      return;
+    }
+  }
+  published_ = chains;
+}
+
+void Control::ReportLoop() {
+  uint64_t last_flows = 0;
+  auto last = std::chrono::steady_clock::now();
+  bool failing = false;
+  while (Pause(cfg_.report_interval_ms)) {
+    Snapshot s = TakeSnapshot(*counters_);
+    auto now = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(now - last).count();
+    v1::IngressStats st;
+    st.set_ingress_id(cfg_.ingress_id);
+    st.set_packets_in(s.counters["packets_in"]);
+    st.set_new_flows(s.counters["new_flows"]);
+    st.set_new_flows_per_s(dt > 0 ? static_cast<double>(s.counters["new_flows"] - last_flows) / dt : 0);
+    st.set_buffered_packets(static_cast<uint32_t>(s.buffered));
+    st.set_buffered_max(static_cast<uint32_t>(s.buffered_max));
+    st.set_flows_installed(s.counters["flows_installed"]);
+    st.set_packets_reinjected(s.counters["packets_reinjected"]);
+    st.set_packets_normal_path(s.counters["packets_normal_path"]);
+    for (const auto& [reason, n] : s.drops) (*st.mutable_drops())[reason] = n;
+    st.set_install_p50_ms(s.InstallQuantileMs(0.5));
+    st.set_install_p99_ms(s.InstallQuantileMs(0.99));
+    last_flows = s.counters["new_flows"];
+    last = now;
+
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(kReportTimeoutMs));
+    v1::ReportIngressStatsResponse resp;
+    grpc::Status rs = gateway_->ReportIngressStats(&ctx, st, &resp);
+    /* Say so when reporting starts or stops failing, not every interval. */
+    if (rs.ok() == failing) {
+      failing = !rs.ok();
+      std::fprintf(stderr, "keel-ingress: ReportIngressStats to %s %s\n", cfg_.gateway.c_str(),
+                   failing ? ("failing: " + rs.error_message()).c_str() : "works again");
+    }
+  }
+}
+
+}  // namespace keel::ingress

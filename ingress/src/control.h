@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ingress's control side: everything that talks gRPC, off the lcore.
+ *
+ *  - keel-ing-req: sleeps on the Channel's eventfd, takes the lcore's
+ *    messages and starts the calls they need (AssignFlow, stage 2, release).
+ *  - keel-ing-cq: runs the completion queue of those asynchronous calls and
+ *    chains each setup's next step: AssignFlow -> InstallFlow(reinject_only)
+ *    -> decision to the lcore.
+ *  - keel-ing-watch: follows the gateway's chains (Control.Watch) and hands
+ *    the lcore a freshly compiled FilterSet on every change; re-watches
+ *    with backoff when the stream ends.
+ *  - keel-ing-report: ReportIngressStats every report interval.
+ */
+#ifndef KEEL_INGRESS_CONTROL_H_
+#define KEEL_INGRESS_CONTROL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "channel.h"
+#include "keel/v1/control.grpc.pb.h"
+#include "keel/v1/torctl.grpc.pb.h"
+#include "stats.h"
+
+namespace keel::ingress {
+
+struct ControlConfig {
+  std::string gateway = "127.0.0.1:50051";
+  std::string torctl = "127.0.0.1:50070";
+  std::string ingress_id = "ingress-0";
+  uint32_t idle_timeout_s = 0;
+  int assign_timeout_ms = 500;
+  int install_timeout_ms = 1000;
+  int report_interval_ms = 2000;
+};
+
+class Control {
+ public:
+  Control(const ControlConfig& cfg, Channel* channel, IngressCounters* counters);
+  ~Control();
+
+  void Start();
+  /* Cancels every call in flight and ends the threads (well within 1 s). */
+  void Stop();
+
+ private:
+  /* One asynchronous unary call in flight; its tag on the completion queue. */
+  struct Call {
+    virtual ~Call() = default;
+    virtual void Complete() = 0;
+    grpc::ClientContext ctx;
+    grpc::Status status;
+  };
+  template <class Resp>
+  struct TypedCall;
+
+  /* A flow between AssignFlow and its stage-2 install. */
+  struct Setup {
+    FlowKey key;
+    keel::v1::FlowAssignment assignment;
+  };
+
+  template <class Resp, class Prepare, class Done>
+  void Issue(int timeout_ms, Prepare prepare, Done done);
+
+  void RequestLoop();
+  void HandleLcoreMsg(const Msg& m);
+  void CompletionLoop();
+  void Assign(const Msg& m);
+  void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, const grpc::Status& st,
+                  const keel::v1::AssignFlowResponse& resp);
+  void InstallStage2(uint64_t req);
+  void Release(const FlowKey& key, const char* reason);
+  void Decide(const FlowKey& key, uint64_t req, DropReason failure);
+
+  void WatchLoop();
+  /* Reads one Watch stream to its end; true if it got as far as SYNCED. */
+  bool ReadWatch(grpc::ClientContext* ctx);
+  void Publish(const std::map<std::string, std::string>& chains);
+
+  void ReportLoop();
+  /* Sleeps |ms| unless Stop comes first; false once stopping. */
+  bool Pause(int ms);
+
+  ControlConfig cfg_;
+  Channel* channel_;
+  IngressCounters* counters_;
+  std::unique_ptr<keel::v1::Control::Stub> gateway_;
+  std::unique_ptr<keel::v1::TorControl::Stub> torctl_;
+  grpc::CompletionQueue cq_;
+
+  std::mutex mu_;  /* guards everything below */
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::set<Call*> live_;                /* calls in flight, cancelled by Stop */
+  std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
+  grpc::ClientContext* watch_ctx_ = nullptr;
+
+  std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */
+
+  std::thread req_thread_, cq_thread_, watch_thread_, report_thread_;
+};
+
+}  // namespace keel::ingress
+
+#endif  // KEEL_INGRESS_CONTROL_H_

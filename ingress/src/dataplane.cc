@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "dataplane.h"
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+namespace keel::ingress {
+
+namespace {
+
+constexpr uint16_t kBurst = 32;
+constexpr uint64_t kExpireEveryNs = 10'000'000;
+/* How long a full TX queue may hold the loop up before its packets are dropped. */
+constexpr uint64_t kTxPatienceNs = 200'000;
+/* The longest nap while a setup's decision is awaited. */
+constexpr uint32_t kHoldingSleepMaxUs = 32;
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+DataPlane::DataPlane(const DataPlaneConfig& cfg, Channel* channel, IngressCounters* counters)
+    : cfg_(cfg), channel_(channel), counters_(counters), table_(cfg.table) {
+  tx_.reserve(kBurst + cfg.table.hold_per_flow);
+}
+
+DataPlane::~DataPlane() {
+  delete filters_;
+  for (const Msg& m : backlog_) {
+    if (m.kind == Msg::Kind::kFilterSetDone) delete m.filters;
+  }
+}
+
+void DataPlane::Run(const std::atomic<bool>& stop) {
+  /* Short idle sleeps must stay short: the default 50 us timer slack would
+   * stretch every 1 us nap to 50 us. */
+  prctl(PR_SET_TIMERSLACK, 1000UL);
+  rte_mbuf* burst[kBurst];
+  while (!stop.load(std::memory_order_relaxed)) {
+    uint64_t now = NowNs();
+    bool busy = DrainControl(now);
+    uint16_t n = rte_eth_rx_burst(cfg_.port, 0, burst, kBurst);
+    if (n) {
+      counters_->packets_in.Add(n);
+      for (uint16_t i = 0; i < n; i++) HandlePacket(burst[i], now);
+      busy = true;
+    }
+    FlushTx();
+    if (now >= next_expire_) {
+      scratch_.clear();
+      table_.Expire(now, &scratch_);
+      DropAll(&scratch_, DropReason::kTimeout);
+      next_expire_ = now + kExpireEveryNs;
+    }
+    FlushBacklog();
+    if (woke_control_) channel_->WakeControl();
+    woke_control_ = false;
+    PublishGauges();
+    if (busy) {
+      idle_us_ = 0;
+    } else {
+      IdleSleep();
+    }
+  }
+  FlushTx();
+}
+
+bool DataPlane::DrainControl(uint64_t now) {
+  Msg m;
+  bool any = false;
+  while (channel_->FromControl(&m)) {
+    any = true;
+    if (m.kind == Msg::Kind::kFilterSet) {
+      SwapFilters(m.filters);
+    } else if (m.kind == Msg::Kind::kDecision) {
+      ApplyDecision(m, now);
+    }
+  }
+  return any;
+}
+
+void DataPlane::ApplyDecision(const Msg& m, uint64_t now) {
+  scratch_.clear();
+  uint64_t since = 0;
+  switch (table_.Resolve(m.key, m.req_id, m.failure, now, &scratch_, &since)) {
+    case Resolution::kReleased: {
+      counters_->flows_installed.Add(1);
+      counters_->install_latency.Observe(now - since);
+      counters_->packets_reinjected.Add(scratch_.size());
+      for (Packet p : scratch_) Send(p);
+      /* The held packets must be out before stage 2 lets the flow's later
+       * packets bypass the ingress: that is what keeps them in order. */
+      FlushTx();
+      Msg done{Msg::Kind::kReleased};
+      done.key = m.key;
+      done.req_id = m.req_id;
+      SendControl(done);
+      break;
+    }
+    case Resolution::kFailed:
+      DropAll(&scratch_, m.failure);
+      break;
+    case Resolution::kStale:
+      /* The lcore gave up first; an assignment made meanwhile must be released. */
+      if (m.failure == DropReason::kCount) {
+        Msg gone{Msg::Kind::kAbandoned};
+        gone.key = m.key;
+        gone.req_id = m.req_id;
+        SendControl(gone);
+      }
+      break;
+  }
+}
+
+void DataPlane::SwapFilters(FilterSet* next) {
+  if (filters_) {
+    Msg done{Msg::Kind::kFilterSetDone};
+    done.filters = filters_;
+    SendControl(done);
+  }
+  filters_ = next;
+}
+
+void DataPlane::SendControl(const Msg& m) {
+  /* Behind a backlog, a message waits its turn so the control thread sees them in order. */
+  if (!backlog_.empty() || !channel_->ToControl(m)) {
+    backlog_.push_back(m);
+    return;
+  }
+  woke_control_ = true;
+}
+
+void DataPlane::FlushBacklog() {
+  size_t sent = 0;
+  while (sent < backlog_.size() && channel_->ToControl(backlog_[sent])) sent++;
+  backlog_.erase(backlog_.begin(), backlog_.begin() + static_cast<long>(sent));
+  if (sent) woke_control_ = true;
+}
+
+void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
+  const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+  FlowKey key;
+  ParseResult pr = ParseFrame(frame, rte_pktmbuf_data_len(m), &key);
+  if (pr != ParseResult::kOk) return Drop(m, DropReasonOf(pr));
+
+  PacketVerdict v = table_.OnPacket(key, m, now);
+  switch (v.verdict) {
+    case Verdict::kHeld:
+      return;
+    case Verdict::kForward:
+      counters_->packets_forwarded.Add(1);
+      return Send(m);
+    case Verdict::kDrop:
+      return Drop(m, v.reason);
+    case Verdict::kUnknown:
+      break;
+  }
+  int chain = filters_ ? filters_->Match(frame, rte_pktmbuf_data_len(m), rte_pktmbuf_pkt_len(m)) : -1;
+  if (chain >= 0) return StartFlow(key, chain, m, now);
+  if (!cfg_.no_chain_forward) return Drop(m, DropReason::kNoChain);
+  counters_->packets_normal_path.Add(1);
+  Send(m);
+}
+
+void DataPlane::StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now) {
+  PacketVerdict first;
+  uint64_t req = table_.Start(key, m, now, &first);
+  if (req == 0) return Drop(m, DropReason::kFlowTableFull);
+  counters_->new_flows.Add(1);
+  if (first.verdict == Verdict::kDrop) Drop(m, first.reason);
+  Msg msg{Msg::Kind::kNewFlow};
+  msg.key = key;
+  msg.req_id = req;
+  msg.SetChain(filters_->Name(chain));
+  if (channel_->ToControl(msg)) {
+    woke_control_ = true;
+    return;
+  }
+  scratch_.clear();
+  uint64_t since;
+  table_.Resolve(key, req, DropReason::kControlBusy, now, &scratch_, &since);
+  DropAll(&scratch_, DropReason::kControlBusy);
+}
+
+void DataPlane::FlushTx() {
+  size_t sent = 0;
+  uint64_t give_up = 0;
+  while (sent < tx_.size()) {
+    uint16_t n = rte_eth_tx_burst(cfg_.port, 0, tx_.data() + sent,
+                                  static_cast<uint16_t>(std::min<size_t>(tx_.size() - sent, UINT16_MAX)));
+    sent += n;
+    if (n) continue;
+    uint64_t now = NowNs();
+    if (give_up == 0) give_up = now + kTxPatienceNs;
+    if (now >= give_up) break;
+  }
+  for (size_t i = sent; i < tx_.size(); i++) Drop(tx_[i], DropReason::kTxFull);
+  tx_.clear();
+}
+
+void DataPlane::Drop(rte_mbuf* m, DropReason why) {
+  counters_->drops[static_cast<size_t>(why)].Add(1);
+  rte_pktmbuf_free(m);
+}
+
+void DataPlane::DropAll(std::vector<Packet>* pkts, DropReason why) {
+  for (Packet p : *pkts) Drop(p, why);
+  pkts->clear();
+}
+
+void DataPlane::PublishGauges() {
+  counters_->buffered.Set(table_.held());
+  counters_->buffered_max.Set(table_.held_max());
+  counters_->flows_active.Set(table_.flows());
+}
+
+void DataPlane::IdleSleep() {
+  /* Nothing came in: nap, doubling up to the cap, so an idle ingress costs
+   * next to no CPU; the next packet or message resets it. While packets are
+   * held the naps stay short, or they would add to every install latency. */
+  uint32_t cap = table_.held() ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us) : cfg_.idle_sleep_max_us;
+  idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cap) : 1;
+  timespec d{0, static_cast<long>(idle_us_) * 1000};
+  nanosleep(&d, nullptr);
+}
+
+}  // namespace keel::ingress

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ingress's lcore loop: receive a burst, parse, look the flow up,
+ * classify new flows against the chains' filters, hold the packets of
+ * flows in setup and send them back out, in order, once the control thread
+ * says their stage-1 rule is in. It never blocks: everything that waits
+ * (gRPC) happens on the control side, reached through the Channel.
+ */
+#ifndef KEEL_INGRESS_DATAPLANE_H_
+#define KEEL_INGRESS_DATAPLANE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "channel.h"
+#include "filter_set.h"
+#include "flow_table.h"
+#include "stats.h"
+
+namespace keel::ingress {
+
+struct DataPlaneConfig {
+  uint16_t port = 0;
+  bool no_chain_forward = true;   /* --no-chain forward (else drop) */
+  uint32_t idle_sleep_max_us = 2000;
+  FlowTableConfig table;
+};
+
+class DataPlane {
+ public:
+  DataPlane(const DataPlaneConfig& cfg, Channel* channel, IngressCounters* counters);
+  ~DataPlane();
+
+  /* Runs the loop on the calling lcore until |stop| is set. */
+  void Run(const std::atomic<bool>& stop);
+
+ private:
+  bool DrainControl(uint64_t now);
+  void ApplyDecision(const Msg& m, uint64_t now);
+  void SwapFilters(FilterSet* next);
+  /* Sends |m| to the control thread, or keeps it for FlushBacklog if the
+   * ring is full (messages that must not be lost: releases, filter sets). */
+  void SendControl(const Msg& m);
+  void FlushBacklog();
+  void HandlePacket(rte_mbuf* m, uint64_t now);
+  void StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now);
+  void Send(rte_mbuf* m) { tx_.push_back(m); }
+  void FlushTx();
+  void Drop(rte_mbuf* m, DropReason why);
+  void DropAll(std::vector<Packet>* pkts, DropReason why);
+  void PublishGauges();
+  void IdleSleep();
+
+  DataPlaneConfig cfg_;
+  Channel* channel_;
+  IngressCounters* counters_;
+  FlowTable table_;
+  FilterSet* filters_ = nullptr;
+  std::vector<Msg> backlog_;         /* SendControl messages the ring had no room for yet */
+  std::vector<rte_mbuf*> tx_;
+  std::vector<Packet> scratch_;
+  bool woke_control_ = false;        /* a message went to the control thread this round */
+  uint32_t idle_us_ = 0;
+  uint64_t next_expire_ = 0;
+};
+
+}  // namespace keel::ingress
+
+#endif  // KEEL_INGRESS_DATAPLANE_H_

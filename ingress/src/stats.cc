@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "stats.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace keel::ingress {
+
+void LatencyHistogram::Observe(uint64_t ns) {
+  double s = static_cast<double>(ns) * 1e-9;
+  size_t i = 0;
+  while (i < kBoundsS.size() && s > kBoundsS[i]) i++;
+  buckets_[i].Add(1);
+  sum_ns_.Add(ns);
+}
+
+std::array<uint64_t, LatencyHistogram::kBoundsS.size() + 1> LatencyHistogram::Buckets() const {
+  std::array<uint64_t, kBoundsS.size() + 1> b{};
+  for (size_t i = 0; i < b.size(); i++) b[i] = buckets_[i].Get();
+  return b;
+}
+
+double Snapshot::InstallQuantileMs(double q) const {
+  uint64_t total = 0;
+  for (uint64_t n : install_buckets) total += n;
+  if (total == 0) return 0;
+  double want = q * static_cast<double>(total), seen = 0, lo = 0;
+  const auto& bounds = LatencyHistogram::kBoundsS;
+  for (size_t i = 0; i < install_buckets.size(); i++) {
+    double n = static_cast<double>(install_buckets[i]);
+    double hi = i < bounds.size() ? bounds[i] : bounds.back();
+    if (n > 0 && seen + n >= want) return 1e3 * (lo + (hi - lo) * (want - seen) / n);
+    seen += n;
+    lo = hi;
+  }
+  return 1e3 * bounds.back();
+}
+
+Snapshot TakeSnapshot(const IngressCounters& c) {
+  Snapshot s;
+  s.counters = {
+      {"packets_in", c.packets_in.Get()},
+      {"new_flows", c.new_flows.Get()},
+      {"flows_installed", c.flows_installed.Get()},
+      {"packets_reinjected", c.packets_reinjected.Get()},
+      {"packets_forwarded", c.packets_forwarded.Get()},
+      {"packets_normal_path", c.packets_normal_path.Get()},
+      {"stage2_installed", c.stage2_installed.Get()},
+      {"stage2_failed", c.stage2_failed.Get()},
+      {"flows_released", c.flows_released.Get()},
+      {"watch_restarts", c.watch_restarts.Get()},
+  };
+  for (size_t i = 0; i < c.drops.size(); i++) s.drops[DropReasonName(static_cast<DropReason>(i))] = c.drops[i].Get();
+  s.buffered = c.buffered.Get();
+  s.buffered_max = c.buffered_max.Get();
+  s.flows_active = c.flows_active.Get();
+  s.chains = c.chains.Get();
+  s.install_buckets = c.install_latency.Buckets();
+  s.install_sum_ns = c.install_latency.SumNs();
+  return s;
+}
+
+std::string PrometheusText(const Snapshot& s) {
+  std::string out;
+  auto line = [&](const std::string& l) { out += l + "\n"; };
+  for (const auto& [name, v] : s.counters) {
+    line("# TYPE keel_ingress_" + name + "_total counter");
+    line("keel_ingress_" + name + "_total " + std::to_string(v));
+  }
+  line("# HELP keel_ingress_drops_total Packets dropped, by reason.");
+  line("# TYPE keel_ingress_drops_total counter");
+  for (const auto& [reason, v] : s.drops) line("keel_ingress_drops_total{reason=\"" + reason + "\"} " + std::to_string(v));
+  const std::pair<const char*, uint64_t> gauges[] = {{"buffered_packets", s.buffered},
+                                                     {"buffered_packets_max", s.buffered_max},
+                                                     {"flows_in_table", s.flows_active},
+                                                     {"chains", s.chains}};
+  for (const auto& [name, v] : gauges) {
+    line(std::string("# TYPE keel_ingress_") + name + " gauge");
+    line(std::string("keel_ingress_") + name + " " + std::to_string(v));
+  }
+  line("# HELP keel_ingress_install_latency_seconds First held packet to stage-1 rule acknowledged.");
+  line("# TYPE keel_ingress_install_latency_seconds histogram");
+  uint64_t cum = 0;
+  char le[32];
+  for (size_t i = 0; i < s.install_buckets.size(); i++) {
+    cum += s.install_buckets[i];
+    if (i < LatencyHistogram::kBoundsS.size()) {
+      std::snprintf(le, sizeof(le), "%g", LatencyHistogram::kBoundsS[i]);
+    } else {
+      std::snprintf(le, sizeof(le), "+Inf");
+    }
+    line(std::string("keel_ingress_install_latency_seconds_bucket{le=\"") + le + "\"} " + std::to_string(cum));
+  }
+  char sum[48];
+  std::snprintf(sum, sizeof(sum), "%.9f", static_cast<double>(s.install_sum_ns) * 1e-9);
+  line(std::string("keel_ingress_install_latency_seconds_sum ") + sum);
+  line("keel_ingress_install_latency_seconds_count " + std::to_string(cum));
+  return out;
+}
+
+std::string StatsJson(const Snapshot& s, const std::string& ingress_id) {
+  nlohmann::json j;
+  j["ingress_id"] = ingress_id;
+  for (const auto& [name, v] : s.counters) j[name] = v;
+  j["drops"] = s.drops;
+  j["buffered_packets"] = s.buffered;
+  j["buffered_max"] = s.buffered_max;
+  j["flows_in_table"] = s.flows_active;
+  j["chains"] = s.chains;
+  j["install_p50_ms"] = s.InstallQuantileMs(0.5);
+  j["install_p99_ms"] = s.InstallQuantileMs(0.99);
+  uint64_t n = 0;
+  for (uint64_t b : s.install_buckets) n += b;
+  j["install_count"] = n;
+  j["install_mean_ms"] = n ? static_cast<double>(s.install_sum_ns) * 1e-6 / static_cast<double>(n) : 0.0;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace keel::ingress

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ingress's counters. Each has one writer (the lcore, or the control
+ * thread for the control-side ones) and any thread may read them; the
+ * reports (Prometheus text, the stats JSON, IngressStats) are built from
+ * one Snapshot so they always agree with each other.
+ */
+#ifndef KEEL_INGRESS_STATS_H_
+#define KEEL_INGRESS_STATS_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "drop_reason.h"
+#include "keel/monitor.h"
+
+namespace keel::ingress {
+
+/* Install latency (first held packet -> stage-1 rule acknowledged), in
+ * fixed buckets so the lcore records it with two relaxed stores. */
+class LatencyHistogram {
+ public:
+  static constexpr std::array<double, 14> kBoundsS = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                      0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5};
+  void Observe(uint64_t ns);
+  /* Per-bucket counts (the last is above every bound) and the sum. */
+  std::array<uint64_t, kBoundsS.size() + 1> Buckets() const;
+  uint64_t SumNs() const { return sum_ns_.Get(); }
+
+ private:
+  std::array<Counter, kBoundsS.size() + 1> buckets_;
+  Counter sum_ns_;
+};
+
+struct IngressCounters {
+  /* lcore */
+  Counter packets_in;
+  Counter new_flows;
+  Counter flows_installed;      /* setups whose held packets were released */
+  Counter packets_reinjected;   /* held packets sent after their flow's stage-1 rule */
+  Counter packets_forwarded;    /* later packets of an installed flow that still reached the ingress */
+  Counter packets_normal_path;  /* matched no chain, sent back unchanged */
+  Counter buffered;
+  Counter buffered_max;
+  Counter flows_active;
+  std::array<Counter, static_cast<size_t>(DropReason::kCount)> drops;
+  LatencyHistogram install_latency;
+  /* control thread */
+  Counter stage2_installed;
+  Counter stage2_failed;
+  Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
+  Counter chains;               /* chains in the filter set now */
+  Counter watch_restarts;
+};
+
+/* A consistent copy of the counters, with the derived figures. */
+struct Snapshot {
+  std::map<std::string, uint64_t> counters;  /* name (without _total) -> value */
+  std::map<std::string, uint64_t> drops;     /* reason -> packets */
+  uint64_t buffered = 0, buffered_max = 0, flows_active = 0, chains = 0;
+  std::array<uint64_t, LatencyHistogram::kBoundsS.size() + 1> install_buckets{};
+  uint64_t install_sum_ns = 0;
+
+  /* The |q| quantile of the install latency in ms (the bucket's upper bound,
+   * interpolated), or 0 without samples. */
+  double InstallQuantileMs(double q) const;
+};
+
+Snapshot TakeSnapshot(const IngressCounters& c);
+
+/* The snapshot in Prometheus text exposition format (keel_ingress_*). */
+std::string PrometheusText(const Snapshot& s);
+
+/* The snapshot as a JSON document (the --stats-json file). */
+std::string StatsJson(const Snapshot& s, const std::string& ingress_id);
+
+}  // namespace keel::ingress
+
+#endif  // KEEL_INGRESS_STATS_H_

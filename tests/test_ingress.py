@@ -1,0 +1,426 @@
+# SPDX-License-Identifier: Apache-2.0
+"""keel-ingress on its own: a real process on a veth pair into a network namespace of the
+test's own (DPDK net_af_packet on the host side), with small in-test gRPC servers standing
+in for the gateway (Control) and keel-torctl (TorControl). The test plays the ToR: it sends
+table-miss packets from the namespace side and reads what the ingress sends back."""
+import asyncio
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import netns
+from keelenv import BIN, ROOT
+
+sys.path.insert(0, str(ROOT / "build" / "py"))
+import grpc  # noqa: E402
+from keel.v1 import control_pb2 as cpb  # noqa: E402
+from keel.v1 import control_pb2_grpc as cgrpc  # noqa: E402
+from keel.v1 import torctl_pb2 as tpb  # noqa: E402
+from keel.v1 import torctl_pb2_grpc as tgrpc  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
+                                reason="needs root and iproute2 to make a network namespace and veths")
+
+CHAINS = {"a-udp": "udp dst portrange 5000-6999", "b-tcp": "tcp"}
+REFUSE, SLOW, TOR_FAILS = 6001, 6002, 6003     # dst ports the fakes answer badly
+ASSIGN_TIMEOUT_MS = 300
+STAGE1_DELAY_S = 0.01
+
+
+def frame(sport: int, dport: int, seq: int, proto: int = 17) -> bytes:
+    """Ethernet + IPv4 + UDP (or a bare TCP header) from 198.18.0.1:sport to 198.19.0.1:dport,
+    with seq in the payload."""
+    l4 = struct.pack("!HHHH", sport, dport, 12, 0) if proto == 17 else \
+        struct.pack("!HHIIBBHHH", sport, dport, 0, 0, 0x50, 0x02, 1024, 0, 0)
+    payload = struct.pack("!I", seq)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4) + len(payload), 0, 0, 64, proto, 0,
+                     bytes([198, 18, 0, 1]), bytes([198, 19, 0, 1]))
+    return bytes.fromhex("020000000002020000000001") + b"\x08\x00" + ip + l4 + payload
+
+
+def flow_of(fr: bytes):
+    """(sport, dport, seq) of a frame made by frame()."""
+    sport, dport = struct.unpack_from("!HH", fr, 34)
+    l4 = 8 if fr[23] == 17 else 20
+    return sport, dport, struct.unpack_from("!I", fr, 34 + l4)[0]
+
+
+# The fakes are asyncio servers: a thousand concurrent setups, each waiting on the fake
+# switch, would queue behind a thread pool and time out in the fakes rather than the ingress.
+# Each runs on its own event loop thread, so its records need no lock.
+
+class FakeGateway(cgrpc.ControlServicer):
+    """Control: Watch with CHAINS, AssignFlow answering by destination port, records calls."""
+
+    def __init__(self):
+        self.assigned, self.released, self.reports = [], [], []
+
+    async def Watch(self, request, context):
+        for name, flt in sorted(CHAINS.items()):
+            yield cpb.WatchEvent(kind=cpb.WatchEvent.CHAIN_ADDED, chain=cpb.Chain(name=name, filter=flt))
+        yield cpb.WatchEvent(kind=cpb.WatchEvent.SYNCED)
+        await asyncio.Event().wait()  # no changes: hold the stream open until cancelled
+
+    async def AssignFlow(self, request, context):
+        self.assigned.append(request)
+        if request.flow.dst_port == REFUSE:
+            return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
+        if request.flow.dst_port == SLOW:
+            await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
+        inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=100)
+        return cpb.AssignFlowResponse(assigned=True, chain=request.chain, instance=inst)
+
+    async def ReleaseFlow(self, request, context):
+        self.released.append(request)
+        return cpb.ReleaseFlowResponse(released=True)
+
+    async def ReportIngressStats(self, request, context):
+        self.reports.append(request)
+        return cpb.ReportIngressStatsResponse()
+
+
+class FakeTorctl(tgrpc.TorControlServicer):
+    """TorControl: InstallFlow answers after STAGE1_DELAY_S (stage 1) and records when it
+    acknowledged stage 1 and when stage 2 was asked, per flow (sport, dport)."""
+
+    def __init__(self):
+        self.stage1_ack, self.stage2_asked = {}, {}
+
+    async def InstallFlow(self, request, context):
+        flow = request.assignment.flow
+        key = (flow.src_port, flow.dst_port)
+        if not request.reinject_only:
+            self.stage2_asked[key] = time.time()
+            return tpb.InstallFlowResponse(cookie=2)
+        if flow.dst_port == TOR_FAILS:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "switch not connected")
+        await asyncio.sleep(STAGE1_DELAY_S)
+        self.stage1_ack[key] = time.time()
+        return tpb.InstallFlowResponse(cookie=1)
+
+
+class Server:
+    """A grpc.aio server for one servicer on 127.0.0.1, on an event loop thread of its own."""
+
+    def __init__(self, add, servicer):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start():
+            server = grpc.aio.server()
+            add(servicer, server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            return server, port
+
+        self.server, port = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
+        self.addr = f"127.0.0.1:{port}"
+
+    def stop(self):
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+
+
+class Wire:
+    """The ToR's side of the ingress port: a raw socket on the veth end inside the netns,
+    receiving (with kernel timestamps) in a thread of its own."""
+
+    def __init__(self, ns: str, iface: str):
+        made = {}
+
+        def open_in_netns():  # setns moves only this thread; the socket stays in the netns
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    made["err"] = os.strerror(ctypes.get_errno())
+                    return
+            finally:
+                os.close(fd)
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+            s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE
+            s.setsockopt(socket.SOL_SOCKET, 35, 1)         # SO_TIMESTAMPNS
+            s.bind((iface, 0))
+            s.settimeout(0.05)
+            made["sock"] = s
+
+        t = threading.Thread(target=open_in_netns)
+        t.start()
+        t.join()
+        assert "sock" in made, made.get("err")
+        self.sock = made["sock"]
+        self.got = []          # (frame, kernel receive time)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._recv, daemon=True)
+        self._thread.start()
+
+    def _recv(self):
+        while not self._stop.is_set():
+            try:
+                data, anc, _, addr = self.sock.recvmsg(2048, 64)
+            except socket.timeout:
+                continue
+            if addr[2] == socket.PACKET_OUTGOING:
+                continue
+            ts = time.time()
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == 35:
+                    sec, nsec = struct.unpack("qq", raw[:16])
+                    ts = sec + nsec * 1e-9
+            self.got.append((data, ts))
+
+    def send(self, frames):
+        for f in frames:
+            self.sock.send(f)
+
+    def wait_for(self, pred, timeout=5.0):
+        end = time.time() + timeout
+        while time.time() < end and not pred():
+            time.sleep(0.02)
+        return pred()
+
+    def take(self):
+        got, self.got = self.got, []
+        return got
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(addr: str) -> dict:
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=2).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def drops(m: dict, reason: str) -> float:
+    return m.get(f'keel_ingress_drops_total{{reason="{reason}"}}', 0)
+
+
+class Ingress:
+    """A keel-ingress process on the veth `host`, talking to the fakes."""
+
+    def __init__(self, tmp_path, host, gateway, torctl, *extra):
+        self.metrics_addr = f"127.0.0.1:{free_port()}"
+        self.stats = tmp_path / "ingress.json"
+        self.proc = subprocess.Popen(
+            [str(BIN / "keel-ingress"), "--gateway", gateway, "--torctl", torctl,
+             "--metrics", self.metrics_addr, "--stats-json", str(self.stats), "--report-interval-ms", "500",
+             "--assign-timeout-ms", str(ASSIGN_TIMEOUT_MS), "--install-timeout-ms", "1000",
+             "--retry-backoff-ms", "100", *extra, "--",
+             "-l", "0", "--no-pci", "--no-huge", "-m", "512", "--log-level=error", "--no-telemetry",
+             f"--file-prefix=keeltest{os.getpid()}ing",
+             # The ring absorbs the test's bursts while the lcore shares its core with the fakes.
+             "--vdev", f"net_af_packet0,iface={host},framecnt=8192"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        end = time.time() + 10
+        while time.time() < end:  # up, and the chains arrived
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            try:
+                if metrics(self.metrics_addr).get("keel_ingress_chains") == len(CHAINS):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        pytest.fail("keel-ingress did not load the chains within 10 s")
+
+    def metrics(self):
+        return metrics(self.metrics_addr)
+
+    def stop(self) -> float:
+        """SIGTERM; returns how long the exit took."""
+        t0 = time.time()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        return time.time() - t0
+
+
+@pytest.fixture
+def rig(tmp_path):
+    """(ingress factory, wire, gateway fake, torctl fake, gateway server); all torn down after."""
+    if not (BIN / "keel-ingress").exists():
+        pytest.fail(f"{BIN / 'keel-ingress'} is missing: run make build")
+    gw, tor = FakeGateway(), FakeTorctl()
+    gw_server = Server(cgrpc.add_ControlServicer_to_server, gw)
+    tor_server = Server(tgrpc.add_TorControlServicer_to_server, tor)
+    started = []
+    with netns.veth_into_netns("keel") as (ns, host, peer):
+        wire = Wire(ns, peer)
+
+        def start(*extra):
+            ing = Ingress(tmp_path, host, gw_server.addr, tor_server.addr, *extra)
+            started.append(ing)
+            return ing
+
+        try:
+            yield start, wire, gw, tor, gw_server
+        finally:
+            for ing in started:
+                if ing.proc.poll() is None:
+                    ing.stop()
+            wire.close()
+            gw_server.stop()
+            tor_server.stop()
+
+
+def by_flow(got):
+    flows = {}
+    for fr, ts in got:
+        sport, dport, seq = flow_of(fr)
+        flows.setdefault((sport, dport), []).append((seq, ts))
+    return flows
+
+
+def test_first_packets_of_1000_flows_come_back_in_order_after_stage1(rig):
+    start, wire, gw, tor, _ = rig
+    # The Python fakes answer ~1000 calls/s here: give a thousand simultaneous setups the
+    # time the fakes (not the ingress) need.
+    ing = start("--assign-timeout-ms", "5000", "--install-timeout-ms", "5000")
+    n_flows, per_flow = 1000, 3
+    sent = [frame(10000 + f, 5001, s) for f in range(n_flows) for s in range(per_flow)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=15), f"{len(wire.got)} {json.dumps({k: v for k, v in ing.metrics().items() if v and 'bucket' not in k})}"
+    time.sleep(0.3)  # stage 2 calls land
+    flows = by_flow(wire.take())
+    assert len(flows) == n_flows
+    for key, pkts in flows.items():
+        assert [s for s, _ in pkts] == list(range(per_flow)), key  # zero loss, in order
+        # Re-injected only after the stage-1 ack, and stage 2 asked only after the release.
+        assert min(ts for _, ts in pkts) >= tor.stage1_ack[key], key
+        assert tor.stage2_asked[key] >= max(ts for _, ts in pkts), key
+    m = ing.metrics()
+    assert m["keel_ingress_new_flows_total"] == n_flows
+    assert m["keel_ingress_flows_installed_total"] == n_flows
+    assert m["keel_ingress_packets_reinjected_total"] == len(sent)
+    assert m["keel_ingress_install_latency_seconds_count"] == n_flows
+    assert {r.chain for r in gw.assigned} == {"a-udp"}
+    assert all(r.ingress_id == "ingress-0" for r in gw.assigned)
+
+    # A later packet of an installed flow that still reaches the ingress goes straight out.
+    wire.send([frame(10000, 5001, 3)])
+    assert wire.wait_for(lambda: len(wire.got) == 1)
+    assert ing.metrics()["keel_ingress_packets_forwarded_total"] == 1
+    assert wire.wait_for(lambda: gw.reports and gw.reports[-1].flows_installed == n_flows, timeout=3)
+    assert ing.stop() < 1.0
+    st = json.loads(ing.stats.read_text())
+    assert st["flows_installed"] == n_flows and st["install_p99_ms"] > 0
+
+
+def test_no_chain_forward_drop_and_malformed(rig):
+    start, wire, gw, tor, _ = rig
+    normal = [frame(20000 + i, 53, i) for i in range(5)]
+    # No fragment here: net_af_packet's socket asks the kernel to reassemble fragments
+    # (PACKET_FANOUT_FLAG_DEFRAG), so a lone one never reaches the ingress (the unit tests
+    # cover the parser's fragment drop).
+    malformed = {
+        "truncated": frame(1, 5001, 0)[:30],
+        "bad_ihl": (lambda f: f[:14] + b"\x44" + f[15:])(frame(1, 5001, 0)),
+        "not_ipv4": frame(1, 5001, 0)[:12] + b"\x86\xdd" + frame(1, 5001, 0)[14:],
+        "unknown_ethertype": frame(1, 5001, 0)[:12] + b"\x88\xb5" + frame(1, 5001, 0)[14:],
+    }
+    ing = start("--no-chain", "forward")
+    wire.send(normal + list(malformed.values()))
+    assert wire.wait_for(lambda: len(wire.got) >= len(normal))
+    time.sleep(0.2)
+    assert [fr for fr, _ in wire.take()] == normal  # unchanged, and nothing malformed came back
+    m = ing.metrics()
+    assert m["keel_ingress_packets_normal_path_total"] == len(normal)
+    for reason in malformed:
+        assert drops(m, reason) == 1, json.dumps({k: v for k, v in m.items() if v and "bucket" not in k})
+    assert ing.proc.poll() is None and not gw.assigned
+    ing.stop()
+
+    ing = start("--no-chain", "drop")
+    wire.send(normal)
+    time.sleep(0.5)
+    assert wire.take() == []
+    assert drops(ing.metrics(), "no_chain") == len(normal)
+
+
+def test_failed_setups_drop_and_count_while_other_flows_are_served(rig):
+    start, wire, gw, tor, gw_server = rig
+    ing = start()
+    bad = [frame(30000, REFUSE, s) for s in range(3)] + [frame(30001, SLOW, s) for s in range(3)] + \
+          [frame(30002, TOR_FAILS, s) for s in range(3)]
+    good = [frame(31000 + f, 5001, s) for f in range(50) for s in range(3)]
+    t0 = time.time()
+    wire.send(bad + good)
+    assert wire.wait_for(lambda: len(wire.got) >= len(good))
+    assert {flow_of(fr)[1] for fr, _ in wire.got} == {5001}
+    # Every failed setup's held packets are dropped within its bounded time.
+    m = None
+
+    def counted():
+        nonlocal m
+        m = ing.metrics()
+        return drops(m, "assign_failed") == 3 and drops(m, "timeout") == 3 and drops(m, "install_failed") == 3
+
+    assert wire.wait_for(counted, timeout=3), m
+    assert time.time() - t0 < 3
+    assert m["keel_ingress_buffered_packets"] == 0
+    # Only the flow that had been assigned is released.
+    assert wire.wait_for(lambda: len(gw.released) >= 1)
+    assert [(r.flow.dst_port, r.reason) for r in gw.released] == [(TOR_FAILS, "install_failed")]
+
+    # During the backoff the flow's packets are dropped; after it, a retry gets its own setup.
+    wire.take()
+    asks = sum(1 for r in gw.assigned if r.flow.dst_port == REFUSE)
+    time.sleep(0.15)
+    wire.send([frame(30000, REFUSE, 9)])
+    assert wire.wait_for(lambda: sum(1 for r in gw.assigned if r.flow.dst_port == REFUSE) == asks + 1)
+
+    # The gateway goes away: new flows fail fast and are counted; the ingress stays up.
+    gw_server.stop()
+    before = drops(ing.metrics(), "assign_failed") + drops(ing.metrics(), "timeout")
+    wire.send([frame(32000, 5001, s) for s in range(2)])
+    assert wire.wait_for(lambda: drops(ing.metrics(), "assign_failed") + drops(ing.metrics(), "timeout")
+                         == before + 2, timeout=3)
+    assert ing.proc.poll() is None
+
+
+def test_hold_buffer_overflow_is_counted_without_stalling_others(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--hold-per-flow", "16", "--hold-max", "40")
+    big = [frame(40000, 5001, s) for s in range(30)]        # 16 held, 14 buffer_full
+    others = [frame(41000 + f, 5001, s) for f in range(8) for s in range(3)]  # 24 more: 16 + 24 = 40
+    wire.send(big + others)
+    assert wire.wait_for(lambda: len(wire.got) >= 16 + len(others))
+    flows = by_flow(wire.take())
+    assert [s for s, _ in flows[(40000, 5001)]] == list(range(16))
+    for f in range(8):
+        assert [s for s, _ in flows[(41000 + f, 5001)]] == [0, 1, 2]
+    m = ing.metrics()
+    assert drops(m, "buffer_full") == 14
+    assert m["keel_ingress_buffered_packets_max"] == 40
