@@ -96,6 +96,8 @@ class Controller:
         switch.on_connect = self.switch_connected
         switch.on_flow_removed = self.flow_removed
         switch.on_port_change = self.reconcile
+        # Counted when scraped: counting on every install made installs O(flows).
+        metrics.flows.set_function(self.flow_count)
 
     # ----- names -----
 
@@ -215,7 +217,6 @@ class Controller:
         with self._lock:
             self._installed = installed
             self._flows = flows
-            self._update_gauge()
         LOG.info("read back %d rules and %d flows from the switch", len(installed), len(flows))
 
     def _assignment(self, c: int, match: dict[str, Any], outputs: list[int],
@@ -303,7 +304,6 @@ class Controller:
             self._installed = {k for k in self._installed if cookie_tag(k[2]) != tag
                                or cookie_kind(k[2]) == KIND_BASE}
             self._flows = {t: f for t, f in self._flows.items() if cookie_tag(f.cookie) != tag}
-            self._update_gauge()
 
     def _delete_instance(self, tag: int, vlan: int) -> None:
         full = 2**64 - 1
@@ -313,10 +313,6 @@ class Controller:
         with self._lock:
             self._installed = {k for k in self._installed if k[2] not in cookies}
             self._flows = {t: f for t, f in self._flows.items() if f.cookie not in cookies}
-            self._update_gauge()
-
-    def _update_gauge(self) -> None:
-        self.metrics.flows.set(sum(1 for f in self._flows.values() if f.stage2))
 
     # ----- flows -----
 
@@ -355,14 +351,12 @@ class Controller:
             f.stage2 |= not reinject_only
             f.idle_timeout, f.cookie = idle, rule.cookie
             self.installs += 1
-            self._update_gauge()
         return rule.cookie
 
     def remove(self, flow: FiveTuple) -> bool:
         """Delete a flow's rules (both stages); False if torctl had none."""
         with self._lock:
             known = self._flows.pop(flow, None) is not None
-            self._update_gauge()
         m = flow.match()
         ingress = self.switch.port(self.opts.ingress_port)
         self.switch.commit(lambda dp: [ofp.delete_strict(dp, STEER_TABLE, PRIO_FLOW, m),
@@ -392,7 +386,6 @@ class Controller:
         flow = FiveTuple.from_match(ofp.match_fields(msg.match))
         with self._lock:
             f = self._flows.pop(flow, None)
-            self._update_gauge()
             subs = list(self._subscribers)
         if f is not None:
             a = f.assignment
