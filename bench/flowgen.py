@@ -118,6 +118,7 @@ def recv(a) -> dict:
     s.bind((a.iface, 0))
     s.settimeout(0.2)
     flows: dict[int, list[int]] = {}  # flow id -> [received, last seq, reordered, duplicates]
+    order: dict[int, list[int]] = {}  # flow id -> sequence numbers in arrival order
     seen: set[tuple[int, int]] = set()
     other = 0
     end = time.monotonic() + a.duration
@@ -138,12 +139,13 @@ def recv(a) -> dict:
             other += 1
             continue
         last = time.monotonic()
-        fid, seq = struct.unpack_from("!II", pkt, i + 4)
+        fid, seq, sent_ns = struct.unpack_from("!IIQ", pkt, i + 4)
         st = flows.setdefault(fid, [0, -1, 0, 0])
         if (fid, seq) in seen:
             st[3] += 1
             continue
         seen.add((fid, seq))
+        order.setdefault(fid, []).append((seq, round((time.monotonic_ns() - sent_ns) / 1e6, 2)))
         st[0] += 1
         if seq < st[1]:
             st[2] += 1
@@ -151,7 +153,8 @@ def recv(a) -> dict:
     s.close()
     return {"packets": sum(f[0] for f in flows.values()), "flows": len(flows),
             "reordered": sum(f[2] for f in flows.values()), "duplicates": sum(f[3] for f in flows.values()),
-            "other_packets": other, "per_flow": {str(k): v[0] for k, v in sorted(flows.items())}}
+            "other_packets": other, "per_flow": {str(k): v[0] for k, v in sorted(flows.items())},
+            "reordered_flows": {str(k): order[k] for k, v in sorted(flows.items()) if v[2]}}
 
 
 def main(argv=None) -> int:

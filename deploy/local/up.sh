@@ -17,7 +17,7 @@
 #                    and the worker's NIC bridge (keel-tor-local)
 #   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653; gRPC 127.0.0.1:50070,
 #                    /metrics on 127.0.0.1:9102
-#   keel-ingress     new flows from the ToR on keel-ing (AF_XDP); /metrics on 127.0.0.1:9103
+#   keel-ingress     new flows from the ToR on keel-ing (AF_PACKET); /metrics on 127.0.0.1:9103
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -260,7 +260,7 @@ veth keel-ting keel-ing
 for port in keel-tsrc keel-tsink keel-ting keel-tor-local; do vsctl --may-exist add-port keel-tor $port; done
 say "  ToR: bridge keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing, worker local)"
 
-torctl_ok() { listener "$PID" 127.0.0.1:50070 && curl -fsS -m 2 http://127.0.0.1:9102/metrics | grep -qx 'keel_torctl_switch_connected 1'; }
+torctl_ok() { listener "$PID" 127.0.0.1:50070 && curl -fsS -m 2 http://127.0.0.1:9102/metrics | grep -Eqx 'keel_torctl_switch_connected 1(\.0)?'; }
 alive keel-torctl > /dev/null || for addr in 127.0.0.1:6653 127.0.0.1:50070 127.0.0.1:9102; do port_free $addr; done
 part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:50070 --ofp-listen 127.0.0.1:6653 \
   --gateway 127.0.0.1:50051 --ingress-port keel-ting --egress-port keel-tsink --metrics 127.0.0.1:9102
@@ -269,7 +269,7 @@ ingress_ok() { http_ok http://127.0.0.1:9103/metrics; }
 alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
 part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
-  --log-level=error --file-prefix keel-ingress --vdev net_af_xdp0,iface=keel-ing
+  --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
 password=$RUN/secrets/basic-auth-password
 await "" 10 test -s "$password"

@@ -109,6 +109,9 @@ template <class Resp, class Prepare, class Done>
 void Control::Issue(int timeout_ms, Prepare prepare, Done done) {
   auto* call = new TypedCall<Resp>;
   call->ctx.set_deadline(In(timeout_ms));
+  /* A channel between reconnect attempts (the gateway or torctl restarted a
+   * moment ago) would fail the call at once; the flow can wait its deadline. */
+  call->ctx.set_wait_for_ready(true);
   call->done = std::move(done);
   {
     std::lock_guard<std::mutex> lk(mu_);

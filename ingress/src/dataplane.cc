@@ -222,9 +222,12 @@ void DataPlane::PublishGauges() {
 
 void DataPlane::IdleSleep() {
   /* Nothing came in: nap, doubling up to the cap, so an idle ingress costs
-   * next to no CPU; the next packet or message resets it. While packets are
-   * held the naps stay short, or they would add to every install latency. */
-  uint32_t cap = table_.held() ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us) : cfg_.idle_sleep_max_us;
+   * next to no CPU; the next packet or message resets it. While flows are
+   * being set up the naps stay short: held packets would wait longer for
+   * their install, and a packet of a flow whose stage-2 rule is on its way
+   * could be overtaken by the next one, which takes the rule. */
+  uint32_t cap = table_.held() || table_.flows() ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us)
+                                                 : cfg_.idle_sleep_max_us;
   idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cap) : 1;
   timespec d{0, static_cast<long>(idle_us_) * 1000};
   nanosleep(&d, nullptr);

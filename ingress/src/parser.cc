@@ -70,6 +70,11 @@ ParseResult ParseFrame(const uint8_t* frame, size_t len, FlowKey* key) {
   if (ip[0] >> 4 != 4) return ParseResult::kNotIpv4;
   size_t ihl = size_t{ip[0] & 0x0fu} * 4;
   if (ihl < 20 || ihl > avail) return ParseResult::kBadIhl;
+  /* The datagram's own length: shorter than its header is malformed, longer
+   * than what arrived was cut short (Ethernet padding may follow it). */
+  size_t total = Be16(ip + 2);
+  if (total < ihl) return ParseResult::kBadIhl;
+  if (total > avail) return ParseResult::kTruncated;
   uint16_t frag = Be16(ip + 6);
   /* More-fragments set, or a non-zero offset: part of a fragmented datagram. */
   if (frag & 0x3fff) return ParseResult::kFragment;
@@ -79,7 +84,7 @@ ParseResult ParseFrame(const uint8_t* frame, size_t len, FlowKey* key) {
   key->dst_ip = Be32(ip + 16);
   key->src_port = key->dst_port = 0;
   if (size_t l4 = L4HeaderLen(key->proto)) {
-    if (avail < ihl + l4) return ParseResult::kTruncated;
+    if (total < ihl + l4) return ParseResult::kTruncated;
     key->src_port = Be16(ip + ihl);
     key->dst_port = Be16(ip + ihl + 2);
   }

@@ -70,6 +70,19 @@ TEST(Parser, IhlBelowFiveOrPastTheFrame) {
   EXPECT_EQ(Parse(f), ParseResult::kBadIhl);
 }
 
+TEST(Parser, TotalLengthMustCoverTheHeadersAndFitTheFrame) {
+  auto f = UdpFrame(1);
+  f[16] = f[17] = 0; /* total length 0 */
+  EXPECT_EQ(Parse(f), ParseResult::kBadIhl);
+  f[17] = 24; /* the IPv4 header and half a UDP header */
+  EXPECT_EQ(Parse(f), ParseResult::kTruncated);
+  f[16] = 0x05; /* 1280 bytes in a 58-byte frame */
+  EXPECT_EQ(Parse(f), ParseResult::kTruncated);
+  auto padded = UdpFrame(1);
+  padded.resize(padded.size() + 6, 0); /* Ethernet padding after the datagram */
+  EXPECT_EQ(Parse(padded), ParseResult::kOk);
+}
+
 TEST(Parser, IpOptionsMoveThePorts) {
   auto f = Ipv4Frame(17, 1111, 2222);
   f[14] = 0x46;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -155,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     server.stop(1)
-    return 0
+    LOG.info("keel-torctl: stopped (the switch keeps its rules)")
+    logging.shutdown()
+    # os-ken's threads are not daemons and have no way to stop; the process ends here.
+    os._exit(0)
 
 
 if __name__ == "__main__":

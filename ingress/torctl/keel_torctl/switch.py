@@ -33,16 +33,24 @@ class SwitchError(RuntimeError):
 
 
 class _Waiter:
-    """One outstanding request: set when its (last) reply or an error arrives."""
+    """One outstanding request: set when its (last) reply or an error arrives. on_finish runs
+    once, in the thread that finishes it (never blocking: os-ken's handlers finish waiters)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.replies: list[Any] = []
         self.error: Exception | None = None
+        self.on_finish: Callable[[], None] | None = None
+        self._once = threading.Lock()
 
     def finish(self, error: Exception | None = None) -> None:
-        self.error = self.error or error
-        self.event.set()
+        with self._once:
+            if self.event.is_set():
+                return
+            self.error = self.error or error
+            self.event.set()
+        if self.on_finish:
+            self.on_finish()
 
     def wait(self, timeout: float) -> list[Any]:
         if not self.event.wait(timeout):
@@ -69,6 +77,8 @@ def _port_name(port: Any) -> str:
 class Switch:
     """The one switch torctl controls (its datapath while connected)."""
 
+    MAX_IN_FLIGHT = 4  # batches sent whose barrier reply has not come yet
+
     def __init__(self, metrics: Metrics, timeout_s: float = 5.0):
         self.metrics = metrics
         self.timeout_s = timeout_s
@@ -78,10 +88,13 @@ class Switch:
         self._waiters: dict[int, _Waiter] = {}
         self._errors: dict[int, str] = {}
         self._pending: list[_Commit] = []
+        self._in_flight = threading.Semaphore(self.MAX_IN_FLIGHT)
+        self._deadlines: dict[int, float] = {}  # barrier xid -> when to give up on it
         self.on_connect: Callable[[], None] = lambda: None
         self.on_flow_removed: Callable[[Any], None] = lambda msg: None
         self.on_port_change: Callable[[], None] = lambda: None
         threading.Thread(target=self._commit_loop, name="torctl-commit", daemon=True).start()
+        threading.Thread(target=self._reap_loop, name="torctl-reaper", daemon=True).start()
 
     # ----- called from os-ken's event handlers (never block) -----
 
@@ -100,6 +113,7 @@ class Switch:
                 return
             self._dp = None
             waiters, self._waiters = self._waiters, {}
+            self._deadlines.clear()
         LOG.warning("switch %016x disconnected", dp.id)
         self.metrics.connected(False)
         for w in waiters.values():
@@ -116,6 +130,7 @@ class Switch:
                 if msg.flags & ofp.OFPMPF_REPLY_MORE:
                     return
             del self._waiters[msg.xid]
+            self._deadlines.pop(msg.xid, None)
         w.finish()
 
     def error(self, msg: Any) -> None:
@@ -181,6 +196,10 @@ class Switch:
 
     def _commit_loop(self) -> None:
         while True:
+            # At most MAX_IN_FLIGHT batches wait for their barrier: the switch reads the next
+            # batch while it still works on the last one, so a slow barrier (OVS revalidating
+            # its datapath flows after a table change) does not idle the connection.
+            self._in_flight.acquire()
             with self._lock:
                 while not self._pending:
                     self._pending_cv.wait()
@@ -188,6 +207,8 @@ class Switch:
             self._commit_batch(batch)
 
     def _commit_batch(self, batch: list[_Commit]) -> None:
+        """Sends the batch's flow-mods and a barrier; the barrier's reply (or the connection's
+        end) answers every caller of the batch and frees its in-flight slot."""
         start = time.monotonic()
         barrier = _Waiter()
         with self._lock:
@@ -195,6 +216,7 @@ class Switch:
             if dp is None:
                 for c in batch:
                     c.waiter.finish(Unavailable("the switch is not connected"))
+                self._in_flight.release()
                 return
             live = []
             for c in batch:
@@ -210,16 +232,33 @@ class Switch:
                 live.append(c)
             b = msgs.barrier(dp)
             dp.set_xid(b)
+            barrier.on_finish = lambda: self._batch_done(live, barrier, start)
             self._waiters[b.xid] = barrier
+            self._deadlines[b.xid] = start + self.timeout_s
             dp.send_msg(b)
-        try:
-            barrier.wait(self.timeout_s)
-        except Unavailable as e:
+
+    def _reap_loop(self) -> None:
+        """Fails batches whose barrier reply is overdue (a switch that stopped answering)."""
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self._lock:
+                overdue = [x for x, t in self._deadlines.items() if t < now]
+                waiters = [self._waiters.pop(x, None) for x in overdue]
+                for x in overdue:
+                    del self._deadlines[x]
+            for w in waiters:
+                if w is not None:
+                    w.finish(Unavailable(f"the switch did not answer within {self.timeout_s:.1f} s"))
+
+    def _batch_done(self, live: list[_Commit], barrier: _Waiter, start: float) -> None:
+        self._in_flight.release()
+        if barrier.error:
             for c in live:
-                c.waiter.finish(e)
+                c.waiter.finish(barrier.error)
             return
         self.metrics.batch(len(live), time.monotonic() - start)
         with self._lock:
-            for c in live:
-                errs = [self._errors.pop(x) for x in c.xids if x in self._errors]
-                c.waiter.finish(SwitchError("; ".join(errs)) if errs else None)
+            errors = [[self._errors.pop(x) for x in c.xids if x in self._errors] for c in live]
+        for c, errs in zip(live, errors):
+            c.waiter.finish(SwitchError("; ".join(errs)) if errs else None)
