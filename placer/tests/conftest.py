@@ -12,7 +12,7 @@ from keel_placer.catalog import load_profiles
 from keel_placer.pattern import Problem
 from keel_placer.service import pb_grpc, start
 from keel_placer.spec import parse_spec
-from keel_placer.topology import load_topology, topology_from_dict
+from keel_placer.topology import load_topology
 
 # Tests must not pick up a bench/results/nf_profile.json measured on some machine.
 os.environ["KEEL_NF_PROFILE"] = "none"
@@ -35,18 +35,6 @@ def stub():
     finally:
         channel.close()
         server.stop(grace=None)
-
-
-def one_server(cores: int = 16, ghz: float = 1.7, gbps: float = 40, stages: int = 12,
-               kind: str = "pisa", smartnic: dict | None = None):
-    return topology_from_dict({
-        "switch": {"kind": kind, "stages": stages, "ports_gbps": 100},
-        "servers": [{"name": "s1", "cores": cores, "ghz": ghz,
-                     "nics": [{"gbps": gbps, "smartnic": smartnic}]}]})
-
-
-def problem(text: str, topo=None, profiles: str | None = None) -> Problem:
-    return Problem(parse_spec(text), topo or one_server(), load_profiles(profiles))
 
 
 @pytest.fixture

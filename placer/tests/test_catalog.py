@@ -17,7 +17,7 @@ from keel_placer.algos import run
 from keel_placer.service import pb
 from keel_placer.spec import parse_spec
 
-from conftest import one_server
+from placer_env import one_server
 
 ROOT = Path(__file__).resolve().parents[2]
 TTLGUARD = {"name": "ttlguard", "help": "drops IPv4 packets whose TTL is below min_ttl", "cycles": 300,

@@ -15,7 +15,7 @@ from keel_placer.pattern import Problem
 from keel_placer.spec import parse_spec
 from keel_placer.topology import load_topology
 
-from conftest import one_server, problem
+from placer_env import one_server, problem
 
 ROOT = Path(__file__).resolve().parents[2]
 
