@@ -244,7 +244,8 @@ TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {
   redisContext* c = redisConnect("127.0.0.1", port);
   ASSERT_TRUE(c && !c->err);
   long long stored = 0;
-  for (int i = 0; i < 300 && stored < 1000; i++) {
+  /* Up to 15 s: a loaded CI machine (ctest -j) may take seconds to replay them. */
+  for (int i = 0; i < 1500 && stored < 1000; i++) {
     std::this_thread::sleep_for(milliseconds(10));
     auto* r = static_cast<redisReply*>(redisCommand(c, "HLEN keel:state:t:c:0-nat"));
     stored = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
