@@ -260,7 +260,13 @@ veth keel-ting keel-ing
 for port in keel-tsrc keel-tsink keel-ting keel-tor-local; do vsctl --may-exist add-port keel-tor $port; done
 say "  ToR: bridge keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing, worker local)"
 
-torctl_ok() { listener "$PID" 127.0.0.1:50070 && curl -fsS -m 2 http://127.0.0.1:9102/metrics | grep -Eqx 'keel_torctl_switch_connected 1(\.0)?'; }
+# torctl is ready when the switch is connected and it knows the gateway's chains (a flow of a
+# chain it has not seen yet would be refused).
+torctl_ok() {
+  local m
+  listener "$PID" 127.0.0.1:50070 && m=$(curl -fsS -m 2 http://127.0.0.1:9102/metrics) &&
+    grep -Eqx 'keel_torctl_switch_connected 1(\.0)?' <<< "$m" && grep -Eqx 'keel_torctl_gateway_synced 1(\.0)?' <<< "$m"
+}
 alive keel-torctl > /dev/null || for addr in 127.0.0.1:6653 127.0.0.1:50070 127.0.0.1:9102; do port_free $addr; done
 part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:50070 --ofp-listen 127.0.0.1:6653 \
   --gateway 127.0.0.1:50051 --ingress-port keel-ting --egress-port keel-tsink --metrics 127.0.0.1:9102

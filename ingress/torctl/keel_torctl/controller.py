@@ -172,6 +172,7 @@ class Controller:
             gone_chains = [c for c in self._chains if c not in self._seen]
             gone_insts = [i for i in self._instances if "instance:" + i not in self._seen]
             self._synced = True
+        self.metrics.gateway_synced.set(1)
         for i in gone_insts:
             self.instance_removed(i)
         for c in gone_chains:

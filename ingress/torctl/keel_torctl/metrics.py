@@ -29,6 +29,9 @@ class Metrics:
                                     ["reason"], registry=r)
         self.switch_connected = Gauge("keel_torctl_switch_connected", "1 while the switch is connected",
                                       registry=r)
+        self.gateway_synced = Gauge("keel_torctl_gateway_synced",
+                                    "1 once the gateway's chains and instances are known (its Watch snapshot)",
+                                    registry=r)
         self.reconnects = Counter("keel_torctl_reconnects", "switch connections after the first", registry=r)
 
     def connected(self, up: bool) -> None:
