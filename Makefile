@@ -70,8 +70,8 @@ build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
 	mkdir -p $(BUILD)/py
-	$(PY) placer/build_proto.py
-	$(PY) ingress/torctl/build_proto.py
+	$(PY) proto/genpy.py placer/keel_placer/gen placer
+	$(PY) proto/genpy.py ingress/torctl/keel_torctl/gen control torctl
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
 	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto proto/keel/v1/torctl.proto
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)

@@ -21,7 +21,7 @@ try:
     from .gen.keel.v1 import placer_pb2 as pb
     from .gen.keel.v1 import placer_pb2_grpc as pb_grpc
 except ImportError as e:  # pragma: no cover - only without `make build`
-    raise ImportError("gRPC stubs missing: run `make build` (placer/build_proto.py)") from e
+    raise ImportError("gRPC stubs missing: run `make build` (proto/genpy.py)") from e
 
 
 def _errors(e: SpecError) -> list:
