@@ -18,8 +18,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
+
+import promtext
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "run"
@@ -40,14 +41,7 @@ def faas(*args):
 
 
 def scrape() -> dict[str, float]:
-    with urllib.request.urlopen(METRICS, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+    return promtext.scrape(METRICS)
 
 
 def quantile(q: float, before: dict, after: dict, name: str) -> float:

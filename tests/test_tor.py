@@ -16,11 +16,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
 from keelenv import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import promtext  # noqa: E402 - bench/promtext.py, shared with bench/flow_setup.py
 from keelstack import (RUN, SKIP_REASON, all_ready, control_stub, describe, faas, instances, pid_of, running_stack,
                        sh, wait_for)
 
@@ -48,16 +50,9 @@ def control(stack):
         yield c
 
 
-def metrics(url=INGRESS_METRICS) -> dict[str, float]:
-    """Prometheus text as {'name{labels}': value}."""
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
+def metrics() -> dict[str, float]:
+    """The ingress's Prometheus metrics as {'name{labels}': value}."""
+    return promtext.scrape(INGRESS_METRICS)
 
 
 def drops(m: dict, reason: str) -> float:
