@@ -291,11 +291,17 @@ func (s *Server) IngressStats() map[string]*pb.IngressStats {
 }
 
 // FollowTor releases the flows whose ToR rules expire, as keel-torctl reports them, until ctx
-// ends; it watches again (after 0.5 s, backing off to 5 s) whenever the stream breaks.
+// ends; it watches again (after 0.5 s, backing off to 5 s while attempts keep failing fast)
+// whenever the stream breaks.
 func (s *Server) FollowTor(ctx context.Context, tor pb.TorControlClient, logf func(string, ...any)) {
-	backoff := 500 * time.Millisecond
+	const first, most = 500 * time.Millisecond, 5 * time.Second
+	backoff := first
 	for ctx.Err() == nil {
+		start := time.Now()
 		err := s.followTorOnce(ctx, tor)
+		if time.Since(start) > most {
+			backoff = first // the stream lived: this break is news, not a torctl that stays down
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -305,7 +311,7 @@ func (s *Server) FollowTor(ctx context.Context, tor pb.TorControlClient, logf fu
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, most)
 	}
 }
 
