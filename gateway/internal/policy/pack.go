@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package policy
+
+import (
+	"math"
+	"sort"
+)
+
+// Move takes an attached sgroup from one core of its worker to another. coopsched detaches
+// it at a turn boundary and attaches it on the new core; packets wait in its NIC queue
+// meanwhile, so none is lost.
+type Move struct {
+	Instance string
+	Worker   string
+	From, To int32
+}
+
+type packItem struct {
+	id        string
+	core      int32
+	load, thr float64
+}
+
+// Repack places light sgroups together (best-fit decreasing, as Galleon's controller packs
+// cores) and splits shared cores that grew past their lowest threshold. Per worker:
+//  1. a shared core whose load reached the lowest threshold of its sgroups sheds its
+//     lightest sgroups to the best-fitting other core (an empty one if none fits);
+//  2. if best-fit decreasing over all sgroups, with room PackFrac × the lowest threshold
+//     per core, needs fewer cores than are in use, the sgroups move to that packing,
+//     matched to the cores they are on so that as few as possible move.
+//
+// Instances without flows are left where they are (Reclaim gives their core back).
+func (cfg Config) Repack(v *View) []Move {
+	if !cfg.Pack {
+		return nil
+	}
+	byWorker := map[string][]packItem{}
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if !in.Attached || in.Core < 0 || in.Flows == 0 {
+			continue
+		}
+		byWorker[in.Worker] = append(byWorker[in.Worker], packItem{id: in.ID, core: in.Core,
+			load: v.Load(in), thr: v.Chains[in.Chain].Threshold})
+	}
+	var out []Move
+	for _, w := range v.Workers {
+		items := byWorker[w.Name]
+		if len(items) == 0 {
+			continue
+		}
+		busy := map[int32]bool{}
+		for i := range v.Instances {
+			in := &v.Instances[i]
+			if in.Worker == w.Name && in.Attached && in.Core >= 0 {
+				busy[in.Core] = true
+			}
+		}
+		out = append(out, cfg.packWorker(w, items, busy)...)
+	}
+	return out
+}
+
+type bin struct {
+	core      int32
+	load, thr float64
+	ids       []int
+}
+
+func (b *bin) fits(it packItem, frac float64) bool {
+	return b.load+it.load <= frac*math.Min(b.thr, it.thr)
+}
+
+func (b *bin) add(i int, it packItem) {
+	b.ids = append(b.ids, i)
+	b.load += it.load
+	b.thr = math.Min(b.thr, it.thr)
+}
+
+func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []Move {
+	sort.Slice(items, func(i, j int) bool {
+		if items[i].load != items[j].load {
+			return items[i].load > items[j].load
+		}
+		return items[i].id < items[j].id
+	})
+	// Current use of each core.
+	cur := map[int32]*bin{}
+	for i, it := range items {
+		b := cur[it.core]
+		if b == nil {
+			b = &bin{core: it.core, thr: math.Inf(1)}
+			cur[it.core] = b
+		}
+		b.add(i, it)
+	}
+	// Best-fit decreasing into bins with room PackFrac × the lowest threshold.
+	var bins []*bin
+	for i, it := range items {
+		var best *bin
+		for _, b := range bins {
+			if b.fits(it, cfg.PackFrac) && (best == nil || b.load > best.load) {
+				best = b
+			}
+		}
+		if best == nil {
+			best = &bin{core: -1, thr: math.Inf(1)}
+			bins = append(bins, best)
+		}
+		best.add(i, it)
+	}
+	var moves []Move
+	if len(bins) < len(cur) {
+		// Give each bin the core that already holds most of its load.
+		taken := map[int32]bool{}
+		sort.Slice(bins, func(i, j int) bool { return bins[i].load > bins[j].load })
+		for _, b := range bins {
+			share := map[int32]float64{}
+			for _, i := range b.ids {
+				share[items[i].core] += items[i].load + 1e-9
+			}
+			bestCore, bestShare := int32(-1), -1.0
+			for c, s := range share {
+				if !taken[c] && (s > bestShare || (s == bestShare && c < bestCore)) {
+					bestCore, bestShare = c, s
+				}
+			}
+			if bestCore < 0 {
+				for _, c := range w.Cores {
+					if !taken[c] && (!busy[c] || cur[c] != nil) {
+						bestCore = c
+						break
+					}
+				}
+			}
+			if bestCore < 0 {
+				return nil // cannot happen: fewer bins than cores in use
+			}
+			taken[bestCore] = true
+			b.core = bestCore
+		}
+		for _, b := range bins {
+			for _, i := range b.ids {
+				if items[i].core != b.core {
+					moves = append(moves, Move{items[i].id, w.Name, items[i].core, b.core})
+				}
+			}
+		}
+		sort.Slice(moves, func(i, j int) bool { return moves[i].Instance < moves[j].Instance })
+		return moves
+	}
+	// Split shared cores that reached their lowest threshold.
+	cores := make([]int32, 0, len(cur))
+	for c := range cur {
+		cores = append(cores, c)
+	}
+	sort.Slice(cores, func(i, j int) bool { return cores[i] < cores[j] })
+	for _, c := range cores {
+		b := cur[c]
+		for len(b.ids) > 1 && b.load >= b.thr {
+			light := b.ids[len(b.ids)-1] // items are sorted by decreasing load
+			it := items[light]
+			var to *bin
+			for _, oc := range cores {
+				o := cur[oc]
+				if o != b && o.fits(it, cfg.PackFrac) && (to == nil || o.load > to.load) {
+					to = o
+				}
+			}
+			if to == nil {
+				for _, fc := range w.Cores {
+					if !busy[fc] && cur[fc] == nil {
+						to = &bin{core: fc, thr: math.Inf(1)}
+						cur[fc] = to
+						busy[fc] = true
+						break
+					}
+				}
+			}
+			if to == nil {
+				break // no room anywhere: the sgroups stay overloaded and take no new flows
+			}
+			b.ids = b.ids[:len(b.ids)-1]
+			b.load -= it.load
+			b.thr = math.Inf(1)
+			for _, i := range b.ids {
+				b.thr = math.Min(b.thr, items[i].thr)
+			}
+			to.add(light, it)
+			moves = append(moves, Move{it.id, w.Name, c, to.core})
+		}
+	}
+	return moves
+}

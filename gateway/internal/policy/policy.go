@@ -1,0 +1,444 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package policy is keel's controller: which instance a new flow goes to, when an instance
+// is overloaded, how many idle instances each chain keeps, when an instance gives its core
+// back, which sgroups share a core and at what batch each runs (Galleon §4.3, §5). It does no
+// I/O: the inputs are a View of chains, instances and workers, the outputs are decisions.
+// keel-gateway applies them to Redis and the agents; keel-sim applies them to simulated
+// workers. Both call the same functions.
+package policy
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Config is one controller policy. Keel() is keel's; Metron() is the baseline of Galleon
+// §7.2.2; the ablations change one field.
+type Config struct {
+	Name string
+	// SLOThresholds: each chain's overload threshold is the highest profiled per-core load
+	// whose p99 meets its SLO (Galleon §5.2). Otherwise every chain uses FixedThreshold.
+	SLOThresholds  bool
+	FixedThreshold float64
+	// ClearFrac: an overloaded instance takes new flows again once its load is below
+	// ClearFrac × its threshold (hysteresis against flapping).
+	ClearFrac float64
+	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate.
+	QueueHigh int
+	// PoolLow and PoolHigh keep each chain's idle (pooled, detached) instances within
+	// [PoolLow, PoolHigh] (Listing 1's scale-out and scale-in thresholds).
+	PoolLow, PoolHigh int
+	// Pack lets light sgroups share a core while their loads sum to at most PackFrac × the
+	// lowest threshold among them; a shared core above the lowest threshold is split again.
+	Pack     bool
+	PackFrac float64
+	// AdaptiveBatch picks bursts per turn by Galleon eqs. 1–3 with handoff share 1−BatchP;
+	// otherwise every instance runs at FixedBatch.
+	AdaptiveBatch bool
+	BatchP        float64
+	FixedBatch    int
+	MaxBatch      int
+	// Isolation: chains run as isolated processes (copy into the chain buffer, handoffs);
+	// false runs each chain to completion in one thread, as Metron does.
+	Isolation bool
+	// ReclaimAfter: an attached instance whose flows have all ended gives its core back
+	// after this long without a new flow.
+	ReclaimAfter time.Duration
+}
+
+// Keel is keel's policy: SLO thresholds, packing, adaptive batch, isolation.
+func Keel() Config {
+	return Config{Name: "keel", SLOThresholds: true, FixedThreshold: 0.9, ClearFrac: 0.9, QueueHigh: 256,
+		PoolLow: 1, PoolHigh: 3, Pack: true, PackFrac: 0.8, AdaptiveBatch: true, BatchP: 0.95,
+		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second}
+}
+
+// Metron is the baseline of Galleon §7.2.2: chains run to completion without isolation,
+// each core loaded up to the chain's max rate, scale-out only on queue build-up or loss,
+// no SLO awareness.
+func Metron() Config {
+	c := Keel()
+	c.Name, c.SLOThresholds, c.FixedThreshold = "metron", false, 1.0
+	c.AdaptiveBatch, c.FixedBatch, c.Isolation = false, 1, false
+	return c
+}
+
+// Chain is what the policy knows of one chain.
+type Chain struct {
+	Name      string
+	SLOus     float64 // p99 bound, 0: none
+	MaxPps    float64 // one core's rate for the chain: load 1.0
+	Threshold float64 // per-core load at which its instances stop taking new flows
+}
+
+// Instance is one chain instance (an sgroup) as the controller sees it.
+type Instance struct {
+	ID, Chain, Worker string
+	Attached          bool
+	Core              int32 // -1 when detached
+	Ready             bool  // the agent reports it running (a pooled instance can attach without a cold start)
+	Flows             int   // flows assigned now
+	FlowsAtStats      int   // flows assigned when RatePps was measured
+	RatePps           float64
+	QueueLen          int
+	NewDrops          uint64 // drops in the latest stats interval
+	Overloaded        bool
+	Batch             int
+	IdleSince         time.Time // attached and without flows since then (zero: it has flows)
+}
+
+// Worker is a worker and the cores coopsched manages on it.
+type Worker struct {
+	Name  string
+	Cores []int32
+}
+
+// View is the state a decision reads. Instances of workers that are not in Workers are
+// ignored (the worker is gone).
+type View struct {
+	Chains    map[string]Chain
+	Instances []Instance
+	Workers   []Worker
+	Now       time.Time
+}
+
+// ThresholdFor is the overload threshold of a chain with the given profile and SLO.
+func (cfg Config) ThresholdFor(p *Profile, sloUs float64) float64 {
+	if !cfg.SLOThresholds || p == nil {
+		return cfg.FixedThreshold
+	}
+	return p.Threshold(sloUs)
+}
+
+// BatchFor is the bursts per turn an instance of a chain with this cost runs at; fill is the
+// mean packets per burst seen (the burst size when unknown).
+func (cfg Config) BatchFor(c Cost, fill float64) int {
+	if !cfg.AdaptiveBatch {
+		return max(1, cfg.FixedBatch)
+	}
+	return c.Batch(cfg.BatchP, fill, max(1, cfg.MaxBatch))
+}
+
+// perFlowPps estimates one flow's packet rate in a chain from the instances that report a
+// rate with flows.
+func perFlowPps(v *View, chain string) float64 {
+	rate, flows := 0.0, 0
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if in.Chain == chain && in.Attached && in.FlowsAtStats > 0 {
+			rate += in.RatePps
+			flows += in.FlowsAtStats
+		}
+	}
+	if flows == 0 {
+		return 0
+	}
+	return rate / float64(flows)
+}
+
+// EstRate is an instance's packet rate now: the measured rate scaled to the flows assigned
+// since it was measured (stats lag behind a burst of new flows), or per flow of the chain's
+// average when it had no flows then.
+func EstRate(in *Instance, perFlow float64) float64 {
+	if in.FlowsAtStats > 0 {
+		return in.RatePps * float64(in.Flows) / float64(in.FlowsAtStats)
+	}
+	return math.Max(in.RatePps, perFlow*float64(in.Flows))
+}
+
+// Load is an instance's estimated load: its rate as a fraction of one core's rate for its
+// chain.
+func (v *View) Load(in *Instance) float64 {
+	ch, ok := v.Chains[in.Chain]
+	if !ok || ch.MaxPps <= 0 {
+		return 0
+	}
+	return EstRate(in, perFlowPps(v, in.Chain)) / ch.MaxPps
+}
+
+type coreKey struct {
+	worker string
+	core   int32
+}
+
+// coreUse is the load on each attached core and the lowest threshold among its sgroups.
+type coreUse struct {
+	load, minThr float64
+	members      int
+}
+
+func (v *View) workerUp() map[string]*Worker {
+	up := map[string]*Worker{}
+	for i := range v.Workers {
+		up[v.Workers[i].Name] = &v.Workers[i]
+	}
+	return up
+}
+
+func (v *View) cores() map[coreKey]*coreUse {
+	use := map[coreKey]*coreUse{}
+	up := v.workerUp()
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if !in.Attached || in.Core < 0 || up[in.Worker] == nil {
+			continue
+		}
+		k := coreKey{in.Worker, in.Core}
+		u := use[k]
+		if u == nil {
+			u = &coreUse{minThr: math.Inf(1)}
+			use[k] = u
+		}
+		u.load += v.Load(in)
+		u.minThr = math.Min(u.minThr, v.Chains[in.Chain].Threshold)
+		u.members++
+	}
+	return use
+}
+
+// Assignment is where a new flow goes.
+type Assignment struct {
+	Instance string // "" when the flow cannot be served (Reason says why)
+	Attach   bool   // the instance leaves the pool: attach it on Core
+	Core     int32
+	Reason   string
+}
+
+// Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
+// attached instance of its chain that is not overloaded and stays under its threshold with
+// one more flow; else an idle ready instance from the pool is attached, on the least loaded
+// worker, to the core PickCore chooses. Ties go to more flows, then the lower ID.
+func (cfg Config) Assign(v *View, chain string) Assignment {
+	ch, ok := v.Chains[chain]
+	if !ok {
+		return Assignment{Reason: "chain " + chain + " is not deployed"}
+	}
+	up := v.workerUp()
+	perFlow := perFlowPps(v, chain)
+	var best *Instance
+	bestLoad := 0.0
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if in.Chain != chain || !in.Attached || in.Overloaded || up[in.Worker] == nil {
+			continue
+		}
+		load := v.Load(in)
+		if ch.MaxPps > 0 && load+perFlow/ch.MaxPps > ch.Threshold && in.Flows > 0 {
+			continue // one more flow would take it over its threshold
+		}
+		if best == nil || load > bestLoad || (load == bestLoad && (in.Flows > best.Flows ||
+			(in.Flows == best.Flows && in.ID < best.ID))) {
+			best, bestLoad = in, load
+		}
+	}
+	if best != nil {
+		return Assignment{Instance: best.ID, Core: best.Core}
+	}
+	// pick_idle_chain_from_lowest_load_worker
+	wload := v.workerLoads()
+	var idle *Instance
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if in.Chain != chain || in.Attached || !in.Ready || up[in.Worker] == nil {
+			continue
+		}
+		if v.freeCore(cfg, up[in.Worker]) < 0 {
+			continue
+		}
+		if idle == nil || wload[in.Worker] < wload[idle.Worker] ||
+			(wload[in.Worker] == wload[idle.Worker] && in.ID < idle.ID) {
+			idle = in
+		}
+	}
+	if idle == nil {
+		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
+			chain, ch.Threshold)}
+	}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker])}
+}
+
+// workerLoads is each worker's attached load per managed core.
+func (v *View) workerLoads() map[string]float64 {
+	out := map[string]float64{}
+	for k, u := range v.cores() {
+		out[k.worker] += u.load
+	}
+	for _, w := range v.Workers {
+		if len(w.Cores) > 0 {
+			out[w.Name] /= float64(len(w.Cores))
+		}
+	}
+	return out
+}
+
+// freeCore is the core a newly attached instance gets on worker w (Listing 1's
+// pick_idle_core): the lowest core no sgroup uses; with packing, when every core is in use,
+// the least loaded core whose load is under PackFrac × its lowest threshold; -1 if none.
+func (v *View) freeCore(cfg Config, w *Worker) int32 {
+	use := v.cores()
+	best, bestLoad := int32(-1), math.Inf(1)
+	for _, c := range w.Cores {
+		u := use[coreKey{w.Name, c}]
+		if u == nil {
+			return c
+		}
+		if cfg.Pack && u.load < cfg.PackFrac*u.minThr && u.load < bestLoad {
+			best, bestLoad = c, u.load
+		}
+	}
+	return best
+}
+
+// PickCore is freeCore for callers outside the package: the core worker gets for a newly
+// attached instance, -1 if it has none.
+func (cfg Config) PickCore(v *View, worker string) int32 {
+	w := v.workerUp()[worker]
+	if w == nil {
+		return -1
+	}
+	return v.freeCore(cfg, w)
+}
+
+// Change is a new overload mark for an instance and why.
+type Change struct {
+	Instance   string
+	Overloaded bool
+	Reason     string
+}
+
+// Overload recomputes every attached instance's overload mark (Galleon §5.1–5.2): an
+// instance is overloaded when its load reaches its chain's threshold, its NIC queue reaches
+// QueueHigh, it dropped packets, or the core it shares has reached the lowest threshold of
+// its sgroups. It takes new flows again only once all of these are below ClearFrac of their
+// limits. It returns the marks that change.
+func (cfg Config) Overload(v *View) []Change {
+	use := v.cores()
+	var out []Change
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if !in.Attached {
+			if in.Overloaded {
+				out = append(out, Change{in.ID, false, "detached"})
+			}
+			continue
+		}
+		thr := v.Chains[in.Chain].Threshold
+		load := v.Load(in)
+		u := use[coreKey{in.Worker, in.Core}]
+		var why string
+		switch {
+		case load >= thr:
+			why = fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
+		case in.QueueLen >= cfg.QueueHigh:
+			why = fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
+		case in.NewDrops > 0:
+			why = fmt.Sprintf("%d packets dropped", in.NewDrops)
+		case u != nil && u.members > 1 && u.load >= u.minThr:
+			why = fmt.Sprintf("shared core %d load %.2f ≥ %.2f", in.Core, u.load, u.minThr)
+		}
+		if why != "" {
+			if !in.Overloaded {
+				out = append(out, Change{in.ID, true, why})
+			}
+			continue
+		}
+		if !in.Overloaded {
+			continue
+		}
+		f := cfg.ClearFrac
+		calm := load < f*thr && float64(in.QueueLen) < f*float64(cfg.QueueHigh) &&
+			(u == nil || u.members < 2 || u.load < f*u.minThr)
+		if calm {
+			out = append(out, Change{in.ID, false, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
+		}
+	}
+	return out
+}
+
+// Reclaim returns the attached instances that give their core back (Galleon §5.3,
+// Listing 1's detach): no flow for ReclaimAfter.
+func (cfg Config) Reclaim(v *View) []string {
+	var out []string
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
+			out = append(out, in.ID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PoolChange resizes a chain's pool of idle instances.
+type PoolChange struct {
+	Create []string // one worker per instance to pre-deploy
+	Remove []string // idle instances to remove
+}
+
+// Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
+// PoolHigh] (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
+// workers, and the idle ones with the highest IDs go first.
+func (cfg Config) Pool(v *View, chain string) PoolChange {
+	up := v.workerUp()
+	var idle []string
+	count := map[string]int{}
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if up[in.Worker] == nil {
+			continue
+		}
+		count[in.Worker]++
+		if in.Chain == chain && !in.Attached {
+			idle = append(idle, in.ID)
+		}
+	}
+	var pc PoolChange
+	if len(v.Workers) == 0 {
+		return pc
+	}
+	wload := v.workerLoads()
+	for n := len(idle); n < cfg.PoolLow; n++ {
+		var pick string
+		for _, w := range v.Workers {
+			if pick == "" || wload[w.Name] < wload[pick] || (wload[w.Name] == wload[pick] && count[w.Name] < count[pick]) {
+				pick = w.Name
+			}
+		}
+		count[pick]++
+		pc.Create = append(pc.Create, pick)
+	}
+	if len(idle) > cfg.PoolHigh {
+		sort.Slice(idle, func(i, j int) bool { return idLess(idle[j], idle[i]) })
+		pc.Remove = idle[:len(idle)-cfg.PoolHigh]
+	}
+	return pc
+}
+
+// idLess orders CHAIN/N ids by chain, then N as a number.
+func idLess(a, b string) bool {
+	ca, na := splitID(a)
+	cb, nb := splitID(b)
+	if ca != cb {
+		return ca < cb
+	}
+	return na < nb
+}
+
+func splitID(id string) (string, int) {
+	for i := len(id) - 1; i >= 0; i-- {
+		if id[i] == '/' {
+			n := 0
+			for _, r := range id[i+1:] {
+				if r < '0' || r > '9' {
+					return id, 0
+				}
+				n = n*10 + int(r-'0')
+			}
+			return id[:i], n
+		}
+	}
+	return id, 0
+}
