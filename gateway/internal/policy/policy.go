@@ -72,6 +72,9 @@ type Chain struct {
 	SLOus     float64 // p99 bound, 0: none
 	MaxPps    float64 // one core's rate for the chain: load 1.0
 	Threshold float64 // per-core load at which its instances stop taking new flows
+	// MaxFlows caps the flows of one instance (0: no cap): OpenFaaS's capacity target
+	// (com.openfaas.scale.target with com.openfaas.scale.type=capacity).
+	MaxFlows int
 }
 
 // Instance is one chain instance (an sgroup) as the controller sees it.
@@ -223,6 +226,9 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 	for i := range v.Instances {
 		in := &v.Instances[i]
 		if in.Chain != chain || !in.Attached || in.Overloaded || up[in.Worker] == nil {
+			continue
+		}
+		if ch.MaxFlows > 0 && in.Flows >= ch.MaxFlows {
 			continue
 		}
 		load := v.Load(in)

@@ -66,6 +66,13 @@ type Instance struct {
 	Phase      string  `json:"phase,omitempty"`    // the agent's report: starting | ready | failed | removing
 	Reason     string  `json:"reason,omitempty"`   // why it failed
 	Restarts   uint64  `json:"restarts,omitempty"` // rebuilds after failures, as the agent counts them
+	// The controller's bookkeeping (gateway/internal/policy).
+	RatePps      float64   `json:"rate_pps,omitempty"`       // packets/s, as the agent last reported
+	FlowsAtStats uint32    `json:"flows_at_stats,omitempty"` // flows assigned when RatePps was measured
+	NFCycles     []float64 `json:"nf_cycles,omitempty"`      // measured cycles per packet of each NF, in chain order
+	IdleSince    time.Time `json:"idle_since,omitzero"`      // attached and without flows since then
+	Load         float64   `json:"load,omitempty"`           // estimated fraction of a core, at the last decision
+	Why          string    `json:"why,omitempty"`            // the controller's last decision about it, for describe
 }
 
 // Instance states.
