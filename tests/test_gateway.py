@@ -225,22 +225,28 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
         again = stub.AssignFlow(pb.AssignFlowRequest(flow=http, chain="chain2"))
         assert again.instance.id == a.instance.id and again.instance.flows == 1
         assert a.instance.core == 1  # the worker's managed core
-        # the only instance reports overload: no instance is left for a new flow until one is pooled;
-        # what the agent reports never changes what the gateway decided (state, core)
+        # the controller keeps one idle instance ready (--pool 1): attaching chain2/0 pre-deploys chain2/1
+        seen = []
+        for e in watch:
+            seen.append((e.kind, e.instance.id, e.instance.state))
+            if e.instance.id == "chain2/1":
+                break
+        assert seen[0][0] == pb.WatchEvent.WORKER_REGISTERED
+        assert (pb.WatchEvent.INSTANCE_CHANGED, "chain2/0", "attached") in seen and seen[-1][2] == "pooled"
+        # the attached instance reports a NIC queue over its threshold: it is overloaded, and the
+        # next flow attaches the idle one; what the agent reports never changes what the gateway
+        # decided (state, core)
         stats = [pb.InstanceStats(worker="local", instance="chain2/0", rate_gbps=0.05, packets=1000, drops=3,
                                   p99_us=42, queue_len=100, flows=1, attached=False, core=-1, phase="ready")]
         assert stub.StreamStats(iter(stats)).received == 1
         http2 = pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.2.9", src_port=4001, dst_port=80, proto=6)
-        assert not stub.AssignFlow(pb.AssignFlowRequest(flow=http2)).assigned
-        assert api(gateway, "POST", "/system/scale-function/chain2", {"serviceName": "chain2", "replicas": 2})[0] == 202
         b = stub.AssignFlow(pb.AssignFlowRequest(flow=http2))
         assert b.assigned and b.instance.id == "chain2/1" and b.instance.vlan != a.instance.vlan
-        kinds = []
-        for e in watch:  # worker registered, flow a, stats, pool grown, flow b
-            kinds.append(e.kind)
-            if e.instance.id == "chain2/1" and e.instance.state == "attached":
+        assert b.instance.state == "attached" and b.instance.core == 1  # shares the only managed core
+        for e in watch:  # and the pool is refilled again
+            if e.instance.id == "chain2/2":
+                assert e.instance.state == "pooled"
                 break
-        assert kinds[0] == pb.WatchEvent.WORKER_REGISTERED and len(kinds) == 5
         watch.cancel()
         live = {(f.flow.dst_ip, f.flow.src_port, f.chain, f.instance) for f in stub.ListFlows(pb.ListFlowsRequest()).flows}
         assert live == {("198.18.2.9", 4000, "chain2", "chain2/0"), ("198.18.2.9", 4001, "chain2", "chain2/1"),

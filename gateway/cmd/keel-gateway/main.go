@@ -26,6 +26,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -37,7 +38,8 @@ import (
 type options struct {
 	listen, grpcListen, redis, placer, torctl, secrets, topology, docker, algo, keelNF, cpuset string
 	noAuth                                                                                     bool
-	pool                                                                                       int
+	pool, poolMax                                                                              int
+	scalePeriod                                                                                time.Duration
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -70,7 +72,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
 	fs.StringVar(&o.keelNF, "keel-nf", defaultKeelNF(), "keel-nf binary: the NF catalogue (--list --json) and NF configuration checks (--check)")
-	fs.IntVar(&o.pool, "pool", 1, "pooled instances per chain on deploy")
+	fs.IntVar(&o.pool, "pool", 1, "idle (pre-deployed, detached) instances each chain keeps ready, so that a new\n"+
+		"instance never waits for a cold start (Galleon Listing 1's scale-out threshold)")
+	fs.IntVar(&o.poolMax, "pool-max", 2, "idle instances a chain keeps at most; detached ones beyond are removed (scale-in threshold)")
+	fs.DurationVar(&o.scalePeriod, "scale-period", time.Second, "how often the controller reclaims idle cores, resizes pools, packs cores and sets batches")
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
 		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
 	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
@@ -80,8 +85,11 @@ func parseFlags(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if o.pool < 0 {
-		return nil, fmt.Errorf("--pool must be >= 0")
+	if o.pool < 0 || o.poolMax < o.pool {
+		return nil, fmt.Errorf("--pool must be >= 0 and --pool-max >= --pool (got %d, %d)", o.pool, o.poolMax)
+	}
+	if o.scalePeriod <= 0 {
+		return nil, fmt.Errorf("--scale-period must be positive")
 	}
 	return o, nil
 }
@@ -177,8 +185,11 @@ func run(o *options) error {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
 	gs := grpc.NewServer()
-	cs := &control.Server{Store: st, Provider: p, Hub: hub}
+	pol := policy.Keel()
+	pol.PoolLow, pol.PoolHigh = o.pool, o.poolMax
+	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Logf: log.Printf}
 	pb.RegisterControlServer(gs, cs)
+	go cs.Run(ctx, o.scalePeriod)
 	if o.torctl != "" {
 		tc, err := grpc.NewClient(o.torctl, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

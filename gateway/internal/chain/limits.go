@@ -23,6 +23,11 @@ func (c *Chain) ApplyDeployment(fd *types.FunctionDeployment) error {
 		c.Tenant = DefaultTenant
 	}
 	c.MemoryBytes, c.CPUs = 0, 0
+	if fd.Labels != nil {
+		if _, err := ScaleTarget(*fd.Labels); err != nil {
+			return err
+		}
+	}
 	if fd.Limits == nil {
 		return nil
 	}
@@ -79,4 +84,27 @@ func ParseCPU(s string) (float64, error) {
 		v /= 1000
 	}
 	return v, nil
+}
+
+// OpenFaaS's scaling labels, honoured for chains: the capacity target is flows per instance.
+const (
+	LabelScaleType   = "com.openfaas.scale.type"
+	LabelScaleTarget = "com.openfaas.scale.target"
+)
+
+// ScaleTarget reads a chain's flows-per-instance cap from OpenFaaS's scaling labels
+// (com.openfaas.scale.type=capacity, com.openfaas.scale.target=N); 0 when not set.
+func ScaleTarget(labels map[string]string) (int, error) {
+	target, ok := labels[LabelScaleTarget]
+	if !ok {
+		return 0, nil
+	}
+	if t := labels[LabelScaleType]; t != "capacity" {
+		return 0, invalid("labels."+LabelScaleType, "%q: a chain scales by flows per instance; set %s=capacity with %s", t, LabelScaleType, LabelScaleTarget)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(target))
+	if err != nil || n < 1 {
+		return 0, invalid("labels."+LabelScaleTarget, "%q: expected a positive number of flows per instance", target)
+	}
+	return n, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -24,23 +25,23 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Overload thresholds of an instance (Galleon §4: NIC queue length and rate); the controller
-// issue refines them.
-const (
-	QueueHigh    = 64  // packets waiting in the VF's queue
-	RateHighFrac = 0.9 // of the chain's placed rate
-)
-
-// Server implements pb.ControlServer over the store.
+// Server implements pb.ControlServer over the store, and runs the controller's policy
+// (gateway/internal/policy) on every flow, stats event and pass of Run.
 type Server struct {
 	pb.UnimplementedControlServer
 	Store    *store.Store
 	Provider *provider.Provider
 	Hub      *events.Hub
+	Policy   policy.Config
+	Modeler  Modeler
+	Logf     func(format string, args ...any) // one line per scale decision; nil: quiet
 
-	mu      sync.Mutex // serialises read-modify-write of instances and flows
-	filters sync.Map   // filter expression -> *pcapfilter.Filter
-	ingress sync.Map   // ingress id -> latest *pb.IngressStats
+	mu       sync.Mutex // serialises read-modify-write of instances and flows
+	filters  sync.Map   // filter expression -> *pcapfilter.Filter
+	ingress  sync.Map   // ingress id -> latest *pb.IngressStats
+	models   sync.Map   // chain name + spec -> *Model
+	kickOnce sync.Once
+	kicks    chan struct{}
 }
 
 func (s *Server) filter(expr string) (*pcapfilter.Filter, error) {
@@ -166,28 +167,41 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		}
 		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
 	}
-	in := Pick(insts)
-	if in == nil {
-		return &pb.AssignFlowResponse{Chain: c.Name, Reason: "chain " + c.Name + " has no instance with spare capacity and no pooled instance"}, nil
+	st, err := s.state(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	attach := in.State != store.Attached
-	if attach {
-		core, err := s.pickCore(ctx, in.Worker)
-		if err != nil {
-			return &pb.AssignFlowResponse{Chain: c.Name, Reason: err.Error()}, nil
+	a := s.Policy.Assign(st.view, c.Name)
+	in := st.insts[a.Instance]
+	if in == nil {
+		return &pb.AssignFlowResponse{Chain: c.Name, Reason: a.Reason}, nil
+	}
+	if a.Attach {
+		in.State, in.Core, in.Overloaded = store.Attached, a.Core, false
+		in.RatePps, in.FlowsAtStats = 0, 0
+		if m := st.models[c.Name]; m != nil {
+			in.Batch = s.batchFor(m, in)
 		}
-		in.State, in.Core = store.Attached, core
+		in.Why = fmt.Sprintf("attached on core %d: no attached instance was under its threshold", a.Core)
+		if a.ColdStart {
+			in.Why += " (cold start: no idle instance was ready)"
+		}
 	}
 	in.Flows++
+	in.IdleSince = time.Time{}
+	in.Threshold = st.view.Chains[c.Name].Threshold
 	rec.Instance, rec.VLAN, rec.Worker = in.ID, in.VLAN, in.Worker
 	if err := s.Store.PutFlow(ctx, rec, in); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)
-	if attach {
+	if a.Attach {
 		// Watchers (agents, torctl) act on state and core, not on every flow's count: at
 		// thousands of new flows a second those events would only bury the ones that matter.
 		s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
+		s.logf("scale-out: chain %s instance %s attached on worker %s core %d, batch %d (no attached instance under threshold %.2f)",
+			c.Name, in.ID, in.Worker, in.Core, in.Batch, st.view.Chains[c.Name].Threshold)
+		s.kick()
 	}
 	s.Provider.UpdateChainMetrics(ctx, c.Name)
 	return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: pi}, nil
@@ -227,6 +241,9 @@ func (s *Server) release(ctx context.Context, key string) (bool, error) {
 		}
 		if in != nil && in.Flows > 0 {
 			in.Flows--
+			if in.Flows == 0 && in.State == store.Attached {
+				in.IdleSince = time.Now()
+			}
 		}
 	}
 	if err := s.Store.DeleteFlow(ctx, rec, in); err != nil {
@@ -335,61 +352,6 @@ func (s *Server) followTorOnce(ctx context.Context, tor pb.TorControlClient) err
 	}
 }
 
-// pickCore chooses the core an instance of worker leaves the pool for (Galleon §5.3).
-func (s *Server) pickCore(ctx context.Context, worker string) (int32, error) {
-	workers, err := s.Store.Workers(ctx)
-	if err != nil {
-		return -1, err
-	}
-	w := workers[worker]
-	if w == nil || len(w.CoreIDs) == 0 {
-		return -1, fmt.Errorf("worker %s has not registered any managed core (is keel-agent running?)", worker)
-	}
-	mine, err := s.workerInstances(ctx, worker)
-	if err != nil {
-		return -1, err
-	}
-	return PickCore(w.CoreIDs, mine), nil
-}
-
-// PickCore returns the managed core with the fewest attached instances (the lowest on a
-// tie); the controller issue replaces it with core packing against the SLO thresholds.
-func PickCore(coreIDs []uint32, insts []*store.Instance) int32 {
-	load := map[int32]int{}
-	for _, in := range insts {
-		if in.State == store.Attached {
-			load[in.Core]++
-		}
-	}
-	best := int32(-1)
-	for _, c := range coreIDs {
-		if best < 0 || load[int32(c)] < load[best] || (load[int32(c)] == load[best] && int32(c) < best) {
-			best = int32(c)
-		}
-	}
-	return best
-}
-
-// Pick is Galleon's Listing 1: among attached instances that are not overloaded the most
-// loaded one (rate, then flows), else the first pooled (idle) one, else nil.
-func Pick(insts []*store.Instance) *store.Instance {
-	var best, idle *store.Instance
-	for _, in := range insts {
-		switch {
-		case in.State == store.Attached && !in.Overloaded:
-			if best == nil || in.RateGbps > best.RateGbps || (in.RateGbps == best.RateGbps && in.Flows > best.Flows) {
-				best = in
-			}
-		case in.State == store.Pooled && idle == nil:
-			idle = in
-		}
-	}
-	if best != nil {
-		return best
-	}
-	return idle
-}
-
 // RegisterWorker records a worker, gives its VF ports to its instances that have none, and
 // returns the instances it should run.
 func (s *Server) RegisterWorker(ctx context.Context, req *pb.RegisterWorkerRequest) (*pb.RegisterWorkerResponse, error) {
@@ -489,7 +451,7 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 		return status.Errorf(codes.InvalidArgument, "instance: %q is not CHAIN/N", st.Instance)
 	}
 	chainName := st.Instance[:i]
-	f, err := s.Store.Get(ctx, chainName)
+	_, err := s.Store.Get(ctx, chainName)
 	if errors.Is(err, store.ErrNotFound) {
 		return status.Errorf(codes.NotFound, "instance %s: no chain %s", st.Instance, chainName)
 	}
@@ -515,12 +477,38 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	in.RateGbps, in.P99us, in.QueueLen = st.RateGbps, st.P99Us, st.QueueLen
 	in.Packets, in.Drops = st.Packets, st.Drops
 	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
-	placed := f.Chain.Placement.RateGbps
-	in.Overloaded = st.QueueLen >= QueueHigh || (placed > 0 && st.RateGbps >= RateHighFrac*placed)
+	in.RatePps, in.FlowsAtStats = st.RatePps, in.Flows
+	if len(st.Nfs) > 0 {
+		in.NFCycles = in.NFCycles[:0]
+		for _, nf := range st.Nfs {
+			in.NFCycles = append(in.NFCycles, nf.CyclesPerPacket)
+		}
+	}
 	if err := s.Store.PutInstance(ctx, in); err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+	// Overload marks follow the stats events (Galleon §5.1), for every instance: a shared
+	// core's load changes its other sgroups' marks too.
+	state, err := s.state(ctx)
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if cur := state.insts[in.ID]; cur != nil {
+		for i := range state.view.Instances {
+			if state.view.Instances[i].ID == in.ID {
+				cur.Load = state.view.Load(&state.view.Instances[i])
+				cur.Threshold = state.view.Chains[cur.Chain].Threshold
+			}
+		}
+		if err := s.Store.PutInstance(ctx, cur); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		in = cur
+	}
+	if err := s.overload(ctx, state); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	s.publish(in)
 	s.Provider.UpdateChainMetrics(ctx, chainName)
 	return nil
 }

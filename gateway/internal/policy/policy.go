@@ -51,7 +51,7 @@ type Config struct {
 
 // Keel is keel's policy: SLO thresholds, packing, adaptive batch, isolation.
 func Keel() Config {
-	return Config{Name: "keel", SLOThresholds: true, FixedThreshold: 0.9, ClearFrac: 0.9, QueueHigh: 256,
+	return Config{Name: "keel", SLOThresholds: true, FixedThreshold: 0.9, ClearFrac: 0.9, QueueHigh: 64,
 		PoolLow: 1, PoolHigh: 3, Pack: true, PackFrac: 0.8, AdaptiveBatch: true, BatchP: 0.95,
 		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second}
 }
@@ -207,13 +207,17 @@ type Assignment struct {
 	Instance string // "" when the flow cannot be served (Reason says why)
 	Attach   bool   // the instance leaves the pool: attach it on Core
 	Core     int32
-	Reason   string
+	// ColdStart: no idle instance was ready, so the flow waits for a starting one (the pool
+	// was too small for the arrival of new instances).
+	ColdStart bool
+	Reason    string
 }
 
 // Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
 // attached instance of its chain that is not overloaded and stays under its threshold with
-// one more flow; else an idle ready instance from the pool is attached, on the least loaded
-// worker, to the core PickCore chooses. Ties go to more flows, then the lower ID.
+// one more flow; else an idle instance from the pool is attached (a ready one before one
+// that is still starting), on the least loaded worker, to the core PickCore chooses. Ties
+// go to more flows, then the lower ID.
 func (cfg Config) Assign(v *View, chain string) Assignment {
 	ch, ok := v.Chains[chain]
 	if !ok {
@@ -248,14 +252,15 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 	var idle *Instance
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain != chain || in.Attached || !in.Ready || up[in.Worker] == nil {
+		if in.Chain != chain || in.Attached || up[in.Worker] == nil {
 			continue
 		}
 		if v.freeCore(cfg, up[in.Worker]) < 0 {
 			continue
 		}
-		if idle == nil || wload[in.Worker] < wload[idle.Worker] ||
-			(wload[in.Worker] == wload[idle.Worker] && in.ID < idle.ID) {
+		// A ready instance first; then the least loaded worker; then the lower ID.
+		if idle == nil || (in.Ready && !idle.Ready) || (in.Ready == idle.Ready && (wload[in.Worker] < wload[idle.Worker] ||
+			(wload[in.Worker] == wload[idle.Worker] && idLess(in.ID, idle.ID)))) {
 			idle = in
 		}
 	}
@@ -263,7 +268,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
 			chain, ch.Threshold)}
 	}
-	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker])}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker]), ColdStart: !idle.Ready}
 }
 
 // workerLoads is each worker's attached load per managed core.

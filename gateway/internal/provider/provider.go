@@ -266,30 +266,12 @@ func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) err
 	if err != nil {
 		return err
 	}
-	next := 0
-	for _, in := range insts {
-		if k := instanceNumber(in.ID); k >= next {
-			next = k + 1
-		}
-	}
 	for len(insts) < n {
-		vlan, err := p.Store.AllocVLAN(ctx)
+		in, err := p.newInstance(ctx, f, "")
 		if err != nil {
 			return err
 		}
-		sg := c.Placement.Subgroups
-		worker, cores := sg[0].Server, 0
-		for _, s := range sg {
-			cores += s.Cores
-		}
-		in := &store.Instance{ID: fmt.Sprintf("%s/%d", c.Name, next), Chain: c.Name, Worker: worker, VLAN: vlan,
-			State: store.Pooled, Core: -1, Cores: cores}
-		next++
-		if err := p.Store.PutInstance(ctx, in); err != nil {
-			return err
-		}
 		insts = append(insts, in)
-		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
 	}
 	for i := len(insts) - 1; i >= 0 && len(insts) > n; i-- {
 		if insts[i].State != store.Pooled {
@@ -302,6 +284,82 @@ func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) err
 		insts = append(insts[:i], insts[i+1:]...)
 	}
 	return nil
+}
+
+// AddPooled pre-deploys one more idle instance of a chain on a worker (the controller's
+// scale-out); the worker's agent starts it detached.
+func (p *Provider) AddPooled(ctx context.Context, name, worker string) (*store.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, err := p.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind != chain.KindChain || len(f.Chain.Placement.Subgroups) == 0 {
+		return nil, fmt.Errorf("%w: %s has no server NFs to run", ErrInvalid, name)
+	}
+	in, err := p.newInstance(ctx, f, worker)
+	if err != nil {
+		return nil, err
+	}
+	p.UpdateChainMetrics(ctx, name)
+	return in, nil
+}
+
+// RemovePooled removes an idle instance (the controller's scale-in); an instance that is
+// attached again meanwhile stays.
+func (p *Provider) RemovePooled(ctx context.Context, in *store.Instance) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	insts, err := p.Store.Instances(ctx, in.Chain)
+	if err != nil {
+		return err
+	}
+	for _, cur := range insts {
+		if cur.ID == in.ID && cur.State == store.Pooled {
+			if err := p.Store.DeleteInstance(ctx, cur); err != nil {
+				return err
+			}
+			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(cur)})
+			p.UpdateChainMetrics(ctx, in.Chain)
+		}
+	}
+	return nil
+}
+
+// newInstance stores a pooled instance of f on worker ("" = the placement's server) with
+// the next free number and a VLAN of its own, and announces it.
+func (p *Provider) newInstance(ctx context.Context, f *store.Function, worker string) (*store.Instance, error) {
+	c := f.Chain
+	insts, err := p.Store.Instances(ctx, c.Name)
+	if err != nil {
+		return nil, err
+	}
+	next := 0
+	for _, in := range insts {
+		if k := instanceNumber(in.ID); k >= next {
+			next = k + 1
+		}
+	}
+	vlan, err := p.Store.AllocVLAN(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sg := c.Placement.Subgroups
+	cores := 0
+	for _, s := range sg {
+		cores += s.Cores
+	}
+	if worker == "" {
+		worker = sg[0].Server
+	}
+	in := &store.Instance{ID: fmt.Sprintf("%s/%d", c.Name, next), Chain: c.Name, Worker: worker, VLAN: vlan,
+		State: store.Pooled, Core: -1, Cores: cores}
+	if err := p.Store.PutInstance(ctx, in); err != nil {
+		return nil, err
+	}
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+	return in, nil
 }
 
 func instanceNumber(id string) int {
@@ -611,7 +669,17 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		if in.Reason != "" {
 			phase += " (" + in.Reason + ")"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d phase=%s", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows, phase))
+		line := fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d phase=%s", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows, phase)
+		if in.State == store.Attached {
+			line += fmt.Sprintf(" load=%.2f/%.2f batch=%d", in.Load, in.Threshold, in.Batch)
+			if in.Overloaded {
+				line += " overloaded"
+			}
+		}
+		if in.Why != "" {
+			line += " (" + in.Why + ")"
+		}
+		parts = append(parts, line)
 		rate += in.RateGbps
 		if in.P99us > p99 {
 			p99 = in.P99us

@@ -72,6 +72,7 @@ type Instance struct {
 	NFCycles     []float64 `json:"nf_cycles,omitempty"`      // measured cycles per packet of each NF, in chain order
 	IdleSince    time.Time `json:"idle_since,omitzero"`      // attached and without flows since then
 	Load         float64   `json:"load,omitempty"`           // estimated fraction of a core, at the last decision
+	Threshold    float64   `json:"threshold,omitempty"`      // the chain's per-core load threshold then
 	Why          string    `json:"why,omitempty"`            // the controller's last decision about it, for describe
 }
 

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/events"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+)
+
+// Model is what the controller knows of a chain beyond its record: its cost per packet on
+// one core, its latency profile, and from both its per-core load threshold.
+type Model struct {
+	Chain   policy.Chain
+	Cost    policy.Cost
+	Profile *policy.Profile
+}
+
+// Modeler builds a chain's Model (from measured NF costs and a latency profile).
+type Modeler interface {
+	Model(f *store.Function, cfg policy.Config) (*Model, error)
+}
+
+// model returns a chain's Model, cached until its spec changes.
+func (s *Server) model(f *store.Function) (*Model, error) {
+	key := f.Deployment.Service + "\x00" + f.Chain.Spec + "\x00" + f.Chain.SLOText
+	if m, ok := s.models.Load(key); ok {
+		return m.(*Model), nil
+	}
+	if s.Modeler == nil {
+		return nil, fmt.Errorf("the gateway runs without NF cost tables")
+	}
+	m, err := s.Modeler.Model(f, s.Policy)
+	if err != nil {
+		return nil, err
+	}
+	s.models.Store(key, m)
+	return m, nil
+}
+
+// state is the controller's view of the deployment, read from the store: the policy's
+// View and the store records behind it.
+type state struct {
+	view   *policy.View
+	insts  map[string]*store.Instance // by ID
+	models map[string]*Model          // by chain
+	chains map[string]*store.Function
+}
+
+func (s *Server) state(ctx context.Context) (*state, error) {
+	all, err := s.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	workers, err := s.Store.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{view: &policy.View{Chains: map[string]policy.Chain{}, Now: time.Now()},
+		insts: map[string]*store.Instance{}, models: map[string]*Model{}, chains: map[string]*store.Function{}}
+	for _, w := range workers {
+		pw := policy.Worker{Name: w.Name}
+		for _, c := range w.CoreIDs {
+			pw.Cores = append(pw.Cores, int32(c))
+		}
+		st.view.Workers = append(st.view.Workers, pw)
+	}
+	for _, f := range all {
+		if f.Kind != chain.KindChain || switchOnly(f.Chain) {
+			continue
+		}
+		m, err := s.model(f)
+		if err != nil {
+			s.logf("chain %s: no cost model (%v); it is scaled as if each instance filled a core", f.Deployment.Service, err)
+			m = &Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
+		}
+		st.chains[f.Deployment.Service] = f
+		st.models[f.Deployment.Service] = m
+		pc := m.Chain
+		if f.Deployment.Labels != nil {
+			pc.MaxFlows, _ = chain.ScaleTarget(*f.Deployment.Labels) // checked at deploy
+		}
+		st.view.Chains[f.Deployment.Service] = pc
+		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range insts {
+			st.insts[in.ID] = in
+			st.view.Instances = append(st.view.Instances, policyInstance(in))
+		}
+	}
+	return st, nil
+}
+
+func policyInstance(in *store.Instance) policy.Instance {
+	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
+		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
+		RatePps: in.RatePps, QueueLen: int(in.QueueLen), Overloaded: in.Overloaded, Batch: int(in.Batch),
+		IdleSince: in.IdleSince}
+}
+
+// batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the NF cycles the
+// agent measured, or the chain's modelled costs before the first measurement.
+func (s *Server) batchFor(m *Model, in *store.Instance) uint32 {
+	cost := m.Cost
+	if len(in.NFCycles) == len(cost.NFCycles) && len(in.NFCycles) > 0 {
+		cost.NFCycles = in.NFCycles
+	}
+	if cost.FreqHz == 0 {
+		return uint32(max(1, s.Policy.FixedBatch))
+	}
+	return uint32(s.Policy.BatchFor(cost, float64(max(1, cost.BurstMax))))
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+	}
+}
+
+func (s *Server) publish(in *store.Instance) {
+	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+}
+
+// kick asks the control loop for a pass now (pool top-up after an attach).
+func (s *Server) kick() {
+	select {
+	case s.kickc() <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) kickc() chan struct{} {
+	s.kickOnce.Do(func() { s.kicks = make(chan struct{}, 1) })
+	return s.kicks
+}
+
+// Run is the controller's loop (Listing 1's worker_scheduler_loop and the pool's
+// scale_out/scale_in): every period, and at once after an attach, it gives back the cores
+// of instances whose flows have ended, keeps each chain's pool of idle instances between
+// its thresholds, packs light sgroups onto shared cores and sets each instance's batch.
+func (s *Server) Run(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kickc():
+		}
+		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.logf("controller: %v", err)
+		}
+	}
+}
+
+// Reconcile runs one pass of the controller's loop (see Run).
+func (s *Server) Reconcile(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.state(ctx)
+	if err != nil {
+		return err
+	}
+	// Reclaim: detach instances without flows; their cores go back to the worker.
+	reclaimed := s.Policy.Reclaim(st.view)
+	for _, id := range reclaimed {
+		in := st.insts[id]
+		idle := st.view.Now.Sub(in.IdleSince).Round(time.Millisecond)
+		in.State, in.Core, in.Overloaded, in.Load = store.Pooled, -1, false, 0
+		in.IdleSince, in.RatePps, in.FlowsAtStats = time.Time{}, 0, 0
+		in.Why = fmt.Sprintf("detached: no flow for %s", idle)
+		if err := s.Store.PutInstance(ctx, in); err != nil {
+			return err
+		}
+		s.publish(in)
+		s.logf("scale-in: chain %s instance %s detached from worker %s, core given back (no flow for %s)", in.Chain, id, in.Worker, idle)
+	}
+	if len(reclaimed) > 0 {
+		if st, err = s.state(ctx); err != nil {
+			return err
+		}
+	}
+	// Pool: pre-deploy or remove idle instances, so that no attach waits for a cold start.
+	for name := range st.chains {
+		pc := s.Policy.Pool(st.view, name)
+		for _, w := range pc.Create {
+			in, err := s.Provider.AddPooled(ctx, name, w)
+			if err != nil {
+				return fmt.Errorf("pre-deploy an instance of %s on %s: %w", name, w, err)
+			}
+			s.logf("scale-out: chain %s instance %s pre-deployed on worker %s (idle pool below %d)", name, in.ID, w, s.Policy.PoolLow)
+		}
+		for _, id := range pc.Remove {
+			if err := s.Provider.RemovePooled(ctx, st.insts[id]); err != nil {
+				return fmt.Errorf("remove idle instance %s: %w", id, err)
+			}
+			s.logf("scale-in: chain %s idle instance %s removed (idle pool above %d)", name, id, s.Policy.PoolHigh)
+		}
+	}
+	// Packing: move sgroups between cores of their worker.
+	for _, mv := range s.Policy.Repack(st.view) {
+		in := st.insts[mv.Instance]
+		if in == nil || in.Core != mv.From {
+			continue
+		}
+		in.Core = mv.To
+		in.Why = fmt.Sprintf("moved from core %d to core %d (packing)", mv.From, mv.To)
+		if err := s.Store.PutInstance(ctx, in); err != nil {
+			return err
+		}
+		s.publish(in)
+		s.logf("pack: chain %s instance %s on worker %s moved from core %d to core %d", in.Chain, in.ID, in.Worker, mv.From, mv.To)
+	}
+	// Batch: Galleon eqs. 1–3 from the measured cycles.
+	for _, in := range st.insts {
+		m := st.models[in.Chain]
+		if in.State != store.Attached || m == nil {
+			continue
+		}
+		if b := s.batchFor(m, in); b != in.Batch {
+			s.logf("batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, in.Batch)
+			in.Batch = b
+			if err := s.Store.PutInstance(ctx, in); err != nil {
+				return err
+			}
+			s.publish(in)
+		}
+	}
+	return nil
+}
+
+// overload recomputes the overload marks after new stats (Galleon §5.1: driven by the
+// agents' events, not by polling) and stores the ones that change.
+func (s *Server) overload(ctx context.Context, st *state) error {
+	for _, ch := range s.Policy.Overload(st.view) {
+		in := st.insts[ch.Instance]
+		if in == nil {
+			continue
+		}
+		in.Overloaded = ch.Overloaded
+		if ch.Overloaded {
+			in.Why = "overloaded: " + ch.Reason + "; takes no new flows"
+		} else {
+			in.Why = "takes new flows again: " + ch.Reason
+		}
+		if err := s.Store.PutInstance(ctx, in); err != nil {
+			return err
+		}
+		s.publish(in)
+		s.logf("overload: chain %s instance %s %s", in.Chain, in.ID, in.Why)
+	}
+	return nil
+}
