@@ -53,11 +53,11 @@ def describe(name: str) -> str:
 
 
 def instances(name: str) -> dict:
-    """The chain's instances as describe shows them: id -> {state, vlan, core, phase}."""
+    """The chain's instances as describe shows them: id -> {state, vlan, core, flows, phase}."""
     line = next(l for l in describe(name).splitlines() if "com.keel.instances" in l)
     out = {}
-    for m in re.finditer(r"(\S+/\d+) (\w+) worker=\S+ vlan=(\d+) core=(\S+) flows=\d+ phase=(\w+)", line):
-        out[m[1]] = {"state": m[2], "vlan": int(m[3]), "core": m[4], "phase": m[5]}
+    for m in re.finditer(r"(\S+/\d+) (\w+) worker=\S+ vlan=(\d+) core=(\S+) flows=(\d+) phase=(\w+)", line):
+        out[m[1]] = {"state": m[2], "vlan": int(m[3]), "core": m[4], "flows": int(m[5]), "phase": m[6]}
     return out
 
 

@@ -33,12 +33,17 @@ func (s *Server) model(f *store.Function) (*Model, error) {
 	if m, ok := s.models.Load(key); ok {
 		return m.(*Model), nil
 	}
+	var m *Model
+	var err error
 	if s.Modeler == nil {
-		return nil, fmt.Errorf("the gateway runs without NF cost tables")
+		err = fmt.Errorf("the gateway runs without NF cost tables")
+	} else {
+		m, err = s.Modeler.Model(f, s.Policy)
 	}
-	m, err := s.Modeler.Model(f, s.Policy)
 	if err != nil {
-		return nil, err
+		// Said once per chain version: the chain is still served, by flow count and queue.
+		s.logf("chain %s: no cost model (%v); its instances count as unloaded until they report a queue", f.Deployment.Service, err)
+		m = &Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
 	}
 	s.models.Store(key, m)
 	return m, nil
@@ -77,8 +82,7 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 		}
 		m, err := s.model(f)
 		if err != nil {
-			s.logf("chain %s: no cost model (%v); it is scaled as if each instance filled a core", f.Deployment.Service, err)
-			m = &Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
+			return nil, err
 		}
 		st.chains[f.Deployment.Service] = f
 		st.models[f.Deployment.Service] = m
