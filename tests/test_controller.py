@@ -51,7 +51,11 @@ def stack(tmp_path_factory):
         r = faas("deploy", "-f", str(yml))
         assert r.returncode == 0, r.stdout + r.stderr
         wait_for(f"{CHAIN}'s pooled instance ready", lambda: all_ready(CHAIN))
-        yield
+        try:
+            yield
+        finally:
+            r = faas("remove", CHAIN)  # its cores and VLANs go back for the other stack tests
+            assert r.returncode == 0, r.stdout + r.stderr
 
 
 def gateway_log() -> str:
