@@ -122,13 +122,14 @@ func (cfg Config) BatchFor(c Cost, fill float64) int {
 	return c.Batch(cfg.BatchP, fill, max(1, cfg.MaxBatch))
 }
 
-// perFlowPps estimates one flow's packet rate in a chain from the instances that report a
-// rate with flows.
+// perFlowPps estimates one flow's packet rate in a chain from the instances of live workers
+// that report a rate with flows.
 func perFlowPps(v *View, chain string) float64 {
 	rate, flows := 0.0, 0
+	up := v.workerUp()
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain == chain && in.Attached && in.FlowsAtStats > 0 {
+		if in.Chain == chain && in.Attached && in.FlowsAtStats > 0 && up[in.Worker] != nil {
 			rate += in.RatePps
 			flows += in.FlowsAtStats
 		}
@@ -313,12 +314,16 @@ type Change struct {
 // instance is overloaded when its load reaches its chain's threshold, its NIC queue reaches
 // QueueHigh, it dropped packets, or the core it shares has reached the lowest threshold of
 // its sgroups. It takes new flows again only once all of these are below ClearFrac of their
-// limits. It returns the marks that change.
+// limits. It returns the marks that change; instances of gone workers get none.
 func (cfg Config) Overload(v *View) []Change {
 	use := v.cores()
+	up := v.workerUp()
 	var out []Change
 	for i := range v.Instances {
 		in := &v.Instances[i]
+		if up[in.Worker] == nil {
+			continue
+		}
 		if !in.Attached {
 			if in.Overloaded {
 				out = append(out, Change{in.ID, false, "detached"})
@@ -359,12 +364,13 @@ func (cfg Config) Overload(v *View) []Change {
 }
 
 // Reclaim returns the attached instances that give their core back (Galleon §5.3,
-// Listing 1's detach): no flow for ReclaimAfter.
+// Listing 1's detach): no flow for ReclaimAfter. Instances of gone workers are left alone.
 func (cfg Config) Reclaim(v *View) []string {
 	var out []string
+	up := v.workerUp()
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
+		if up[in.Worker] != nil && in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
 			out = append(out, in.ID)
 		}
 	}
