@@ -211,7 +211,8 @@ type Assignment struct {
 // Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
 // attached instance of its chain that is not overloaded and stays under its threshold with
 // one more flow; else an idle ready instance from the pool is attached, on the least loaded
-// worker, to the core PickCore chooses. Ties go to more flows, then the lower ID.
+// worker, to the core PickCore chooses. Ties go to more flows, then the lower ID (CHAIN/N
+// by N as a number, as Pool orders them).
 func (cfg Config) Assign(v *View, chain string) Assignment {
 	ch, ok := v.Chains[chain]
 	if !ok {
@@ -231,7 +232,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 			continue // one more flow would take it over its threshold
 		}
 		if best == nil || load > bestLoad || (load == bestLoad && (in.Flows > best.Flows ||
-			(in.Flows == best.Flows && in.ID < best.ID))) {
+			(in.Flows == best.Flows && idLess(in.ID, best.ID)))) {
 			best, bestLoad = in, load
 		}
 	}
@@ -250,7 +251,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 			continue
 		}
 		if idle == nil || wload[in.Worker] < wload[idle.Worker] ||
-			(wload[in.Worker] == wload[idle.Worker] && in.ID < idle.ID) {
+			(wload[in.Worker] == wload[idle.Worker] && idLess(in.ID, idle.ID)) {
 			idle = in
 		}
 	}
