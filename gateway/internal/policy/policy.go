@@ -247,7 +247,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		if in.Chain != chain || in.Attached || !in.Ready || up[in.Worker] == nil {
 			continue
 		}
-		if v.freeCore(cfg, up[in.Worker]) < 0 {
+		if v.freeCore(cfg, up[in.Worker], ch.Threshold) < 0 {
 			continue
 		}
 		if idle == nil || wload[in.Worker] < wload[idle.Worker] ||
@@ -259,7 +259,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
 			chain, ch.Threshold)}
 	}
-	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker])}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch.Threshold)}
 }
 
 // workerLoads is each worker's attached load per managed core.
@@ -276,32 +276,41 @@ func (v *View) workerLoads() map[string]float64 {
 	return out
 }
 
-// freeCore is the core a newly attached instance gets on worker w (Listing 1's
-// pick_idle_core): the lowest core no sgroup uses; with packing, when every core is in use,
-// the least loaded core whose load is under PackFrac × its lowest threshold; -1 if none.
-func (v *View) freeCore(cfg Config, w *Worker) int32 {
+// freeCore is the core a newly attached instance of a chain with threshold thr gets on
+// worker w (Listing 1's pick_idle_core): the lowest core no sgroup uses; with packing, when
+// every core is in use, the least loaded core whose load is under PackFrac × the lowest
+// threshold of its sgroups and thr; -1 if none.
+func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
 	use := v.cores()
-	best, bestLoad := int32(-1), math.Inf(1)
+	free, best, bestLoad := int32(-1), int32(-1), math.Inf(1)
 	for _, c := range w.Cores {
 		u := use[coreKey{w.Name, c}]
 		if u == nil {
-			return c
+			if free < 0 || c < free {
+				free = c
+			}
+			continue
 		}
-		if cfg.Pack && u.load < cfg.PackFrac*u.minThr && u.load < bestLoad {
+		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad {
 			best, bestLoad = c, u.load
 		}
+	}
+	if free >= 0 {
+		return free
 	}
 	return best
 }
 
 // PickCore is freeCore for callers outside the package: the core worker gets for a newly
-// attached instance, -1 if it has none.
+// attached instance, -1 if it has none. It does not know the instance's chain, so a shared
+// core is bounded by its own sgroups' thresholds only (Assign also bounds it by the new
+// chain's).
 func (cfg Config) PickCore(v *View, worker string) int32 {
 	w := v.workerUp()[worker]
 	if w == nil {
 		return -1
 	}
-	return v.freeCore(cfg, w)
+	return v.freeCore(cfg, w, math.Inf(1))
 }
 
 // Change is a new overload mark for an instance and why.
