@@ -210,7 +210,7 @@ type Assignment struct {
 
 // Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
 // attached instance of its chain that is not overloaded and stays under its threshold with
-// one more flow; else an idle ready instance from the pool is attached, on the least loaded
+// one more flow (and, on a shared core, keeps the core under its lowest threshold); else an idle ready instance from the pool is attached, on the least loaded
 // worker, to the core PickCore chooses. Ties go to more flows, then the lower ID (CHAIN/N
 // by N as a number, as Pool orders them).
 func (cfg Config) Assign(v *View, chain string) Assignment {
@@ -219,6 +219,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: "chain " + chain + " is not deployed"}
 	}
 	up := v.workerUp()
+	use := v.cores()
 	perFlow := perFlowPps(v, chain)
 	var best *Instance
 	bestLoad := 0.0
@@ -230,6 +231,10 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		load := v.Load(in)
 		if ch.MaxPps > 0 && load+perFlow/ch.MaxPps > ch.Threshold && in.Flows > 0 {
 			continue // one more flow would take it over its threshold
+		}
+		if u := use[coreKey{in.Worker, in.Core}]; ch.MaxPps > 0 && u != nil && u.members > 1 &&
+			u.load+perFlow/ch.MaxPps > u.minThr {
+			continue // one more flow would take its shared core over the core's lowest threshold
 		}
 		if best == nil || load > bestLoad || (load == bestLoad && (in.Flows > best.Flows ||
 			(in.Flows == best.Flows && idLess(in.ID, best.ID)))) {
