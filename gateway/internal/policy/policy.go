@@ -401,8 +401,13 @@ type PoolChange struct {
 
 // Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
 // PoolHigh] (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
-// workers, and the idle ones with the highest IDs go first.
+// workers, and the idle ones with the highest IDs go first. A chain not in Chains (removed)
+// keeps no idle instance.
 func (cfg Config) Pool(v *View, chain string) PoolChange {
+	low, high := cfg.PoolLow, cfg.PoolHigh
+	if _, ok := v.Chains[chain]; !ok {
+		low, high = 0, 0
+	}
 	up := v.workerUp()
 	var idle []string
 	count := map[string]int{}
@@ -421,7 +426,7 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		return pc
 	}
 	wload := v.workerLoads()
-	for n := len(idle); n < cfg.PoolLow; n++ {
+	for n := len(idle); n < low; n++ {
 		var pick string
 		for _, w := range v.Workers {
 			if pick == "" || wload[w.Name] < wload[pick] || (wload[w.Name] == wload[pick] && count[w.Name] < count[pick]) {
@@ -431,9 +436,9 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		count[pick]++
 		pc.Create = append(pc.Create, pick)
 	}
-	if len(idle) > cfg.PoolHigh {
+	if len(idle) > high {
 		sort.Slice(idle, func(i, j int) bool { return idLess(idle[j], idle[i]) })
-		pc.Remove = idle[:len(idle)-cfg.PoolHigh]
+		pc.Remove = idle[:len(idle)-high]
 	}
 	return pc
 }
