@@ -210,9 +210,10 @@ type Assignment struct {
 
 // Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
 // attached instance of its chain that is not overloaded and stays under its threshold with
-// one more flow (and, on a shared core, keeps the core under its lowest threshold); else an idle ready instance from the pool is attached, on the least loaded
-// worker, to the core PickCore chooses. Ties go to more flows, then the lower ID (CHAIN/N
-// by N as a number, as Pool orders them).
+// one more flow (on a shared core, the core stays under its lowest threshold too); else an
+// idle ready instance from the pool is attached, on the least loaded worker, to the core
+// PickCore chooses. Ties go to more flows, then the lower ID (CHAIN/N by N as a number, as
+// Pool orders them).
 func (cfg Config) Assign(v *View, chain string) Assignment {
 	ch, ok := v.Chains[chain]
 	if !ok {
