@@ -11,7 +11,7 @@ import (
 )
 
 func Test_Config_Repack(t *testing.T) {
-	noPack := Keel()
+	noPack := testCfg()
 	noPack.Pack = false
 	idle := att("fw/9", "w1", 1, 0, 0) // attached, its flows ended
 	cases := []struct {
@@ -21,50 +21,50 @@ func Test_Config_Repack(t *testing.T) {
 		want []Move
 	}{
 		// Room per core: 0.8 × 0.8 = 0.64 for fw, 0.8 × 0.9 = 0.72 for nat.
-		{"two light sgroups on two cores share one", Keel(),
+		{"two light sgroups on two cores share one", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("fw/2", "w1", 1, 2, 200e3)},
 			[]Move{{"fw/2", "w1", 1, 0}}},
-		{"the sgroup holding more load stays", Keel(),
+		{"the sgroup holding more load stays", testCfg(),
 			[]Instance{att("fw/1", "w1", 2, 2, 200e3), att("fw/2", "w1", 1, 3, 300e3)},
 			[]Move{{"fw/1", "w1", 2, 1}}},
-		{"three cores into one", Keel(),
+		{"three cores into one", testCfg(),
 			[]Instance{att("fw/1", "w1", 3, 1, 100e3), att("nat/1", "w1", 1, 3, 300e3), att("fw/2", "w1", 0, 2, 200e3)},
 			[]Move{{"fw/1", "w1", 3, 1}, {"fw/2", "w1", 0, 1}}},
-		{"packing would not save a core", Keel(),
+		{"packing would not save a core", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 4, 400e3), att("fw/2", "w1", 1, 3, 300e3)}, nil},
-		{"the lowest threshold bounds the room", Keel(),
+		{"the lowest threshold bounds the room", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("nat/1", "w1", 1, 4, 400e3)}, nil},
 		{"no packing", noPack,
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("fw/2", "w1", 1, 2, 200e3)}, nil},
-		{"instances without flows are not moved", Keel(),
+		{"instances without flows are not moved", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), idle}, nil},
-		{"a core held by an instance without flows is not a target", Keel(),
+		{"a core held by an instance without flows is not a target", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 2, 200e3), idle, att("fw/2", "w1", 2, 3, 300e3)},
 			[]Move{{"fw/1", "w1", 0, 2}}},
-		{"workers are packed apart", Keel(),
+		{"workers are packed apart", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("fw/2", "w2", 1, 2, 200e3)}, nil},
-		{"a gone worker's sgroups stay", Keel(),
+		{"a gone worker's sgroups stay", testCfg(),
 			[]Instance{att("fw/1", "w9", 0, 3, 300e3), att("fw/2", "w9", 1, 2, 200e3)}, nil},
 		// Core 0 at 0.85 ≥ 0.8: its lightest sgroup goes to a free core.
-		{"shared core above its lowest threshold sheds its lightest sgroup", Keel(),
+		{"shared core above its lowest threshold sheds its lightest sgroup", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 5, 500e3), att("fw/2", "w1", 0, 2, 200e3), att("fw/3", "w1", 0, 1, 150e3)},
 			[]Move{{"fw/3", "w1", 0, 1}}},
-		{"shed onto the fullest core it fits", Keel(),
+		{"shed onto the fullest core it fits", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 5, 500e3), att("fw/2", "w1", 0, 2, 200e3), att("fw/3", "w1", 0, 1, 150e3),
 				att("nat/1", "w1", 2, 3, 300e3), att("nat/2", "w1", 3, 6, 600e3)},
 			[]Move{{"fw/3", "w1", 0, 2}}},
 		// Core 0 at 1.2 ≥ 0.9 sheds 0.3 then 0.4: they fit together in 0.72.
-		{"sheds share the core they open", Keel(),
+		{"sheds share the core they open", testCfg(),
 			[]Instance{att("nat/1", "w1", 0, 5, 500e3), att("nat/2", "w1", 0, 4, 400e3), att("nat/3", "w1", 0, 3, 300e3)},
 			[]Move{{"nat/3", "w1", 0, 1}, {"nat/2", "w1", 0, 1}}},
-		{"no free core: a shared core stays", Keel(),
+		{"no free core: a shared core stays", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 5, 500e3), att("fw/2", "w1", 0, 4, 400e3), att("fw/3", "w1", 1, 7, 700e3),
 				att("fw/4", "w1", 2, 7, 700e3), att("fw/5", "w1", 3, 7, 700e3)}, nil},
 		// A removed chain's load is unknown: it is moved off a shared core and never packed.
-		{"a removed chain's sgroup leaves a shared core", Keel(),
+		{"a removed chain's sgroup leaves a shared core", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("gone/1", "w1", 0, 5, 500e3)},
 			[]Move{{"gone/1", "w1", 0, 1}}},
-		{"a removed chain's sgroups are not packed together", Keel(),
+		{"a removed chain's sgroups are not packed together", testCfg(),
 			[]Instance{att("gone/1", "w1", 0, 5, 500e3), att("gone/2", "w1", 1, 5, 500e3)}, nil},
 	}
 	for _, tc := range cases {
@@ -82,7 +82,7 @@ func Test_Config_Repack(t *testing.T) {
 func Test_Config_Repack_then_Overload(t *testing.T) {
 	v := view(att("nat/1", "w1", 0, 5, 500e3), att("nat/2", "w1", 0, 4, 400e3), att("nat/3", "w1", 0, 3, 300e3),
 		att("fw/1", "w2", 0, 1, 100e3), att("fw/2", "w2", 1, 1, 150e3), att("fw/3", "w2", 2, 1, 200e3))
-	cfg := Keel()
+	cfg := testCfg()
 	moves := cfg.Repack(v)
 	if len(moves) == 0 {
 		t.Fatal("Repack moved nothing")
@@ -119,7 +119,7 @@ func Test_Config_Repack_then_Overload(t *testing.T) {
 // core at its lowest threshold while the worker still has a free core.
 func Test_Config_Repack_random(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	cfg := Keel()
+	cfg := testCfg()
 	for round := range 300 {
 		ws := []Worker{{Name: "w1", Cores: []int32{0, 1, 2, 3, 4, 5}}, {Name: "w2", Cores: []int32{2, 3, 4, 5}}}
 		v := &View{Chains: chains(), Workers: ws, Now: t0}

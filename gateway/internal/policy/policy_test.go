@@ -11,6 +11,17 @@ import (
 
 var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// testCfg is keel's policy with the numbers these tests were worked out for pinned, so that
+// tuning Keel()'s defaults does not change what the tests check.
+func testCfg() Config {
+	c := Keel()
+	c.SLOThresholds, c.FixedThreshold, c.ClearFrac, c.QueueHigh = true, 0.9, 0.9, 256
+	c.PoolLow, c.PoolHigh, c.Pack, c.PackFrac = 1, 3, true, 0.8
+	c.AdaptiveBatch, c.BatchP, c.FixedBatch, c.MaxBatch = true, 0.95, 1, 64
+	c.ReclaimAfter = time.Second
+	return c
+}
+
 // chains: fw and nat run 1 Mpps on a core; fw stops taking flows at 0.8, nat at 0.9.
 func chains() map[string]Chain {
 	return map[string]Chain{
@@ -152,7 +163,7 @@ func Test_Config_Assign(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Keel().Assign(tc.v, "fw"); got != tc.want {
+			if got := testCfg().Assign(tc.v, "fw"); got != tc.want {
 				t.Fatalf("Assign = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -177,7 +188,7 @@ func Test_Config_Assign_no_instance(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Keel().Assign(tc.v, tc.chain)
+			got := testCfg().Assign(tc.v, tc.chain)
 			if got.Instance != "" || got.Attach || !strings.HasPrefix(got.Reason, tc.want) {
 				t.Fatalf("Assign(%s) = %+v, want no instance and a reason starting %q", tc.chain, got, tc.want)
 			}
@@ -189,7 +200,7 @@ func Test_Config_Assign_no_instance(t *testing.T) {
 // estimate scales the last measured rate with the flows assigned since, so the instance
 // stops taking flows at its threshold instead of taking the whole burst.
 func Test_Config_Assign_stats_lag(t *testing.T) {
-	cfg := Keel()
+	cfg := testCfg()
 	v := view(att("fw/1", "w1", 0, 2, 200e3), pooled("fw/2", "w2"))
 	v.Chains["fw"] = Chain{Name: "fw", MaxPps: 1e6, Threshold: 0.75}
 	taken := 0
@@ -216,18 +227,18 @@ func Test_Config_Assign_shared_core(t *testing.T) {
 	v := view(att("fw/1", "w1", 0, 4, 400e3), att("nat/1", "w1", 0, 3, 350e3), pooled("fw/2", "w2"))
 	// fw/1 alone: 0.4 + 0.1 ≤ 0.8; its core: 0.75 + 0.1 > 0.8.
 	want := Assignment{Instance: "fw/2", Attach: true, Core: 0}
-	if got := Keel().Assign(v, "fw"); got != want {
+	if got := testCfg().Assign(v, "fw"); got != want {
 		t.Fatalf("Assign = %+v, want %+v", got, want)
 	}
 	v.Instances[1].RatePps = 250e3 // the core at 0.65 + 0.1 fits
 	want = Assignment{Instance: "fw/1", Core: 0}
-	if got := Keel().Assign(v, "fw"); got != want {
+	if got := testCfg().Assign(v, "fw"); got != want {
 		t.Fatalf("Assign = %+v, want %+v", got, want)
 	}
 	// A removed chain's sgroup on the core: its load is unknown, the core takes no new flow.
 	v.Instances[1].Chain = "gone"
 	want = Assignment{Instance: "fw/2", Attach: true, Core: 0}
-	if got := Keel().Assign(v, "fw"); got != want {
+	if got := testCfg().Assign(v, "fw"); got != want {
 		t.Fatalf("Assign next to a removed chain = %+v, want %+v", got, want)
 	}
 }
@@ -239,18 +250,18 @@ func Test_Config_Assign_packs_by_new_chain(t *testing.T) {
 		Instances: []Instance{att("nat/1", "w1", 0, 4, 400e3), att("nat/2", "w1", 1, 2, 200e3), pooled("fw/1", "w1")}}
 	// fw's threshold 0.8: room 0.64 per core; core 1 (0.2) is the least loaded.
 	want := Assignment{Instance: "fw/1", Attach: true, Core: 1}
-	if got := Keel().Assign(v, "fw"); got != want {
+	if got := testCfg().Assign(v, "fw"); got != want {
 		t.Fatalf("Assign = %+v, want %+v", got, want)
 	}
 	// fw's threshold 0.2: room 0.16, and no core is that light.
 	v.Chains["fw"] = Chain{Name: "fw", MaxPps: 1e6, Threshold: 0.2}
-	if got := Keel().Assign(v, "fw"); got.Instance != "" {
+	if got := testCfg().Assign(v, "fw"); got.Instance != "" {
 		t.Fatalf("Assign = %+v, want none: core 1 at 0.2 is above fw's room 0.16", got)
 	}
 }
 
 func Test_Config_PickCore(t *testing.T) {
-	noPack := Keel()
+	noPack := testCfg()
 	noPack.Pack = false
 	w := func(cores ...int32) []Worker { return []Worker{{Name: "w1", Cores: cores}} }
 	cases := []struct {
@@ -261,21 +272,21 @@ func Test_Config_PickCore(t *testing.T) {
 		worker  string
 		want    int32
 	}{
-		{"lowest free core", Keel(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 1, 700e3)}, "w1", 1},
-		{"free core before a light shared one", Keel(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 1, 100e3), att("fw/2", "w1", 1, 1, 100e3)}, "w1", 2},
-		{"lowest free core of unsorted cores", Keel(), w(3, 1, 2), []Instance{att("fw/1", "w1", 1, 1, 700e3)}, "w1", 2},
-		{"idle attached instances hold their core", Keel(), w(0, 1), []Instance{att("fw/1", "w1", 0, 0, 0), att("fw/2", "w1", 1, 1, 700e3)}, "w1", 0},
-		{"detached instances hold no core", Keel(), w(0, 1), []Instance{pooled("fw/1", "w1"), att("fw/2", "w1", 0, 1, 700e3)}, "w1", 1},
+		{"lowest free core", testCfg(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 1, 700e3)}, "w1", 1},
+		{"free core before a light shared one", testCfg(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 1, 100e3), att("fw/2", "w1", 1, 1, 100e3)}, "w1", 2},
+		{"lowest free core of unsorted cores", testCfg(), w(3, 1, 2), []Instance{att("fw/1", "w1", 1, 1, 700e3)}, "w1", 2},
+		{"idle attached instances hold their core", testCfg(), w(0, 1), []Instance{att("fw/1", "w1", 0, 0, 0), att("fw/2", "w1", 1, 1, 700e3)}, "w1", 0},
+		{"detached instances hold no core", testCfg(), w(0, 1), []Instance{pooled("fw/1", "w1"), att("fw/2", "w1", 0, 1, 700e3)}, "w1", 1},
 		// Room: 0.8 × 0.8 = 0.64 for fw, 0.8 × 0.9 = 0.72 for nat.
-		{"packing: least loaded core under its room", Keel(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 5, 500e3), att("fw/2", "w1", 1, 3, 300e3), att("fw/3", "w1", 2, 7, 700e3)}, "w1", 1},
-		{"packing: a core above its room is full", Keel(), w(0, 1), []Instance{att("fw/1", "w1", 0, 7, 700e3), att("fw/2", "w1", 1, 65, 650e3)}, "w1", -1},
-		{"packing: the lowest threshold of a shared core counts", Keel(), w(0, 1), []Instance{att("fw/1", "w1", 0, 7, 700e3), att("nat/1", "w1", 1, 33, 330e3), att("fw/2", "w1", 1, 33, 330e3)}, "w1", -1},
-		{"packing: nat's core has more room", Keel(), w(0, 1), []Instance{att("fw/1", "w1", 0, 68, 680e3), att("nat/1", "w1", 1, 70, 700e3)}, "w1", 1},
+		{"packing: least loaded core under its room", testCfg(), w(0, 1, 2), []Instance{att("fw/1", "w1", 0, 5, 500e3), att("fw/2", "w1", 1, 3, 300e3), att("fw/3", "w1", 2, 7, 700e3)}, "w1", 1},
+		{"packing: a core above its room is full", testCfg(), w(0, 1), []Instance{att("fw/1", "w1", 0, 7, 700e3), att("fw/2", "w1", 1, 65, 650e3)}, "w1", -1},
+		{"packing: the lowest threshold of a shared core counts", testCfg(), w(0, 1), []Instance{att("fw/1", "w1", 0, 7, 700e3), att("nat/1", "w1", 1, 33, 330e3), att("fw/2", "w1", 1, 33, 330e3)}, "w1", -1},
+		{"packing: nat's core has more room", testCfg(), w(0, 1), []Instance{att("fw/1", "w1", 0, 68, 680e3), att("nat/1", "w1", 1, 70, 700e3)}, "w1", 1},
 		{"no packing: every core in use", noPack, w(0, 1), []Instance{att("fw/1", "w1", 0, 1, 100e3), att("fw/2", "w1", 1, 1, 100e3)}, "w1", -1},
-		{"unknown worker", Keel(), w(0, 1), nil, "w2", -1},
-		{"worker without cores", Keel(), w(), nil, "w1", -1},
-		{"another worker's instances do not count", Keel(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 7, 700e3)}, "w1", 0},
-		{"a removed chain's core is not shared", Keel(), w(0), []Instance{att("gone/1", "w1", 0, 1, 100e3)}, "w1", -1},
+		{"unknown worker", testCfg(), w(0, 1), nil, "w2", -1},
+		{"worker without cores", testCfg(), w(), nil, "w1", -1},
+		{"another worker's instances do not count", testCfg(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 7, 700e3)}, "w1", 0},
+		{"a removed chain's core is not shared", testCfg(), w(0), []Instance{att("gone/1", "w1", 0, 1, 100e3)}, "w1", -1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -320,7 +331,7 @@ func Test_Config_Overload(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Keel().Overload(view(tc.ins...))
+			got := testCfg().Overload(view(tc.ins...))
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Overload = %+v, want %+v", got, tc.want)
 			}
@@ -352,7 +363,7 @@ func Test_Config_Overload_flapping(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Keel()
+			cfg := testCfg()
 			cfg.ClearFrac = tc.clearFrac
 			v := view(att("fw/1", "w1", 0, 10, 0))
 			toggles := 0
@@ -397,7 +408,7 @@ func Test_Config_Reclaim(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Keel().Reclaim(view(tc.ins...)); !reflect.DeepEqual(got, tc.want) {
+			if got := testCfg().Reclaim(view(tc.ins...)); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Reclaim = %q, want %q", got, tc.want)
 			}
 		})
@@ -409,7 +420,7 @@ func Test_Config_Reclaim(t *testing.T) {
 func Test_Config_Reclaim_flows_come_back(t *testing.T) {
 	// Flows per 100 ms step: idle 0.6 s, busy, idle 0.9 s, busy, then idle for good.
 	flows := []int{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	cfg := Keel()
+	cfg := testCfg()
 	v := view(att("fw/1", "w1", 0, 1, 100e3))
 	detachedAt := -1
 	for step, f := range flows {
@@ -434,7 +445,7 @@ func Test_Config_Reclaim_flows_come_back(t *testing.T) {
 }
 
 func Test_Config_Pool(t *testing.T) {
-	cfg := Keel()
+	cfg := testCfg()
 	cfg.PoolLow, cfg.PoolHigh = 2, 3
 	idle := func(ids ...string) []Instance {
 		var out []Instance

@@ -82,7 +82,7 @@ func Test_Profile_Check(t *testing.T) {
 
 func Test_Config_ThresholdFor(t *testing.T) {
 	p := &Profile{Chain: "fw", MaxPps: 1e6, Points: fig4()}
-	keel, metron := Keel(), Metron()
+	keel, metron := testCfg(), Metron()
 	cases := []struct {
 		name string
 		cfg  Config
@@ -104,12 +104,12 @@ func Test_Config_ThresholdFor(t *testing.T) {
 }
 
 func Test_Config_BatchFor(t *testing.T) {
-	keel := Keel()
-	fixed := Keel()
+	keel := testCfg()
+	fixed := testCfg()
 	fixed.AdaptiveBatch, fixed.FixedBatch = false, 4
 	zero := fixed
 	zero.FixedBatch = 0
-	noMax := Keel()
+	noMax := testCfg()
 	noMax.MaxBatch = 0
 	cases := []struct {
 		name string
