@@ -36,7 +36,8 @@ func (c Cost) nfSum() float64 {
 func (c Cost) SingleCycles() float64 { return c.nfSum() + c.IOCycles }
 
 // Cycles is the cycles per packet of the isolated chain at B bursts per turn of b packets
-// each: Galleon eq. 1's denominator, Σ T + N·T_ctx·Freq/(B·b), plus I/O and the copy.
+// each (b ∈ [1, b_m]): Galleon eq. 1's denominator, Σ T + N·T_ctx·Freq/(B·b), plus I/O and
+// the copy.
 func (c Cost) Cycles(bursts int, fill float64) float64 {
 	cyc := c.SingleCycles()
 	if !c.Isolated() {
@@ -45,7 +46,7 @@ func (c Cost) Cycles(bursts int, fill float64) float64 {
 	if bursts < 1 {
 		bursts = 1
 	}
-	fill = math.Max(1, fill)
+	fill = math.Max(1, math.Min(fill, float64(c.burstMax())))
 	return cyc + c.CopyCycles + float64(c.N())*c.HandoffCycles/(float64(bursts)*fill)
 }
 

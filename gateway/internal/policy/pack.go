@@ -68,8 +68,11 @@ type bin struct {
 	ids       []int
 }
 
+// fits tells whether it can join b within frac × their lowest threshold; a sgroup whose
+// threshold is 0 (its chain was removed, or no load meets its SLO) shares with nothing.
 func (b *bin) fits(it packItem, frac float64) bool {
-	return b.load+it.load <= frac*math.Min(b.thr, it.thr)
+	room := frac * math.Min(b.thr, it.thr)
+	return room > 0 && b.load+it.load <= room
 }
 
 func (b *bin) add(i int, it packItem) {
@@ -174,6 +177,7 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 						to = &bin{core: fc, thr: math.Inf(1)}
 						cur[fc] = to
 						busy[fc] = true
+						cores = append(cores, fc) // later sheds may join it
 						break
 					}
 				}
@@ -182,9 +186,10 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 				break // no room anywhere: the sgroups stay overloaded and take no new flows
 			}
 			b.ids = b.ids[:len(b.ids)-1]
-			b.load -= it.load
-			b.thr = math.Inf(1)
+			// Sum again rather than subtract, so that the core's load is the one Overload sums.
+			b.load, b.thr = 0, math.Inf(1)
 			for _, i := range b.ids {
+				b.load += items[i].load
 				b.thr = math.Min(b.thr, items[i].thr)
 			}
 			to.add(light, it)

@@ -26,7 +26,7 @@ type Config struct {
 	// ClearFrac: an overloaded instance takes new flows again once its load is below
 	// ClearFrac × its threshold (hysteresis against flapping).
 	ClearFrac float64
-	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate.
+	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate (0: off).
 	QueueHigh int
 	// PoolLow and PoolHigh keep each chain's idle (pooled, detached) instances within
 	// [PoolLow, PoolHigh] (Listing 1's scale-out and scale-in thresholds).
@@ -125,13 +125,14 @@ func (cfg Config) BatchFor(c Cost, fill float64) int {
 	return c.Batch(cfg.BatchP, fill, max(1, cfg.MaxBatch))
 }
 
-// perFlowPps estimates one flow's packet rate in a chain from the instances that report a
-// rate with flows.
+// perFlowPps estimates one flow's packet rate in a chain from the instances of live workers
+// that report a rate with flows.
 func perFlowPps(v *View, chain string) float64 {
 	rate, flows := 0.0, 0
+	up := v.workerUp()
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain == chain && in.Attached && in.FlowsAtStats > 0 {
+		if in.Chain == chain && in.Attached && in.FlowsAtStats > 0 && up[in.Worker] != nil {
 			rate += in.RatePps
 			flows += in.FlowsAtStats
 		}
@@ -215,15 +216,17 @@ type Assignment struct {
 
 // Assign is Galleon's Listing 1 (handle_flows_at_ingress): the flow goes to the most loaded
 // attached instance of its chain that is not overloaded and stays under its threshold with
-// one more flow; else an idle instance from the pool is attached (a ready one before one
-// that is still starting), on the least loaded worker, to the core PickCore chooses. Ties
-// go to more flows, then the lower ID.
+// one more flow (on a shared core, the core stays under its lowest threshold too); else an
+// idle instance from the pool is attached (a ready one before one that is still starting),
+// on the least loaded worker, to the core PickCore chooses. Ties go to more flows, then the
+// lower ID (CHAIN/N by N as a number, as Pool orders them).
 func (cfg Config) Assign(v *View, chain string) Assignment {
 	ch, ok := v.Chains[chain]
 	if !ok {
 		return Assignment{Reason: "chain " + chain + " is not deployed"}
 	}
 	up := v.workerUp()
+	use := v.cores()
 	perFlow := perFlowPps(v, chain)
 	var best *Instance
 	bestLoad := 0.0
@@ -239,8 +242,12 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		if ch.MaxPps > 0 && load+perFlow/ch.MaxPps > ch.Threshold && in.Flows > 0 {
 			continue // one more flow would take it over its threshold
 		}
+		if u := use[coreKey{in.Worker, in.Core}]; ch.MaxPps > 0 && u != nil && u.members > 1 &&
+			u.load+perFlow/ch.MaxPps > u.minThr {
+			continue // one more flow would take its shared core over the core's lowest threshold
+		}
 		if best == nil || load > bestLoad || (load == bestLoad && (in.Flows > best.Flows ||
-			(in.Flows == best.Flows && in.ID < best.ID))) {
+			(in.Flows == best.Flows && idLess(in.ID, best.ID)))) {
 			best, bestLoad = in, load
 		}
 	}
@@ -255,7 +262,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		if in.Chain != chain || in.Attached || up[in.Worker] == nil {
 			continue
 		}
-		if v.freeCore(cfg, up[in.Worker]) < 0 {
+		if v.freeCore(cfg, up[in.Worker], ch.Threshold) < 0 {
 			continue
 		}
 		// A ready instance first; then the least loaded worker; then the lower ID.
@@ -268,7 +275,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
 			chain, ch.Threshold)}
 	}
-	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker]), ColdStart: !idle.Ready}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch.Threshold), ColdStart: !idle.Ready}
 }
 
 // workerLoads is each worker's attached load per managed core.
@@ -285,32 +292,41 @@ func (v *View) workerLoads() map[string]float64 {
 	return out
 }
 
-// freeCore is the core a newly attached instance gets on worker w (Listing 1's
-// pick_idle_core): the lowest core no sgroup uses; with packing, when every core is in use,
-// the least loaded core whose load is under PackFrac × its lowest threshold; -1 if none.
-func (v *View) freeCore(cfg Config, w *Worker) int32 {
+// freeCore is the core a newly attached instance of a chain with threshold thr gets on
+// worker w (Listing 1's pick_idle_core): the lowest core no sgroup uses; with packing, when
+// every core is in use, the least loaded core whose load is under PackFrac × the lowest
+// threshold of its sgroups and thr; -1 if none.
+func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
 	use := v.cores()
-	best, bestLoad := int32(-1), math.Inf(1)
+	free, best, bestLoad := int32(-1), int32(-1), math.Inf(1)
 	for _, c := range w.Cores {
 		u := use[coreKey{w.Name, c}]
 		if u == nil {
-			return c
+			if free < 0 || c < free {
+				free = c
+			}
+			continue
 		}
-		if cfg.Pack && u.load < cfg.PackFrac*u.minThr && u.load < bestLoad {
+		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad {
 			best, bestLoad = c, u.load
 		}
+	}
+	if free >= 0 {
+		return free
 	}
 	return best
 }
 
 // PickCore is freeCore for callers outside the package: the core worker gets for a newly
-// attached instance, -1 if it has none.
+// attached instance, -1 if it has none. It does not know the instance's chain, so a shared
+// core is bounded by its own sgroups' thresholds only (Assign also bounds it by the new
+// chain's).
 func (cfg Config) PickCore(v *View, worker string) int32 {
 	w := v.workerUp()[worker]
 	if w == nil {
 		return -1
 	}
-	return v.freeCore(cfg, w)
+	return v.freeCore(cfg, w, math.Inf(1))
 }
 
 // Change is a new overload mark for an instance and why.
@@ -324,12 +340,16 @@ type Change struct {
 // instance is overloaded when its load reaches its chain's threshold, its NIC queue reaches
 // QueueHigh, it dropped packets, or the core it shares has reached the lowest threshold of
 // its sgroups. It takes new flows again only once all of these are below ClearFrac of their
-// limits. It returns the marks that change.
+// limits. It returns the marks that change; instances of gone workers get none.
 func (cfg Config) Overload(v *View) []Change {
 	use := v.cores()
+	up := v.workerUp()
 	var out []Change
 	for i := range v.Instances {
 		in := &v.Instances[i]
+		if up[in.Worker] == nil {
+			continue
+		}
 		if !in.Attached {
 			if in.Overloaded {
 				out = append(out, Change{in.ID, false, "detached"})
@@ -343,7 +363,7 @@ func (cfg Config) Overload(v *View) []Change {
 		switch {
 		case load >= thr:
 			why = fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
-		case in.QueueLen >= cfg.QueueHigh:
+		case cfg.QueueHigh > 0 && in.QueueLen >= cfg.QueueHigh:
 			why = fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
 		case in.NewDrops > 0:
 			why = fmt.Sprintf("%d packets dropped", in.NewDrops)
@@ -370,12 +390,13 @@ func (cfg Config) Overload(v *View) []Change {
 }
 
 // Reclaim returns the attached instances that give their core back (Galleon §5.3,
-// Listing 1's detach): no flow for ReclaimAfter.
+// Listing 1's detach): no flow for ReclaimAfter. Instances of gone workers are left alone.
 func (cfg Config) Reclaim(v *View) []string {
 	var out []string
+	up := v.workerUp()
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
+		if up[in.Worker] != nil && in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
 			out = append(out, in.ID)
 		}
 	}
@@ -391,8 +412,13 @@ type PoolChange struct {
 
 // Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
 // PoolHigh] (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
-// workers, and the idle ones with the highest IDs go first.
+// workers, and the idle ones with the highest IDs go first. A chain not in Chains (removed)
+// keeps no idle instance.
 func (cfg Config) Pool(v *View, chain string) PoolChange {
+	low, high := cfg.PoolLow, cfg.PoolHigh
+	if _, ok := v.Chains[chain]; !ok {
+		low, high = 0, 0
+	}
 	up := v.workerUp()
 	var idle []string
 	count := map[string]int{}
@@ -411,7 +437,7 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		return pc
 	}
 	wload := v.workerLoads()
-	for n := len(idle); n < cfg.PoolLow; n++ {
+	for n := len(idle); n < low; n++ {
 		var pick string
 		for _, w := range v.Workers {
 			if pick == "" || wload[w.Name] < wload[pick] || (wload[w.Name] == wload[pick] && count[w.Name] < count[pick]) {
@@ -421,9 +447,9 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		count[pick]++
 		pc.Create = append(pc.Create, pick)
 	}
-	if len(idle) > cfg.PoolHigh {
+	if len(idle) > high {
 		sort.Slice(idle, func(i, j int) bool { return idLess(idle[j], idle[i]) })
-		pc.Remove = idle[:len(idle)-cfg.PoolHigh]
+		pc.Remove = idle[:len(idle)-high]
 	}
 	return pc
 }
