@@ -54,6 +54,8 @@ type SGroup struct {
 	pausedUntil float64
 	rng         *rand.Rand
 	core        *Core
+	perPkt      float64 // cycles per packet and per turn (from Cost, on first use)
+	perTurn     float64
 
 	Arrived, Dropped, Served uint64 // since creation
 	QueueMax                 int    // longest queue seen at a turn start
@@ -215,10 +217,16 @@ func (c *Core) Detach(g *SGroup, t float64) {
 // serve runs one turn of g starting at the core's clock.
 func (c *Core) serve(g *SGroup) {
 	k := min(g.qlen, g.Batch*BurstSize)
-	bursts := (k + BurstSize - 1) / BurstSize
-	fill := float64(k) / float64(bursts)
-	// Cycles(bursts, fill)·k = k·(NFs + I/O + copy) + N handoffs: one per NF and turn.
-	s := g.Cost.Cycles(bursts, fill) * float64(k) / c.FreqHz
+	if g.perPkt == 0 {
+		// Cost.Cycles(bursts, fill)·k with bursts = ⌈k/32⌉ and fill = k/bursts (≥ 1) is
+		// k·(NFs + I/O + copy) + N handoffs: one per NF and turn (TestTurnTime checks it).
+		g.perPkt, g.perTurn = g.Cost.Cycles(1, 1), 0
+		if g.Cost.Isolated() {
+			g.perPkt = g.Cost.SingleCycles() + g.Cost.CopyCycles
+			g.perTurn = float64(g.Cost.N()) * g.Cost.HandoffCycles
+		}
+	}
+	s := (float64(k)*g.perPkt + g.perTurn) / c.FreqHz
 	dep := c.T + s
 	g.take(k, dep)
 	g.Turns++

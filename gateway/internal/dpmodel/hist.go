@@ -20,13 +20,14 @@ const (
 	histOct = 44 // 1 ns … 2^44 ns (about 4.9 hours)
 )
 
-// bucket of a value in ns (≥ 1).
+// bucket of a value in ns: the octave from the float's exponent, the sub-bucket from the top
+// bits of its mantissa (values under 1 ns go to bucket 0).
 func bucket(ns float64) int {
 	if ns < 1 {
 		return 0
 	}
-	fr, exp := math.Frexp(ns) // ns = fr·2^exp, fr in [0.5, 1)
-	i := (exp-1)*histSub + int((fr*2-1)*histSub)
+	b := math.Float64bits(ns)
+	i := int((b>>52)&0x7ff-1023)*histSub + int((b>>(52-6))&(histSub-1))
 	return min(i, histOct*histSub-1)
 }
 
@@ -76,7 +77,7 @@ func (h *Hist) AddRange(lo, hi float64, n float64) {
 }
 
 // rangePoints is how many points AddRange spreads a group of packets over.
-const rangePoints = 8
+const rangePoints = 32
 
 // Merge adds o's counts to h.
 func (h *Hist) Merge(o *Hist) {

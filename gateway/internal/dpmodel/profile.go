@@ -4,6 +4,7 @@ package dpmodel
 
 import (
 	"fmt"
+	"math"
 	"hash/fnv"
 
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -47,7 +48,8 @@ func RunLoad(cost policy.Cost, batch int, pps float64, packets int, seed uint64)
 	hist.Reset()
 	g.QueueMax = 0
 	c.RunUntil(warm + float64(packets)/pps)
-	return policy.Point{P50us: hist.Quantile(0.5) * 1e6, P99us: hist.Quantile(0.99) * 1e6, QueueMax: float64(g.QueueMax)}
+	r3 := func(x float64) float64 { return math.Round(x*1e3) / 1e3 }
+	return policy.Point{P50us: r3(hist.Quantile(0.5) * 1e6), P99us: r3(hist.Quantile(0.99) * 1e6), QueueMax: float64(g.QueueMax)}
 }
 
 // MaxRate is the rate one saturated core serves for the cost at batch bursts per turn, from
