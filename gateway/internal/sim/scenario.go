@@ -101,7 +101,17 @@ func ParseScenario(name string, b []byte, tbl *costs.Table) (*Scenario, error) {
 	dec.KnownFields(true)
 	sc := &Scenario{file: name}
 	if err := dec.Decode(sc); err != nil {
-		return nil, fmt.Errorf("%s: %v", name, err)
+		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		var lines []string
+		for _, l := range strings.Split(msg, "\n") {
+			l = strings.TrimSpace(l)
+			if i := strings.Index(l, " in type "); i > 0 {
+				l = l[:i]
+			}
+			lines = append(lines, l)
+		}
+		return nil, fmt.Errorf("%s: %s", name, strings.Join(lines, "; "))
 	}
 	if err := sc.check(tbl); err != nil {
 		return nil, fmt.Errorf("%s: %v", name, err)
