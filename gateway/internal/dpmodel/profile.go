@@ -4,8 +4,8 @@ package dpmodel
 
 import (
 	"fmt"
-	"math"
 	"hash/fnv"
+	"math"
 
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 )
