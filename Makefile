@@ -4,7 +4,7 @@
 #   make deps   install what is missing (Debian packages, Python venv)
 #   make build  build everything into build/ (binaries in build/bin/)
 #   make test   deps + build + every test (C++ unit tests, pytest)
-#   make bench  deps + build + benchmarks (bench/results/*.json)
+#   make bench  deps + build + benchmarks (bench/results/*.json), keel-sim's rack simulations
 #   make demo   deps + build + run the demo and print its report
 #   make images the bases of packet-function images (dockerd must run)
 #   make up     deps + build + start the local stack in the background (run/)
@@ -77,6 +77,7 @@ build: deps
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
 	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
+	$(GO) build -o $(BUILD)/bin/keel-sim ./gateway/cmd/keel-sim
 
 test: build
 	$(MAKE) --no-print-directory unit-test py-test
@@ -112,6 +113,14 @@ bench: build
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
+	$(BUILD)/bin/keel-sim run --policy keel,metron --ablation --out bench/results/autoscale_sim.json \
+	    bench/scenarios/galleon.yaml bench/scenarios/diurnal.yaml bench/scenarios/flash.yaml
+	$(BUILD)/bin/keel-sim profile --chain chain1 --nfs tunnel,ipv4fwd --pkt-bytes 1024 --ghz 2.4 \
+	    --out bench/results/profile_chain1.json
+	$(BUILD)/bin/keel-sim profile --chain chain2 --nfs acl,urlfilter,encrypt --pkt-bytes 1024 --ghz 2.4 \
+	    --out bench/results/profile_chain2.json
+	$(BUILD)/bin/keel-sim profile --chain chain3 --nfs acl,nat --pkt-bytes 1024 --ghz 2.4 \
+	    --out bench/results/profile_chain3.json
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// keel-sim is keel's rack-scale simulator: it runs scenarios of flows through simulated
+// workers whose cores are modelled turn by turn (gateway/internal/dpmodel), with keel's real
+// controller policy making every decision, and it derives chains' latency profiles.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/keel-nfv/keel/gateway/internal/costs"
+	"github.com/keel-nfv/keel/gateway/internal/dpmodel"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
+	"github.com/keel-nfv/keel/gateway/internal/sim"
+)
+
+const usage = `keel-sim — keel's rack-scale simulator
+
+Usage:
+  keel-sim run [--policy keel,metron] [--ablation] [--out FILE] SCENARIO.yaml...
+  keel-sim profile --nfs NF,NF... [--pkt-bytes 1024] [--ghz 2.4] [--chain NAME] [--out FILE]
+
+run
+  Simulates each scenario (bench/scenarios/*.yaml): every chain of it runs on its own in the
+  scenario's rack (workers × managed cores at the scenario's clock), once per policy, with
+  keel's controller policy deciding where each new flow goes, when an instance is
+  overloaded, how big each chain's pool is, when a core is given back and which sgroups share
+  a core. Writes JSON:
+    {"scenario": NAME or [NAMES], "rows": [{"scenario", "policy", "chain", "slo_us",
+      "p99_us", "loss", "cores_avg", "cores_max", "p50_us", ...}, ...]}
+  p99_us and p50_us are packet latencies (ingress to departure, µs); loss counts packets
+  (NIC queue overflow and flows no instance could take); cores_avg is the time-averaged
+  number of cores with at least one chain instance attached, cores_max its peak.
+
+  --policy LIST   policies to compare side by side (keel, metron; default both)
+  --ablation      add keel variants: keel-nopack (no packing), keel-fixedbatch (one burst
+                  per turn), keel-fixedthr (threshold 0.9 whatever the SLO)
+  --out FILE      write the JSON there (default: standard output)
+  --jobs N        runs in parallel (default: the number of CPUs)
+  --nf-profile F, --chain-length F
+                  cost inputs (default bench/results/nf_profile.json and chain_length.json;
+                  built-in defaults when absent)
+  -q              no progress lines on standard error
+
+profile
+  Derives a chain's latency profile on one core from the queueing model (Galleon eq. 1,
+  Fig. 4): p50/p99 latency and the longest NIC queue at loads 0.05 … 1.00 of the core's
+  max rate, at the batch keel picks for the chain. Writes the policy.Profile JSON that
+  keel's controller reads (bench/results/profile_<chain>.json).
+
+  --nfs LIST      the chain's NFs in order (catalogue names: tunnel, ipv4fwd, acl, ...)
+  --pkt-bytes N   packet size (default 1024)
+  --ghz X         core clock (default 2.4)
+  --chain NAME    the chain's name in the profile (default: the NFs joined by '-')
+  --seed N        random seed (default 1)
+  --out FILE      write the JSON there (default: standard output)
+
+The same inputs give the same output, byte for byte.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "profile":
+		err = profileCmd(os.Args[2:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		err = fmt.Errorf("unknown command %q (run or profile; --help)", os.Args[1])
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "keel-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	return fs
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "" || path == "-" {
+		_, err = os.Stdout.Write(b)
+		return err
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func runCmd(args []string) error {
+	fs := newFlags("run")
+	pol := fs.String("policy", "keel,metron", "")
+	abl := fs.Bool("ablation", false, "")
+	out := fs.String("out", "", "")
+	jobs := fs.Int("jobs", runtime.NumCPU(), "")
+	nfp := fs.String("nf-profile", "bench/results/nf_profile.json", "")
+	cl := fs.String("chain-length", "bench/results/chain_length.json", "")
+	quiet := fs.Bool("q", false, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("run: name at least one scenario file (bench/scenarios/*.yaml)")
+	}
+	tbl, err := costs.Load(*nfp, *cl)
+	if err != nil {
+		return err
+	}
+	cfgs, err := sim.Policies(*abl, strings.Split(*pol, ",")...)
+	if err != nil {
+		return fmt.Errorf("--policy: %v", err)
+	}
+	var scs []*sim.Scenario
+	var names []string
+	for _, p := range fs.Args() {
+		sc, err := sim.LoadScenario(p, tbl)
+		if err != nil {
+			return err
+		}
+		scs = append(scs, sc)
+		names = append(names, sc.Name)
+	}
+	progress := os.Stderr
+	if *quiet {
+		progress = nil
+	}
+	rows, err := sim.RunAll(scs, cfgs, tbl, *jobs, progress)
+	if err != nil {
+		return err
+	}
+	var scen any = names
+	if len(names) == 1 {
+		scen = names[0]
+	}
+	return writeJSON(*out, struct {
+		Scenario any       `json:"scenario"`
+		Costs    string    `json:"costs"`
+		Rows     []sim.Row `json:"rows"`
+	}{scen, tbl.Source, rows})
+}
+
+func profileCmd(args []string) error {
+	fs := newFlags("profile")
+	nfs := fs.String("nfs", "", "")
+	pkt := fs.Int("pkt-bytes", 1024, "")
+	ghz := fs.Float64("ghz", 2.4, "")
+	chain := fs.String("chain", "", "")
+	seed := fs.Uint64("seed", 1, "")
+	out := fs.String("out", "", "")
+	nfp := fs.String("nf-profile", "bench/results/nf_profile.json", "")
+	cl := fs.String("chain-length", "bench/results/chain_length.json", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *nfs == "" {
+		return errors.New("profile: --nfs is required (e.g. --nfs tunnel,ipv4fwd)")
+	}
+	if *pkt < 64 || *pkt > 9000 {
+		return fmt.Errorf("profile: --pkt-bytes %d out of range [64, 9000]", *pkt)
+	}
+	if *ghz <= 0 {
+		return errors.New("profile: --ghz must be positive")
+	}
+	tbl, err := costs.Load(*nfp, *cl)
+	if err != nil {
+		return err
+	}
+	list := strings.Split(*nfs, ",")
+	cost, err := tbl.Chain(list, *pkt, *ghz*1e9)
+	if err != nil {
+		return fmt.Errorf("profile: --nfs: %v", err)
+	}
+	name := *chain
+	if name == "" {
+		name = strings.Join(list, "-")
+	}
+	b := keelBatch(cost)
+	p := dpmodel.DeriveProfile(name, cost, b, *pkt, *seed)
+	p.NFs = list
+	return writeJSON(*out, p)
+}
+
+// keelBatch is the bursts per turn keel's policy runs the chain at.
+func keelBatch(c policy.Cost) int { return policy.Keel().BatchFor(c, dpmodel.BurstSize) }

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/keel-nfv/keel/gateway/internal/costs"
+)
+
+// Scenario is one rack experiment (bench/scenarios/*.yaml).
+type Scenario struct {
+	Name    string      `yaml:"name"`
+	Seed    uint64      `yaml:"seed"`
+	Workers int         `yaml:"workers"`
+	Cores   int         `yaml:"cores"` // managed cores per worker
+	GHz     float64     `yaml:"ghz"`
+	Chains  []ChainSpec `yaml:"chains"`
+	Packets PacketSpec  `yaml:"packets"`
+	Flows   FlowSpec    `yaml:"flows"`
+	Phases  []Phase     `yaml:"phases"`
+
+	TorInstallMs float64 `yaml:"tor_install_ms"` // a new flow's rule reaches the ToR this long after its first packet
+	ColdStartS   float64 `yaml:"cold_start_s"`   // a pooled instance is ready this long after it is created
+	StatsMs      float64 `yaml:"stats_ms"`       // agents report every instance this often
+	ControlMs    float64 `yaml:"control_ms"`     // Reclaim, Pool and Repack run this often
+	MovePauseMs  float64 `yaml:"move_pause_ms"`  // an attach or a move keeps the sgroup from its core this long
+	QueueCap     int     `yaml:"queue_cap"`      // NIC queue (VF ring) per instance, packets
+	MaxSeconds   float64 `yaml:"max_seconds"`    // stop here whatever the phases say
+
+	file string
+}
+
+// ChainSpec is one chain of the scenario.
+type ChainSpec struct {
+	Name  string   `yaml:"name"`
+	NFs   []string `yaml:"nfs"`
+	SLOus float64  `yaml:"slo_us"`
+}
+
+// PacketSpec is the packet size distribution: lognormal with the given median and σ of the
+// log, cut to [min_bytes, max_bytes] (σ 0: every packet of the median size).
+type PacketSpec struct {
+	MedianBytes float64 `yaml:"median_bytes"`
+	Sigma       float64 `yaml:"sigma"`
+	MinBytes    float64 `yaml:"min_bytes"`
+	MaxBytes    float64 `yaml:"max_bytes"`
+}
+
+// FlowSpec is what every flow shares: its lifetime is exponential with mean MeanS
+// seconds (flows also end when the run ends), its packet rate is the phase's per-flow rate
+// times a lognormal factor of mean 1 and σ RateSigma.
+type FlowSpec struct {
+	MeanS     float64 `yaml:"mean_s"`
+	RateSigma float64 `yaml:"rate_sigma"`
+}
+
+// Phase is one stretch of the traffic. Flows arrive as a Poisson process of rate
+// new_flows_per_s if given, else at the rate that makes the expected number of concurrent
+// flows follow the phase's target (λ = C/mean_s + dC/dt): ramp goes linearly from the
+// previous target to flows, steady holds flows, diurnal swings between flows_min and flows
+// over period_s (starting at flows_min), flash holds the previous target; arrival_x
+// multiplies the arrival rate (a flash crowd: 10). gbps is the offered load at flows
+// concurrent flows and sets the per-flow rate of the flows that start in the phase (else the
+// previous phase's). A phase ends after duration_s, or once packets packets have been offered
+// since the start of the run.
+type Phase struct {
+	Kind         string  `yaml:"kind"`
+	DurationS    float64 `yaml:"duration_s"`
+	Packets      float64 `yaml:"packets"`
+	Flows        float64 `yaml:"flows"`
+	FlowsMin     float64 `yaml:"flows_min"`
+	PeriodS      float64 `yaml:"period_s"`
+	Gbps         float64 `yaml:"gbps"`
+	NewFlowsPerS float64 `yaml:"new_flows_per_s"`
+	ArrivalX     float64 `yaml:"arrival_x"`
+
+	target0, flowPps float64 // filled by check
+}
+
+// LoadScenario reads and checks a scenario file; errors name the file and the field.
+func LoadScenario(path string, tbl *costs.Table) (*Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseScenario(filepath.Base(path), b, tbl)
+}
+
+// ParseScenario is LoadScenario of bytes; name is the file name used in errors.
+func ParseScenario(name string, b []byte, tbl *costs.Table) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	sc := &Scenario{file: name}
+	if err := dec.Decode(sc); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: unmarshal errors:\n")
+		msg = strings.TrimPrefix(msg, "yaml: ")
+		var lines []string
+		for _, l := range strings.Split(msg, "\n") {
+			l = strings.TrimSpace(l)
+			if i := strings.Index(l, " in type "); i > 0 {
+				l = l[:i]
+			}
+			lines = append(lines, l)
+		}
+		return nil, fmt.Errorf("%s: %s", name, strings.Join(lines, "; "))
+	}
+	if err := sc.check(tbl); err != nil {
+		return nil, fmt.Errorf("%s: %v", name, err)
+	}
+	return sc, nil
+}
+
+func (sc *Scenario) check(tbl *costs.Table) error {
+	if sc.Name == "" {
+		sc.Name = strings.TrimSuffix(sc.file, filepath.Ext(sc.file))
+	}
+	if sc.Workers <= 0 {
+		return errors.New("workers: must be at least 1")
+	}
+	if sc.Cores <= 0 {
+		return errors.New("cores: must be at least 1")
+	}
+	if sc.GHz <= 0 {
+		return errors.New("ghz: must be positive")
+	}
+	if len(sc.Chains) == 0 {
+		return errors.New("chains: at least one chain")
+	}
+	seen := map[string]bool{}
+	for i, c := range sc.Chains {
+		if c.Name == "" {
+			return fmt.Errorf("chains[%d].name: missing", i)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("chains[%d].name: %q twice", i, c.Name)
+		}
+		seen[c.Name] = true
+		if len(c.NFs) == 0 {
+			return fmt.Errorf("chains[%d].nfs: at least one NF", i)
+		}
+		for _, nf := range c.NFs {
+			if _, err := tbl.NFCycles(nf, 1000); err != nil {
+				return fmt.Errorf("chains[%d].nfs: unknown NF %q", i, nf)
+			}
+		}
+		if c.SLOus < 0 {
+			return fmt.Errorf("chains[%d].slo_us: must not be negative", i)
+		}
+	}
+	p := &sc.Packets
+	if p.MedianBytes == 0 {
+		p.MedianBytes = 1024
+	}
+	if p.MinBytes == 0 {
+		p.MinBytes = 64
+	}
+	if p.MaxBytes == 0 {
+		p.MaxBytes = 1500
+	}
+	if p.MedianBytes < p.MinBytes || p.MedianBytes > p.MaxBytes || p.Sigma < 0 {
+		return errors.New("packets: need min_bytes ≤ median_bytes ≤ max_bytes and sigma ≥ 0")
+	}
+	if sc.Flows.MeanS <= 0 {
+		return errors.New("flows.mean_s: must be positive")
+	}
+	if sc.Flows.RateSigma < 0 {
+		return errors.New("flows.rate_sigma: must not be negative")
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&sc.TorInstallMs, 2)
+	def(&sc.ColdStartS, 2)
+	def(&sc.StatsMs, 100)
+	def(&sc.ControlMs, 1000)
+	def(&sc.MovePauseMs, 0.5)
+	def(&sc.MaxSeconds, 7200)
+	if sc.QueueCap == 0 {
+		sc.QueueCap = 4096
+	}
+	if sc.TorInstallMs < 0 || sc.ColdStartS < 0 || sc.StatsMs <= 0 || sc.ControlMs <= 0 || sc.MovePauseMs < 0 || sc.QueueCap < 1 {
+		return errors.New("tor_install_ms, cold_start_s, move_pause_ms must be ≥ 0, stats_ms, control_ms and queue_cap > 0")
+	}
+	if len(sc.Phases) == 0 {
+		return errors.New("phases: at least one phase")
+	}
+	mean := sc.MeanBytes()
+	target, pps := 0.0, 0.0
+	for i := range sc.Phases {
+		ph := &sc.Phases[i]
+		f := func(field string) error { return fmt.Errorf("phases[%d].%s", i, field) }
+		switch ph.Kind {
+		case "ramp", "steady", "diurnal", "flash":
+		default:
+			return fmt.Errorf("phases[%d].kind: %q is not ramp, steady, diurnal or flash", i, ph.Kind)
+		}
+		if ph.DurationS <= 0 && ph.Packets <= 0 {
+			return fmt.Errorf("%v: duration_s or packets must be given", f("duration_s"))
+		}
+		if ph.DurationS < 0 || ph.Packets < 0 || ph.Flows < 0 || ph.FlowsMin < 0 || ph.Gbps < 0 || ph.NewFlowsPerS < 0 || ph.ArrivalX < 0 {
+			return fmt.Errorf("phases[%d]: no field may be negative", i)
+		}
+		if ph.Kind == "ramp" && ph.DurationS <= 0 {
+			return fmt.Errorf("%v: a ramp needs a duration", f("duration_s"))
+		}
+		if ph.Kind == "diurnal" && (ph.PeriodS <= 0 || ph.Flows <= 0) {
+			return fmt.Errorf("%v: diurnal needs period_s and flows", f("period_s"))
+		}
+		if ph.Flows == 0 {
+			ph.Flows = target
+		}
+		if ph.Kind != "ramp" && ph.Kind != "diurnal" && ph.Flows == 0 && ph.NewFlowsPerS == 0 {
+			return fmt.Errorf("%v: no flow target before this phase", f("flows"))
+		}
+		if ph.ArrivalX == 0 {
+			ph.ArrivalX = 1
+		}
+		if ph.Gbps > 0 {
+			if ph.Flows <= 0 {
+				return fmt.Errorf("%v: gbps needs a flow target to set the per-flow rate", f("flows"))
+			}
+			pps = ph.Gbps * 1e9 / (8 * mean * ph.Flows)
+		}
+		if pps <= 0 {
+			return fmt.Errorf("%v: no per-flow rate yet (give gbps)", f("gbps"))
+		}
+		ph.target0, ph.flowPps = target, pps
+		if ph.Kind == "flash" {
+			ph.Flows = target
+		} else {
+			target = ph.Flows
+		}
+	}
+	return nil
+}
+
+// MeanBytes is the mean packet size of the cut lognormal (numerically, midpoint rule).
+func (sc *Scenario) MeanBytes() float64 {
+	p := sc.Packets
+	if p.Sigma == 0 {
+		return p.MedianBytes
+	}
+	const n = 20000
+	sum, w := 0.0, 0.0
+	for i := 0; i < n; i++ {
+		z := -8 + 16*(float64(i)+0.5)/n
+		d := math.Exp(-z * z / 2)
+		x := math.Min(p.MaxBytes, math.Max(p.MinBytes, p.MedianBytes*math.Exp(p.Sigma*z)))
+		sum += d * x
+		w += d
+	}
+	return sum / w
+}
+
+// lambda is the flow arrival rate x seconds into phase ph.
+func (sc *Scenario) lambda(ph *Phase, x float64) float64 {
+	if ph.NewFlowsPerS > 0 {
+		return ph.NewFlowsPerS * ph.ArrivalX
+	}
+	L := sc.Flows.MeanS
+	var c, dc float64
+	switch ph.Kind {
+	case "ramp":
+		c = ph.target0 + (ph.Flows-ph.target0)*math.Min(1, x/ph.DurationS)
+		dc = (ph.Flows - ph.target0) / ph.DurationS
+	case "diurnal":
+		w := 2 * math.Pi / ph.PeriodS
+		c = ph.FlowsMin + (ph.Flows-ph.FlowsMin)*(1-math.Cos(w*x))/2
+		dc = (ph.Flows - ph.FlowsMin) * w * math.Sin(w*x) / 2
+	default:
+		c = ph.Flows
+	}
+	return math.Max(0, c/L+dc) * ph.ArrivalX
+}
