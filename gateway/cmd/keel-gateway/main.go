@@ -21,6 +21,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/containers"
 	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/credentials"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
@@ -40,6 +41,9 @@ type options struct {
 	noAuth                                                                                     bool
 	pool, poolMax                                                                              int
 	scalePeriod                                                                                time.Duration
+	nfCosts, chainCosts, profiles                                                              string
+	packetBytes                                                                                int
+	coreGHz                                                                                    float64
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -76,6 +80,12 @@ func parseFlags(args []string) (*options, error) {
 		"instance never waits for a cold start (Galleon Listing 1's scale-out threshold)")
 	fs.IntVar(&o.poolMax, "pool-max", 2, "idle instances a chain keeps at most; detached ones beyond are removed (scale-in threshold)")
 	fs.DurationVar(&o.scalePeriod, "scale-period", time.Second, "how often the controller reclaims idle cores, resizes pools, packs cores and sets batches")
+	fs.StringVar(&o.nfCosts, "nf-costs", "bench/results/nf_profile.json", "measured cycles per packet of each NF (make bench writes it; built-in figures if absent)")
+	fs.StringVar(&o.chainCosts, "chain-costs", "bench/results/chain_length.json", "measured I/O and handoff cycles of chains under coopsched (built-in figures if absent)")
+	fs.StringVar(&o.profiles, "profiles", "", "directory of measured latency profiles, profile_<chain>.json; a chain without one\n"+
+		"(or with one taken for other NFs or another clock) is profiled by the queueing model")
+	fs.IntVar(&o.packetBytes, "packet-bytes", 1024, "packet size the controller sizes chains for (Galleon's median)")
+	fs.Float64Var(&o.coreGHz, "core-ghz", 0, "clock of the workers' managed cores (0: the clock --chain-costs was measured at)")
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
 		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
 	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
@@ -87,6 +97,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.pool < 0 || o.poolMax < o.pool {
 		return nil, fmt.Errorf("--pool must be >= 0 and --pool-max >= --pool (got %d, %d)", o.pool, o.poolMax)
+	}
+	if o.packetBytes < 64 || o.packetBytes > 9216 {
+		return nil, fmt.Errorf("--packet-bytes must be within 64..9216 (got %d)", o.packetBytes)
+	}
+	if o.coreGHz < 0 {
+		return nil, fmt.Errorf("--core-ghz must be >= 0")
 	}
 	if o.scalePeriod <= 0 {
 		return nil, fmt.Errorf("--scale-period must be positive")
@@ -187,7 +203,19 @@ func run(o *options) error {
 	gs := grpc.NewServer()
 	pol := policy.Keel()
 	pol.PoolLow, pol.PoolHigh = o.pool, o.poolMax
-	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Logf: log.Printf}
+	table, err := costs.Load(o.nfCosts, o.chainCosts)
+	if err != nil {
+		return fmt.Errorf("--nf-costs/--chain-costs: %w", err)
+	}
+	freq := o.coreGHz * 1e9
+	if freq == 0 {
+		freq = table.TscHz
+	}
+	modeler := &control.CostModeler{Costs: table, ProfileDir: o.profiles, PacketBytes: o.packetBytes, FreqHz: freq}
+	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf}
+	p.CheckChain = cs.CheckChain
+	log.Printf("controller: NF costs from %s; chains sized for %d-byte packets on %.2f GHz cores; idle pool %d..%d per chain",
+		table.Source, o.packetBytes, freq/1e9, o.pool, o.poolMax)
 	pb.RegisterControlServer(gs, cs)
 	go cs.Run(ctx, o.scalePeriod)
 	if o.torctl != "" {

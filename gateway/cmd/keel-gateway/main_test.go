@@ -5,6 +5,7 @@ package main
 import (
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
@@ -14,7 +15,8 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 	}
 	want := options{listen: "127.0.0.1:8080", grpcListen: "127.0.0.1:50051", redis: "127.0.0.1:6379", placer: "127.0.0.1:50062",
 		secrets: "/var/lib/keel/secrets", topology: "deploy/local/topology.yaml", docker: "unix:///var/run/docker.sock",
-		algo: "heuristic", pool: 1, keelNF: defaultKeelNF()}
+		algo: "heuristic", pool: 1, poolMax: 2, scalePeriod: time.Second, keelNF: defaultKeelNF(),
+		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}

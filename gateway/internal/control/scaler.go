@@ -264,3 +264,23 @@ func (s *Server) overload(ctx context.Context, st *state) error {
 	}
 	return nil
 }
+
+// CheckChain refuses a chain whose SLO no per-core load meets: even at the lightest load of
+// its profile the chain's p99 is over the bound, so no number of instances would meet it.
+func (s *Server) CheckChain(f *store.Function) error {
+	m, err := s.model(f)
+	if err != nil || m.Profile == nil || len(m.Profile.Points) == 0 {
+		return nil // no profile: nothing to check against
+	}
+	if m.Chain.Threshold > 0 {
+		return nil
+	}
+	first := m.Profile.Points[0]
+	for _, pt := range m.Profile.Points {
+		if pt.Load < first.Load {
+			first = pt
+		}
+	}
+	return fmt.Errorf("annotations.%s: p99=%gus cannot be met: at %.0f%% of a core the chain's p99 is already %.1f us (%s)",
+		chain.AnnotationSLO, f.Chain.SLO.P99us, 100*first.Load, first.P99us, m.Profile.Method)
+}

@@ -50,19 +50,27 @@ func (p *Profile) Check() error {
 	return nil
 }
 
-// Threshold is Galleon §5.2's per-core load threshold: the highest profiled load whose p99
-// stays within the SLO (sloUs 0: no latency bound, the highest load profiled, at most 1).
-// It is 0 when even the lightest load misses the SLO: no instance of the chain can meet it.
+// Threshold is Galleon §5.2's per-core load threshold: the highest load whose p99 stays
+// within the SLO (sloUs 0: no latency bound). Between the last profiled load that meets the
+// SLO and the first that misses it, the threshold is interpolated linearly; tail latency is
+// convex in load, so the chord lies above the curve and the interpolated load meets the SLO
+// too. Loads of 1 and more are never used: a core at full load has no stable queue, and what
+// a profile reports there depends on how long it ran. It is 0 when even the lightest load
+// misses the SLO: no instance of the chain can meet it.
 func (p *Profile) Threshold(sloUs float64) float64 {
 	pts := append([]Point(nil), p.Points...)
 	sort.Slice(pts, func(i, j int) bool { return pts[i].Load < pts[j].Load })
 	best := 0.0
-	for _, pt := range pts {
-		if pt.Load > 1 {
+	for i, pt := range pts {
+		if pt.Load >= 1 {
 			break
 		}
 		if sloUs > 0 && pt.P99us > sloUs {
 			// Tail latency grows with load: a later point that meets the SLO again is noise.
+			if i > 0 {
+				a := pts[i-1]
+				best = a.Load + (pt.Load-a.Load)*(sloUs-a.P99us)/(pt.P99us-a.P99us)
+			}
 			break
 		}
 		best = pt.Load

@@ -3,6 +3,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -21,23 +22,23 @@ func Test_Profile_Threshold(t *testing.T) {
 		slo    float64
 		want   float64
 	}{
-		{"highest load within the SLO", fig4(), 50, 0.6},
+		{"interpolated between the last point within the SLO and the first over it", fig4(), 50, 0.68},
 		{"p99 equal to the SLO meets it", fig4(), 30, 0.6},
-		{"just below a point's p99", fig4(), 79.9, 0.6},
-		{"all points up to load 1", fig4(), 400, 1.0},
-		{"loads above 1 never count", fig4(), 1000, 1.0},
+		{"just below a point's p99", fig4(), 79.9, 0.7996},
+		{"loads of 1 never count", fig4(), 400, 0.8},
+		{"loads above 1 never count", fig4(), 1000, 0.8},
 		{"first point misses: 0", fig4(), 5, 0},
-		{"no SLO: highest load ≤ 1", fig4(), 0, 1.0},
+		{"no SLO: highest load below 1", fig4(), 0, 0.8},
 		{"no SLO, profile stops below 1", fig4()[:3], 0, 0.6},
-		{"unsorted points", unsorted, 50, 0.6},
-		{"unsorted, no SLO", unsorted, 0, 1.0},
-		{"a later point that meets the SLO again is noise", []Point{{Load: 0.2, P99us: 10}, {Load: 0.4, P99us: 60}, {Load: 0.6, P99us: 40}}, 50, 0.2},
+		{"unsorted points", unsorted, 50, 0.68},
+		{"unsorted, no SLO", unsorted, 0, 0.8},
+		{"a later point that meets the SLO again is noise", []Point{{Load: 0.2, P99us: 10}, {Load: 0.4, P99us: 60}, {Load: 0.6, P99us: 40}}, 50, 0.36},
 		{"only loads above 1", []Point{{Load: 1.1, P99us: 5}}, 50, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Profile{Chain: "fw", MaxPps: 1e6, Points: tc.points}
-			if got := p.Threshold(tc.slo); got != tc.want {
+			if got := p.Threshold(tc.slo); math.Abs(got-tc.want) > 1e-9 {
 				t.Fatalf("Threshold(%g) = %v, want %v", tc.slo, got, tc.want)
 			}
 		})
@@ -90,7 +91,7 @@ func Test_Config_ThresholdFor(t *testing.T) {
 		slo  float64
 		want float64
 	}{
-		{"keel reads the profile", keel, p, 50, 0.6},
+		{"keel reads the profile", keel, p, 30, 0.6},
 		{"keel without a profile uses the fixed threshold", keel, nil, 50, 0.9},
 		{"metron ignores the SLO", metron, p, 50, 1.0},
 	}

@@ -62,6 +62,9 @@ type Provider struct {
 	Hub     *events.Hub
 	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
 	PoolSize int
+	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
+	// per-core load meets); its error is reported as invalid input.
+	CheckChain func(f *store.Function) error
 
 	mu sync.Mutex // serialises changes to the deployment
 }
@@ -229,6 +232,11 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	f.Chain = c
+	if p.CheckChain != nil && len(c.Placement.Subgroups) > 0 {
+		if err := p.CheckChain(f); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
 	if old == nil {
 		f.Replicas = uint64(p.PoolSize)
 	}
