@@ -99,6 +99,10 @@ BAD = [
     ("missing-label", {"team": "x"}, GOOD, 400, "labels.com.keel.kind: missing", ""),
     ("missing-annotation", None, {"com.keel.chain": "ACL -> NAT"}, 400, "annotations.com.keel.filter: missing", ""),
     ("infeasible", None, {**GOOD, "com.keel.slo": "t_min=50Gbps"}, 400, "annotations.com.keel.slo", "no placement"),
+    ("bad-scale-target", {"com.keel.kind": "chain", "com.openfaas.scale.type": "capacity", "com.openfaas.scale.target": "lots"},
+     GOOD, 400, "labels.com.openfaas.scale.target", "expected a positive number of flows per instance"),
+    ("scale-type-not-capacity", {"com.keel.kind": "chain", "com.openfaas.scale.type": "rps", "com.openfaas.scale.target": "5"},
+     GOOD, 400, "labels.com.openfaas.scale.type", "a chain scales by flows per instance"),
 ]
 
 

@@ -23,11 +23,6 @@ func (c *Chain) ApplyDeployment(fd *types.FunctionDeployment) error {
 		c.Tenant = DefaultTenant
 	}
 	c.MemoryBytes, c.CPUs = 0, 0
-	if fd.Labels != nil {
-		if _, err := ScaleTarget(*fd.Labels); err != nil {
-			return err
-		}
-	}
 	if fd.Limits == nil {
 		return nil
 	}

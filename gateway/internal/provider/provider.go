@@ -204,6 +204,11 @@ func minReplicas(fd *types.FunctionDeployment) uint64 {
 }
 
 func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *store.Function) error {
+	if f.Deployment.Labels != nil {
+		if _, err := chain.ScaleTarget(*f.Deployment.Labels); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
 	all, err := p.Store.List(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package control
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/openfaas/faas-provider/types"
+)
+
+// fixedModeler models every chain with one profile.
+type fixedModeler struct {
+	prof *policy.Profile
+	err  error
+}
+
+func (m fixedModeler) Model(f *store.Function, cfg policy.Config) (*Model, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return &Model{Chain: policy.Chain{Name: f.Chain.Name, MaxPps: m.prof.MaxPps, Threshold: cfg.ThresholdFor(m.prof, f.Chain.SLO.P99us)},
+		Profile: m.prof}, nil
+}
+
+func chainFn(name string, p99 float64) *store.Function {
+	return &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name},
+		Chain: &chain.Chain{Name: name, Spec: "NAT", SLO: chain.SLO{P99us: p99}}}
+}
+
+func Test_CheckChain_refuses_an_SLO_no_load_meets_and_names_the_figures(t *testing.T) {
+	prof := &policy.Profile{MaxPps: 1e6, Method: "test profile", Points: []policy.Point{
+		{Load: 0.05, P99us: 12}, {Load: 0.5, P99us: 30}, {Load: 0.9, P99us: 90}}}
+	s := &Server{Policy: policy.Keel(), Modeler: fixedModeler{prof: prof}}
+	err := s.CheckChain(chainFn("tight", 10))
+	want := "annotations.com.keel.slo: p99=10us cannot be met: at 5% of a core the chain's p99 is already 12.0 us (test profile)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("CheckChain(p99=10us) = %v, want %q", err, want)
+	}
+	if err := s.CheckChain(chainFn("ok", 50)); err != nil {
+		t.Fatalf("CheckChain(p99=50us) = %v, want nil", err)
+	}
+	if err := s.CheckChain(chainFn("none", 0)); err != nil {
+		t.Fatalf("CheckChain without a p99 bound = %v, want nil", err)
+	}
+}
+
+func Test_CheckChain_without_a_model_accepts_and_says_so_once(t *testing.T) {
+	var logged []string
+	s := &Server{Policy: policy.Keel(), Modeler: fixedModeler{err: errors.New("no costs")},
+		Logf: func(f string, a ...any) { logged = append(logged, f) }}
+	for range 3 {
+		if err := s.CheckChain(chainFn("c", 10)); err != nil {
+			t.Fatalf("CheckChain = %v, want nil when there is no model", err)
+		}
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "no cost model") {
+		t.Fatalf("logged %q, want one line about the missing model", logged)
+	}
+}
