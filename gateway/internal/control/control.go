@@ -35,13 +35,16 @@ type Server struct {
 	Policy   policy.Config
 	Modeler  Modeler
 	Logf     func(format string, args ...any) // one line per scale decision; nil: quiet
+	// OnDecision, when set, sees every decision (the gateway counts them in its metrics).
+	OnDecision func(Decision)
 
-	mu       sync.Mutex // serialises read-modify-write of instances and flows
-	filters  sync.Map   // filter expression -> *pcapfilter.Filter
-	ingress  sync.Map   // ingress id -> latest *pb.IngressStats
-	models   sync.Map   // chain name + spec -> *Model
-	kickOnce sync.Once
-	kicks    chan struct{}
+	mu        sync.Mutex // serialises read-modify-write of instances and flows
+	filters   sync.Map   // filter expression -> *pcapfilter.Filter
+	ingress   sync.Map   // ingress id -> latest *pb.IngressStats
+	models    sync.Map   // chain name + spec -> *Model
+	kickOnce  sync.Once
+	kicks     chan struct{}
+	decisions decisionLog
 }
 
 func (s *Server) filter(expr string) (*pcapfilter.Filter, error) {
@@ -199,8 +202,13 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		// Watchers (agents, torctl) act on state and core, not on every flow's count: at
 		// thousands of new flows a second those events would only bury the ones that matter.
 		s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: pi})
-		s.logf("scale-out: chain %s instance %s attached on worker %s core %d, batch %d (no attached instance under threshold %.2f)",
-			c.Name, in.ID, in.Worker, in.Core, in.Batch, st.view.Chains[c.Name].Threshold)
+		reason := "no_instance_under_threshold"
+		if a.ColdStart {
+			reason = "cold_start"
+		}
+		s.decide(Decision{Kind: KindAttach, Reason: reason, Chain: c.Name, Instance: in.ID, Worker: in.Worker, Core: in.Core},
+			"scale-out: chain %s instance %s attached on worker %s core %d, batch %d (no attached instance under threshold %.2f%s)",
+			c.Name, in.ID, in.Worker, in.Core, in.Batch, st.view.Chains[c.Name].Threshold, map[bool]string{true: "; cold start", false: ""}[a.ColdStart])
 		s.kick()
 	}
 	s.Provider.UpdateChainMetrics(ctx, c.Name)

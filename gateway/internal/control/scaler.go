@@ -5,6 +5,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
@@ -186,7 +187,8 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			return err
 		}
 		s.publish(in)
-		s.logf("scale-in: chain %s instance %s detached from worker %s, core given back (no flow for %s)", in.Chain, id, in.Worker, idle)
+		s.decide(Decision{Kind: KindDetach, Reason: "no_flows", Chain: in.Chain, Instance: id, Worker: in.Worker, Core: -1},
+			"scale-in: chain %s instance %s detached from worker %s, core given back (no flow for %s)", in.Chain, id, in.Worker, idle)
 	}
 	if len(reclaimed) > 0 {
 		if st, err = s.state(ctx); err != nil {
@@ -201,13 +203,15 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("pre-deploy an instance of %s on %s: %w", name, w, err)
 			}
-			s.logf("scale-out: chain %s instance %s pre-deployed on worker %s (idle pool below %d)", name, in.ID, w, s.Policy.PoolLow)
+			s.decide(Decision{Kind: KindPredeploy, Reason: "pool_below_min", Chain: name, Instance: in.ID, Worker: w, Core: -1},
+				"scale-out: chain %s instance %s pre-deployed on worker %s (idle pool below %d)", name, in.ID, w, s.Policy.PoolLow)
 		}
 		for _, id := range pc.Remove {
 			if err := s.Provider.RemovePooled(ctx, st.insts[id]); err != nil {
 				return fmt.Errorf("remove idle instance %s: %w", id, err)
 			}
-			s.logf("scale-in: chain %s idle instance %s removed (idle pool above %d)", name, id, s.Policy.PoolHigh)
+			s.decide(Decision{Kind: KindRemove, Reason: "pool_above_max", Chain: name, Instance: id, Core: -1},
+				"scale-in: chain %s idle instance %s removed (idle pool above %d)", name, id, s.Policy.PoolHigh)
 		}
 	}
 	// Packing: move sgroups between cores of their worker.
@@ -222,7 +226,8 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			return err
 		}
 		s.publish(in)
-		s.logf("pack: chain %s instance %s on worker %s moved from core %d to core %d", in.Chain, in.ID, in.Worker, mv.From, mv.To)
+		s.decide(Decision{Kind: KindPack, Reason: "move", Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: mv.To},
+			"pack: chain %s instance %s on worker %s moved from core %d to core %d", in.Chain, in.ID, in.Worker, mv.From, mv.To)
 	}
 	// Batch: Galleon eqs. 1–3 from the measured cycles.
 	for _, in := range st.insts {
@@ -231,7 +236,8 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			continue
 		}
 		if b := s.batchFor(m, in); b != in.Batch {
-			s.logf("batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, in.Batch)
+			s.decide(Decision{Kind: KindBatch, Reason: "measured_cycles", Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
+				"batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, in.Batch)
 			in.Batch = b
 			if err := s.Store.PutInstance(ctx, in); err != nil {
 				return err
@@ -260,7 +266,12 @@ func (s *Server) overload(ctx context.Context, st *state) error {
 			return err
 		}
 		s.publish(in)
-		s.logf("overload: chain %s instance %s %s", in.Chain, in.ID, in.Why)
+		kind, reason := KindClear, "below_threshold"
+		if ch.Overloaded {
+			kind, reason = KindOverload, overloadReason(ch.Reason)
+		}
+		s.decide(Decision{Kind: kind, Reason: reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
+			"overload: chain %s instance %s %s", in.Chain, in.ID, in.Why)
 	}
 	return nil
 }
@@ -283,4 +294,18 @@ func (s *Server) CheckChain(f *store.Function) error {
 	}
 	return fmt.Errorf("annotations.%s: p99=%gus cannot be met: at %.0f%% of a core the chain's p99 is already %.1f us (%s)",
 		chain.AnnotationSLO, f.Chain.SLO.P99us, 100*first.Load, first.P99us, m.Profile.Method)
+}
+
+// overloadReason maps the policy's overload text to a bounded metric label.
+func overloadReason(text string) string {
+	switch {
+	case strings.HasPrefix(text, "load"):
+		return "load"
+	case strings.HasPrefix(text, "NIC queue"):
+		return "queue"
+	case strings.HasPrefix(text, "shared core"):
+		return "shared_core"
+	default:
+		return "drops"
+	}
 }

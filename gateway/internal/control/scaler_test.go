@@ -62,3 +62,23 @@ func Test_CheckChain_without_a_model_accepts_and_says_so_once(t *testing.T) {
 		t.Fatalf("logged %q, want one line about the missing model", logged)
 	}
 }
+
+func Test_Decisions_keeps_the_latest_in_order_and_tells_the_hook(t *testing.T) {
+	var seen int
+	s := &Server{OnDecision: func(Decision) { seen++ }}
+	for i := range DecisionsKept + 10 {
+		s.decide(Decision{Kind: KindAttach, Instance: "c/" + string(rune('a'+i%26))}, "line %d", i)
+	}
+	got := s.Decisions()
+	if len(got) != DecisionsKept || seen != DecisionsKept+10 {
+		t.Fatalf("kept %d (want %d), hook saw %d", len(got), DecisionsKept, seen)
+	}
+	if got[0].Text != "line 10" || got[len(got)-1].Text != "line 265" {
+		t.Fatalf("oldest %q, newest %q", got[0].Text, got[len(got)-1].Text)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Time.Before(got[i-1].Time) {
+			t.Fatalf("decision %d is older than %d", i, i-1)
+		}
+	}
+}
