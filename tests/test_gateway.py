@@ -267,6 +267,11 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
         assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     d = gateway.faas("describe", "chain2").stdout
     assert "chain2/0 attached worker=local vlan=" in d and "core=1 flows=1 phase=ready" in d and "42.0 us" in d
+    # as OpenFaaS users read it: replicas serve flows (attached), available ones run, invocations are flows
+    code, body = api(gateway, "GET", "/system/function/chain2")
+    st = json.loads(body)
+    assert code == 200 and (st["replicas"], st["availableReplicas"], st["invocationCount"]) == (2, 1, 3), st
+    assert st["annotations"]["com.keel.pool"] == "1 idle instance(s), 0 ready"
     st, text = api(gateway, "GET", "/metrics", auth=False)
     assert 'keel_chain_drops_total{chain="chain2"} 3' in text and 'keel_chain_flows{chain="chain2"} 2' in text
 

@@ -168,6 +168,9 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		if err := s.Store.PutFlow(ctx, rec, nil); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
+		if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
 		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
 	}
 	st, err := s.state(ctx)
@@ -195,6 +198,10 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	in.Threshold = st.view.Chains[c.Name].Threshold
 	rec.Instance, rec.VLAN, rec.Worker = in.ID, in.VLAN, in.Worker
 	if err := s.Store.PutFlow(ctx, rec, in); err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	// faas-cli's invocation count of a chain is the flows assigned to it.
+	if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)

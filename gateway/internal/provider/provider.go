@@ -646,12 +646,25 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 		}
 		describeChain(f.Chain, insts, ann)
 		st.Image = f.Chain.Summary()
-		st.Replicas = uint64(len(insts))
+		// What an OpenFaaS user expects: replicas are the instances serving flows (attached),
+		// available ones are those running; the idle pool is described apart.
+		st.Replicas = 0
+		idle, idleReady := 0, 0
 		for _, in := range insts {
-			if in.Phase == "ready" {
-				st.AvailableReplicas++
+			switch {
+			case in.State == store.Attached:
+				st.Replicas++
+				if in.Phase == "ready" {
+					st.AvailableReplicas++
+				}
+			case in.Phase == "ready":
+				idle++
+				idleReady++
+			default:
+				idle++
 			}
 		}
+		ann["com.keel.pool"] = fmt.Sprintf("%d idle instance(s), %d ready", idle, idleReady)
 	}
 	return st, nil
 }
