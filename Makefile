@@ -112,6 +112,7 @@ bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
+	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
 	$(BUILD)/bin/keel-sim run --policy keel,metron --ablation --out bench/results/autoscale_sim.json \
 	    bench/scenarios/galleon.yaml bench/scenarios/diurnal.yaml bench/scenarios/flash.yaml

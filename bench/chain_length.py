@@ -32,6 +32,7 @@ recommends.
 Writes bench/results/chain_length.json. Needs root (SCHED_FIFO) and 2 cores.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -150,18 +151,31 @@ def stop_procs(procs):
             p.wait()
 
 
-class Single:
-    """keel-chain with all n NFs; takes the core when continued."""
+def bpf_nfs(n):
+    """The test chain: n `bpf` NFs, as (name, configuration) pairs."""
+    return [("bpf", BPF)] * n
 
-    def __init__(self, tmp, gen, port, n):
-        self.stats = Path(tmp) / f"single{n}.json"
+
+def nf_arg(nf):
+    name, config = nf
+    return f"{name}={json.dumps(config)}"
+
+
+class Single:
+    """keel-chain with the NFs |nfs| (default: n `bpf` NFs); takes the core
+    when continued. |tag| names its files (default: n)."""
+
+    def __init__(self, tmp, gen, port, n, nfs=None, tag=None):
+        nfs = nfs or bpf_nfs(n)
+        tag = n if tag is None else tag
+        self.stats = Path(tmp) / f"single{tag}.json"
         # At coopsched's run priority, as the NFs of the other modes: other
         # work on the core (CFS) then takes the same share from every mode.
         # EAL pins the packet thread to CORE (-l) and its other threads to GEN_CPU.
         args = ["chrt", "-f", "10", "taskset", "-c", f"{GEN_CPU},{CORE}", str(BIN / "keel-chain")]
-        for _ in range(n):
-            args += ["--nf", "bpf=" + json.dumps(BPF)]
-        args += ["--stats", str(self.stats), "--stats-interval", "50"] + eal(f"s{n}", gen.vdev(port))
+        for nf in nfs:
+            args += ["--nf", nf_arg(nf)]
+        args += ["--stats", str(self.stats), "--stats-interval", "50"] + eal(f"s{tag}", gen.vdev(port))
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs = [self.proc]
         self.nfs = self.prev_nfs = None  # each NF's (cycles, packets) at the last two samples
@@ -203,22 +217,23 @@ class Single:
 
 
 class Group:
-    """n keel-nf processes under coopsched; takes the core when attached."""
+    """n keel-nf processes under coopsched, one per NF of |nfs| (default: n
+    `bpf` NFs); takes the core when attached."""
 
-    def __init__(self, tmp, stub, gen, port, n, gid, copy_each_hop):
+    def __init__(self, tmp, stub, gen, port, n, gid, copy_each_hop, nfs=None):
         self.stub, self.gid = stub, gid
         self.procs, self.fills, self.batch = [], [], 1
         try:
-            self._start(tmp, gen, port, n, copy_each_hop)
+            self._start(tmp, gen, port, nfs or bpf_nfs(n), copy_each_hop)
         except BaseException:
             stop_procs(self.procs)
             raise
 
-    def _start(self, tmp, gen, port, n, copy_each_hop):
-        gid = self.gid
+    def _start(self, tmp, gen, port, nfs, copy_each_hop):
+        gid, n = self.gid, len(nfs)
         pktbuf = f"{tmp}/huge/pktbuf-{gid}"
-        for k in range(n):
-            args = [str(BIN / "keel-nf"), "--nf", "bpf=" + json.dumps(BPF), "--chain-id", gid,
+        for k, nf in enumerate(nfs):
+            args = [str(BIN / "keel-nf"), "--nf", nf_arg(nf), "--chain-id", gid,
                     "--position", str(k), "--of", str(n), "--pktbuf", pktbuf, "--coopsched", self.stub.target]
             if copy_each_hop:
                 args.append("--copy-each-hop")
@@ -281,6 +296,42 @@ def median(xs):
     return round(statistics.median(xs), 3)
 
 
+def choose_batch(single, keel, n, seconds, p, hz, handoff):
+    """keel's batch for a chain of n NFs by Galleon eq. (1)-(3), from
+    windows of |single| and of |keel| at a few batch sizes. Returns (batch,
+    calibration rates by point, each NF's cycles a packet in single, the
+    chain's single-thread cycles a packet, the effective T_ctx, T_copy)."""
+    window(single, seconds)  # warm
+    # Calibration: single, and keel at a few batch sizes, 3 rounds in
+    # rotating order. B=1 and B=4 give T_ctx and T_copy (a turn of 128
+    # packets still fits the L1 cache, as eq. (1) assumes); the larger
+    # sizes are the fallback when no B reaches p.
+    points = ("single",) + ((1, 4, 16, 64) if n > 1 else ())
+    cal = {m: [] for m in points}
+    for r in range(3):
+        for m in points[r % len(points):] + points[:r % len(points)]:
+            if m == "single":
+                cal[m].append(window(single, seconds))
+                cycles = single.nf_cycles()
+            else:
+                keel.set_batch(m)
+                cal[m].append(window(keel, seconds))
+    cal = {m: statistics.median(v) for m, v in cal.items()}
+    chain_single = hz / (cal["single"] * 1e6)  # cycles a packet, receive and transmit included
+    effective, copy_cycles = handoff, 0.0
+    if n > 1:
+        effective, copy_cycles = calibrate(hz, n, cal["single"], cal[1], cal[4], 4)
+        effective = max(handoff, effective)
+    batch = adaptive_batch(n, effective, chain_single, copy_cycles, BURST, p)
+    if batch == MAX_BATCH and n > 1:
+        # No B reaches p by eq. (3): the measured best of the larger ones
+        # (past L2-sized turns the per-packet cost grows again).
+        batch = max((4, 16, 64), key=lambda b: cal[b])
+    # A turn stays well inside coopsched's yield timeout (its watchdog).
+    batch = min(batch, max(1, int(YIELD_TIMEOUT_US * 1e-6 / 4 * hz / (BURST * max(cycles)))))
+    return batch, cal, cycles, chain_single, effective, copy_cycles
+
+
 def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
     single = Single(tmp, gen, 0, n)
     keel = copy = None
@@ -288,34 +339,8 @@ def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
         single.leave_core()
         keel = Group(tmp, stub, gen, 1, n, f"keel{n}", False)
         copy = Group(tmp, stub, gen, 2, n, f"copy{n}", True)
-        window(single, args.seconds)  # warm
-        # Calibration: single, and keel at a few batch sizes, 3 rounds in
-        # rotating order. B=1 and B=4 give T_ctx and T_copy (a turn of 128
-        # packets still fits the L1 cache, as eq. (1) assumes); the larger
-        # sizes are the fallback when no B reaches p.
-        points = ("single",) + ((1, 4, 16, 64) if n > 1 else ())
-        cal = {m: [] for m in points}
-        for r in range(3):
-            for m in points[r % len(points):] + points[:r % len(points)]:
-                if m == "single":
-                    cal[m].append(window(single, args.seconds))
-                    cycles = single.nf_cycles()
-                else:
-                    keel.set_batch(m)
-                    cal[m].append(window(keel, args.seconds))
-        cal = {m: statistics.median(v) for m, v in cal.items()}
-        chain_single = hz / (cal["single"] * 1e6)  # cycles a packet, receive and transmit included
-        effective, copy_cycles = handoff, 0.0
-        if n > 1:
-            effective, copy_cycles = calibrate(hz, n, cal["single"], cal[1], cal[4], 4)
-            effective = max(handoff, effective)
-        batch = adaptive_batch(n, effective, chain_single, copy_cycles, BURST, args.p)
-        if batch == MAX_BATCH and n > 1:
-            # No B reaches p by eq. (3): the measured best of the larger ones
-            # (past L2-sized turns the per-packet cost grows again).
-            batch = max((4, 16, 64), key=lambda b: cal[b])
-        # A turn stays well inside coopsched's yield timeout (its watchdog).
-        batch = min(batch, max(1, int(YIELD_TIMEOUT_US * 1e-6 / 4 * hz / (BURST * max(cycles)))))
+        batch, cal, cycles, chain_single, effective, copy_cycles = choose_batch(
+            single, keel, n, args.seconds, args.p, hz, handoff)
         keel.set_batch(batch)
         copy.set_batch(1)
         rates = {m: [] for m in MODES}
@@ -379,6 +404,13 @@ def main():
     if os.geteuid() != 0 or os.cpu_count() < 2:
         sys.exit("chain_length: needs root (SCHED_FIFO) and two cores")
     lengths = [int(x) for x in args.lengths.split(",")]
+    with bench_dir() as tmp:
+        run(args, tmp, lengths)
+
+
+@contextlib.contextmanager
+def bench_dir():
+    """A temporary directory with huge/, a tmpfs for the chain buffers."""
     with tempfile.TemporaryDirectory(prefix="keel-bench-") as tmp:
         # Chain buffers in 2 MB pages, as keel-nf's --help asks: with 4 KB
         # pages a turn of B x 32 packets costs every NF TLB misses (at 5 NFs
@@ -387,13 +419,14 @@ def main():
         subprocess.run(["mount", "-t", "tmpfs", "-o", "huge=always,size=1g,mode=0700", "keel-bench-pktbuf",
                         f"{tmp}/huge"], check=True)
         try:
-            run(args, tmp, lengths)
+            yield tmp
         finally:
             subprocess.run(["umount", f"{tmp}/huge"], check=False)
 
 
-def run(args, tmp, lengths):
-    """Runs every length under one coopsched and generator; the result."""
+@contextlib.contextmanager
+def coopsched(tmp):
+    """keel-coopsched managing CORE; its stub (stub.target: its address)."""
     sock = f"{tmp}/coopsched.sock"
     # Every mode runs SCHED_FIFO; the kernel's RT throttling would take ~5 %
     # of the core in 50 ms gaps, so it is lifted while coopsched runs.
@@ -401,7 +434,6 @@ def run(args, tmp, lengths):
                            "--yield-timeout-us", str(YIELD_TIMEOUT_US), "--no-rt-throttle",
                            "--lock-dir", tmp],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    gen = None
     try:
         while not os.path.exists(sock):
             if cs.poll() is not None:
@@ -410,18 +442,25 @@ def run(args, tmp, lengths):
         channel = grpc.insecure_channel(f"unix:{sock}")
         stub = pb_grpc.CoopschedStub(channel)
         stub.target = f"unix:{sock}"
+        yield stub
+        channel.close()
+    finally:
+        cs.terminate()
+        cs.wait(timeout=10)
+
+
+def run(args, tmp, lengths):
+    """Runs every length under one coopsched and generator; the result."""
+    with coopsched(tmp) as stub:
         status = stub.Status(pb.StatusRequest())
         hz, handoff = status.tsc_hz, status.handoff_cycles
         gen = Generator(tmp, 3)
-        rows, sweep = [], []
-        for n in lengths:
-            rows.append(run_length(tmp, stub, gen, n, args, hz, handoff, sweep))
-        channel.close()
-    finally:
-        if gen:
+        try:
+            rows, sweep = [], []
+            for n in lengths:
+                rows.append(run_length(tmp, stub, gen, n, args, hz, handoff, sweep))
+        finally:
             gen.stop()
-        cs.terminate()
-        cs.wait(timeout=10)
     out = {"packet_bytes": PACKET_BYTES, "tsc_hz": hz, "handoff_cycles": handoff, "p": args.p,
            "test_nf": "bpf with 200 filters 'udp and dst host H and dst port P' (25 hosts x 8 ports); "
                       "each packet meets the 8 filters of its host and matches none",
