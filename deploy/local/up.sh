@@ -18,6 +18,8 @@
 #   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653; gRPC 127.0.0.1:50070,
 #                    /metrics on 127.0.0.1:9102
 #   keel-ingress     new flows from the ToR on keel-ing (AF_PACKET); /metrics on 127.0.0.1:9103
+#   prometheus       http://127.0.0.1:9090, scraping all of the above (deploy/local/prometheus.yml),
+#                    its data in run/prometheus/ kept 2 hours
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -138,7 +140,7 @@ agent_ok() {
 # Before anything starts: root, two cores, every program.
 [ "$(id -u)" -eq 0 ] || die "must run as root (mounts, dockerd, SCHED_FIFO); try sudo make up"
 [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
-for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss; do
+for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss prometheus; do
   command -v "$prog" > /dev/null || die "$prog is not installed: run make deps"
 done
 [ -f /usr/share/openvswitch/vswitch.ovsschema ] || die "the OVS schema is missing: run make deps (openvswitch-switch)"
@@ -277,11 +279,22 @@ part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
+# Prometheus (Debian's): scrapes every part above every 5 s; a short retention keeps
+# run/prometheus/ small.
+prometheus_ok() { http_ok http://127.0.0.1:9090/-/ready; }
+alive prometheus > /dev/null || port_free 127.0.0.1:9090
+mkdir -p "$RUN/prometheus"
+part prometheus 30 prometheus_ok -- prometheus --config.file="$ROOT/deploy/local/prometheus.yml" \
+  --web.listen-address=127.0.0.1:9090 --storage.tsdb.path="$RUN/prometheus" \
+  --storage.tsdb.retention.time=2h
+
 password=$RUN/secrets/basic-auth-password
 await "" 10 test -s "$password"
 cat <<EOF
 keel is up ($((SECONDS - start)) s).
   gateway   http://127.0.0.1:8080 (faas-cli's default gateway)
+  dashboard http://127.0.0.1:8080/ui/ (user admin and the password below; JSON: /system/keel/topology)
+  metrics   http://127.0.0.1:9090 (Prometheus, scraping gateway, agent, torctl, ingress)
   password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
   log in    faas-cli login --password-stdin < $password
   OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show
