@@ -140,7 +140,7 @@ agent_ok() {
 # Before anything starts: root, two cores, every program.
 [ "$(id -u)" -eq 0 ] || die "must run as root (mounts, dockerd, SCHED_FIFO); try sudo make up"
 [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ] || die "needs two cores: coopsched manages core $MANAGED_CORES, core 0 runs the rest"
-for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss prometheus; do
+for prog in redis-server redis-cli ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-appctl docker curl ss; do
   command -v "$prog" > /dev/null || die "$prog is not installed: run make deps"
 done
 [ -f /usr/share/openvswitch/vswitch.ovsschema ] || die "the OVS schema is missing: run make deps (openvswitch-switch)"
@@ -282,11 +282,15 @@ part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051
 # Prometheus (Debian's): scrapes every part above every 5 s; a short retention keeps
 # run/prometheus/ small.
 prometheus_ok() { http_ok http://127.0.0.1:9090/-/ready; }
-alive prometheus > /dev/null || port_free 127.0.0.1:9090
-mkdir -p "$RUN/prometheus"
-part prometheus 30 prometheus_ok -- prometheus --config.file="$ROOT/deploy/local/prometheus.yml" \
-  --web.listen-address=127.0.0.1:9090 --storage.tsdb.path="$RUN/prometheus" \
-  --storage.tsdb.retention.time=2h
+if command -v prometheus > /dev/null; then
+  alive prometheus > /dev/null || port_free 127.0.0.1:9090
+  mkdir -p "$RUN/prometheus"
+  part prometheus 30 prometheus_ok -- prometheus --config.file="$ROOT/deploy/local/prometheus.yml" \
+    --web.listen-address=127.0.0.1:9090 --storage.tsdb.path="$RUN/prometheus" \
+    --storage.tsdb.retention.time=2h
+else
+  warn "prometheus is not installed (make deps installs it): the stack runs without it"
+fi
 
 password=$RUN/secrets/basic-auth-password
 await "" 10 test -s "$password"

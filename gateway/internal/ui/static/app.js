@@ -123,7 +123,8 @@ function drawChains(t) {
     const met = c.slo_met ? el("span", { class: "ok" }, "SLO met") : el("span", { class: "bad" }, "SLO missed");
     const nfs = c.nfs.map((n) => el("span", { class: "nf" + (c.switch_nfs.includes(n) ? " switch" : ""),
       title: c.switch_nfs.includes(n) ? "on the ToR switch" : "on a server core" }, n));
-    return el("div", { class: "chain", "data-chain": c.name, style: `border-top:4px solid ${color(t.chains, c.name)}` },
+    return el("div", { class: "chain", "data-chain": c.name, "data-rate-pps": c.rate_pps, "data-cores": c.cores.length,
+      "data-flows": c.flows, style: `border-top:4px solid ${color(t.chains, c.name)}` },
       el("h3", {}, el("span", {}, c.name), met),
       el("div", { class: "spec" }, nfs, " · ", c.filter),
       kv([
