@@ -177,12 +177,13 @@ def test_dashboard_shows_chains_cores_rates_and_scale_events(browser, traffic):
     assert state["updated"], "the page never loaded the topology"
     assert "ToR switch" in state["chains"]["chain1"]["text"]
     assert all(s["core"].startswith("local:") for s in state["sgroups"]), state["sgroups"]
-    # A readable screenshot of the whole page.
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(1400, min(max(height, 900), 4000))
-    time.sleep(0.5)
+    # A readable screenshot of the whole page, beyond the window.
+    size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 4000), "scale": 1}})
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    assert browser.save_screenshot(str(SCREENSHOT))
+    SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
     assert SCREENSHOT.stat().st_size > 20_000
 
 

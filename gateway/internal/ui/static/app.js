@@ -132,7 +132,7 @@ function drawChains(t) {
         ["instances", c.switch_only ? "none: runs on the ToR switch" : `${c.attached} attached, ${c.pooled} pooled`],
         ["cores", c.cores.length ? c.cores.join(", ") : "none", "cores"],
         ["flows", String(c.flows)],
-        ["rate", `${gbps(c.rate_gbps)} · ${pps(c.rate_pps)}`, "rate"],
+        ["rate", c.switch_only ? "— (on the switch; flows only)" : `${gbps(c.rate_gbps)} · ${pps(c.rate_pps)}`, "rate"],
         ["p99", c.switch_only ? "—" : us(c.p99_us), c.slo_met ? "ok" : "bad"],
       ]),
       el("div", { class: "charts" },
