@@ -190,7 +190,9 @@ func (f fakeSource) List(_ context.Context) ([]*store.Function, error) { return 
 func (f fakeSource) Instances(_ context.Context, c string) ([]*store.Instance, error) {
 	return f.s.Instances[c], nil
 }
-func (f fakeSource) Workers(_ context.Context) (map[string]*store.Worker, error) { return f.s.Workers, nil }
+func (f fakeSource) Workers(_ context.Context) (map[string]*store.Worker, error) {
+	return f.s.Workers, nil
+}
 
 func Test_topology_handler_and_page_are_served(t *testing.T) {
 	v := &View{Source: fakeSource{rack()}, Decisions: func() []control.Decision { return decisions(2) }, History: &History{Keep: 10}}
