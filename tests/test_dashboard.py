@@ -204,6 +204,18 @@ def test_prometheus_scrapes_every_component(traffic):
     up = prometheus_has("up")
     assert {r["metric"]["job"]: r["value"][1] for r in up} == {
         "keel-gateway": "1", "keel-agent": "1", "keel-ingress": "1", "keel-torctl": "1", "prometheus": "1"}, up
+    # What Prometheus costs: its CPU time over 10 s of scraping the five targets every 5 s.
+    pid = int((RUN / "prometheus.pid").read_text())
+
+    def cpu_seconds() -> float:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    c0, t0 = cpu_seconds(), time.time()
+    time.sleep(10)
+    share = (cpu_seconds() - c0) / (time.time() - t0)
+    print(f"prometheus: {100 * share:.1f} % of one core while scraping the stack every 5 s")
+    assert share < 0.25, f"Prometheus takes {100 * share:.0f} % of a core"
     assert wait_for("Prometheus to have the controller's attach decisions and the flows assigned",
                     lambda: prometheus_has('keel_gateway_scale_decisions_total{kind="attach"}')
                     and prometheus_has('keel_gateway_flows_assigned_total{chain="chain3"}'), timeout=30, every=1)
