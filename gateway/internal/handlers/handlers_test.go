@@ -19,6 +19,7 @@ type emptyStore struct{}
 func (emptyStore) List(context.Context) ([]*store.Function, error)              { return nil, nil }
 func (emptyStore) Instances(context.Context, string) ([]*store.Instance, error) { return nil, nil }
 func (emptyStore) Workers(context.Context) (map[string]*store.Worker, error)    { return nil, nil }
+func (emptyStore) Flows(context.Context, string) ([]*store.Flow, error)         { return nil, nil }
 
 func Test_operator_view_is_behind_basic_auth(t *testing.T) {
 	creds := &auth.BasicAuthCredentials{User: "admin", Password: "secret"}

@@ -113,6 +113,9 @@ type Snapshot struct {
 	Functions []*store.Function            // every function; only chains are shown
 	Instances map[string][]*store.Instance // by chain
 	Workers   map[string]*store.Worker
+	// Flows are the live flows of each chain (a switch-only chain's flows have no instance);
+	// a chain absent here counts its instances' flows.
+	Flows map[string]int
 }
 
 // Build assembles the topology from a snapshot, the controller's decisions (oldest first, as
@@ -183,6 +186,9 @@ func Build(s Snapshot, decisions []control.Decision, history map[string][]Sample
 				w := worker(in.Worker)
 				w.Pool = append(w.Pool, sg)
 			}
+		}
+		if n, ok := s.Flows[ch.Name]; ok {
+			ch.Flows = n
 		}
 		ch.Cores = uniq(ch.Cores)
 		ch.SLOMet = c.SLO.P99us == 0 || ch.P99us <= c.SLO.P99us

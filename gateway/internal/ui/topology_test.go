@@ -105,7 +105,7 @@ func Test_Build_sums_chains_and_checks_their_SLO(t *testing.T) {
 		t.Fatalf("chains %v: want the three chains by name, no normal function", names)
 	}
 	c1, c2, c3 := top.Chains[0], top.Chains[1], top.Chains[2]
-	if !c1.SwitchOnly || len(c1.Cores) != 0 || strings.Join(c1.SwitchNFs, ",") != "Tunnel,IPv4Fwd" || !c1.SLOMet {
+	if !c1.SwitchOnly || len(c1.Cores) != 0 || c1.Flows != 0 || strings.Join(c1.SwitchNFs, ",") != "Tunnel,IPv4Fwd" || !c1.SLOMet {
 		t.Errorf("chain1 runs on the switch only: %+v", c1)
 	}
 	if c2.SwitchOnly || len(c2.History) != 1 || c2.History[0].P99us != 35 || !c2.SLOMet {
@@ -193,6 +193,9 @@ func (f fakeSource) Instances(_ context.Context, c string) ([]*store.Instance, e
 func (f fakeSource) Workers(_ context.Context) (map[string]*store.Worker, error) {
 	return f.s.Workers, nil
 }
+func (f fakeSource) Flows(_ context.Context, _ string) ([]*store.Flow, error) {
+	return []*store.Flow{{Key: "6 198.18.0.1:1024 198.18.1.9:80", Chain: "chain1"}}, nil
+}
 
 func Test_topology_handler_and_page_are_served(t *testing.T) {
 	v := &View{Source: fakeSource{rack()}, Decisions: func() []control.Decision { return decisions(2) }, History: &History{Keep: 10}}
@@ -202,7 +205,8 @@ func Test_topology_handler_and_page_are_served(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &top); err != nil || rec.Code != 200 {
 		t.Fatalf("%d %v: %s", rec.Code, err, rec.Body)
 	}
-	if len(top.Chains) != 3 || len(top.Decisions) != 2 || rec.Header().Get("Content-Type") != "application/json" {
+	if len(top.Chains) != 3 || len(top.Decisions) != 2 || rec.Header().Get("Content-Type") != "application/json" ||
+		top.Chains[0].Flows != 1 {
 		t.Errorf("topology: %+v", top)
 	}
 	for path, want := range map[string]string{"/ui/": "<title>keel", "/ui/app.js": "/system/keel/topology", "/ui/style.css": ".sgroup"} {

@@ -21,11 +21,13 @@ type Source interface {
 	List(ctx context.Context) ([]*store.Function, error)
 	Instances(ctx context.Context, chain string) ([]*store.Instance, error)
 	Workers(ctx context.Context) (map[string]*store.Worker, error)
+	Flows(ctx context.Context, chain string) ([]*store.Flow, error)
 }
 
-// Read takes a snapshot of the store: every function, the instances of chains, the workers.
+// Read takes a snapshot of the store: every function, the instances of chains, the workers
+// and how many flows each chain has.
 func Read(ctx context.Context, src Source) (Snapshot, error) {
-	s := Snapshot{Time: time.Now().UTC(), Instances: map[string][]*store.Instance{}}
+	s := Snapshot{Time: time.Now().UTC(), Instances: map[string][]*store.Instance{}, Flows: map[string]int{}}
 	var err error
 	if s.Functions, err = src.List(ctx); err != nil {
 		return s, err
@@ -37,6 +39,13 @@ func Read(ctx context.Context, src Source) (Snapshot, error) {
 		if s.Instances[f.Deployment.Service], err = src.Instances(ctx, f.Deployment.Service); err != nil {
 			return s, err
 		}
+	}
+	flows, err := src.Flows(ctx, "")
+	if err != nil {
+		return s, err
+	}
+	for _, f := range flows {
+		s.Flows[f.Chain]++
 	}
 	s.Workers, err = src.Workers(ctx)
 	return s, err
