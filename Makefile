@@ -28,9 +28,12 @@ endif
 APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool curl python3-venv \
-	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch
-# Installed without their recommendations (docker.io would pull apparmor, criu, ...).
-APT_NO_RECOMMENDS := docker.io
+	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch \
+	fonts-liberation
+# Installed without their recommendations (docker.io would pull apparmor, criu, ...;
+# prometheus its node exporter; chromium a desktop's daemons). Prometheus scrapes the local
+# stack; chromium and chromium-driver run the dashboard's browser test headless.
+APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
 .PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images up down clean
 
@@ -125,6 +128,10 @@ bench: build
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin
+	@echo "Watch the stack run (make up, then faas-cli deploy -f stack.yml):"
+	@echo "  dashboard   http://127.0.0.1:8080/ui/ (user admin, password in run/secrets/basic-auth-password)"
+	@echo "  topology    curl -u admin:\$$(cat run/secrets/basic-auth-password) http://127.0.0.1:8080/system/keel/topology"
+	@echo "  Prometheus  http://127.0.0.1:9090 (keel_gateway_*, keel_chain_*, keel_agent_*, keel_ingress_*, keel_torctl_*)"
 
 clean:
 	rm -rf $(BUILD)

@@ -65,6 +65,8 @@ for row in json.load(sys.stdin)[0]["rows"]:
 
 say "stopping keel's local stack"
 
+# Prometheus first: it only reads the others.
+stop prometheus 10
 # The ingress and the ToR's controller, then the agent, so that nothing re-creates rules,
 # containers or veths behind our back.
 stop keel-ingress 10

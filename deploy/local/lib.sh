@@ -26,7 +26,8 @@ export OVS_RUNDIR=$RUN/ovs OVS_DBDIR=$RUN/ovs OVS_LOGDIR=$RUN/ovs
 COMPONENTS=(redis dockerd ovsdb-server ovs-vswitchd keel-place keel-gateway keel-coopsched keel-agent keel-torctl keel-ingress)
 declare -A MARKER=([redis]=redis-server [dockerd]=dockerd [ovsdb-server]=ovsdb-server
   [ovs-vswitchd]=ovs-vswitchd [keel-place]=keel-place [keel-gateway]=keel-gateway
-  [keel-coopsched]=keel-coopsched [keel-agent]=keel-agent [keel-torctl]=keel-torctl [keel-ingress]=keel-ingress)
+  [keel-coopsched]=keel-coopsched [keel-agent]=keel-agent [keel-torctl]=keel-torctl [keel-ingress]=keel-ingress
+  [prometheus]=prometheus)
 
 say() { printf '%s\n' "$*"; }
 warn() { printf '%s: warning: %s\n' "$PROG" "$*" >&2; }

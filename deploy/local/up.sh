@@ -18,6 +18,8 @@
 #   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653; gRPC 127.0.0.1:50070,
 #                    /metrics on 127.0.0.1:9102
 #   keel-ingress     new flows from the ToR on keel-ing (AF_PACKET); /metrics on 127.0.0.1:9103
+#   prometheus       http://127.0.0.1:9090, scraping all of the above (deploy/local/prometheus.yml),
+#                    its data in run/prometheus/ kept 2 hours
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -277,11 +279,26 @@ part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
+# Prometheus (Debian's): scrapes every part above every 5 s; a short retention keeps
+# run/prometheus/ small.
+prometheus_ok() { http_ok http://127.0.0.1:9090/-/ready; }
+if command -v prometheus > /dev/null; then
+  alive prometheus > /dev/null || port_free 127.0.0.1:9090
+  mkdir -p "$RUN/prometheus"
+  part prometheus 30 prometheus_ok -- prometheus --config.file="$ROOT/deploy/local/prometheus.yml" \
+    --web.listen-address=127.0.0.1:9090 --storage.tsdb.path="$RUN/prometheus" \
+    --storage.tsdb.retention.time=2h
+else
+  warn "prometheus is not installed (make deps installs it): the stack runs without it"
+fi
+
 password=$RUN/secrets/basic-auth-password
 await "" 10 test -s "$password"
 cat <<EOF
 keel is up ($((SECONDS - start)) s).
   gateway   http://127.0.0.1:8080 (faas-cli's default gateway)
+  dashboard http://127.0.0.1:8080/ui/ (user admin and the password below; JSON: /system/keel/topology)
+  metrics   http://127.0.0.1:9090 (Prometheus, scraping gateway, agent, torctl, ingress)
   password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
   log in    faas-cli login --password-stdin < $password
   OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show

@@ -192,9 +192,11 @@ var (
 		{"keel_agent_instance_batch_bursts", "Bursts per turn coopsched runs the instance at", inst},
 		{"keel_agent_instance_restarts_total", "Times the agent rebuilt the instance after a failure", inst},
 		{"keel_agent_instance_rx_packets_per_second", "Packet rate received on the instance's VF", inst},
-		{"keel_agent_instance_rx_gigabits_per_second", "Bit rate received on the instance's VF", inst},
+		{"keel_agent_instance_rx_bits_per_second", "Bit rate received on the instance's VF", inst},
 		{"keel_agent_instance_rx_packets_total", "Packets received on the instance's VF", inst},
-		{"keel_agent_instance_dropped_packets_total", "Packets the instance dropped (NFs, transmit, copy, malformed)", inst},
+		{"keel_agent_instance_rx_bytes_total", "Bytes received on the instance's VF", inst},
+		{"keel_agent_instance_dropped_packets_total", "Packets the instance dropped, by reason: nf (its NFs' verdicts), tx, copy, malformed",
+			[]string{"instance", "chain", "reason"}},
 		{"keel_agent_instance_queue_length_packets", "Packets waiting in the VF's receive queue", inst},
 		{"keel_agent_instance_cycles_per_batch", "TSC cycles per batch of the instance's chain", inst},
 		{"keel_agent_nf_packets_in_total", "Packets into an NF", nfLbl},
@@ -245,9 +247,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		g("keel_agent_instance_rx_packets_per_second", ss.pps, id, st.chain)
-		g("keel_agent_instance_rx_gigabits_per_second", ss.gbps, id, st.chain)
+		g("keel_agent_instance_rx_bits_per_second", ss.gbps*1e9, id, st.chain)
 		c("keel_agent_instance_rx_packets_total", float64(ss.cur.Packets), id, st.chain)
-		c("keel_agent_instance_dropped_packets_total", float64(ss.cur.Drops), id, st.chain)
+		c("keel_agent_instance_rx_bytes_total", float64(ss.cur.Bytes), id, st.chain)
+		for _, r := range nfstats.DropReasons {
+			c("keel_agent_instance_dropped_packets_total", float64(ss.cur.DropsBy[r]), id, st.chain, r)
+		}
 		g("keel_agent_instance_queue_length_packets", float64(ss.cur.QueueLen), id, st.chain)
 		g("keel_agent_instance_cycles_per_batch", ss.cur.CyclesPerBatch, id, st.chain)
 		for _, nf := range ss.cur.NFs {

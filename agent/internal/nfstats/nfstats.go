@@ -61,16 +61,20 @@ type Sample struct {
 	At             time.Time // when position 0 last wrote its file
 	Packets        uint64    // received on the VF
 	Bytes          uint64
-	Drops          uint64 // dropped by NFs, on transmit, in the copy and as malformed
+	Drops          uint64            // dropped by NFs, on transmit, in the copy and as malformed
+	DropsBy        map[string]uint64 // Drops by reason: nf, tx, copy, malformed (DropReasons)
 	QueueLen       uint32
 	CyclesPerBatch float64
 	NFs            []NF // in chain order; a position whose file is not there yet is absent
 }
 
+// DropReasons are the reasons an instance's drops are counted under (a bounded label set).
+var DropReasons = []string{"nf", "tx", "copy", "malformed"}
+
 // Read reads the statistics files of an instance with n positions (paths[k] for position
 // k). Missing files are skipped: an NF writes its first file a stats interval after start.
 func Read(paths []string) (Sample, bool) {
-	var s Sample
+	s := Sample{DropsBy: map[string]uint64{}}
 	ok := false
 	for k, p := range paths {
 		b, err := os.ReadFile(p)
@@ -85,6 +89,7 @@ func Read(paths []string) (Sample, bool) {
 			s.NFs = append(s.NFs, NF{Name: nf.NF, Position: k, PacketsIn: nf.PacketsIn, PacketsOut: nf.PacketsOut,
 				Dropped: nf.Dropped, CyclesPerPacket: nf.CyclesPerPacket})
 			s.Drops += nf.Dropped
+			s.DropsBy["nf"] += nf.Dropped
 		}
 		if k == 0 && f.Port != nil {
 			st, err := os.Stat(p)
@@ -95,6 +100,9 @@ func Read(paths []string) (Sample, bool) {
 			s.At = st.ModTime()
 			s.Packets, s.Bytes = f.Port.RxPackets, f.Port.RxBytes
 			s.Drops += f.Port.TxDropped + f.Port.CopyDropped + f.Port.RxMalformed
+			s.DropsBy["tx"] += f.Port.TxDropped
+			s.DropsBy["copy"] += f.Port.CopyDropped
+			s.DropsBy["malformed"] += f.Port.RxMalformed
 			if f.Port.RxQueueLen != nil {
 				s.QueueLen = uint32(min(*f.Port.RxQueueLen, math.MaxUint32))
 			}

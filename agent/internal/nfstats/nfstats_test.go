@@ -38,6 +38,9 @@ func Test_Read_sums_an_instance_over_its_files(t *testing.T) {
 	if s.Packets != 1000 || s.Bytes != 64000 || s.Drops != 10+10+2+1 || s.QueueLen != 12 || s.CyclesPerBatch != 3000 {
 		t.Fatalf("sample %+v", s)
 	}
+	if s.DropsBy["nf"] != 10+10 || s.DropsBy["tx"]+s.DropsBy["copy"]+s.DropsBy["malformed"] != 2+1 {
+		t.Fatalf("drops by reason %v", s.DropsBy)
+	}
 	if len(s.NFs) != 2 || s.NFs[1] != (NF{Name: "nat", Position: 1, PacketsIn: 990, PacketsOut: 980, Dropped: 10, CyclesPerPacket: 300}) {
 		t.Fatalf("NFs %+v", s.NFs)
 	}

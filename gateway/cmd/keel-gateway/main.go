@@ -30,6 +30,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/gateway/internal/ui"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/auth"
 	"google.golang.org/grpc"
@@ -40,7 +41,7 @@ type options struct {
 	listen, grpcListen, redis, placer, torctl, secrets, topology, docker, algo, keelNF, cpuset string
 	noAuth                                                                                     bool
 	pool, poolMax                                                                              int
-	scalePeriod                                                                                time.Duration
+	scalePeriod, sample, history                                                               time.Duration
 	nfCosts, chainCosts, profiles                                                              string
 	packetBytes                                                                                int
 	coreGHz                                                                                    float64
@@ -80,6 +81,8 @@ func parseFlags(args []string) (*options, error) {
 		"instance never waits for a cold start (Galleon Listing 1's scale-out threshold)")
 	fs.IntVar(&o.poolMax, "pool-max", 2, "idle instances a chain keeps at most; detached ones beyond are removed (scale-in threshold)")
 	fs.DurationVar(&o.scalePeriod, "scale-period", time.Second, "how often the controller reclaims idle cores, resizes pools, packs cores and sets batches")
+	fs.DurationVar(&o.sample, "ui-sample", 2*time.Second, "how often the operator view (/ui/, /system/keel/topology) samples each chain's rate, cores and p99")
+	fs.DurationVar(&o.history, "ui-history", 10*time.Minute, "how much of each chain's samples the operator view keeps (in memory)")
 	fs.StringVar(&o.nfCosts, "nf-costs", "bench/results/nf_profile.json", "measured cycles per packet of each NF (make bench writes it; built-in figures if absent)")
 	fs.StringVar(&o.chainCosts, "chain-costs", "bench/results/chain_length.json", "measured I/O and handoff cycles of chains under coopsched (built-in figures if absent)")
 	fs.StringVar(&o.profiles, "profiles", "", "directory of measured latency profiles, profile_<chain>.json; a chain without one\n"+
@@ -106,6 +109,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.scalePeriod <= 0 {
 		return nil, fmt.Errorf("--scale-period must be positive")
+	}
+	if o.sample <= 0 || o.history < o.sample {
+		return nil, fmt.Errorf("--ui-sample must be positive and --ui-history at least one sample (got %v, %v)", o.sample, o.history)
 	}
 	return o, nil
 }
@@ -200,7 +206,7 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.UnaryInterceptor(m.AssignFlowInterceptor))
 	pol := policy.Keel()
 	pol.PoolLow, pol.PoolHigh = o.pool, o.poolMax
 	table, err := costs.Load(o.nfCosts, o.chainCosts)
@@ -212,7 +218,8 @@ func run(o *options) error {
 		freq = table.TscHz
 	}
 	modeler := &control.CostModeler{Costs: table, ProfileDir: o.profiles, PacketBytes: o.packetBytes, FreqHz: freq}
-	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf}
+	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
+		OnDecision: func(d control.Decision) { m.Decision(d.Kind, d.Reason) }}
 	p.CheckChain = cs.CheckChain
 	log.Printf("controller: NF costs from %s; chains sized for %d-byte packets on %.2f GHz cores; idle pool %d..%d per chain",
 		table.Source, o.packetBytes, freq/1e9, o.pool, o.poolMax)
@@ -226,7 +233,12 @@ func run(o *options) error {
 		defer tc.Close()
 		go cs.FollowTor(ctx, pb.NewTorControlClient(tc), log.Printf)
 	}
-	hs := &http.Server{Handler: handlers.NewRouter(p, m, creds), ReadHeaderTimeout: 10 * time.Second}
+	view := &ui.View{Source: st, Decisions: cs.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
+		OnSample: func(t ui.Topology) {
+			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
+		}}
+	go view.Run(ctx, o.sample)
+	hs := &http.Server{Handler: handlers.NewRouter(p, m, view, creds), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(httpLn) }()

@@ -16,12 +16,21 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 	want := options{listen: "127.0.0.1:8080", grpcListen: "127.0.0.1:50051", redis: "127.0.0.1:6379", placer: "127.0.0.1:50062",
 		secrets: "/var/lib/keel/secrets", topology: "deploy/local/topology.yaml", docker: "unix:///var/run/docker.sock",
 		algo: "heuristic", pool: 1, poolMax: 2, scalePeriod: time.Second, keelNF: defaultKeelNF(),
+		sample: 2 * time.Second, history: 10 * time.Minute,
 		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}
 	if filepath.Base(o.keelNF) != "keel-nf" || !filepath.IsAbs(o.keelNF) {
 		t.Fatalf("--keel-nf default %q is not the keel-nf beside the gateway", o.keelNF)
+	}
+}
+
+func Test_parseFlags_rejects_a_history_shorter_than_a_sample(t *testing.T) {
+	for _, args := range [][]string{{"--ui-sample", "0s"}, {"--ui-sample", "5s", "--ui-history", "1s"}} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v: want an error", args)
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/ui"
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/proxy"
 	"github.com/openfaas/faas-provider/types"
@@ -169,8 +170,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 	}
 }
 
-// NewRouter builds faas-provider's routes; creds nil disables basic auth.
-func NewRouter(p *provider.Provider, m *metrics.Metrics, creds *auth.BasicAuthCredentials) *mux.Router {
+// NewRouter builds faas-provider's routes and, with v, the operator's view (/ui/ and
+// /system/keel/topology); creds nil disables basic auth.
+func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials) *mux.Router {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		if creds == nil {
 			return h
@@ -188,6 +190,11 @@ func NewRouter(p *provider.Provider, m *metrics.Metrics, creds *auth.BasicAuthCr
 	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
 	r.HandleFunc("/system/secrets", guard(notImplemented("secrets"))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
 	r.HandleFunc("/system/logs", guard(notImplemented("logs"))).Methods(http.MethodGet)
+	if v != nil {
+		r.HandleFunc("/system/keel/topology", guard(ui.MakeTopologyHandler(v))).Methods(http.MethodGet)
+		r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		r.PathPrefix("/ui/").Handler(guard(ui.StaticHandler("/ui/").ServeHTTP)).Methods(http.MethodGet, http.MethodHead)
+	}
 
 	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
 	fwd := proxy.NewHandlerFunc(cfg, p, false)

@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package metrics exports OpenFaaS's gateway metrics for normal functions and keel_* metrics
-// for chains on /metrics.
+// Package metrics exports OpenFaaS's gateway metrics for normal functions, keel_chain_* per
+// chain and keel_gateway_* for the controller on /metrics. Names follow Prometheus'
+// conventions: base units, _total on counters, labels from bounded sets (chains, instance
+// states, decision kinds and reasons; never a flow).
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/openfaas/faas-provider/httputil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 )
 
 // Metrics holds the gateway's collectors in their own registry.
@@ -21,14 +26,24 @@ type Metrics struct {
 	Seconds     *prometheus.HistogramVec
 	Services    *prometheus.GaugeVec
 
-	ChainPackets   *prometheus.GaugeVec
-	ChainDrops     *prometheus.GaugeVec
+	ChainPackets   *SettableCounterVec
+	ChainDrops     *SettableCounterVec
 	ChainP99       *prometheus.GaugeVec
 	ChainInstances *prometheus.GaugeVec
 	ChainCores     *prometheus.GaugeVec
 	ChainFlows     *prometheus.GaugeVec
 	ChainRate      *prometheus.GaugeVec
+
+	Chains        prometheus.Gauge
+	Instances     *prometheus.GaugeVec
+	Flows         prometheus.Gauge
+	FlowsAssigned *prometheus.CounterVec
+	Decisions     *prometheus.CounterVec
+	AssignSeconds *prometheus.HistogramVec
 }
+
+// AssignFlowMethod is the gRPC method whose latency keel_gateway_assign_flow_duration_seconds measures.
+const AssignFlowMethod = "/keel.v1.Control/AssignFlow"
 
 // New creates and registers every collector.
 func New() *Metrics {
@@ -45,18 +60,81 @@ func New() *Metrics {
 		Services: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_service_count", Help: "Running replicas of a function (instances of a chain)",
 		}, fn),
-		ChainPackets:   gauge("keel_chain_packets_total", "Packets a chain's instances processed (reported by agents)", ch),
-		ChainDrops:     gauge("keel_chain_drops_total", "Packets a chain's instances dropped (reported by agents)", ch),
+		ChainPackets:   NewSettableCounterVec("keel_chain_packets_total", "Packets a chain's instances processed (reported by agents)", ch),
+		ChainDrops:     NewSettableCounterVec("keel_chain_drops_total", "Packets a chain's instances dropped (reported by agents)", ch),
 		ChainP99:       gauge("keel_chain_p99_latency_seconds", "Worst p99 latency over a chain's instances", ch),
 		ChainInstances: gauge("keel_chain_instances", "Chain instances by state (pooled, attached)", []string{"chain", "state"}),
 		ChainCores:     gauge("keel_chain_cores", "Server cores a chain's placement uses", ch),
 		ChainFlows:     gauge("keel_chain_flows", "Flows assigned to a chain's instances", ch),
-		ChainRate:      gauge("keel_chain_rate_gbps", "Rate of a chain's instances (reported by agents)", ch),
+		ChainRate:      gauge("keel_chain_rate_bits_per_second", "Bit rate into a chain's instances (reported by agents)", ch),
+
+		Chains: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_gateway_chains", Help: "Chains deployed",
+		}),
+		Instances: gauge("keel_gateway_instances", "Chain instances by state (pooled, attached)", []string{"state"}),
+		Flows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "keel_gateway_flows", Help: "Flows currently assigned to chains",
+		}),
+		FlowsAssigned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_gateway_flows_assigned_total", Help: "Flows AssignFlow assigned, by chain",
+		}, ch),
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_gateway_scale_decisions_total", Help: "Controller decisions by kind and reason",
+		}, []string{"kind", "reason"}),
+		AssignSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "keel_gateway_assign_flow_duration_seconds", Help: "AssignFlow calls: request to answer, by result (assigned, refused, error)",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"result"}),
 	}
 	m.Registry.MustRegister(m.Invocations, m.Seconds, m.Services, m.ChainPackets, m.ChainDrops,
 		m.ChainP99, m.ChainInstances, m.ChainCores, m.ChainFlows, m.ChainRate,
+		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// SetRack sets the rack-wide gauges from the operator view's latest sample.
+func (m *Metrics) SetRack(chains, attached, pooled, flows int) {
+	m.Chains.Set(float64(chains))
+	m.Instances.WithLabelValues("attached").Set(float64(attached))
+	m.Instances.WithLabelValues("pooled").Set(float64(pooled))
+	m.Flows.Set(float64(flows))
+}
+
+// Decision counts one controller decision (control.Server.OnDecision).
+func (m *Metrics) Decision(kind, reason string) {
+	m.Decisions.WithLabelValues(kind, reason).Inc()
+}
+
+// AssignFlowInterceptor times AssignFlow calls and counts the flows they assign; other
+// methods pass through untouched.
+func (m *Metrics) AssignFlowInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod != AssignFlowMethod {
+		return handler(ctx, req)
+	}
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	result := "refused"
+	switch {
+	case err != nil:
+		result = "error"
+	case assigned(resp):
+		result = "assigned"
+		m.FlowsAssigned.WithLabelValues(resp.(assignResponse).GetChain()).Inc()
+	}
+	m.AssignSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// assignResponse is what the interceptor reads of a keel.v1 AssignFlowResponse.
+type assignResponse interface {
+	GetAssigned() bool
+	GetChain() string
+}
+
+func assigned(resp any) bool {
+	r, ok := resp.(assignResponse)
+	return ok && r.GetAssigned()
 }
 
 func gauge(name, help string, labels []string) *prometheus.GaugeVec {
@@ -83,9 +161,65 @@ func (m *Metrics) InstrumentInvocation(name func(*http.Request) string, next htt
 
 // ForgetChain drops every keel_* series of a removed chain.
 func (m *Metrics) ForgetChain(name string) {
-	for _, g := range []*prometheus.GaugeVec{m.ChainPackets, m.ChainDrops, m.ChainP99, m.ChainCores, m.ChainFlows, m.ChainRate} {
+	for _, g := range []*prometheus.GaugeVec{m.ChainP99, m.ChainCores, m.ChainFlows, m.ChainRate} {
 		g.DeleteLabelValues(name)
 	}
+	m.ChainPackets.Delete(name)
+	m.ChainDrops.Delete(name)
+	m.FlowsAssigned.DeleteLabelValues(name)
 	m.ChainInstances.DeletePartialMatch(prometheus.Labels{"chain": name})
 	m.Services.DeleteLabelValues(name)
+}
+
+// SettableCounterVec is a counter whose value is set from counts kept elsewhere (the agents'
+// packet counters summed over a chain's instances); it is exposed with the counter type, so
+// rate() works on it and a removed instance reads as a counter reset.
+type SettableCounterVec struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	values map[string]settable
+}
+
+type settable struct {
+	labels []string
+	v      float64
+}
+
+// NewSettableCounterVec describes a counter with the given labels.
+func NewSettableCounterVec(name, help string, labels []string) *SettableCounterVec {
+	return &SettableCounterVec{desc: prometheus.NewDesc(name, help, labels, nil), values: map[string]settable{}}
+}
+
+// Set sets the counter of one label set.
+func (c *SettableCounterVec) Set(v float64, labels ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.values[key(labels)] = settable{labels: labels, v: v}
+}
+
+// Delete forgets one label set.
+func (c *SettableCounterVec) Delete(labels ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.values, key(labels))
+}
+
+func key(labels []string) string {
+	k := ""
+	for _, l := range labels {
+		k += l + "\x00"
+	}
+	return k
+}
+
+// Describe sends the counter's description.
+func (c *SettableCounterVec) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect sends every label set's value.
+func (c *SettableCounterVec) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.values {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, s.v, s.labels...)
+	}
 }
