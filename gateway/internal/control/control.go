@@ -493,11 +493,14 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	in.Packets, in.Drops = st.Packets, st.Drops
 	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
 	in.RatePps, in.FlowsAtStats = st.RatePps, in.Flows
-	if len(st.Nfs) > 0 {
-		in.NFCycles = in.NFCycles[:0]
-		for _, nf := range st.Nfs {
-			in.NFCycles = append(in.NFCycles, nf.CyclesPerPacket)
-		}
+	// Keep the last cycles measured over real packets: an idle interval reports 0 and must not
+	// make the batch flap between the model's and the measured figure.
+	var cyc []float64
+	for _, nf := range st.Nfs {
+		cyc = append(cyc, nf.CyclesPerPacket)
+	}
+	if measured(cyc, len(cyc)) {
+		in.NFCycles = cyc
 	}
 	if err := s.Store.PutInstance(ctx, in); err != nil {
 		return status.Error(codes.Unavailable, err.Error())

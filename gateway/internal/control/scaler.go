@@ -115,7 +115,7 @@ func policyInstance(in *store.Instance) policy.Instance {
 // agent measured, or the chain's modelled costs before the first measurement.
 func (s *Server) batchFor(m *Model, in *store.Instance) uint32 {
 	cost := m.Cost
-	if len(in.NFCycles) == len(cost.NFCycles) && len(in.NFCycles) > 0 {
+	if measured(in.NFCycles, len(cost.NFCycles)) {
 		cost.NFCycles = in.NFCycles
 	}
 	if cost.FreqHz == 0 {
@@ -308,4 +308,18 @@ func overloadReason(text string) string {
 	default:
 		return "drops"
 	}
+}
+
+// measured tells whether an instance's reported NF cycles can stand for its chain's n NFs:
+// one figure per NF, each from packets actually processed (an NF that saw none reports 0).
+func measured(cycles []float64, n int) bool {
+	if n == 0 || len(cycles) != n {
+		return false
+	}
+	for _, c := range cycles {
+		if c <= 0 {
+			return false
+		}
+	}
+	return true
 }

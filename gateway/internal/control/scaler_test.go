@@ -82,3 +82,28 @@ func Test_Decisions_keeps_the_latest_in_order_and_tells_the_hook(t *testing.T) {
 		}
 	}
 }
+
+func Test_batchFor_uses_measured_cycles_only_when_every_NF_reported_packets(t *testing.T) {
+	s := &Server{Policy: policy.Keel()}
+	m := &Model{Cost: policy.Cost{NFCycles: []float64{100, 100}, IOCycles: 200, CopyCycles: 20, HandoffCycles: 1600,
+		FreqHz: 2e9, BurstMax: 32}}
+	// eqs. 2–3: B ≥ N·h / (b·S·(1/p − 1)) = 2·1600 / (32·420·(1/0.95 − 1)) = 4.52 → 5
+	model := s.batchFor(m, &store.Instance{})
+	if model != 5 {
+		t.Fatalf("model batch %d, want 5", model)
+	}
+	for _, tc := range []struct {
+		name string
+		cyc  []float64
+		want uint32
+	}{
+		{"no measurement: the model", nil, model},
+		{"an NF saw no packets: the model", []float64{5000, 0}, model},
+		{"wrong length: the model", []float64{5000}, model},
+		{"heavy measured NFs need fewer bursts", []float64{5000, 5000}, 1},
+	} {
+		if got := s.batchFor(m, &store.Instance{NFCycles: tc.cyc}); got != tc.want {
+			t.Errorf("%s: batch %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
