@@ -91,6 +91,17 @@ def control_stub():
         sys.path.remove(str(ROOT / "build" / "py"))
 
 
+def remove_all_functions():
+    """Removes what earlier tests left deployed (Redis keeps it across make down/up), so a test
+    module starts from an empty deployment: no other chain's instances, cores or flows."""
+    r = faas("list", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in r.stdout.split():
+        rm = faas("remove", name)
+        assert rm.returncode == 0, rm.stdout + rm.stderr
+    wait_for("an empty deployment", lambda: not faas("list", "-q").stdout.split(), timeout=30)
+
+
 # What make down must leave no trace of: links and network namespaces the stack makes.
 STACK_LINK = re.compile(r"^\d+: (keel(vf|-nic|-up|-tor|-tsrc|-tsink|-ting|-ing)\S*)", re.M)
 STACK_NETNS = ("keelsrc", "keelsink")
@@ -112,6 +123,7 @@ def running_stack():
         r = subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
                            capture_output=True, text=True, env=env, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
+        remove_all_functions()
         yield
     finally:
         down = sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
