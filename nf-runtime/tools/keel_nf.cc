@@ -93,11 +93,13 @@ const char kUsage[] =
     "The statistics file (cycles from rdtsc; counters count from the start):\n"
     "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
     "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
+    "   the descriptor position J, the one before this, left pointing outside its slot),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
     "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
     "   position 0 only:\n"
     "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
-    "            \"tx_dropped\", \"tx_too_long\", \"copy_dropped\": n,\n"
+    "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
     "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
     "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
     "   received packets), \"cycles_per_batch\": x}\n";
@@ -107,6 +109,27 @@ void OnSignal(int) {
   if (g_member) g_member->Stop();
 }
 
+
+constexpr char kShmDir[] = "/dev/shm/keel";
+
+/* Makes kShmDir if it is missing and checks that only this user can change
+ * what is in it: a real directory (not a link), owned by the effective user,
+ * writable by no one else. Otherwise another user could swap a chain's
+ * directory for one of its own. */
+bool SharedDirIsOurs(std::string* err) {
+  mkdir(kShmDir, 0755);
+  struct stat st;
+  if (lstat(kShmDir, &st) != 0) {
+    *err = std::string(kShmDir) + ": " + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    *err = std::string(kShmDir) + ": not a directory of this user that only it can write; "
+           "refusing to put chain buffers in it (give --pktbuf)";
+    return false;
+  }
+  return true;
+}
 
 bool ValidId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id[0] == '.') return false;
@@ -277,16 +300,24 @@ int main(int argc, char** argv) {
 
   std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
-    std::string dir = "/dev/shm/keel";
-    mkdir(dir.c_str(), 0755);
+    std::string dir = kShmDir;
+    if (std::string err; !SharedDirIsOurs(&err)) {
+      std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+      return 1;
+    }
     dir += "/" + chain_id;
     if (opt.position == 0) {
-      if (mkdir(dir.c_str(), 0700) == 0) {
-        own_dir = dir;
-      } else if (errno != EEXIST) {
-        std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(), std::strerror(errno));
+      /* A directory that is there already was made by someone else: another
+       * instance of the chain, one that died without cleaning up, or a
+       * process that wants this chain's packets. */
+      if (mkdir(dir.c_str(), 0700) != 0) {
+        std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(),
+                     errno == EEXIST ? "already exists: another instance of this chain id runs, or one "
+                                       "ended without removing it (remove it if no keel-nf of the chain runs)"
+                                     : std::strerror(errno));
         return 1;
       }
+      own_dir = dir;
     }
     opt.pktbuf_path = dir + "/pktbuf";
   }
