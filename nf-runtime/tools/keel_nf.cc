@@ -45,7 +45,8 @@ const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
     "               [--stats FILE [--stats-interval MS]] [--redis ADDR [--tenant T]]\n"
-    "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
+    "               [--wait-iface NAME[:MS]] [--flow-capacity N] [--flow-idle-ms MS]\n"
+    "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "       keel-nf [--load NF.so] --list [--json]\n"
     "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
     "\n"
@@ -79,6 +80,10 @@ const char kUsage[] =
     "                       position continues with its state (hash\n"
     "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
     "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
+    "  --flow-capacity N    flows the NF's flow table holds at most (default 65536);\n"
+    "                       a new flow beyond them is refused unless one is idle\n"
+    "  --flow-idle-ms MS    a flow unused for MS ms is evicted, as are NAT mappings\n"
+    "                       (default 300000; 0: never)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
     "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
@@ -96,7 +101,8 @@ const char kUsage[] =
     "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
     "   the descriptor position J, the one before this, left pointing outside its slot),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
-    "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
+    "            \"batches\": n, \"cycles_per_packet\": x, \"flows\": {\"count\", \"capacity\",\n"
+    "            \"evictions\" (idle), \"refusals\" (full)}, \"stats\": {..} (final only)}],\n"
     "   position 0 only:\n"
     "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
     "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
@@ -212,6 +218,7 @@ int main(int argc, char** argv) {
   std::string chain_id, coopsched, redis, tenant = "default", wait_iface;
   int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads, nfs;
+  keel::FlowLimits flows;
   bool list = false, json = false, check = false;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -232,6 +239,8 @@ int main(int argc, char** argv) {
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
       {"check", no_argument, nullptr, 'K'},
+      {"flow-capacity", required_argument, nullptr, 'F'},
+      {"flow-idle-ms", required_argument, nullptr, 'E'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -258,6 +267,8 @@ int main(int argc, char** argv) {
       case 'r': redis = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
+      case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
+      case 'E': flows.idle_timeout_ms = static_cast<uint64_t>(ParseInt("--flow-idle-ms", optarg, 0, 86400000)); break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -347,6 +358,7 @@ int main(int argc, char** argv) {
       rte_eal_cleanup();
       return kExitUsage;
     }
+    chain->SetFlowLimits(flows);
     rte_mempool* pool = nullptr;
     std::string err;
     if (opt.position == 0) {
