@@ -174,6 +174,20 @@ def test_nat_translates_both_directions(keel_chain):
     assert checksums_ok(back)
 
 
+def test_a_flood_of_new_flows_stays_within_the_flow_capacity(keel_chain):
+    # 500 spoofed flows through a NAT whose table holds 40 keys (20 mappings):
+    # the first 20 get through, the rest are refused and counted, and the
+    # table never holds more than its capacity.
+    cfg = {"external_ip": "198.18.255.1", "port_range": [20000, 29999]}
+    flood = [udp(src=f"198.18.{i // 250}.{i % 250 + 1}", sport=1000 + i, dst="198.19.0.9") for i in range(500)]
+    r = keel_chain([("nat", cfg)], flood, "--flow-capacity", "40", "--flow-idle-ms", "60000")
+    assert r.returncode == 0, r.stderr
+    assert len(r.out) == 20
+    nf = r.stats["nfs"][0]
+    assert nf["flows"] == {"count": 40, "capacity": 40, "evictions": 0, "refusals": 480}
+    assert nf["stats"]["table_full_drops"] == 480
+
+
 def test_nat_state_survives_a_restart_through_redis(keel_chain, redis_server):
     cfg = {"external_ip": "198.18.255.1", "port_range": [30000, 30999]}
     args = ("--redis", redis_server, "--tenant", "t1", "--chain-id", "nat-test")

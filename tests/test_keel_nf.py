@@ -69,13 +69,17 @@ def test_three_processes_stamp_every_packet_in_chain_order(tmp_path):
     assert not pktbuf.exists(), "position 0 removes the chain buffer when it stops"
 
 
-def test_one_nf_chain_skips_the_copy(tmp_path):
+@pytest.mark.parametrize("nfs,copied", [(1, 0), (2, 50)])
+def test_one_nf_chain_skips_the_copy(tmp_path, nfs, copied):
+    # The same packets through one NF and through two: only the chain of two
+    # copies them into the chain's buffer (Galleon: a one-NF chain needs no
+    # isolation copy).
     pkts = [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=7, dport=5001) / Raw(b"\xff" * 8)] * 50
-    procs, out, stats, _ = start_chain(tmp_path, "one", [("stamp", {"index": 0})], pkts)
+    procs, out, stats, _ = start_chain(tmp_path, f"copy{nfs}", [("stamp", {"index": k}) for k in range(nfs)], pkts)
     wait_all(procs)
     assert len(rdpcap(str(out))) == 50
-    s = json.loads(stats[0].read_text())
-    assert s["port"]["tx_packets"] == 50 and s["port"]["copy_dropped"] == 0
+    port = json.loads(stats[0].read_text())["port"]
+    assert (port["tx_packets"], port["copied"], port["copy_dropped"]) == (50, copied, 0)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run as another user")
@@ -109,6 +113,28 @@ def test_another_user_cannot_open_the_chain_buffer(tmp_path):
         assert "Permission denied" in intruder.stderr
     finally:
         wait_all(procs)
+
+
+def test_position_0_refuses_a_chain_directory_that_exists(tmp_path):
+    # Made by someone else before the chain starts (another user, or an
+    # instance that died): position 0 must not put the chain's packets there.
+    chain_id = f"keeltest-stale{os.getpid()}"
+    stale = f"/dev/shm/keel/{chain_id}"
+    os.makedirs(stale, mode=0o777)
+    in_pcap = tmp_path / "in.pcap"
+    wrpcap(str(in_pcap), [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP() / Raw(b"x" * 8)])
+    try:
+        r = subprocess.run(
+            [str(BIN / "keel-nf"), "--nf", "stamp={\"index\":0}", "--chain-id", chain_id, "--position", "0",
+             "--of", "1", "--exit-when-idle", "300", "--", "--no-pci", "--no-huge", "-m", "256",
+             "--log-level=error", "--no-telemetry", f"--file-prefix=keelstale{os.getpid()}",
+             "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={tmp_path / 'out.pcap'}"],
+            capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1, f"position 0 ran in a directory it did not make (exit {r.returncode})"
+        assert f"{stale}: already exists" in r.stderr, r.stderr
+        assert os.listdir(stale) == [], "nothing is created in it"
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def test_usage_errors_exit_2():

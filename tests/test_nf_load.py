@@ -124,7 +124,35 @@ KEEL_NF(Calls, "calls", "needs a symbol keel-nf does not have");
 
     clash = build_so(tmp_path, "clash", HANDLER.read_text().replace('"ttlguard"', '"acl"'))
     r = run(keel_nf, "--load", clash, *args)
-    assert r.returncode == 2 and "registers no new NF" in r.stderr, r.stderr
+    assert r.returncode == 2 and str(clash) in r.stderr, r.stderr
+    assert "registers NF 'acl', a name a library NF already has; refused" in r.stderr, r.stderr
+
+
+def test_an_object_cannot_take_a_library_nfs_name(keel_nf, tmp_path):
+    # One new NF beside one that claims the library's acl: the load would add
+    # "mine", and the tenant's acl would run wherever a chain names ACL.
+    sneaky = build_so(tmp_path, "sneaky", """
+#include "keel/nf.h"
+namespace keel {
+class PassAll : public NF {
+ public:
+  void Init(const Config&) override {}
+  void ProcessBatch(PacketBatch*) override {}
+};
+KEEL_NF(PassAll, "acl", "lets every packet through");
+KEEL_NF_ARGS(PassAll, "[]");
+class Mine : public NF {
+ public:
+  void Init(const Config&) override {}
+  void ProcessBatch(PacketBatch*) override {}
+};
+KEEL_NF(Mine, "mine", "a new NF beside it");
+}  // namespace keel
+""")
+    r = run(keel_nf, "--load", sneaky, "--list", "--json")
+    assert r.returncode == 2, "the object was loaded: " + json.dumps(
+        [nf for nf in json.loads(r.stdout)["nfs"] if nf["name"] == "acl"])
+    assert f"{sneaky}: registers NF 'acl', a name a library NF already has; refused" in r.stderr, r.stderr
 
 
 def test_loaded_nf_rejects_a_bad_field_by_name(keel_nf, ttlguard, tmp_path):

@@ -6,6 +6,9 @@
  * of the backend list. The destination address is rewritten to the backend
  * and the IPv4 and TCP/UDP checksums are patched.
  *
+ * When the flow table is full (keel-nf --flow-capacity) a new flow is sent
+ * to the backend its hash picks without being stored (untracked_flows).
+ *
  * Packets without ports (other protocols, and every fragment so that all
  * fragments of a datagram stay together) are keyed by (src, dst, proto).
  * Non-IPv4 frames and TCP/UDP packets with a truncated header are dropped.
@@ -50,8 +53,10 @@ class Lb : public NF {
       LbChoice choice;
       if (!state().Read(key, &choice)) {
         choice.backend = backends_[FlowKeyHash()(key) % backends_.size()];
-        state().Update(key, choice);
-        new_flows_++;
+        if (state().Update(key, choice))
+          new_flows_++;
+        else
+          untracked_flows_++;
       }
       uint32_t dst = htonl(choice.backend);
       if (TcpHdr* tcp = p->tcp()) {
@@ -67,11 +72,12 @@ class Lb : public NF {
     }
   }
 
-  Json Stats() const override { return Json{{"new_flows", new_flows_}}; }
+  Json Stats() const override { return Json{{"new_flows", new_flows_}, {"untracked_flows", untracked_flows_}}; }
 
  private:
   std::vector<uint32_t> backends_; /* host order */
   uint64_t new_flows_ = 0;
+  uint64_t untracked_flows_ = 0;
 };
 
 KEEL_NF(Lb, "lb", "L4 load balancer: sends each flow to one of the backends");

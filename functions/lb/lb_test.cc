@@ -90,7 +90,21 @@ TEST(Lb, SpreadsFlowsAndKeepsEachOnItsBackend) {
   std::set<std::string> used;
   for (auto& b : first.out) used.insert(Backend(&b));
   EXPECT_EQ(used.size(), 4u);
-  EXPECT_EQ(lb->Stats(), (Json{{"new_flows", 32}}));
+  EXPECT_EQ(lb->Stats(), (Json{{"new_flows", 32}, {"untracked_flows", 0}}));
+}
+
+TEST(Lb, AFullTableStillBalancesNewFlowsWithoutKeepingThem) {
+  auto lb = MakeNf("lb", kConfig);
+  lb->state().set_limits(FlowLimits{10, 1000});
+  std::vector<TestPacket> pkts;
+  for (uint16_t i = 0; i < 32; i++)
+    pkts.push_back(TcpPacket("10.0.0.1", "203.0.113.80", static_cast<uint16_t>(5000 + i), 80, "x"));
+  RunResult first = RunBatch(lb.get(), pkts);
+  RunResult second = RunBatch(lb.get(), pkts);
+  ASSERT_EQ(first.out.size(), 32u);
+  EXPECT_EQ(first.out, second.out) << "an untracked flow still goes where its hash points";
+  EXPECT_EQ(lb->state().size(), 10u);
+  EXPECT_EQ(lb->Stats(), (Json{{"new_flows", 10}, {"untracked_flows", 44}}));
 }
 
 TEST(Lb, UsesTheChoiceStoredInState) {
@@ -122,7 +136,7 @@ TEST(Lb, FlowKeepsItsBackendAcrossRestartWithNewBackendList) {
   for (const StateRecord& rec : records) second->state().Preload(rec);
   RunResult after = RunBatch(second.get(), pkts);
   EXPECT_EQ(after.out, before.out);
-  EXPECT_EQ(second->Stats(), (Json{{"new_flows", 0}}));
+  EXPECT_EQ(second->Stats(), (Json{{"new_flows", 0}, {"untracked_flows", 0}}));
   /* Without the records the new list would have moved flows. */
   auto fresh = MakeNf("lb", R"({"backends":["192.0.2.13","192.0.2.12","192.0.2.11","192.0.2.10","192.0.2.14"]})");
   EXPECT_NE(RunBatch(fresh.get(), pkts).out, before.out);

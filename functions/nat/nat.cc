@@ -12,9 +12,12 @@
  * instance preloaded with the same records translates the same way:
  *   forward: the internal 5-tuple                      => external ip:port
  *   reverse: remote -> external ip:port, as on the wire => internal ip:port
- * Mappings do not expire. A port is free for a new flow when no reverse key
- * holds it for the same remote ip:port and protocol; ports are tried from a
- * rotating cursor, and a flow that finds none is dropped.
+ * A packet either way marks both keys used, so a mapping expires whole once
+ * its flow has been idle for the flow table's idle timeout (keel-nf
+ * --flow-idle-ms); a full table refuses new mappings and their packets are
+ * dropped (table_full_drops). A port is free for a new flow when no reverse
+ * key holds it for the same remote ip:port and protocol; ports are tried
+ * from a rotating cursor, and a flow that finds none is dropped.
  */
 #include <cstdint>
 #include <string>
@@ -78,12 +81,20 @@ class Nat : public NF {
           p->Drop();
           continue;
         }
+        FlowKey fwd = key;
+        fwd.src_ip = to.ip;
+        fwd.src_port = to.port;
+        fwd.dst_ip = key.src_ip;
+        fwd.dst_port = key.src_port;
+        NatEndpoint ext;
+        state().Read(fwd, &ext); /* keeps the forward key as fresh as this one */
         uint32_t addr = htonl(to.ip);
         Patch(ip, ip->dst, addr, dport, htons(to.port), l4csum, udp);
         ip->dst = addr;
       } else {
-        if (!state().Read(key, &to) && !Allocate(key, &to)) {
-          exhausted_drops_++;
+        bool known = state().Read(key, &to);
+        if (known && !KeepReverse(key, to)) known = false;
+        if (!known && !Allocate(key, &to)) {
           p->Drop();
           continue;
         }
@@ -97,6 +108,7 @@ class Nat : public NF {
   Json Stats() const override {
     return Json{{"mappings", mappings_},
                 {"exhausted_drops", exhausted_drops_},
+                {"table_full_drops", table_full_drops_},
                 {"unmatched_reply_drops", unmatched_reply_drops_}};
   }
 
@@ -114,25 +126,48 @@ class Nat : public NF {
     *port = new_port;
   }
 
-  /* Maps the outbound flow |fwd| to a free external port; false when every
-   * port of the range is taken for its remote endpoint. */
-  bool Allocate(const FlowKey& fwd, NatEndpoint* out) {
+  /* The reverse key of outbound flow |fwd| mapped to external port |port|. */
+  FlowKey Reverse(const FlowKey& fwd, uint16_t port) const {
     FlowKey rev;
     rev.src_ip = fwd.dst_ip;
     rev.src_port = fwd.dst_port;
     rev.dst_ip = ext_ip_;
+    rev.dst_port = port;
     rev.proto = fwd.proto;
+    return rev;
+  }
+
+  /* Marks the reverse key of the mapping |fwd| => |to| used; if it expired
+   * before the forward key, takes the port again while it is free. False if
+   * the mapping is gone (the port went to another flow, or no room). */
+  bool KeepReverse(const FlowKey& fwd, const NatEndpoint& to) {
+    FlowKey rev = Reverse(fwd, to.port);
+    NatEndpoint back;
+    if (state().Read(rev, &back)) return back.ip == fwd.src_ip && back.port == fwd.src_port;
+    return state().Update(rev, NatEndpoint{fwd.src_ip, fwd.src_port, 0});
+  }
+
+  /* Maps the outbound flow |fwd| to a free external port; false (counted)
+   * when every port of the range is taken for its remote endpoint or the
+   * flow table is full. */
+  bool Allocate(const FlowKey& fwd, NatEndpoint* out) {
     NatEndpoint taken;
     for (uint32_t tries = uint32_t{hi_} - lo_ + 1; tries > 0; tries--) {
-      rev.dst_port = cursor_;
+      FlowKey rev = Reverse(fwd, cursor_);
       cursor_ = cursor_ == hi_ ? lo_ : static_cast<uint16_t>(cursor_ + 1);
       if (state().Read(rev, &taken)) continue;
-      state().Update(rev, NatEndpoint{fwd.src_ip, fwd.src_port, 0});
       *out = NatEndpoint{ext_ip_, rev.dst_port, 0};
-      state().Update(fwd, *out);
-      mappings_++;
-      return true;
+      if (state().Update(rev, NatEndpoint{fwd.src_ip, fwd.src_port, 0})) {
+        if (state().Update(fwd, *out)) {
+          mappings_++;
+          return true;
+        }
+        state().Remove(rev);
+      }
+      table_full_drops_++;
+      return false;
     }
+    exhausted_drops_++;
     return false;
   }
 
@@ -143,6 +178,7 @@ class Nat : public NF {
   uint16_t cursor_ = 0;
   uint64_t mappings_ = 0;
   uint64_t exhausted_drops_ = 0;
+  uint64_t table_full_drops_ = 0;
   uint64_t unmatched_reply_drops_ = 0;
 };
 

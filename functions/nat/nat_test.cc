@@ -227,8 +227,43 @@ TEST(Nat, ReportsStats) {
   auto nat = MakeNat();
   RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q"),
                        UdpPacket("203.0.113.5", "198.51.100.1", 53, 1005, "a")});
-  EXPECT_EQ(nat->Stats(),
-            (Json{{"mappings", 1}, {"exhausted_drops", 0}, {"unmatched_reply_drops", 1}}));
+  EXPECT_EQ(nat->Stats(), (Json{{"mappings", 1},
+                                 {"exhausted_drops", 0},
+                                 {"table_full_drops", 0},
+                                 {"unmatched_reply_drops", 1}}));
+}
+
+TEST(Nat, MappingsExpireWhenTheFlowIsIdle) {
+  auto nat = MakeNat();
+  nat->state().set_limits(FlowLimits{100, 1000});
+  const uint64_t t0 = nat->state().now_ms();
+  auto reply = [] { return UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "answer"); };
+  RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "query")});
+  EXPECT_EQ(nat->state().size(), 2u) << "forward and reverse key";
+  nat->state().Advance(t0 + 900);
+  EXPECT_EQ(RunBatch(nat.get(), {reply()}).out.size(), 1u);
+  nat->state().Advance(t0 + 1800); /* used 900 ms ago, replies included */
+  EXPECT_EQ(RunBatch(nat.get(), {reply()}).out.size(), 1u);
+  nat->state().Advance(t0 + 2800);
+  EXPECT_EQ(nat->state().size(), 0u) << "both keys expire together";
+  EXPECT_EQ(nat->state().evictions(), 2u);
+  RunResult late = RunBatch(nat.get(), {reply()});
+  EXPECT_EQ(late.out.size(), 0u);
+  EXPECT_EQ(Stat(nat.get(), "unmatched_reply_drops"), 1);
+}
+
+TEST(Nat, AFloodOfNewFlowsCannotGrowTheTableOrEvictFlowsInUse) {
+  auto nat = MakeNat(R"({"external_ip":"198.51.100.1","port_range":[1000,60000]})");
+  nat->state().set_limits(FlowLimits{64, 1000});
+  RunBatch(nat.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "in use")});
+  for (uint16_t i = 0; i < 1000; i++)
+    RunBatch(nat.get(), {UdpPacket("10.9.0.1", "203.0.113.7", static_cast<uint16_t>(2000 + i), 53, "spoofed")});
+  EXPECT_LE(nat->state().size(), 64u);
+  EXPECT_EQ(Stat(nat.get(), "mappings"), 32) << "two keys per mapping";
+  EXPECT_EQ(Stat(nat.get(), "table_full_drops"), 1000 - 31);
+  EXPECT_GE(nat->state().refusals(), 1000u - 31);
+  RunResult r = RunBatch(nat.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "answer")});
+  EXPECT_EQ(r.out.size(), 1u) << "the flow in use keeps its mapping";
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/chain.h"
 
+#include <chrono>
+
 namespace keel {
 
 NfSpec ParseNfSpec(const std::string& arg) {
@@ -24,10 +26,18 @@ Chain::Chain(const std::vector<NfSpec>& specs) {
   }
 }
 
+void Chain::SetFlowLimits(const FlowLimits& limits) {
+  for (auto& s : stages_) s->nf->state().set_limits(limits);
+}
+
 void Chain::Run(PacketBatch* batch, size_t first, size_t last) {
+  const uint64_t now_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
   for (size_t i = first; i < last && batch->cnt() > 0; i++) {
     Stage& s = *stages_[i];
     int n = batch->cnt();
+    s.nf->state().Advance(now_ms);
     uint64_t t0 = Rdtsc();
     s.nf->ProcessBatch(batch);
     uint64_t t1 = Rdtsc();
@@ -55,6 +65,11 @@ Json Chain::StatsJson(bool with_nf_stats) const {
               {"dropped", c.dropped.Get()},
               {"batches", c.batches.Get()},
               {"cycles_per_packet", in ? static_cast<double>(c.cycles.Get()) / in : 0.0}};
+    FlowState& f = s->nf->state();
+    j["flows"] = {{"count", f.flows()},
+                  {"capacity", f.limits().capacity},
+                  {"evictions", f.evictions()},
+                  {"refusals", f.refusals()}};
     if (with_nf_stats) {
       Json extra = s->nf->Stats();
       if (!extra.is_null()) j["stats"] = extra;

@@ -160,8 +160,10 @@ bool Member::HeadTurn(keel_chain_sched* s) {
       TransmitBurst(opt_.port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
       continue;
     }
-    for (Packet* p : batch)
-      if (!buf_->Push(p->data(), p->len())) port_.copy_dropped.Add(1);
+    uint32_t copied = 0;
+    for (Packet* p : batch) copied += buf_->Push(p->data(), p->len());
+    port_.copied.Add(copied);
+    port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
     rte_pktmbuf_free_bulk(mbufs, n);
   }
   if (received) {
@@ -307,6 +309,10 @@ Json Member::StatsJson(bool final) const {
             {"chain_buffer", opt_.pktbuf_path},
             {"turns", turns_.Get()},
             {"order_violations", order_violations_.Get()},
+            /* Between this position's turns only the position before it
+             * wrote the descriptors it finds: that NF is to blame. */
+            {"bad_descriptors", {{"written_by", (opt_.position + opt_.count - 1) % opt_.count},
+                                 {"count", buf_->bad_descriptors()}}},
             {"nfs", chain_->StatsJson(final)}};
   if (opt_.position == 0) {
     uint64_t batches = port_.batches.Get();

@@ -15,6 +15,7 @@ bool LoadNfLibrary(const std::string& path, std::vector<std::string>* added, std
   /* dlopen searches the library path for a bare name; a tenant's file is meant. */
   std::string file = path.find('/') == std::string::npos ? "./" + path : path;
   dlerror();
+  TakeRefusedNfNames();
   SetNfOrigin(path);
   void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   SetNfOrigin("");
@@ -24,6 +25,15 @@ bool LoadNfLibrary(const std::string& path, std::vector<std::string>* added, std
     return false;
   }
   /* The handle is never closed: the registered factories live in the object. */
+  std::vector<std::string> taken = TakeRefusedNfNames();
+  if (!taken.empty()) {
+    std::string who;
+    for (const NfInfo* i : ListNfs())
+      if (i->name == taken[0]) who = i->loaded_from.empty() ? "a library NF" : "the NF from " + i->loaded_from;
+    *err = path + ": registers NF '" + taken[0] + "', a name " + who +
+           " already has; refused (a packet function needs a name of its own)";
+    return false;
+  }
   std::vector<std::string> names;
   for (const NfInfo* i : ListNfs())
     if (!before.count(i->name)) names.push_back(i->name);

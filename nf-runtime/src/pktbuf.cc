@@ -64,6 +64,7 @@ std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots,
   h->magic = kPktBufMagic;
   b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + desc_off);
   b->slots_ = b->base_ + slot_off;
+  b->nslots_ = n;
   b->mask_ = n - 1;
   return b;
 }
@@ -85,15 +86,21 @@ std::unique_ptr<PktBuf> PktBuf::Open(const std::string& path, std::string* err) 
   bool ok = b->Map(fd, static_cast<size_t>(st.st_size), err);
   close(fd);
   if (!ok) return nullptr;
-  const PktBufHeader* h = b->hdr_;
-  uint64_t n = h->nslots;
-  if (h->magic != kPktBufMagic || n == 0 || (n & (n - 1)) || h->slot_size != kSlotSize ||
-      h->slot_offset + n * h->slot_size > b->size_ || h->desc_offset + n * sizeof(PktDesc) > h->slot_offset) {
+  /* One read of each field: the owner, or any NF, may rewrite the header
+   * while it is checked. */
+  const volatile PktBufHeader* h = b->hdr_;
+  uint64_t magic = h->magic, n = h->nslots, slot_size = h->slot_size;
+  uint64_t desc_off = h->desc_offset, slot_off = h->slot_offset;
+  if (magic != kPktBufMagic || n == 0 || n > (1u << 20) || (n & (n - 1)) || slot_size != kSlotSize ||
+      desc_off < sizeof(PktBufHeader) || desc_off > b->size_ || slot_off > b->size_ ||
+      n * kSlotSize > b->size_ - slot_off || desc_off + n * sizeof(PktDesc) > slot_off ||
+      desc_off % alignof(PktDesc) != 0) {
     *err = path + ": not a keel packet buffer (bad header)";
     return nullptr;
   }
-  b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + h->desc_offset);
-  b->slots_ = b->base_ + h->slot_offset;
+  b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + desc_off);
+  b->slots_ = b->base_ + slot_off;
+  b->nslots_ = static_cast<uint32_t>(n);
   b->mask_ = n - 1;
   return b;
 }
@@ -104,12 +111,13 @@ PktBuf::~PktBuf() {
 }
 
 uint32_t PktBuf::used() const {
-  return static_cast<uint32_t>(hdr_->head.load(std::memory_order_acquire) - tail());
+  uint64_t n = hdr_->head.load(std::memory_order_acquire) - tail();
+  return n < nslots_ ? static_cast<uint32_t>(n) : nslots_;
 }
 
 bool PktBuf::Push(const uint8_t* data, uint16_t len) {
   uint64_t seq = hdr_->head.load(std::memory_order_relaxed);
-  if (seq - tail() >= hdr_->nslots || len > kSlotDataRoom) return false;
+  if (seq - tail() >= nslots_ || len > kSlotDataRoom) return false;
   std::memcpy(slot(seq) + kSlotHeadroom, data, len);
   PktDesc& d = descs_[seq & mask_];
   d.off = kSlotHeadroom;
@@ -121,11 +129,21 @@ bool PktBuf::Push(const uint8_t* data, uint16_t len) {
   return true;
 }
 
-void PktBuf::View(uint32_t i, Packet* p) {
+bool PktBuf::View(uint32_t i, Packet* p) {
   uint64_t seq = tail() + i;
-  const PktDesc& d = descs_[seq & mask_];
-  p->Reset(slot(seq), d.off, d.len, static_cast<uint16_t>(hdr_->slot_size));
-  if (d.flags & kDescDrop) p->Drop();
+  const volatile PktDesc& d = descs_[seq & mask_];
+  /* Each field read once, checked in 32 bits: no wrap, no second look. */
+  uint32_t off = d.off, len = d.len, flags = d.flags;
+  uint64_t dseq = d.seq;
+  if (dseq != seq || off > kSlotSize || len > kSlotSize - off) {
+    p->Reset(slot(seq), kSlotHeadroom, 0, static_cast<uint16_t>(kSlotSize));
+    p->Drop();
+    bad_descriptors_.Add(1);
+    return false;
+  }
+  p->Reset(slot(seq), static_cast<uint16_t>(off), static_cast<uint16_t>(len), static_cast<uint16_t>(kSlotSize));
+  if (flags & kDescDrop) p->Drop();
+  return true;
 }
 
 void PktBuf::Store(uint32_t i, const Packet& p, uint16_t stage) {

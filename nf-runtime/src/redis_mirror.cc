@@ -12,9 +12,6 @@
 
 namespace keel {
 
-/* Changes held while Redis is away, per table; beyond this the oldest
- * flows' changes are lost (the local table still has them). */
-static constexpr size_t kMaxPending = 1 << 20;
 static constexpr auto kReconnectBackoff = std::chrono::milliseconds(500);
 static constexpr timeval kIoTimeout = {0, 200 * 1000};
 
@@ -23,8 +20,8 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
   return "keel:state:" + tenant + ":" + chain + ":" + std::to_string(position) + "-" + nf;
 }
 
-RedisMirror::RedisMirror(const std::string& addr, std::chrono::milliseconds period)
-    : period_(period) {
+RedisMirror::RedisMirror(const std::string& addr, std::chrono::milliseconds period, size_t max_pending)
+    : period_(period), max_pending_(max_pending) {
   if (addr.rfind("unix:", 0) == 0) {
     unix_path_ = addr.substr(5);
     return;
@@ -95,8 +92,7 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
       std::memcpy(&rec.key, f->str, sizeof(FlowKey));
       rec.len = static_cast<uint8_t>(v->len);
       std::memcpy(rec.data, v->str, v->len);
-      state->Preload(rec);
-      loaded++;
+      if (state->Preload(rec)) loaded++;
     }
     freeReplyObject(r);
   } while (cursor != "0");
@@ -171,8 +167,14 @@ void RedisMirror::Round() {
   for (Table& t : tables_) {
     std::vector<StateRecord> dirty;
     t.state->Exchange(&dirty, &t.pulls, &t.pulled);
+    /* Full: the newest flows' changes are dropped. Dropping the oldest
+     * instead would need an order kept beside the map, for no better
+     * outcome: either way Redis misses flows the local table still has. */
     for (const StateRecord& r : dirty) {
-      if (t.pending.size() >= kMaxPending && !t.pending.count(r.key)) continue;
+      if (t.pending.size() >= max_pending_ && !t.pending.count(r.key)) {
+        dropped_changes_++;
+        continue;
+      }
       t.pending[r.key] = r;
     }
   }

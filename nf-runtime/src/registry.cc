@@ -19,8 +19,27 @@ static std::string& Origin() {
   return origin;
 }
 
+static std::vector<std::string>& Refused() {
+  static std::vector<std::string> refused;
+  return refused;
+}
+
 NfRegistrar::NfRegistrar(const char* name, const char* help, NfFactory factory) : name_(name) {
-  Registry()[name] = NfInfo{name, help, std::move(factory), Json::array(), Origin()};
+  accepted_ = Registry().emplace(name, NfInfo{name, help, std::move(factory), Json::array(), Origin()}).second;
+  if (accepted_) return;
+  if (Origin().empty()) {
+    std::fprintf(stderr, "keel: two built-in NFs are registered as '%s'\n", name);
+    std::abort();
+  }
+  /* A loaded object must not take a name: the NF that has it keeps it, and
+   * LoadNfLibrary reports the attempt. */
+  Refused().push_back(name);
+}
+
+std::vector<std::string> TakeRefusedNfNames() {
+  std::vector<std::string> out;
+  out.swap(Refused());
+  return out;
 }
 
 /* The problem with one type schema (|named|: an argument, with name/required/
@@ -93,7 +112,7 @@ NfArgsRegistrar::NfArgsRegistrar(const NfRegistrar& nf, const char* args_json) {
                  problem.c_str());
     std::abort();
   }
-  Registry()[nf.name()].args = std::move(args);
+  if (nf.accepted()) Registry()[nf.name()].args = std::move(args);
 }
 
 void SetNfOrigin(const std::string& path) { Origin() = path; }

@@ -39,8 +39,10 @@ void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
   if (pktbuf_) {
     /* The spatial-isolation copy: only survivors of NF 1 enter the chain's
      * buffer; the NIC's buffers go straight back to the port. */
-    for (Packet* p : batch)
-      if (!pktbuf_->Push(p->data(), p->len())) port_.copy_dropped.Add(1);
+    uint32_t copied = 0;
+    for (Packet* p : batch) copied += pktbuf_->Push(p->data(), p->len());
+    port_.copied.Add(copied);
+    port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
     rte_pktmbuf_free_bulk(mbufs, n);
     RunFromChainBuffer();
     return;
@@ -55,10 +57,8 @@ void Runner::RunFromChainBuffer() {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
     Packet views[kMaxBurst];
     PacketBatch batch;
-    for (int i = 0; i < n; i++) {
-      pktbuf_->View(i, &views[i]);
-      batch.Add(&views[i]);
-    }
+    for (int i = 0; i < n; i++)
+      if (pktbuf_->View(i, &views[i])) batch.Add(&views[i]);
     chain_->Run(&batch, 1, chain_->size());
     rte_mbuf* out[kMaxBurst];
     int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);

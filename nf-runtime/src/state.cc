@@ -1,15 +1,68 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/state.h"
 
+#include <chrono>
 #include <cstring>
 
 namespace keel {
 
 static constexpr size_t kMaxAsked = 1 << 16;
+/* Idle flows Advance evicts at most per call, so a batch never waits long. */
+static constexpr size_t kEvictPerAdvance = 32;
+
+FlowState::FlowState()
+    : now_ms_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count())) {}
+
+void FlowState::Touch(Entry* e) {
+  e->used_ms = now_ms_;
+  lru_.splice(lru_.begin(), lru_, e->lru);
+}
+
+size_t FlowState::EvictIdle(size_t max) {
+  if (limits_.idle_timeout_ms == 0) return 0;
+  size_t n = 0;
+  while (n < max && !lru_.empty()) {
+    auto it = table_.find(lru_.back());
+    if (now_ms_ - it->second.used_ms < limits_.idle_timeout_ms) break;
+    if (mirrored_) removed_.push_back(it->first);
+    table_.erase(it);
+    lru_.pop_back();
+    n++;
+  }
+  evictions_.Add(n);
+  flows_.Set(table_.size());
+  return n;
+}
+
+void FlowState::Advance(uint64_t now_ms) {
+  if (now_ms > now_ms_) now_ms_ = now_ms;
+  EvictIdle(kEvictPerAdvance);
+}
+
+FlowState::Entry* FlowState::Insert(const FlowKey& flow) {
+  auto it = table_.find(flow);
+  if (it != table_.end()) {
+    Touch(&it->second);
+    return &it->second;
+  }
+  if (table_.size() >= limits_.capacity && EvictIdle(1) == 0) {
+    refusals_.Add(1);
+    return nullptr;
+  }
+  lru_.push_front(flow);
+  Entry& e = table_[flow];
+  e.used_ms = now_ms_;
+  e.lru = lru_.begin();
+  flows_.Set(table_.size());
+  return &e;
+}
 
 bool FlowState::Read(const FlowKey& flow, void* val, size_t len) {
   auto it = table_.find(flow);
   if (it != table_.end()) {
+    Touch(&it->second);
     size_t n = len < it->second.len ? len : it->second.len;
     std::memcpy(val, it->second.data, n);
     return true;
@@ -26,23 +79,32 @@ void FlowState::MarkDirty(const FlowKey& flow, Entry* e) {
   dirty_keys_.push_back(flow);
 }
 
-void FlowState::Update(const FlowKey& flow, const void* val, size_t len) {
+bool FlowState::Update(const FlowKey& flow, const void* val, size_t len) {
   if (len > kMaxStateValue) len = kMaxStateValue;
-  Entry& e = table_.try_emplace(flow, Entry{0, false, {}}).first->second;
-  e.len = static_cast<uint8_t>(len);
-  std::memcpy(e.data, val, len);
-  MarkDirty(flow, &e);
+  Entry* e = Insert(flow);
+  if (!e) return false;
+  e->len = static_cast<uint8_t>(len);
+  std::memcpy(e->data, val, len);
+  MarkDirty(flow, e);
+  return true;
 }
 
 void FlowState::Remove(const FlowKey& flow) {
-  if (table_.erase(flow) && mirrored_) removed_.push_back(flow);
+  auto it = table_.find(flow);
+  if (it == table_.end()) return;
+  lru_.erase(it->second.lru);
+  table_.erase(it);
+  flows_.Set(table_.size());
+  if (mirrored_) removed_.push_back(flow);
 }
 
-void FlowState::Preload(const StateRecord& rec) {
-  Entry& e = table_[rec.key];
-  e.len = rec.len;
-  e.dirty = false;
-  std::memcpy(e.data, rec.data, rec.len);
+bool FlowState::Preload(const StateRecord& rec) {
+  Entry* e = Insert(rec.key);
+  if (!e) return false;
+  e->len = rec.len;
+  e->dirty = false;
+  std::memcpy(e->data, rec.data, rec.len);
+  return true;
 }
 
 void FlowState::Sync(bool wait) {
@@ -75,10 +137,12 @@ void FlowState::Sync(bool wait) {
    * since the request are newer than the store's copy. */
   for (const StateRecord& r : in_) {
     if (!r.len) continue;
-    Entry e{r.len, false, {}};
-    std::memcpy(e.data, r.data, r.len);
-    table_.try_emplace(r.key, e);
     asked_.erase(r.key);
+    if (table_.count(r.key)) continue;
+    if (Entry* e = Insert(r.key)) {
+      e->len = r.len;
+      std::memcpy(e->data, r.data, r.len);
+    }
   }
   /* Flows the store did not know stay in asked_ so they are not asked again;
    * bound that memory. */

@@ -21,6 +21,7 @@ Json PortJson(const PortCounters& c) {
           {"tx_bytes", c.tx_bytes.Get()},
           {"tx_dropped", c.tx_dropped.Get()},
           {"tx_too_long", c.tx_too_long.Get()},
+          {"copied", c.copied.Get()},
           {"copy_dropped", c.copy_dropped.Get()},
           {"rx_queue_len", c.rx_queue_len_known.Get() ? Json(c.rx_queue_len.Get()) : Json(nullptr)}};
 }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/pktbuf.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,6 +119,106 @@ TEST(PktBuf, OpenRejectsFilesThatAreNotBuffers) {
   EXPECT_NE(err.find("not a keel packet buffer"), std::string::npos) << err;
   unlink(path.c_str());
   EXPECT_FALSE(PktBuf::Open(path, &err));
+}
+
+/* The whole buffer file mapped read-write, as any NF of the chain maps it:
+ * whatever it writes here, the other processes see. */
+struct Hostile {
+  explicit Hostile(const std::string& path) {
+    int fd = open(path.c_str(), O_RDWR);
+    struct stat st;
+    fstat(fd, &st);
+    size = static_cast<size_t>(st.st_size);
+    base = static_cast<uint8_t*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  ~Hostile() { munmap(base, size); }
+  PktBufHeader* hdr() { return reinterpret_cast<PktBufHeader*>(base); }
+  PktDesc* desc(uint64_t i) { return reinterpret_cast<PktDesc*>(base + hdr()->desc_offset) + i; }
+  uint8_t* base;
+  size_t size;
+};
+
+/* A view the NF may use without leaving the packet's slot. */
+void ExpectInsideItsSlot(Packet& p) {
+  EXPECT_LE(uint32_t{p.headroom()} + p.len() + p.tailroom(), kSlotSize);
+}
+
+TEST(PktBuf, HostileDescriptorsAreDroppedAndCounted) {
+  std::string path = TempPath("hostile");
+  std::string err;
+  auto head = PktBuf::Create(path, 8, &err);
+  ASSERT_TRUE(head) << err;
+  auto next = PktBuf::Open(path, &err);
+  ASSERT_TRUE(next) << err;
+  uint8_t pkt[64] = {};
+  for (int i = 0; i < 6; i++) ASSERT_TRUE(head->Push(pkt, sizeof pkt));
+  Hostile evil(path);
+  struct Case {
+    uint16_t off, len;
+    const char* what;
+  } cases[] = {
+      {kSlotHeadroom, kSlotDataRoom + 1, "length past the slot's end"},
+      {kSlotSize + 1, 0, "offset past the slot's end"},
+      {0xffff, 2, "offset + length wraps around 16 bits"},
+      {2, 0xffff, "length wraps around 16 bits"},
+      {kSlotSize - 10, 11, "one byte past the slot"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    evil.desc(i)->off = c.off;
+    evil.desc(i)->len = c.len;
+    Packet p;
+    next->View(i, &p);
+    EXPECT_TRUE(p.dropped()) << c.what;
+    EXPECT_EQ(p.len(), 0) << c.what;
+    ExpectInsideItsSlot(p);
+    i++;
+  }
+  evil.desc(i)->seq = 1000; /* a descriptor that is not the ring's i-th */
+  Packet stale;
+  next->View(i, &stale);
+  EXPECT_TRUE(stale.dropped()) << "a descriptor whose sequence number is not its place in the ring";
+  EXPECT_EQ(next->bad_descriptors(), 6u) << "each refused descriptor is counted";
+  EXPECT_EQ(head->bad_descriptors(), 0u) << "in the process that found it";
+
+  /* The descriptor an honest NF stores after a bad one is sane again. */
+  Packet p;
+  next->View(0, &p);
+  next->Store(0, p, 1);
+  Packet again;
+  head->View(0, &again);
+  EXPECT_TRUE(again.dropped());
+  EXPECT_EQ(again.len(), 0);
+  ExpectInsideItsSlot(again);
+  EXPECT_EQ(head->bad_descriptors(), 0u);
+}
+
+TEST(PktBuf, HeaderRewrittenAfterOpenChangesNothing) {
+  std::string path = TempPath("hdr");
+  std::string err;
+  auto head = PktBuf::Create(path, 8, &err);
+  ASSERT_TRUE(head) << err;
+  auto next = PktBuf::Open(path, &err);
+  ASSERT_TRUE(next) << err;
+  uint8_t pkt[64] = {7};
+  ASSERT_TRUE(head->Push(pkt, sizeof pkt));
+  ASSERT_TRUE(head->Push(pkt, sizeof pkt));
+  Packet before;
+  next->View(1, &before);
+
+  Hostile evil(path);
+  evil.hdr()->slot_size = 1u << 30; /* slot i would be far outside the file */
+  evil.hdr()->nslots = 1u << 30;
+  Packet after;
+  next->View(1, &after);
+  EXPECT_EQ(after.data(), before.data()) << "the slot's address comes from the header as Open saw it";
+  EXPECT_EQ(next->nslots(), 8u);
+
+  /* A head far ahead of the tail claims more packets than there are slots. */
+  evil.hdr()->head.store(evil.hdr()->tail.load() + 1000);
+  EXPECT_LE(next->used(), 8u);
+  EXPECT_FALSE(head->Push(pkt, sizeof pkt)) << "a ring that looks overfull takes nothing";
 }
 
 }  // namespace

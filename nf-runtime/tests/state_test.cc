@@ -47,6 +47,71 @@ TEST(FlowState, LocalReadUpdateRemove) {
   EXPECT_EQ(s.size(), 0u);
 }
 
+TEST(FlowState, AFloodOfNewFlowsStaysWithinTheDefaultCapacity) {
+  /* Spoofed 5-tuples, each seen once: memory must not follow them. */
+  FlowState s;
+  for (uint32_t i = 0; i < 200000; i++) {
+    FlowKey k = Flow(static_cast<uint16_t>(i));
+    k.src_ip = 0xc6120000 + (i >> 16);
+    s.Update(k, Value{i, 0});
+  }
+  EXPECT_LE(s.size(), 65536u);
+  EXPECT_EQ(s.refusals(), 200000u - s.size());
+}
+
+FlowKey Spoofed(uint32_t i) {
+  FlowKey k = Flow(static_cast<uint16_t>(i));
+  k.src_ip = 0x0a000000 + (i >> 16);
+  return k;
+}
+
+TEST(FlowState, IdleFlowsMakeRoomAndAreCountedLikeConntrack) {
+  FlowState s;
+  s.set_limits(FlowLimits{1000, 30000});
+  const uint64_t t0 = s.now_ms();
+  for (uint32_t i = 0; i < 100000; i++) {
+    if (i % 1000 == 0) s.Advance(t0 + i * 31); /* 1000 new flows per 31 s: the last lot is idle */
+    s.Update(Spoofed(i), Value{i, 0});
+    ASSERT_LE(s.size(), 1000u);
+  }
+  EXPECT_EQ(s.size(), 1000u);
+  EXPECT_EQ(s.evictions(), 99000u) << "every flow but the last 1000 was evicted idle";
+  EXPECT_EQ(s.refusals(), 0u);
+  EXPECT_EQ(s.flows(), 1000u);
+
+  /* Full of flows in use: a new one is refused, the ones in use stay. */
+  Value v;
+  EXPECT_FALSE(s.Update(Flow(1), Value{1, 1}));
+  EXPECT_EQ(s.refusals(), 1u);
+  EXPECT_TRUE(s.Read(Spoofed(99999), &v));
+
+  /* A flow read now is not idle later; the others expire without new flows. */
+  const uint64_t t1 = s.now_ms() + 20000;
+  s.Advance(t1);
+  ASSERT_TRUE(s.Read(Spoofed(99000), &v));
+  for (int i = 0; i < 100; i++) s.Advance(t1 + 15000 + i); /* the others idle 35 s, it 15 s */
+  EXPECT_EQ(s.size(), 1u) << "Advance sweeps idle flows a few at a time";
+  EXPECT_TRUE(s.Read(Spoofed(99000), &v));
+}
+
+TEST(FlowState, EvictedFlowsAreDeletedFromTheStore) {
+  FlowState s;
+  s.set_mirrored(true);
+  s.set_limits(FlowLimits{10, 1000});
+  s.Update(Flow(1), Value{1, 1});
+  s.Sync();
+  std::vector<StateRecord> dirty, pulled;
+  std::vector<FlowKey> pulls;
+  s.Exchange(&dirty, &pulls, &pulled);
+  s.Advance(s.now_ms() + 1000);
+  s.Sync();
+  dirty.clear();
+  s.Exchange(&dirty, &pulls, &pulled);
+  ASSERT_EQ(dirty.size(), 1u);
+  EXPECT_EQ(dirty[0].key, Flow(1));
+  EXPECT_EQ(dirty[0].len, 0) << "a deletion";
+}
+
 TEST(FlowState, HandsChangesAndPullsToTheMirror) {
   FlowState s;
   s.set_mirrored(true);
@@ -216,6 +281,39 @@ TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
   EXPECT_EQ(v.a, 99u);
   mw.Stop(milliseconds(500));
   mr.Stop(milliseconds(500));
+}
+
+TEST(RedisMirror, AFullQueueDropsTheNewestFlowsChanges) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const int port = redis.port();
+  redis.Stop();
+  FlowState s;
+  RedisMirror m("127.0.0.1:" + std::to_string(port), milliseconds(5), 4);
+  m.Add(&s, "keel:state:t:c:0-full");
+  m.Start();
+  for (uint16_t i = 0; i < 10; i++) {
+    s.Update(Flow(i), Value{i, 0});
+    s.Sync(true);
+  }
+  s.Update(Flow(0), Value{100, 0}); /* a flow already held: its latest change replaces it */
+  s.Sync(true);
+  for (int w = 0; w < 400 && m.dropped_changes() < 6; w++) std::this_thread::sleep_for(milliseconds(5));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(m.dropped_changes(), 6u) << "flows 4..9 found the queue full";
+
+  RedisServer back(port);
+  ASSERT_TRUE(back.up());
+  m.Stop(milliseconds(2000));
+  EXPECT_EQ(m.writes(), 4u);
+  FlowState again;
+  RedisMirror m2("127.0.0.1:" + std::to_string(port), milliseconds(5));
+  EXPECT_EQ(m2.Add(&again, "keel:state:t:c:0-full"), 4u);
+  Value v;
+  ASSERT_TRUE(again.Read(Flow(0), &v));
+  EXPECT_EQ(v.a, 100u);
+  EXPECT_TRUE(again.Read(Flow(3), &v)) << "the oldest changes were kept";
+  EXPECT_FALSE(again.Read(Flow(4), &v)) << "the newest were dropped";
 }
 
 TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {

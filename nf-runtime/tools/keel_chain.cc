@@ -35,7 +35,8 @@ const char kUsage[] =
     "usage: keel-chain --nf NAME[=JSON] [--nf NAME[=JSON] ...] [--batch N]\n"
     "                  [--exit-when-idle MS] [--stats FILE] [--stats-interval MS]\n"
     "                  [--pktbuf PATH] [--redis HOST:PORT] [--tenant NAME]\n"
-    "                  [--chain-id ID] -- <DPDK EAL arguments>\n"
+    "                  [--chain-id ID] [--flow-capacity N] [--flow-idle-ms MS]\n"
+    "                  -- <DPDK EAL arguments>\n"
     "       keel-chain --list [--json]\n"
     "\n"
     "Runs a chain of keel network functions in one process, run to completion:\n"
@@ -55,6 +56,10 @@ const char kUsage[] =
     "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
+    "  --flow-capacity N    flows each NF's flow table holds at most (default 65536);\n"
+    "                       a new flow beyond them is refused unless one is idle\n"
+    "  --flow-idle-ms MS    a flow unused for MS ms is evicted, as are NAT mappings\n"
+    "                       (default 300000; 0: never)\n"
     "  --list [--json]      list the NFs and exit; with --json print the NF\n"
     "                       catalogue (names, help, argument schemas) as JSON\n"
     "\n"
@@ -77,6 +82,7 @@ int main(int argc, char** argv) {
   keel::cli::program = "keel-chain";
   std::vector<keel::NfSpec> specs;
   keel::RunnerOptions opt;
+  keel::FlowLimits flows;
   std::string redis, tenant = "default", chain_id = "keel-chain";
   bool list = false, json = false;
   int eal_at = argc;
@@ -93,6 +99,8 @@ int main(int argc, char** argv) {
       {"redis", required_argument, nullptr, 'r'},  {"tenant", required_argument, nullptr, 't'},
       {"chain-id", required_argument, nullptr, 'c'}, {"list", no_argument, nullptr, 'l'},
       {"json", no_argument, nullptr, 'j'},
+      {"flow-capacity", required_argument, nullptr, 'F'},
+      {"flow-idle-ms", required_argument, nullptr, 'E'},
       {"help", no_argument, nullptr, 'h'},         {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -107,6 +115,8 @@ int main(int argc, char** argv) {
       case 'r': redis = optarg; break;
       case 't': tenant = optarg; break;
       case 'c': chain_id = optarg; break;
+      case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
+      case 'E': flows.idle_timeout_ms = static_cast<uint64_t>(ParseInt("--flow-idle-ms", optarg, 0, 86400000)); break;
       case 'l': list = true; break;
       case 'j': json = true; break;
       case 'h':
@@ -155,6 +165,7 @@ int main(int argc, char** argv) {
       rte_eal_cleanup();
       return kExitUsage;
     }
+    chain->SetFlowLimits(flows);
 
     uint16_t nports = rte_eth_dev_count_avail();
     if (nports == 0) {

@@ -45,7 +45,8 @@ const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
     "               [--stats FILE [--stats-interval MS]] [--redis ADDR [--tenant T]]\n"
-    "               [--wait-iface NAME[:MS]] [-- <DPDK EAL arguments, position 0 only>]\n"
+    "               [--wait-iface NAME[:MS]] [--flow-capacity N] [--flow-idle-ms MS]\n"
+    "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "       keel-nf [--load NF.so] --list [--json]\n"
     "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
     "\n"
@@ -79,6 +80,10 @@ const char kUsage[] =
     "                       position continues with its state (hash\n"
     "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
     "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
+    "  --flow-capacity N    flows the NF's flow table holds at most (default 65536);\n"
+    "                       a new flow beyond them is refused unless one is idle\n"
+    "  --flow-idle-ms MS    a flow unused for MS ms is evicted, as are NAT mappings\n"
+    "                       (default 300000; 0: never)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
     "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
@@ -93,11 +98,14 @@ const char kUsage[] =
     "The statistics file (cycles from rdtsc; counters count from the start):\n"
     "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
     "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
+    "   the descriptor position J, the one before this, left pointing outside its slot),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
-    "            \"batches\": n, \"cycles_per_packet\": x, \"stats\": {..} (final only)}],\n"
+    "            \"batches\": n, \"cycles_per_packet\": x, \"flows\": {\"count\", \"capacity\",\n"
+    "            \"evictions\" (idle), \"refusals\" (full)}, \"stats\": {..} (final only)}],\n"
     "   position 0 only:\n"
     "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
-    "            \"tx_dropped\", \"tx_too_long\", \"copy_dropped\": n,\n"
+    "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
     "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
     "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
     "   received packets), \"cycles_per_batch\": x}\n";
@@ -107,6 +115,27 @@ void OnSignal(int) {
   if (g_member) g_member->Stop();
 }
 
+
+constexpr char kShmDir[] = "/dev/shm/keel";
+
+/* Makes kShmDir if it is missing and checks that only this user can change
+ * what is in it: a real directory (not a link), owned by the effective user,
+ * writable by no one else. Otherwise another user could swap a chain's
+ * directory for one of its own. */
+bool SharedDirIsOurs(std::string* err) {
+  mkdir(kShmDir, 0755);
+  struct stat st;
+  if (lstat(kShmDir, &st) != 0) {
+    *err = std::string(kShmDir) + ": " + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    *err = std::string(kShmDir) + ": not a directory of this user that only it can write; "
+           "refusing to put chain buffers in it (give --pktbuf)";
+    return false;
+  }
+  return true;
+}
 
 bool ValidId(const std::string& id) {
   if (id.empty() || id.size() > 64 || id[0] == '.') return false;
@@ -189,6 +218,7 @@ int main(int argc, char** argv) {
   std::string chain_id, coopsched, redis, tenant = "default", wait_iface;
   int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads, nfs;
+  keel::FlowLimits flows;
   bool list = false, json = false, check = false;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -209,6 +239,8 @@ int main(int argc, char** argv) {
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
       {"check", no_argument, nullptr, 'K'},
+      {"flow-capacity", required_argument, nullptr, 'F'},
+      {"flow-idle-ms", required_argument, nullptr, 'E'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -235,6 +267,8 @@ int main(int argc, char** argv) {
       case 'r': redis = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
+      case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
+      case 'E': flows.idle_timeout_ms = static_cast<uint64_t>(ParseInt("--flow-idle-ms", optarg, 0, 86400000)); break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -277,16 +311,24 @@ int main(int argc, char** argv) {
 
   std::string own_dir; /* the chain's directory position 0 made, removed at exit */
   if (opt.pktbuf_path.empty()) {
-    std::string dir = "/dev/shm/keel";
-    mkdir(dir.c_str(), 0755);
+    std::string dir = kShmDir;
+    if (std::string err; !SharedDirIsOurs(&err)) {
+      std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
+      return 1;
+    }
     dir += "/" + chain_id;
     if (opt.position == 0) {
-      if (mkdir(dir.c_str(), 0700) == 0) {
-        own_dir = dir;
-      } else if (errno != EEXIST) {
-        std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(), std::strerror(errno));
+      /* A directory that is there already was made by someone else: another
+       * instance of the chain, one that died without cleaning up, or a
+       * process that wants this chain's packets. */
+      if (mkdir(dir.c_str(), 0700) != 0) {
+        std::fprintf(stderr, "keel-nf: %s: %s\n", dir.c_str(),
+                     errno == EEXIST ? "already exists: another instance of this chain id runs, or one "
+                                       "ended without removing it (remove it if no keel-nf of the chain runs)"
+                                     : std::strerror(errno));
         return 1;
       }
+      own_dir = dir;
     }
     opt.pktbuf_path = dir + "/pktbuf";
   }
@@ -316,6 +358,7 @@ int main(int argc, char** argv) {
       rte_eal_cleanup();
       return kExitUsage;
     }
+    chain->SetFlowLimits(flows);
     rte_mempool* pool = nullptr;
     std::string err;
     if (opt.position == 0) {

@@ -35,8 +35,12 @@ class Chain {
   const std::string& name(size_t i) const { return stages_[i]->name; }
   const NfCounters& counters(size_t i) const { return stages_[i]->counters; }
 
+  /* Bounds every NF's flow table; before packets flow. */
+  void SetFlowLimits(const FlowLimits& limits);
+
   /* Runs NFs [first, last) in order over |batch|, removing dropped packets
-   * after each NF and counting packets and cycles per NF. */
+   * after each NF and counting packets and cycles per NF; each NF's flow
+   * table first moves to the current time (idle flows expire). */
   void Run(PacketBatch* batch, size_t first, size_t last);
 
   /* Packet thread: hands every NF's state changes to the Redis mirror.
@@ -44,7 +48,8 @@ class Chain {
   void SyncState(bool wait);
 
   /* Per-NF figures: [{"nf":..,"packets_in":..,"packets_out":..,"dropped":..,
-   * "batches":..,"cycles_per_packet":..,"stats":<NF::Stats()>}, ...].
+   * "batches":..,"cycles_per_packet":..,"flows":{"count","capacity",
+   * "evictions","refusals"},"stats":<NF::Stats()>}, ...].
    * NF::Stats() reads the NF's own tables, so |with_nf_stats| is only for
    * the packet thread or after it stopped. */
   Json StatsJson(bool with_nf_stats) const;

@@ -71,6 +71,7 @@ struct PortCounters {
   Counter tx_bytes;
   Counter tx_dropped;     /* the TX queue was full, or no mbuf was left */
   Counter tx_too_long;    /* longer than an mbuf, and the port sends no segment chains */
+  Counter copied;         /* copied into the chain's packet buffer (the isolation copy) */
   Counter copy_dropped;   /* the chain's packet buffer was full */
   Counter rx_queue_len;   /* RX descriptors in use at the last sample; see rx_queue_len_known */
   Counter rx_queue_len_known; /* 1 if the PMD reports RX queue occupancy */

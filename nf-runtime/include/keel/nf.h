@@ -74,14 +74,20 @@ struct NfInfo {
   std::string loaded_from;   /* the shared object that registered it; empty if built in */
 };
 
-/* Adds an NF type to the registry; used through KEEL_NF. */
+/* Adds an NF type to the registry; used through KEEL_NF. A name is taken
+ * once: a second built-in NF of that name aborts with a message, and one
+ * from a loaded object is refused (TakeRefusedNfNames) and leaves the first
+ * in place. */
 class NfRegistrar {
  public:
   NfRegistrar(const char* name, const char* help, NfFactory factory);
   const std::string& name() const { return name_; }
+  /* False if the name was taken already and this NF was not registered. */
+  bool accepted() const { return accepted_; }
 
  private:
   std::string name_;
+  bool accepted_ = false;
 };
 
 /* Attaches argument schemas to a registered NF; used through KEEL_NF_ARGS.
@@ -96,6 +102,9 @@ std::string CheckArgSchemas(const Json& args);
 /* Records that NFs registered from now on come from the shared object |path|
  * (empty: built in); used by LoadNfLibrary. */
 void SetNfOrigin(const std::string& path);
+/* The names NFs tried to register, since the last call, that other NFs had
+ * already; used by LoadNfLibrary to refuse the object that tried. */
+std::vector<std::string> TakeRefusedNfNames();
 /* The catalogue of every registered NF as JSON (keel-nf --list --json):
  * {"version": 1, "nfs": [{"name", "help", "args": [...], "loaded_from"?}]}. */
 Json CatalogJson();

@@ -12,6 +12,12 @@
  * Layout: [PktBufHeader | PktDesc x nslots | slot x nslots], nslots a power
  * of two. Descriptor i of the ring lives at index (seq & (nslots - 1)) and
  * always describes slot of the same index.
+ *
+ * Every NF of the chain maps the file read-write, so no process trusts what
+ * another wrote there: the geometry (nslots, slot_size) is read once, when
+ * the file is created or opened, and each descriptor is checked against it
+ * before a packet is viewed (Galleon §4.4: an NF's bug or malice stays in its
+ * own packets).
  */
 #ifndef KEEL_PKTBUF_H_
 #define KEEL_PKTBUF_H_
@@ -22,6 +28,7 @@
 #include <string>
 
 #include "keel/chain_sched.h"
+#include "keel/monitor.h"
 #include "keel/packet.h"
 
 namespace keel {
@@ -65,8 +72,9 @@ class PktBuf {
   static std::unique_ptr<PktBuf> Open(const std::string& path, std::string* err);
   ~PktBuf();
 
-  uint32_t nslots() const { return hdr_->nslots; }
-  /* Packets copied in and not yet released. */
+  uint32_t nslots() const { return nslots_; }
+  /* Packets copied in and not yet released; never more than nslots(),
+   * whatever another process wrote into the ring's head and tail. */
   uint32_t used() const;
   uint32_t free_slots() const { return nslots() - used(); }
 
@@ -80,8 +88,11 @@ class PktBuf {
     __builtin_prefetch(&descs_[seq & mask_]);
     __builtin_prefetch(slot(seq) + kSlotHeadroom);
   }
-  /* Points |p| at the |i|-th packet after the tail (0 <= i < used()). */
-  void View(uint32_t i, Packet* p);
+  /* Points |p| at the |i|-th packet after the tail (0 <= i < used()).
+   * A descriptor that is not the ring's i-th or whose extent leaves its slot
+   * gives an empty, dropped packet, counted in bad_descriptors(); returns
+   * false then. */
+  bool View(uint32_t i, Packet* p);
   /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
   void Store(uint32_t i, const Packet& p, uint16_t stage);
   const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
@@ -95,6 +106,9 @@ class PktBuf {
   void Rewind();
 
   const std::string& path() const { return path_; }
+  /* Descriptors View refused in this process: written, since this process
+   * last stored them, by the NF that ran before it. */
+  uint64_t bad_descriptors() const { return bad_descriptors_.Get(); }
 
   /* The chain's scheduling words (chain_sched.h), in the file's first page. */
   keel_chain_sched* sched() { return reinterpret_cast<keel_chain_sched*>(base_ + KEEL_SCHED_OFFSET); }
@@ -102,7 +116,7 @@ class PktBuf {
  private:
   PktBuf() = default;
   uint64_t tail() const { return hdr_->tail.load(std::memory_order_relaxed); }
-  uint8_t* slot(uint64_t seq) { return slots_ + (seq & mask_) * hdr_->slot_size; }
+  uint8_t* slot(uint64_t seq) { return slots_ + (seq & mask_) * kSlotSize; }
   bool Map(int fd, size_t size, std::string* err);
 
   std::string path_;
@@ -112,7 +126,11 @@ class PktBuf {
   PktBufHeader* hdr_ = nullptr;
   PktDesc* descs_ = nullptr;
   uint8_t* slots_ = nullptr;
+  /* The geometry as Create made it or Open checked it; the header's copy
+   * is never read again. slot_size is always kSlotSize. */
+  uint32_t nslots_ = 0;
   uint64_t mask_ = 0;
+  Counter bad_descriptors_;
 };
 
 }  // namespace keel

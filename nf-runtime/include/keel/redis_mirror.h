@@ -34,8 +34,12 @@ std::string StateKey(const std::string& tenant, const std::string& chain, size_t
 
 class RedisMirror {
  public:
-  /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are written. */
-  RedisMirror(const std::string& addr, std::chrono::milliseconds period);
+  /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are
+   * written. While Redis is away each table holds the latest change of at
+   * most |max_pending| flows: a change to a flow already held replaces it,
+   * a change to another flow is dropped (the newest is lost, the local table
+   * keeps it) and counted in dropped_changes(). */
+  RedisMirror(const std::string& addr, std::chrono::milliseconds period, size_t max_pending = 1 << 20);
   ~RedisMirror();
   /* The Redis address as given: HOST:PORT or unix:PATH. */
   std::string Address() const;
@@ -54,6 +58,7 @@ class RedisMirror {
   bool connected() const { return connected_.load(); }
   uint64_t writes() const { return writes_.load(); }
   uint64_t reconnects() const { return reconnects_.load(); }
+  uint64_t dropped_changes() const { return dropped_changes_.load(); }
 
  private:
   struct Table {
@@ -73,6 +78,7 @@ class RedisMirror {
   int port_ = 0;
   std::string unix_path_; /* set for unix:PATH: a unix socket instead of TCP */
   std::chrono::milliseconds period_;
+  size_t max_pending_;
   redisContext* ctx_ = nullptr;
   std::chrono::steady_clock::time_point next_connect_{};
   std::vector<Table> tables_;
@@ -83,6 +89,7 @@ class RedisMirror {
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> reconnects_{0};
+  std::atomic<uint64_t> dropped_changes_{0};
 };
 
 }  // namespace keel
