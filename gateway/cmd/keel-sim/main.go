@@ -183,9 +183,22 @@ func runCmd(args []string) error {
 	return writeJSON(*out, struct {
 		Scenario any       `json:"scenario"`
 		Costs    string    `json:"costs"`
+		Method   string    `json:"method"`
 		Rows     []sim.Row `json:"rows"`
-	}{scen, tbl.Source, rows})
+	}{scen, tbl.Source, runMethod, rows})
 }
+
+// runMethod is how keel-sim run obtains its rows, written into its JSON.
+const runMethod = "keel-sim run: discrete-event rack simulation (seeded, deterministic) with keel's controller " +
+	"policy (gateway/internal/policy) deciding every assignment, overload mark, pool size, reclaim and repack; " +
+	"cores modelled turn by turn (gateway/internal/dpmodel). A scenario without together runs each chain on its " +
+	"own in the rack; with together, all its chains at once, where a core in use is shared out equally among the " +
+	"sgroups attached to it: a chain's cores_avg is the time average of its sgroups' shares, its cores_max the most " +
+	"cores holding one of its sgroups at once, and the row of chain \"all\" has the rack's cores in use " +
+	"(cores_avg, cores_max), every packet (p99_us, loss) and meets_slo true only if every chain meets its SLO. " +
+	"Policies: keel; metron (run to completion, no isolation, threshold 1.0, scale-out on queue build-up); " +
+	"keel-nopack, keel-fixedbatch (one burst per turn), keel-fixedthr (threshold 0.9) change one choice of keel; " +
+	"metron-slo is Metron's runtime with keel's SLO thresholds."
 
 func profileCmd(args []string) error {
 	fs := newFlags("profile")
