@@ -118,7 +118,8 @@ bench: build
 	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
 	$(BUILD)/bin/keel-sim run --policy keel,metron --ablation --out bench/results/autoscale_sim.json \
-	    bench/scenarios/galleon.yaml bench/scenarios/diurnal.yaml bench/scenarios/flash.yaml
+	    bench/scenarios/galleon.yaml bench/scenarios/diurnal.yaml bench/scenarios/flash.yaml \
+	    bench/scenarios/mixed.yaml
 	$(BUILD)/bin/keel-sim profile --chain chain1 --nfs tunnel,ipv4fwd --pkt-bytes 1024 --ghz 2.4 \
 	    --out bench/results/profile_chain1.json
 	$(BUILD)/bin/keel-sim profile --chain chain2 --nfs acl,urlfilter,encrypt --pkt-bytes 1024 --ghz 2.4 \

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/keel-nfv/keel/gateway/internal/costs"
@@ -29,7 +30,8 @@ Usage:
 
 run
   Simulates each scenario (bench/scenarios/*.yaml): every chain of it runs on its own in the
-  scenario's rack (workers × managed cores at the scenario's clock), once per policy, with
+  scenario's rack (workers × managed cores at the scenario's clock), or, for a scenario with
+  together: true, all its chains at once in the rack, once per policy, with
   keel's controller policy deciding where each new flow goes, when an instance is
   overloaded, how big each chain's pool is, when a core is given back and which sgroups share
   a core. Writes JSON:
@@ -37,17 +39,23 @@ run
       "p99_us", "loss", "cores_avg", "cores_max", "p50_us", ...}, ...]}
   p99_us and p50_us are packet latencies (ingress to departure, µs); loss counts packets
   (NIC queue overflow and flows no instance could take); cores_avg is the time-averaged
-  number of cores with at least one chain instance attached, cores_max its peak.
+  number of cores with at least one chain instance attached, cores_max its peak. When
+  chains run together, a core is shared out equally among the sgroups attached to it
+  (cores_avg: the chain's share, time-averaged; cores_max: the most cores holding one of
+  its sgroups at once), and a row of chain "all" per policy has the rack's cores.
 
-  --policy LIST   policies to compare side by side (keel, metron; default both)
+  --policy LIST   policies to compare side by side (keel, metron, metron-slo; default
+                  keel,metron)
   --ablation      add keel variants: keel-nopack (no packing), keel-fixedbatch (one burst
-                  per turn), keel-fixedthr (threshold 0.9 whatever the SLO)
+                  per turn), keel-fixedthr (threshold 0.9 whatever the SLO); and
+                  metron-slo (Metron's runtime, no isolation, with keel's SLO thresholds)
   --out FILE      write the JSON there (default: standard output)
   --jobs N        runs in parallel (default: the number of CPUs)
   --nf-profile F, --chain-length F
                   cost inputs (default bench/results/nf_profile.json and chain_length.json;
                   built-in defaults when absent)
   -q              no progress lines on standard error
+  --cpuprofile F  write a Go CPU profile of the run there (go tool pprof)
 
 profile
   Derives a chain's latency profile on one core from the queueing model (Galleon eq. 1,
@@ -124,11 +132,23 @@ func runCmd(args []string) error {
 	nfp := fs.String("nf-profile", "bench/results/nf_profile.json", "")
 	cl := fs.String("chain-length", "bench/results/chain_length.json", "")
 	quiet := fs.Bool("q", false, "")
+	cpuprof := fs.String("cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return errors.New("run: name at least one scenario file (bench/scenarios/*.yaml)")
+	}
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	tbl, err := costs.Load(*nfp, *cl)
 	if err != nil {
@@ -163,9 +183,22 @@ func runCmd(args []string) error {
 	return writeJSON(*out, struct {
 		Scenario any       `json:"scenario"`
 		Costs    string    `json:"costs"`
+		Method   string    `json:"method"`
 		Rows     []sim.Row `json:"rows"`
-	}{scen, tbl.Source, rows})
+	}{scen, tbl.Source, runMethod, rows})
 }
+
+// runMethod is how keel-sim run obtains its rows, written into its JSON.
+const runMethod = "keel-sim run: discrete-event rack simulation (seeded, deterministic) with keel's controller " +
+	"policy (gateway/internal/policy) deciding every assignment, overload mark, pool size, reclaim and repack; " +
+	"cores modelled turn by turn (gateway/internal/dpmodel). A scenario without together runs each chain on its " +
+	"own in the rack; with together, all its chains at once, where a core in use is shared out equally among the " +
+	"sgroups attached to it: a chain's cores_avg is the time average of its sgroups' shares, its cores_max the most " +
+	"cores holding one of its sgroups at once, and the row of chain \"all\" has the rack's cores in use " +
+	"(cores_avg, cores_max), every packet (p99_us, loss) and meets_slo true only if every chain meets its SLO. " +
+	"Policies: keel; metron (run to completion, no isolation, threshold 1.0, scale-out on queue build-up); " +
+	"keel-nopack, keel-fixedbatch (one burst per turn), keel-fixedthr (threshold 0.9) change one choice of keel; " +
+	"metron-slo is Metron's runtime with keel's SLO thresholds."
 
 func profileCmd(args []string) error {
 	fs := newFlags("profile")

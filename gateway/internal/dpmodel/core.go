@@ -332,7 +332,7 @@ func Poisson(r *rand.Rand, mu float64) int {
 	a := -0.059 + 0.02483*b
 	invAlpha := 1.1239 + 1.1328/(b-3.4)
 	vr := 0.9277 - 3.6224/(b-2)
-	logMu := math.Log(mu)
+	logMu := 0.0 // only the slow path needs it: most draws are accepted by the squeeze
 	for {
 		u := r.Float64() - 0.5
 		v := r.Float64()
@@ -343,6 +343,9 @@ func Poisson(r *rand.Rand, mu float64) int {
 		}
 		if k < 0 || (us < 0.013 && v > us) {
 			continue
+		}
+		if logMu == 0 {
+			logMu = math.Log(mu)
 		}
 		lg, _ := math.Lgamma(k + 1)
 		if math.Log(v)+math.Log(invAlpha)-math.Log(a/(us*us)+b) <= -mu+k*logMu-lg {

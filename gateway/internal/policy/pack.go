@@ -30,7 +30,9 @@ type packItem struct {
 //     per core, needs fewer cores than are in use, the sgroups move to that packing,
 //     matched to the cores they are on so that as few as possible move.
 //
-// Instances without flows are left where they are (Reclaim gives their core back).
+// Instances without flows are left where they are (Reclaim gives their core back). An
+// overloaded sgroup shares no core: a shared core holding one sheds its other sgroups, and
+// it joins no other until Overload clears it.
 func (cfg Config) Repack(v *View) []Move {
 	if !cfg.Pack {
 		return nil
@@ -41,8 +43,16 @@ func (cfg Config) Repack(v *View) []Move {
 		if !in.Attached || in.Core < 0 || in.Flows == 0 {
 			continue
 		}
+		thr := v.Chains[in.Chain].Threshold
+		if in.Overloaded {
+			// The loads undercount a core whose sgroups' turns are small (each turn pays
+			// its handoffs at a fill below the full bursts MaxPps assumes), so a shared
+			// core can saturate under its lowest threshold: what Overload saw (a NIC
+			// queue, drops, a load) counts, and the sgroup shares with nothing.
+			thr = 0
+		}
 		byWorker[in.Worker] = append(byWorker[in.Worker], packItem{id: in.ID, core: in.Core,
-			load: v.Load(in), thr: v.Chains[in.Chain].Threshold})
+			load: v.Load(in), thr: thr})
 	}
 	var out []Move
 	for _, w := range v.Workers {

@@ -64,6 +64,13 @@ func Test_Config_Repack(t *testing.T) {
 		{"a removed chain's sgroup leaves a shared core", testCfg(),
 			[]Instance{att("fw/1", "w1", 0, 3, 300e3), att("gone/1", "w1", 0, 5, 500e3)},
 			[]Move{{"gone/1", "w1", 0, 1}}},
+		// Core 0 at 0.5 is under 0.8, but fw/1's NIC queue says it is saturated (mixed.yaml:
+		// seven light sgroups' small turns paid more handoffs than the loads count).
+		{"an overloaded sgroup sheds the others from its shared core", testCfg(),
+			[]Instance{queued(att("fw/1", "w1", 0, 3, 300e3)), att("fw/2", "w1", 0, 1, 100e3), att("nat/1", "w1", 0, 1, 100e3)},
+			[]Move{{"nat/1", "w1", 0, 1}, {"fw/2", "w1", 0, 1}}},
+		{"an overloaded sgroup is not packed", testCfg(),
+			[]Instance{queued(att("fw/1", "w1", 0, 3, 300e3)), att("fw/2", "w1", 1, 2, 200e3)}, nil},
 		{"a removed chain's sgroups are not packed together", testCfg(),
 			[]Instance{att("gone/1", "w1", 0, 5, 500e3), att("gone/2", "w1", 1, 5, 500e3)}, nil},
 	}
@@ -75,6 +82,12 @@ func Test_Config_Repack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// queued is in, marked overloaded by its NIC queue.
+func queued(in Instance) Instance {
+	in.Overloaded, in.QueueLen = true, 64
+	return in
 }
 
 // Test_Config_Repack_then_Overload: after the moves Repack returns, no core is shared above

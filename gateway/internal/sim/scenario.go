@@ -27,6 +27,10 @@ type Scenario struct {
 	Packets PacketSpec  `yaml:"packets"`
 	Flows   FlowSpec    `yaml:"flows"`
 	Phases  []Phase     `yaml:"phases"`
+	// Together runs all the chains at once in one rack, where their sgroups compete for
+	// cores; otherwise each chain runs on its own in the rack (as Galleon ran each chain's
+	// experiment).
+	Together bool `yaml:"together"`
 
 	TorInstallMs float64 `yaml:"tor_install_ms"` // a new flow's rule reaches the ToR this long after its first packet
 	ColdStartS   float64 `yaml:"cold_start_s"`   // a pooled instance is ready this long after it is created
@@ -39,11 +43,25 @@ type Scenario struct {
 	file string
 }
 
-// ChainSpec is one chain of the scenario.
+// ChainSpec is one chain of the scenario. Its traffic is the scenario's packets, flows and
+// phases unless it gives its own (each field replaces the scenario's as a whole).
 type ChainSpec struct {
-	Name  string   `yaml:"name"`
-	NFs   []string `yaml:"nfs"`
-	SLOus float64  `yaml:"slo_us"`
+	Name    string      `yaml:"name"`
+	NFs     []string    `yaml:"nfs"`
+	SLOus   float64     `yaml:"slo_us"`
+	Packets *PacketSpec `yaml:"packets"`
+	Flows   *FlowSpec   `yaml:"flows"`
+	Phases  []Phase     `yaml:"phases"`
+
+	tr traffic // filled by check
+}
+
+// traffic is what a chain's flows follow, checked and with the phases' derived fields set.
+type traffic struct {
+	packets   PacketSpec
+	flows     FlowSpec
+	phases    []Phase
+	meanBytes float64
 }
 
 // PacketSpec is the packet size distribution: lognormal with the given median and σ of the
@@ -67,7 +85,7 @@ type FlowSpec struct {
 // new_flows_per_s if given, else at the rate that makes the expected number of concurrent
 // flows follow the phase's target (λ = C/mean_s + dC/dt): ramp goes linearly from the
 // previous target to flows, steady holds flows, diurnal swings between flows_min and flows
-// over period_s (starting at flows_min), flash holds the previous target; arrival_x
+// over period_s (starting at flows_min, or shift_s later in the cycle), flash holds the previous target; arrival_x
 // multiplies the arrival rate (a flash crowd: 10). gbps is the offered load at flows
 // concurrent flows and sets the per-flow rate of the flows that start in the phase (else the
 // previous phase's). A phase ends after duration_s, or once packets packets have been offered
@@ -79,6 +97,7 @@ type Phase struct {
 	Flows        float64 `yaml:"flows"`
 	FlowsMin     float64 `yaml:"flows_min"`
 	PeriodS      float64 `yaml:"period_s"`
+	ShiftS       float64 `yaml:"shift_s"`
 	Gbps         float64 `yaml:"gbps"`
 	NewFlowsPerS float64 `yaml:"new_flows_per_s"`
 	ArrivalX     float64 `yaml:"arrival_x"`
@@ -156,25 +175,6 @@ func (sc *Scenario) check(tbl *costs.Table) error {
 			return fmt.Errorf("chains[%d].slo_us: must not be negative", i)
 		}
 	}
-	p := &sc.Packets
-	if p.MedianBytes == 0 {
-		p.MedianBytes = 1024
-	}
-	if p.MinBytes == 0 {
-		p.MinBytes = 64
-	}
-	if p.MaxBytes == 0 {
-		p.MaxBytes = 1500
-	}
-	if p.MedianBytes < p.MinBytes || p.MedianBytes > p.MaxBytes || p.Sigma < 0 {
-		return errors.New("packets: need min_bytes ≤ median_bytes ≤ max_bytes and sigma ≥ 0")
-	}
-	if sc.Flows.MeanS <= 0 {
-		return errors.New("flows.mean_s: must be positive")
-	}
-	if sc.Flows.RateSigma < 0 {
-		return errors.New("flows.rate_sigma: must not be negative")
-	}
 	def := func(v *float64, d float64) {
 		if *v == 0 {
 			*v = d
@@ -192,48 +192,94 @@ func (sc *Scenario) check(tbl *costs.Table) error {
 	if sc.TorInstallMs < 0 || sc.ColdStartS < 0 || sc.StatsMs <= 0 || sc.ControlMs <= 0 || sc.MovePauseMs < 0 || sc.QueueCap < 1 {
 		return errors.New("tor_install_ms, cold_start_s, move_pause_ms must be ≥ 0, stats_ms, control_ms and queue_cap > 0")
 	}
-	if len(sc.Phases) == 0 {
-		return errors.New("phases: at least one phase")
+	for i := range sc.Chains {
+		c := &sc.Chains[i]
+		pk, fl, ph := sc.Packets, sc.Flows, sc.Phases
+		var pre [3]string // the field names' prefixes in errors: the chain's own fields
+		own := fmt.Sprintf("chains[%d].", i)
+		if c.Packets != nil {
+			pk, pre[0] = *c.Packets, own
+		}
+		if c.Flows != nil {
+			fl, pre[1] = *c.Flows, own
+		}
+		if c.Phases != nil {
+			ph, pre[2] = c.Phases, own
+		}
+		tr, err := checkTraffic(pk, fl, append([]Phase(nil), ph...), pre)
+		if err != nil {
+			return err
+		}
+		c.tr = tr
 	}
-	mean := sc.MeanBytes()
+	return nil
+}
+
+// checkTraffic checks one chain's (or the scenario's) packets, flows and phases and fills
+// the phases' derived fields; pre prefixes the names of packets, flows and phases in errors.
+func checkTraffic(pk PacketSpec, fl FlowSpec, ph []Phase, pres [3]string) (traffic, error) {
+	p := &pk
+	if p.MedianBytes == 0 {
+		p.MedianBytes = 1024
+	}
+	if p.MinBytes == 0 {
+		p.MinBytes = 64
+	}
+	if p.MaxBytes == 0 {
+		p.MaxBytes = 1500
+	}
+	if p.MedianBytes < p.MinBytes || p.MedianBytes > p.MaxBytes || p.Sigma < 0 {
+		return traffic{}, errors.New(pres[0] + "packets: need min_bytes ≤ median_bytes ≤ max_bytes and sigma ≥ 0")
+	}
+	if fl.MeanS <= 0 {
+		return traffic{}, errors.New(pres[1] + "flows.mean_s: must be positive")
+	}
+	if fl.RateSigma < 0 {
+		return traffic{}, errors.New(pres[1] + "flows.rate_sigma: must not be negative")
+	}
+	pre := pres[2]
+	if len(ph) == 0 {
+		return traffic{}, errors.New(pre + "phases: at least one phase")
+	}
+	mean := meanBytes(*p)
 	target, pps := 0.0, 0.0
-	for i := range sc.Phases {
-		ph := &sc.Phases[i]
-		f := func(field string) error { return fmt.Errorf("phases[%d].%s", i, field) }
+	for i := range ph {
+		ph := &ph[i]
+		f := func(field string) error { return fmt.Errorf("%sphases[%d].%s", pre, i, field) }
 		switch ph.Kind {
 		case "ramp", "steady", "diurnal", "flash":
 		default:
-			return fmt.Errorf("phases[%d].kind: %q is not ramp, steady, diurnal or flash", i, ph.Kind)
+			return traffic{}, fmt.Errorf("%sphases[%d].kind: %q is not ramp, steady, diurnal or flash", pre, i, ph.Kind)
 		}
 		if ph.DurationS <= 0 && ph.Packets <= 0 {
-			return fmt.Errorf("%v: duration_s or packets must be given", f("duration_s"))
+			return traffic{}, fmt.Errorf("%v: duration_s or packets must be given", f("duration_s"))
 		}
-		if ph.DurationS < 0 || ph.Packets < 0 || ph.Flows < 0 || ph.FlowsMin < 0 || ph.Gbps < 0 || ph.NewFlowsPerS < 0 || ph.ArrivalX < 0 {
-			return fmt.Errorf("phases[%d]: no field may be negative", i)
+		if ph.DurationS < 0 || ph.Packets < 0 || ph.Flows < 0 || ph.FlowsMin < 0 || ph.Gbps < 0 || ph.NewFlowsPerS < 0 || ph.ArrivalX < 0 || ph.ShiftS < 0 {
+			return traffic{}, fmt.Errorf("%sphases[%d]: no field may be negative", pre, i)
 		}
 		if ph.Kind == "ramp" && ph.DurationS <= 0 {
-			return fmt.Errorf("%v: a ramp needs a duration", f("duration_s"))
+			return traffic{}, fmt.Errorf("%v: a ramp needs a duration", f("duration_s"))
 		}
 		if ph.Kind == "diurnal" && (ph.PeriodS <= 0 || ph.Flows <= 0) {
-			return fmt.Errorf("%v: diurnal needs period_s and flows", f("period_s"))
+			return traffic{}, fmt.Errorf("%v: diurnal needs period_s and flows", f("period_s"))
 		}
 		if ph.Flows == 0 {
 			ph.Flows = target
 		}
 		if ph.Kind != "ramp" && ph.Kind != "diurnal" && ph.Flows == 0 && ph.NewFlowsPerS == 0 {
-			return fmt.Errorf("%v: no flow target before this phase", f("flows"))
+			return traffic{}, fmt.Errorf("%v: no flow target before this phase", f("flows"))
 		}
 		if ph.ArrivalX == 0 {
 			ph.ArrivalX = 1
 		}
 		if ph.Gbps > 0 {
 			if ph.Flows <= 0 {
-				return fmt.Errorf("%v: gbps needs a flow target to set the per-flow rate", f("flows"))
+				return traffic{}, fmt.Errorf("%v: gbps needs a flow target to set the per-flow rate", f("flows"))
 			}
 			pps = ph.Gbps * 1e9 / (8 * mean * ph.Flows)
 		}
 		if pps <= 0 {
-			return fmt.Errorf("%v: no per-flow rate yet (give gbps)", f("gbps"))
+			return traffic{}, fmt.Errorf("%v: no per-flow rate yet (give gbps)", f("gbps"))
 		}
 		ph.target0, ph.flowPps = target, pps
 		if ph.Kind == "flash" {
@@ -242,12 +288,11 @@ func (sc *Scenario) check(tbl *costs.Table) error {
 			target = ph.Flows
 		}
 	}
-	return nil
+	return traffic{packets: pk, flows: fl, phases: ph, meanBytes: mean}, nil
 }
 
-// MeanBytes is the mean packet size of the cut lognormal (numerically, midpoint rule).
-func (sc *Scenario) MeanBytes() float64 {
-	p := sc.Packets
+// meanBytes is the mean packet size of a cut lognormal (numerically, midpoint rule).
+func meanBytes(p PacketSpec) float64 {
 	if p.Sigma == 0 {
 		return p.MedianBytes
 	}
@@ -264,11 +309,11 @@ func (sc *Scenario) MeanBytes() float64 {
 }
 
 // lambda is the flow arrival rate x seconds into phase ph.
-func (sc *Scenario) lambda(ph *Phase, x float64) float64 {
+func (tr *traffic) lambda(ph *Phase, x float64) float64 {
 	if ph.NewFlowsPerS > 0 {
 		return ph.NewFlowsPerS * ph.ArrivalX
 	}
-	L := sc.Flows.MeanS
+	L := tr.flows.MeanS
 	var c, dc float64
 	switch ph.Kind {
 	case "ramp":
@@ -276,6 +321,7 @@ func (sc *Scenario) lambda(ph *Phase, x float64) float64 {
 		dc = (ph.Flows - ph.target0) / ph.DurationS
 	case "diurnal":
 		w := 2 * math.Pi / ph.PeriodS
+		x += ph.ShiftS
 		c = ph.FlowsMin + (ph.Flows-ph.FlowsMin)*(1-math.Cos(w*x))/2
 		dc = (ph.Flows - ph.FlowsMin) * w * math.Sin(w*x) / 2
 	default:

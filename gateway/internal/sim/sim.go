@@ -9,7 +9,13 @@
 // clock) with seeded randomness: the same scenario, policy and costs give the same result.
 //
 // Each chain of a scenario runs on its own in the rack (as Galleon ran each chain's
-// experiment on its own), once per policy.
+// experiment on its own), once per policy; a scenario with together: true runs all its
+// chains at once in one rack, where their sgroups compete for cores (and share them when
+// the policy packs). There, a core's time is attributed to the chains of the sgroups
+// attached to it, an equal share per sgroup (a core holding two sgroups of chain1 and one of
+// chain3 counts 2/3 for chain1, 1/3 for chain3): a chain's cores_avg is the time average of
+// its shares, its cores_max the most cores that held one of its sgroups at once, and the row
+// of chain "all" has the rack's cores in use.
 package sim
 
 import (
@@ -60,8 +66,10 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 			out = append(out, policy.Keel())
 		case "metron":
 			out = append(out, policy.Metron())
+		case "metron-slo":
+			out = append(out, metronSLO())
 		default:
-			return nil, fmt.Errorf("unknown policy %q (keel or metron)", n)
+			return nil, fmt.Errorf("unknown policy %q (keel, metron or metron-slo)", n)
 		}
 	}
 	if ablation {
@@ -72,8 +80,28 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 		c := policy.Keel()
 		c.Name, c.SLOThresholds, c.FixedThreshold = "keel-fixedthr", false, 0.9
 		out = append(out, a, b, c)
+		if !has(out, "metron-slo") {
+			out = append(out, metronSLO())
+		}
 	}
 	return out, nil
+}
+
+// metronSLO is Metron's runtime (run to completion, no isolation) with keel's SLO
+// thresholds: set beside keel, it prices isolation alone; beside metron, meeting the SLO.
+func metronSLO() policy.Config {
+	c := policy.Metron()
+	c.Name, c.SLOThresholds = "metron-slo", true
+	return c
+}
+
+func has(cfgs []policy.Config, name string) bool {
+	for _, c := range cfgs {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // profiles caches DeriveProfile by its inputs (it is deterministic).
@@ -93,10 +121,11 @@ func ProfileFor(chain string, cost policy.Cost, batch, pktBytes int, seed uint64
 	return pe.p
 }
 
-// ChainCost is the cost a policy's instances of the chain pay at the scenario's mean packet
-// size and clock: isolated for keel, run to completion for a policy without isolation.
+// ChainCost is the cost a policy's instances of the chain pay at the chain's mean packet
+// size and the scenario's clock: isolated for keel, run to completion for a policy without
+// isolation.
 func ChainCost(tbl *costs.Table, sc *Scenario, ch ChainSpec, cfg policy.Config) (policy.Cost, error) {
-	c, err := tbl.ChainAt(ch.NFs, sc.MeanBytes(), sc.GHz*1e9)
+	c, err := tbl.ChainAt(ch.NFs, ch.tr.meanBytes, sc.GHz*1e9)
 	if err != nil {
 		return c, err
 	}
@@ -124,6 +153,7 @@ type event struct {
 	kind evKind
 	f    *flow
 	in   *inst
+	c    *chainRun // the chain of a flow arrival or phase end
 }
 
 type evHeap []*event
@@ -146,6 +176,7 @@ func (h *evHeap) Pop() any {
 
 type flow struct {
 	start, end, pps float64
+	c               *chainRun
 	in              *inst
 	active          bool // its rule is in: its rate feeds the instance
 	ended           bool
@@ -153,59 +184,71 @@ type flow struct {
 
 type inst struct {
 	p          policy.Instance
+	c          *chainRun
 	g          *dpmodel.SGroup
 	core       *dpmodel.Core
 	lastArr    uint64
 	lastDrop   uint64
-	readyAt    float64
 	removed    bool
 	flowsAlive int
 	active     int     // flows whose rule is in
 	rate       float64 // their packets per second
 }
 
-type run struct {
-	sc    *Scenario
-	cfg   policy.Config
-	ch    ChainSpec
+// chainRun is one chain of a run: its costs, its traffic and its results.
+type chainRun struct {
+	spec  ChainSpec
+	tr    *traffic
 	cost  policy.Cost
 	batch int
 	pchan policy.Chain
 	rng   *rand.Rand
 	seed  uint64
 
+	phase             int
+	phStart           float64
+	flowSeq, phaseSeq uint64 // the live flow-arrival and phase-end events
+	lmax              map[int]float64
+	done              bool // its phases are over: no new flows
+	pending           []*flow
+	nextID            int
+	hist              dpmodel.Hist
+
+	flows, unserved, moves int
+	unservedPkts           float64
+	offered, stranded      uint64
+	coresNow, coresInt     float64 // its share of the cores in use (see the package comment)
+	touchMax               int     // the most cores holding one of its sgroups at once
+}
+
+type run struct {
+	sc     *Scenario
+	cfg    policy.Config
+	chains []*chainRun
+	byName map[string]*chainRun
+	label  string // what progress lines call the run's chains
+
 	now     float64
 	seq     uint64
 	ev      evHeap
-	phase   int
 	workers []policy.Worker
 	cores   map[string][]*dpmodel.Core
 	coreOf  []*dpmodel.Core // all cores, worker-major, for advancing
-	insts   []*inst         // by creation (ID order)
-	nextID  int
-	pending []*flow
-	hist    dpmodel.Hist
+	insts   []*inst         // by creation
+	byID    map[string]*inst
 	epoch   time.Time
 
 	// results
-	flows, unserved, moves    int
-	unservedPkts              float64
 	coresInt                  float64
 	coresNow, coresMax        int
-	lastT                     float64
-	offered, stranded         uint64
-	retiredArr, retiredDrop   uint64
 	end                       float64
 	progress                  io.Writer
-	flowSeq, phaseSeq         uint64 // the live flow-arrival and phase-end events
-	lmax                      map[int]float64
-	phStart                   float64
 	lastProgress, wallStarted time.Time
 }
 
-func (r *run) push(t float64, k evKind, f *flow, in *inst) {
+func (r *run) push(t float64, k evKind, f *flow, in *inst, c *chainRun) {
 	r.seq++
-	heap.Push(&r.ev, &event{t: t, seq: r.seq, kind: k, f: f, in: in})
+	heap.Push(&r.ev, &event{t: t, seq: r.seq, kind: k, f: f, in: in, c: c})
 }
 
 func seedOf(parts ...string) uint64 {
@@ -217,53 +260,79 @@ func seedOf(parts ...string) uint64 {
 	return h.Sum64()
 }
 
-// Run simulates one chain of a scenario under one policy. progress (may be nil) gets a line
-// every few seconds of wall time.
+// Run simulates one chain of a scenario on its own in the rack under one policy. progress
+// (may be nil) gets a line every few seconds of wall time.
 func Run(sc *Scenario, chain string, cfg policy.Config, tbl *costs.Table, progress io.Writer) (Row, error) {
-	var ch ChainSpec
 	for _, c := range sc.Chains {
 		if c.Name == chain {
-			ch = c
+			rows, err := simulate(sc, []ChainSpec{c}, sc.Seed^seedOf(sc.Name, c.Name), cfg, tbl, progress)
+			if err != nil {
+				return Row{}, err
+			}
+			return rows[0], nil
 		}
 	}
-	if ch.Name == "" {
-		return Row{}, fmt.Errorf("%s: no chain %q", sc.file, chain)
+	return Row{}, fmt.Errorf("%s: no chain %q", sc.file, chain)
+}
+
+// RunTogether simulates all the chains of a scenario at once in one rack under one policy:
+// a row per chain, in the scenario's order, then the row of chain "all".
+func RunTogether(sc *Scenario, cfg policy.Config, tbl *costs.Table, progress io.Writer) ([]Row, error) {
+	return simulate(sc, sc.Chains, sc.Seed^seedOf(sc.Name), cfg, tbl, progress)
+}
+
+// simulate runs chains in one rack whose cores draw from rackSeed; each chain's traffic and
+// sgroups draw from the seed it would have on its own.
+func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Config, tbl *costs.Table, progress io.Writer) ([]Row, error) {
+	r := &run{sc: sc, cfg: cfg, byName: map[string]*chainRun{}, cores: map[string][]*dpmodel.Core{},
+		byID: map[string]*inst{}, progress: progress, epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
+	for i := range specs {
+		ch := &specs[i]
+		cost, err := ChainCost(tbl, sc, *ch, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: chain %s: %v", sc.file, ch.Name, err)
+		}
+		batch := cfg.BatchFor(cost, dpmodel.BurstSize)
+		pc := policy.Chain{Name: ch.Name, SLOus: ch.SLOus, MaxPps: cost.Rate(batch, dpmodel.BurstSize)}
+		if cfg.SLOThresholds {
+			prof := ProfileFor(ch.Name, cost, batch, int(math.Round(ch.tr.meanBytes)), sc.Seed)
+			pc.Threshold = cfg.ThresholdFor(&prof, ch.SLOus)
+		} else {
+			pc.Threshold = cfg.ThresholdFor(nil, ch.SLOus)
+		}
+		seed := sc.Seed ^ seedOf(sc.Name, ch.Name)
+		c := &chainRun{spec: *ch, tr: &ch.tr, cost: cost, batch: batch, pchan: pc, seed: seed,
+			rng: rand.New(rand.NewPCG(seed, 0x5eed)), lmax: map[int]float64{}}
+		r.chains = append(r.chains, c)
+		r.byName[ch.Name] = c
 	}
-	cost, err := ChainCost(tbl, sc, ch, cfg)
-	if err != nil {
-		return Row{}, fmt.Errorf("%s: chain %s: %v", sc.file, chain, err)
+	r.label = r.chains[0].spec.Name
+	if len(r.chains) > 1 {
+		r.label = "all"
 	}
-	batch := cfg.BatchFor(cost, dpmodel.BurstSize)
-	pc := policy.Chain{Name: ch.Name, SLOus: ch.SLOus, MaxPps: cost.Rate(batch, dpmodel.BurstSize)}
-	if cfg.SLOThresholds {
-		prof := ProfileFor(ch.Name, cost, batch, int(math.Round(sc.MeanBytes())), sc.Seed)
-		pc.Threshold = cfg.ThresholdFor(&prof, ch.SLOus)
-	} else {
-		pc.Threshold = cfg.ThresholdFor(nil, ch.SLOus)
-	}
-	seed := sc.Seed ^ seedOf(sc.Name, ch.Name)
-	r := &run{sc: sc, cfg: cfg, ch: ch, cost: cost, batch: batch, pchan: pc, seed: seed,
-		rng: rand.New(rand.NewPCG(seed, 0x5eed)), cores: map[string][]*dpmodel.Core{}, progress: progress, lmax: map[int]float64{},
-		epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
 	for w := 0; w < sc.Workers; w++ {
 		name := fmt.Sprintf("w%02d", w)
 		pw := policy.Worker{Name: name}
 		for c := 0; c < sc.Cores; c++ {
 			pw.Cores = append(pw.Cores, int32(c))
-			core := dpmodel.NewCore(sc.GHz*1e9, seedOf(name, fmt.Sprint(c))^seed, 0)
+			core := dpmodel.NewCore(sc.GHz*1e9, seedOf(name, fmt.Sprint(c))^rackSeed, 0)
 			r.cores[name] = append(r.cores[name], core)
 			r.coreOf = append(r.coreOf, core)
 		}
 		r.workers = append(r.workers, pw)
 	}
-	// The pool is deployed before the traffic starts.
-	r.pool()
-	r.startPhase(0)
-	r.push(sc.StatsMs/1e3, evStats, nil, nil)
-	r.push(sc.ControlMs/1e3, evControl, nil, nil)
+	// The pools are deployed before the traffic starts.
+	for _, c := range r.chains {
+		r.pool(c)
+	}
+	for _, c := range r.chains {
+		r.startPhase(c, 0)
+	}
+	r.push(sc.StatsMs/1e3, evStats, nil, nil, nil)
+	r.push(sc.ControlMs/1e3, evControl, nil, nil, nil)
 	r.wallStarted, r.lastProgress = time.Now(), time.Now()
 	r.loop()
-	return r.row(), nil
+	return r.rows(), nil
 }
 
 func (r *run) loop() {
@@ -276,12 +345,12 @@ func (r *run) loop() {
 		r.advance(e.t)
 		switch e.kind {
 		case evPhase:
-			if e.seq == r.phaseSeq {
-				r.startPhase(r.phase + 1)
+			if e.seq == e.c.phaseSeq {
+				r.startPhase(e.c, e.c.phase+1)
 			}
 		case evFlow:
-			if e.seq == r.flowSeq {
-				r.newFlow()
+			if e.seq == e.c.flowSeq {
+				r.newFlow(e.c)
 			}
 		case evRule:
 			r.ruleIn(e.f)
@@ -289,10 +358,10 @@ func (r *run) loop() {
 			r.flowEnd(e.f)
 		case evStats:
 			r.stats()
-			r.push(r.now+r.sc.StatsMs/1e3, evStats, nil, nil)
+			r.push(r.now+r.sc.StatsMs/1e3, evStats, nil, nil, nil)
 		case evControl:
 			r.control()
-			r.push(r.now+r.sc.ControlMs/1e3, evControl, nil, nil)
+			r.push(r.now+r.sc.ControlMs/1e3, evControl, nil, nil, nil)
 		case evReady:
 			if !e.in.removed {
 				e.in.p.Ready = true
@@ -302,15 +371,22 @@ func (r *run) loop() {
 		r.alerts()
 		if r.progress != nil && time.Since(r.lastProgress) > 3*time.Second {
 			r.lastProgress = time.Now()
+			var offered uint64
+			for _, c := range r.chains {
+				offered += c.offered
+			}
 			fmt.Fprintf(r.progress, "keel-sim: %s/%s/%s: t=%.0f s, %d flows, %d cores, %.1f M packets, wall %.0f s\n",
-				r.sc.Name, r.ch.Name, r.cfg.Name, r.now, r.flowsAlive(), r.coresNow, float64(r.offered)/1e6,
+				r.sc.Name, r.label, r.cfg.Name, r.now, r.flowsAlive(), r.coresNow, float64(offered)/1e6,
 				time.Since(r.wallStarted).Seconds())
 		}
 	}
 }
 
 func (r *run) flowsAlive() int {
-	n := len(r.pending)
+	n := 0
+	for _, c := range r.chains {
+		n += len(c.pending)
+	}
 	for _, in := range r.insts {
 		n += in.flowsAlive
 	}
@@ -328,10 +404,14 @@ func (r *run) advance(t float64) {
 			}
 		}
 		r.coresInt += float64(r.coresNow) * (t - r.now)
+		for _, c := range r.chains {
+			c.coresInt += c.coresNow * (t - r.now)
+		}
 		r.now = t
 	}
 }
 
+// countCores counts the cores in use and each chain's share of them.
 func (r *run) countCores() {
 	n := 0
 	for _, c := range r.coreOf {
@@ -341,52 +421,84 @@ func (r *run) countCores() {
 	}
 	r.coresNow = n
 	r.coresMax = max(r.coresMax, n)
+	if len(r.chains) == 1 {
+		c := r.chains[0]
+		c.coresNow, c.touchMax = float64(n), r.coresMax
+		return
+	}
+	members := map[*dpmodel.Core]int{}
+	for _, in := range r.insts {
+		if in.core != nil {
+			members[in.core]++
+		}
+	}
+	touched := map[*chainRun]map[*dpmodel.Core]bool{}
+	for _, c := range r.chains {
+		c.coresNow = 0
+		touched[c] = map[*dpmodel.Core]bool{}
+	}
+	for _, in := range r.insts {
+		if in.core != nil {
+			in.c.coresNow += 1 / float64(members[in.core])
+			touched[in.c][in.core] = true
+		}
+	}
+	for _, c := range r.chains {
+		c.touchMax = max(c.touchMax, len(touched[c]))
+	}
 }
 
 // --- traffic ---
 
-// startPhase enters phase i at the current time.
-func (r *run) startPhase(i int) {
-	if i >= len(r.sc.Phases) {
+// startPhase enters phase i of chain c at the current time; past the last phase the chain
+// takes no new flow, and the run ends once every chain is past its last.
+func (r *run) startPhase(c *chainRun, i int) {
+	if i >= len(c.tr.phases) {
+		c.done, c.flowSeq, c.phaseSeq = true, 0, 0
+		for _, o := range r.chains {
+			if !o.done {
+				return
+			}
+		}
 		r.end = r.now
 		return
 	}
-	r.phase = i
-	ph := &r.sc.Phases[i]
-	r.phStart = r.now // phases that end on a packet count end when they do
-	r.phaseSeq = 0
+	c.phase = i
+	ph := &c.tr.phases[i]
+	c.phStart = r.now // phases that end on a packet count end when they do
+	c.phaseSeq = 0
 	if ph.DurationS > 0 {
-		r.push(r.now+ph.DurationS, evPhase, nil, nil)
-		r.phaseSeq = r.seq
+		r.push(r.now+ph.DurationS, evPhase, nil, nil, c)
+		c.phaseSeq = r.seq
 	}
-	r.scheduleFlow()
+	r.scheduleFlow(c)
 }
 
-// scheduleFlow draws the next flow arrival of the current phase by thinning.
-func (r *run) scheduleFlow() {
-	ph := &r.sc.Phases[r.phase]
-	lmax := r.lambdaMax(ph)
+// scheduleFlow draws the next flow arrival of c's current phase by thinning.
+func (r *run) scheduleFlow(c *chainRun) {
+	ph := &c.tr.phases[c.phase]
+	lmax := c.lambdaMax(ph)
 	if lmax <= 0 {
-		r.flowSeq = 0
+		c.flowSeq = 0
 		return
 	}
 	t := r.now
 	for {
-		t += r.rng.ExpFloat64() / lmax
-		if ph.DurationS > 0 && t >= r.phStart+ph.DurationS {
-			r.flowSeq = 0
+		t += c.rng.ExpFloat64() / lmax
+		if ph.DurationS > 0 && t >= c.phStart+ph.DurationS {
+			c.flowSeq = 0
 			return
 		}
-		if r.rng.Float64()*lmax <= r.sc.lambda(ph, t-r.phStart) {
+		if c.rng.Float64()*lmax <= c.tr.lambda(ph, t-c.phStart) {
 			break
 		}
 	}
-	r.push(t, evFlow, nil, nil)
-	r.flowSeq = r.seq
+	r.push(t, evFlow, nil, nil, c)
+	c.flowSeq = r.seq
 }
 
-func (r *run) lambdaMax(ph *Phase) float64 {
-	if m, ok := r.lmax[r.phase]; ok {
+func (c *chainRun) lambdaMax(ph *Phase) float64 {
+	if m, ok := c.lmax[c.phase]; ok {
 		return m
 	}
 	span := ph.DurationS
@@ -395,33 +507,36 @@ func (r *run) lambdaMax(ph *Phase) float64 {
 	}
 	m := 0.0
 	for i := 0; i <= 1000; i++ {
-		m = math.Max(m, r.sc.lambda(ph, span*float64(i)/1000))
+		m = math.Max(m, c.tr.lambda(ph, span*float64(i)/1000))
 	}
-	r.lmax[r.phase] = m * 1.05
+	c.lmax[c.phase] = m * 1.05
 	return m * 1.05
 }
 
-func (r *run) newFlow() {
-	ph := &r.sc.Phases[r.phase]
-	fs := r.sc.Flows
+func (r *run) newFlow(c *chainRun) {
+	ph := &c.tr.phases[c.phase]
+	fs := c.tr.flows
 	pps := ph.flowPps
 	if fs.RateSigma > 0 {
-		pps *= math.Exp(fs.RateSigma*r.rng.NormFloat64() - fs.RateSigma*fs.RateSigma/2)
+		pps *= math.Exp(fs.RateSigma*c.rng.NormFloat64() - fs.RateSigma*fs.RateSigma/2)
 	}
-	f := &flow{start: r.now, end: r.now + r.rng.ExpFloat64()*fs.MeanS, pps: pps}
-	r.flows++
-	r.push(f.end, evFlowEnd, f, nil)
+	f := &flow{start: r.now, end: r.now + c.rng.ExpFloat64()*fs.MeanS, pps: pps, c: c}
+	c.flows++
+	r.push(f.end, evFlowEnd, f, nil, nil)
 	if !r.assign(f) {
-		r.pending = append(r.pending, f)
+		c.pending = append(c.pending, f)
 	}
-	r.scheduleFlow()
+	r.scheduleFlow(c)
 }
 
 // --- decisions ---
 
 func (r *run) view() *policy.View {
-	v := &policy.View{Chains: map[string]policy.Chain{r.ch.Name: r.pchan}, Workers: r.workers,
+	v := &policy.View{Chains: make(map[string]policy.Chain, len(r.chains)), Workers: r.workers,
 		Now: r.epoch.Add(time.Duration(r.now * float64(time.Second)))}
+	for _, c := range r.chains {
+		v.Chains[c.spec.Name] = c.pchan
+	}
 	v.Instances = make([]policy.Instance, 0, len(r.insts))
 	for _, in := range r.insts {
 		if !in.removed {
@@ -432,30 +547,29 @@ func (r *run) view() *policy.View {
 }
 
 func (r *run) inst(id string) *inst {
-	for _, in := range r.insts {
-		if in.p.ID == id && !in.removed {
-			return in
-		}
+	if in := r.byID[id]; in != nil && !in.removed {
+		return in
 	}
 	panic("policy named an unknown instance " + id)
 }
 
-func (r *run) create(worker string) {
-	r.nextID++
-	id := fmt.Sprintf("%s/%d", r.ch.Name, r.nextID)
-	in := &inst{p: policy.Instance{ID: id, Chain: r.ch.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
-	in.g = dpmodel.NewSGroup(id, r.cost, r.batch, r.sc.QueueCap, &r.hist, r.seed^seedOf(id), r.now)
+func (r *run) create(c *chainRun, worker string) {
+	c.nextID++
+	id := fmt.Sprintf("%s/%d", c.spec.Name, c.nextID)
+	in := &inst{c: c, p: policy.Instance{ID: id, Chain: c.spec.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
+	in.g = dpmodel.NewSGroup(id, c.cost, c.batch, r.sc.QueueCap, &c.hist, c.seed^seedOf(id), r.now)
 	in.g.QueueHigh = r.cfg.QueueHigh
 	r.insts = append(r.insts, in)
+	r.byID[id] = in
 	if !in.p.Ready {
-		r.push(r.now+r.sc.ColdStartS, evReady, nil, in)
+		r.push(r.now+r.sc.ColdStartS, evReady, nil, in, nil)
 	}
 }
 
-func (r *run) pool() {
-	pc := r.cfg.Pool(r.view(), r.ch.Name)
+func (r *run) pool(c *chainRun) {
+	pc := r.cfg.Pool(r.view(), c.spec.Name)
 	for _, w := range pc.Create {
-		r.create(w)
+		r.create(c, w)
 	}
 	for _, id := range pc.Remove {
 		r.inst(id).removed = true
@@ -466,7 +580,7 @@ func (r *run) coreOfInst(worker string, core int32) *dpmodel.Core { return r.cor
 
 func (r *run) attach(in *inst, core int32) {
 	c := r.coreOfInst(in.p.Worker, core)
-	in.g.Batch = r.cfg.BatchFor(r.cost, dpmodel.BurstSize)
+	in.g.Batch = r.cfg.BatchFor(in.c.cost, dpmodel.BurstSize)
 	c.Attach(in.g, r.now, r.sc.MovePauseMs/1e3)
 	in.core = c
 	in.p.Attached, in.p.Core, in.p.Batch = true, core, in.g.Batch
@@ -477,7 +591,7 @@ func (r *run) attach(in *inst, core int32) {
 func (r *run) detach(in *inst) {
 	in.core.Detach(in.g, r.now)
 	if q := in.g.QueueLen(); q > 0 {
-		r.stranded += uint64(q) // nothing will serve them
+		in.c.stranded += uint64(q) // nothing will serve them
 	}
 	in.core = nil
 	in.p.Attached, in.p.Core, in.p.Overloaded = false, -1, false
@@ -485,9 +599,9 @@ func (r *run) detach(in *inst) {
 	r.countCores()
 }
 
-// assign asks the policy for an instance for f; false when there is none now.
+// assign asks the policy for an instance of f's chain; false when there is none now.
 func (r *run) assign(f *flow) bool {
-	a := r.cfg.Assign(r.view(), r.ch.Name)
+	a := r.cfg.Assign(r.view(), f.c.spec.Name)
 	if a.Instance == "" {
 		return false
 	}
@@ -499,19 +613,21 @@ func (r *run) assign(f *flow) bool {
 	in.flowsAlive++
 	in.p.IdleSince = time.Time{}
 	f.in = in
-	r.push(r.now+r.sc.TorInstallMs/1e3, evRule, f, nil)
+	r.push(r.now+r.sc.TorInstallMs/1e3, evRule, f, nil, nil)
 	if a.Attach {
-		r.pool() // the pool lost an instance: replenish it now rather than at the next control tick
+		r.pool(f.c) // the pool lost an instance: replenish it now rather than at the next control tick
 	}
 	return true
 }
 
 func (r *run) retry() {
-	for len(r.pending) > 0 {
-		if !r.assign(r.pending[0]) {
-			return
+	for _, c := range r.chains {
+		for len(c.pending) > 0 {
+			if !r.assign(c.pending[0]) {
+				break
+			}
+			c.pending = c.pending[1:]
 		}
-		r.pending = r.pending[1:]
 	}
 }
 
@@ -520,7 +636,7 @@ func (r *run) retry() {
 func (r *run) ruleIn(f *flow) {
 	in := f.in
 	until := math.Min(f.end, r.now)
-	n := dpmodel.Poisson(r.rng, f.pps*(until-f.start))
+	n := dpmodel.Poisson(f.c.rng, f.pps*(until-f.start))
 	in.g.Inject(r.now, n, f.start, until)
 	if !f.ended {
 		f.active = true
@@ -534,14 +650,15 @@ func (r *run) flowEnd(f *flow) {
 	f.ended = true
 	in := f.in
 	if in == nil {
-		for i, p := range r.pending {
+		c := f.c
+		for i, p := range c.pending {
 			if p == f {
-				r.pending = append(r.pending[:i], r.pending[i+1:]...)
+				c.pending = append(c.pending[:i], c.pending[i+1:]...)
 				break
 			}
 		}
-		r.unserved++
-		r.unservedPkts += f.pps * (f.end - f.start)
+		c.unserved++
+		c.unservedPkts += f.pps * (f.end - f.start)
 		return
 	}
 	if f.active {
@@ -567,9 +684,11 @@ func (r *run) applyOverload() {
 
 func (r *run) stats() {
 	dt := r.sc.StatsMs / 1e3
-	var offered uint64
+	for _, c := range r.chains {
+		c.offered = 0
+	}
 	for _, in := range r.insts {
-		offered += in.g.Arrived
+		in.c.offered += in.g.Arrived
 		if !in.p.Attached || in.removed {
 			continue
 		}
@@ -581,11 +700,12 @@ func (r *run) stats() {
 		in.p.FlowsAtStats = in.p.Flows
 		in.lastArr, in.lastDrop = g.Arrived, g.Dropped
 	}
-	r.offered = offered
 	r.applyOverload()
 	r.retry()
-	if ph := r.sc.Phases[r.phase]; ph.Packets > 0 && float64(r.offered) >= ph.Packets {
-		r.startPhase(r.phase + 1)
+	for _, c := range r.chains {
+		if ph := c.tr.phases[c.phase]; !c.done && ph.Packets > 0 && float64(c.offered) >= ph.Packets {
+			r.startPhase(c, c.phase+1)
+		}
 	}
 }
 
@@ -611,36 +731,65 @@ func (r *run) control() {
 	for _, id := range r.cfg.Reclaim(r.view()) {
 		r.detach(r.inst(id))
 	}
-	r.pool()
+	for _, c := range r.chains {
+		r.pool(c)
+	}
 	for _, m := range r.cfg.Repack(r.view()) {
 		in := r.inst(m.Instance)
 		in.core.Detach(in.g, r.now)
 		c := r.coreOfInst(m.Worker, m.To)
 		c.Attach(in.g, r.now, r.sc.MovePauseMs/1e3)
 		in.core, in.p.Core = c, m.To
-		r.moves++
+		in.c.moves++
 	}
 	r.countCores()
 	r.retry()
 }
 
-func (r *run) row() Row {
-	var arr, drop uint64
-	for _, in := range r.insts {
-		arr += in.g.Arrived
-		drop += in.g.Dropped
+// rows are the run's results: a row per chain, then, when chains ran together, the rack's
+// row (chain "all": every packet, the cores in use).
+func (r *run) rows() []Row {
+	var rows []Row
+	all := Row{Scenario: r.sc.Name, Policy: r.cfg.Name, Chain: "all", MeetsSLO: true, CoresMax: r.coresMax,
+		SimSeconds: round(r.now, 3)}
+	var hist dpmodel.Hist
+	for _, c := range r.chains {
+		var arr, drop uint64
+		for _, in := range r.insts {
+			if in.c == c {
+				arr += in.g.Arrived
+				drop += in.g.Dropped
+			}
+		}
+		row := Row{Scenario: r.sc.Name, Policy: r.cfg.Name, Chain: c.spec.Name, SLOus: c.spec.SLOus,
+			P99us: round(c.hist.Quantile(0.99)*1e6, 2), P50us: round(c.hist.Quantile(0.5)*1e6, 2),
+			MaxUs: round(c.hist.Max()*1e6, 1), Loss: drop + c.stranded + uint64(math.Round(c.unservedPkts)),
+			Flows: c.flows, Packets: arr + uint64(math.Round(c.unservedPkts)), Unserved: c.unserved,
+			CoresMax: c.touchMax, Threshold: c.pchan.Threshold, Batch: c.batch, MaxPps: math.Round(c.pchan.MaxPps),
+			Moves: c.moves, Instances: c.nextID, SimSeconds: round(r.now, 3)}
+		if r.now > 0 {
+			row.CoresAvg = round(c.coresInt/r.now, 3)
+		}
+		row.MeetsSLO = c.spec.SLOus <= 0 || row.P99us <= c.spec.SLOus
+		rows = append(rows, row)
+		hist.Merge(&c.hist)
+		all.Loss += row.Loss
+		all.Flows += row.Flows
+		all.Packets += row.Packets
+		all.Unserved += row.Unserved
+		all.Moves += row.Moves
+		all.Instances += row.Instances
+		all.MeetsSLO = all.MeetsSLO && row.MeetsSLO
 	}
-	row := Row{Scenario: r.sc.Name, Policy: r.cfg.Name, Chain: r.ch.Name, SLOus: r.ch.SLOus,
-		P99us: round(r.hist.Quantile(0.99)*1e6, 2), P50us: round(r.hist.Quantile(0.5)*1e6, 2),
-		MaxUs: round(r.hist.Max()*1e6, 1), Loss: drop + r.stranded + uint64(math.Round(r.unservedPkts)),
-		Flows: r.flows, Packets: arr + uint64(math.Round(r.unservedPkts)), Unserved: r.unserved,
-		CoresMax: r.coresMax, Threshold: r.pchan.Threshold, Batch: r.batch, MaxPps: math.Round(r.pchan.MaxPps),
-		Moves: r.moves, Instances: r.nextID, SimSeconds: round(r.now, 3)}
+	if len(r.chains) == 1 {
+		return rows
+	}
+	all.P99us, all.P50us = round(hist.Quantile(0.99)*1e6, 2), round(hist.Quantile(0.5)*1e6, 2)
+	all.MaxUs = round(hist.Max()*1e6, 1)
 	if r.now > 0 {
-		row.CoresAvg = round(r.coresInt/r.now, 3)
+		all.CoresAvg = round(r.coresInt/r.now, 3)
 	}
-	row.MeetsSLO = r.ch.SLOus <= 0 || row.P99us <= r.ch.SLOus
-	return row
+	return append(rows, all)
 }
 
 func round(x float64, digits int) float64 {
@@ -648,49 +797,87 @@ func round(x float64, digits int) float64 {
 	return math.Round(x*p) / p
 }
 
-// RunAll runs every chain of every scenario under every policy, jobs at a time, and returns
-// the rows in scenario, chain, policy order.
+// RunAll runs every scenario under every policy, jobs at a time: each chain on its own, or,
+// for a scenario with together, all its chains at once. It returns the rows in scenario,
+// chain, policy order (chain "all" last in its scenario).
 func RunAll(scs []*Scenario, cfgs []policy.Config, tbl *costs.Table, jobs int, progress io.Writer) ([]Row, error) {
 	type job struct {
-		i   int
-		sc  *Scenario
-		ch  string
-		cfg policy.Config
+		sc    *Scenario
+		chain string // "" : all the chains together
+		cfg   policy.Config
 	}
 	var js []job
 	for _, sc := range scs {
-		for _, ch := range sc.Chains {
-			for _, cfg := range cfgs {
-				js = append(js, job{len(js), sc, ch.Name, cfg})
+		for _, cfg := range cfgs {
+			if sc.Together {
+				js = append(js, job{sc, "", cfg})
+				continue
+			}
+			for _, ch := range sc.Chains {
+				js = append(js, job{sc, ch.Name, cfg})
 			}
 		}
 	}
-	rows := make([]Row, len(js))
+	out := make([][]Row, len(js))
 	errs := make([]error, len(js))
-	work := make(chan job)
+	work := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < max(1, jobs); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range work {
+			for i := range work {
+				j := js[i]
 				t0 := time.Now()
-				rows[j.i], errs[j.i] = Run(j.sc, j.ch, j.cfg, tbl, progress)
-				if progress != nil && errs[j.i] == nil {
+				label := j.chain
+				if j.chain == "" {
+					label = "all"
+					out[i], errs[i] = RunTogether(j.sc, j.cfg, tbl, progress)
+				} else {
+					var row Row
+					row, errs[i] = Run(j.sc, j.chain, j.cfg, tbl, progress)
+					out[i] = []Row{row}
+				}
+				if progress != nil && errs[i] == nil {
 					fmt.Fprintf(progress, "keel-sim: %s/%s/%s done: %.1f s simulated in %.1f s\n",
-						j.sc.Name, j.ch, j.cfg.Name, rows[j.i].SimSeconds, time.Since(t0).Seconds())
+						j.sc.Name, label, j.cfg.Name, out[i][0].SimSeconds, time.Since(t0).Seconds())
 				}
 			}
 		}()
 	}
-	for _, j := range js {
-		work <- j
+	for i := range js {
+		work <- i
 	}
 	close(work)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
+		}
+	}
+	// Order: scenario, then chain (in the scenario's order, "all" last), then policy.
+	var rows []Row
+	for _, sc := range scs {
+		names := []string{}
+		for _, ch := range sc.Chains {
+			names = append(names, ch.Name)
+		}
+		if sc.Together && len(sc.Chains) > 1 {
+			names = append(names, "all")
+		}
+		for _, name := range names {
+			for _, cfg := range cfgs {
+				for i, j := range js {
+					if j.sc != sc || j.cfg.Name != cfg.Name {
+						continue
+					}
+					for _, row := range out[i] {
+						if row.Chain == name {
+							rows = append(rows, row)
+						}
+					}
+				}
+			}
 		}
 	}
 	return rows, nil
