@@ -307,7 +307,9 @@ def test_first_packets_of_1000_flows_come_back_in_order_after_stage1(rig):
     start, wire, gw, tor, _ = rig
     # The Python fakes answer ~1000 calls/s here: give a thousand simultaneous setups the
     # time the fakes (not the ingress) need.
-    ing = start("--assign-timeout-ms", "5000", "--install-timeout-ms", "5000")
+    # Installed flows are remembered for a minute, not 2 s: on a loaded machine the fakes take
+    # seconds for the thousand setups, and a retired first flow would set up again below.
+    ing = start("--assign-timeout-ms", "5000", "--install-timeout-ms", "5000", "--retire-ms", "60000")
     n_flows, per_flow = 1000, 3
     sent = [frame(10000 + f, 5001, s) for f in range(n_flows) for s in range(per_flow)]
     wire.send(sent)
