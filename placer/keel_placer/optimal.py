@@ -21,7 +21,7 @@ from .solver import LinearModel
 PATTERN_LIMIT = 200_000
 
 
-def _prune(pats: list[Pattern]) -> list[Pattern]:
+def prune(pats: list[Pattern]) -> list[Pattern]:
     """Drop patterns that another pattern of the same chain and host matches or beats on
     every core count while using no more link, SmartNIC or switch resources."""
     groups: dict[object, list[Pattern]] = {}
@@ -64,10 +64,17 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
             if not pats:
                 return infeasible("optimal", f"chain {g.name}: no placement meets its SLO "
                                   "(t_min, d_max, switch fit)", time.perf_counter() - t0)
-            per_chain.append(_prune(pats))
+            per_chain.append(prune(pats))
     except TooLarge as e:
         return infeasible("optimal", str(e), time.perf_counter() - t0)
+    return select(problem, per_chain, "optimal", t0, time_limit)
 
+
+def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: float,
+           time_limit: float) -> Placement:
+    """Pick one pattern and core count per chain from per_chain (finished, admissible
+    patterns over any hosts) maximising the marginal throughput under the servers' cores,
+    the NIC links, the SmartNICs and the switch's stages or tables: one MILP."""
     m = LinearModel()
     xs: list[list[tuple[int, Pattern, int]]] = []
     cores_rows: dict[int, dict[int, float]] = {}
@@ -127,15 +134,15 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
     if not sol.values:
         reason = "no placement meets every chain's t_min within cores, links and switch" \
             if sol.status.lower().startswith("infeasible") else f"solver: {sol.status}"
-        return infeasible("optimal", reason, time.perf_counter() - t0)
+        return infeasible(algo, reason, time.perf_counter() - t0)
     choices = []
     for chain_x in xs:
         x, p, n = max(chain_x, key=lambda t: sol.values[t[0]])
         choices.append(Choice(p, n))
     rates = rate_lp(problem, choices)
     if rates is None:
-        return infeasible("optimal", "rate LP infeasible for the MILP's choice", time.perf_counter() - t0)
-    out = placement(problem, "optimal", choices, rates, time.perf_counter() - t0)
+        return infeasible(algo, "rate LP infeasible for the MILP's choice", time.perf_counter() - t0)
+    out = placement(problem, algo, choices, rates, time.perf_counter() - t0)
     if not sol.optimal:
         out.reason = f"not proven optimal: {sol.status}"
     return out
