@@ -8,8 +8,11 @@ replicable NFs mixed. The same seed gives the same spec text, byte for byte.
 from __future__ import annotations
 
 import random
+from dataclasses import replace as dc_replace
 
-from .model import Topology
+from .catalog import SERVER
+from .model import SLO, Spec, Topology
+from .pattern import Problem
 from .topology import topology_from_dict
 
 # Library NFs by their chain-language names (Lemur Table 3 plus keel's own).
@@ -80,3 +83,22 @@ def mix_spec(seed: int, chains: int | None = None, max_nfs: int = 8) -> str:
         lines.append(f"chain c{c} = {chain_expr(rng, max_nfs)}")
         lines.append(f"f{c} : c{c}")
     return "\n".join(lines) + "\n"
+
+
+def fair_share_gbps(problem: Problem, c: int) -> float:
+    """Chain c's share of the rack if every chain got an equal part: the rate of all the
+    servers' cores running its server-capable NFs, at most the fastest NIC link, over the
+    number of chains. t_min levels of the evaluation are multiples of it."""
+    link = max(n.gbps for s in problem.topo.servers for n in s.nics)
+    cyc = sum(n.weight * cy for n, k, cy in zip(problem.chains[c].nodes, problem.kinds[c], problem.cycles[c])
+              if SERVER in k.targets)
+    cores = sum(s.cores * s.ghz * 1e9 for s in problem.topo.servers)
+    rate = min(link, cores * problem.bits / cyc / 1e9) if cyc else link
+    return rate / len(problem.chains)
+
+
+def with_level(problem: Problem, level: float) -> Problem:
+    """A copy of the problem whose chains have t_min = level x fair share, t_max = 100 Gbps."""
+    chains = [dc_replace(g, slo=SLO(level * fair_share_gbps(problem, c), 100.0))
+              for c, g in enumerate(problem.chains)]
+    return Problem(Spec(chains), problem.topo, problem.profiles)

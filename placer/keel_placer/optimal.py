@@ -15,7 +15,7 @@ import numpy as np
 
 from .common import Choice, infeasible, placement, rate_lp
 from .model import Placement
-from .pattern import Pattern, Problem, TooLarge
+from .pattern import Host, Pattern, Problem, TooLarge
 from .solver import LinearModel
 
 PATTERN_LIMIT = 200_000
@@ -71,10 +71,11 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
 
 
 def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: float,
-           time_limit: float) -> Placement:
+           time_limit: float, mip_gap: float = 1e-7) -> Placement:
     """Pick one pattern and core count per chain from per_chain (finished, admissible
     patterns over any hosts) maximising the marginal throughput under the servers' cores,
     the NIC links, the SmartNICs and the switch's stages or tables: one MILP."""
+    per_chain = _break_symmetry(problem, per_chain)
     m = LinearModel()
     xs: list[list[tuple[int, Pattern, int]]] = []
     cores_rows: dict[int, dict[int, float]] = {}
@@ -130,7 +131,7 @@ def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: floa
             for x in users:
                 m.row({x: 1.0, hk: -1.0}, ub=0.0)
         m.row(used, ub=problem.stage_budget)
-    sol = m.solve(time_limit=time_limit)
+    sol = m.solve(time_limit=time_limit, mip_gap=mip_gap)
     if not sol.values:
         reason = "no placement meets every chain's t_min within cores, links and switch" \
             if sol.status.lower().startswith("infeasible") else f"solver: {sol.status}"
@@ -145,6 +146,20 @@ def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: floa
     out = placement(problem, algo, choices, rates, time.perf_counter() - t0)
     if not sol.optimal:
         out.reason = f"not proven optimal: {sol.status}"
+    return out
+
+
+def _break_symmetry(problem: Problem, per_chain: list[list[Pattern]]) -> list[list[Pattern]]:
+    """Identical hosts are interchangeable, so the first chain may as well use the first host
+    of each class: its patterns on the others go (the optimum is unchanged, the search halves)."""
+    first: dict[tuple, Host] = {}
+    for h in problem.hosts:
+        first.setdefault(problem.host_class(h), h)
+    out = list(per_chain)
+    for c, pats in enumerate(per_chain):
+        if any(p.host is not None for p in pats):
+            out[c] = [p for p in pats if p.host is None or first[problem.host_class(p.host)] == p.host]
+            break
     return out
 
 
