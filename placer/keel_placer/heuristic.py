@@ -30,7 +30,7 @@ Targets = tuple[str, ...]
 # Coalescing runs beyond this many are not tried in every subset (2^k candidates).
 EXHAUSTIVE_RUNS = 4
 # The candidate MILP is small; this only bounds pathological inputs.
-MILP_SECONDS = 2.0
+MILP_SECONDS = 3.0
 # Relative MILP gap: proving the last 0.1 % costs most of the time on symmetric racks.
 MILP_GAP = 1e-3
 
