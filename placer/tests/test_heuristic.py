@@ -93,3 +93,27 @@ def test_openflow_switch_first_leaves_every_chain_a_pattern():
     assert o.feasible and o.marginal_gbps == pytest.approx(49.0, rel=1e-6)
     assert h.feasible, h.reason
     assert h.marginal_gbps == pytest.approx(49.0, rel=1e-6)
+
+
+def test_tenant_nf_cost_and_state_reach_the_placement():
+    # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
+    # state is replicated over cores, one that declares nothing is not (conservative default).
+    from keel_placer import catalog
+    from keel_placer.catalog import load_profiles
+    from keel_placer.pattern import Problem
+    from keel_placer.spec import parse_spec
+
+    text = "flow f = []\nchain c = heavy\nf : c @ {'t_min': '1Gbps'}\n"
+    rates = {}
+    for stateful in (False, None):
+        entry = {"name": "heavy", "args": [], "cycles": 9780}
+        if stateful is not None:
+            entry["stateful"] = stateful
+        cat = catalog.library().with_tenants([entry])
+        pl = run(Problem(parse_spec(text, cat), one_server(cores=4, gbps=100),
+                         load_profiles(None, None, cat)), "heuristic")
+        rates[stateful] = (pl.chains[0].rate_gbps, pl.chains[0].subgroups[0].cores)
+    assert rates[False] == (pytest.approx(4 * GBPS_PER_CYCLE / (9780 + ENCAP_CYCLES + LB_CYCLES)), 4)
+    assert rates[None] == (pytest.approx(GBPS_PER_CYCLE / (9780 + ENCAP_CYCLES)), 1)
+    with pytest.raises(catalog.CatalogError, match="stateful must be true or false"):
+        catalog.library().with_tenants([{"name": "heavy", "args": [], "stateful": "no"}])
