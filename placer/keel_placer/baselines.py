@@ -6,11 +6,48 @@ import time
 
 from .catalog import SERVER
 from .common import Choice, infeasible, placement, rate_lp, switch_fits
-from .heuristic import allocate, with_smartnic
+from .heuristic import with_smartnic
 from .model import HOST, SWITCH, Placement
 from .pattern import Host, Pattern, Problem, TooLarge
 
 PATTERN_LIMIT = 200_000
+
+
+def allocate(problem: Problem, cands: list[list[Pattern]]) -> list[Choice] | None:
+    """Pick per chain one candidate placement and its core count, maximising the summed
+    rate above t_min on each server (a multiple-choice knapsack solved by DP; blind to the
+    links and SmartNICs the chains share, which the rate LP then clips)."""
+    choices: list[Choice | None] = [None] * len(cands)
+    by_server: dict[int, list[int]] = {}
+    for c, ps in enumerate(cands):
+        ps = [p for p in ps if p.n_min is not None]
+        if not ps:
+            return None
+        cands[c] = ps
+        if ps[0].host is None or not any(p.subgroups for p in ps):
+            choices[c] = Choice(ps[0], 0)
+        else:
+            by_server.setdefault(ps[0].host[0], []).append(c)
+    for s, chains in by_server.items():
+        cores = problem.topo.servers[s].cores
+        best: dict[int, tuple[float, tuple[Choice, ...]]] = {0: (0.0, ())}
+        for c in chains:
+            t_min = problem.chains[c].slo.t_min
+            nxt: dict[int, tuple[float, tuple[Choice, ...]]] = {}
+            for used, (val, picked) in best.items():
+                for p in cands[c]:
+                    for n in range(p.n_min, cores - used + 1):
+                        v = val + p.value(n) - t_min
+                        key = used + n
+                        if key not in nxt or v > nxt[key][0] + 1e-12:
+                            nxt[key] = (v, picked + (Choice(p, n),))
+            if not nxt:
+                return None
+            best = nxt
+        _, picked = max(best.values(), key=lambda vp: (vp[0], -sum(ch.cores for ch in vp[1])))
+        for c, ch in zip(chains, picked):
+            choices[c] = ch
+    return [ch for ch in choices if ch is not None]
 
 
 def _round_robin_hosts(problem: Problem, targets: list[tuple[str, ...]]) -> list[Host | None]:

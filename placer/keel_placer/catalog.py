@@ -288,8 +288,11 @@ class Catalog:
 
     def with_tenants(self, entries: Any, where: str = "tenant NFs") -> "Catalog":
         """A catalogue that also knows tenant NFs: entries like the catalogue's, by function
-        name, with an optional "cycles" (server cycles per packet, default DEFAULT_CYCLES).
-        A tenant NF runs on servers only."""
+        name, with an optional "cycles" (server cycles per packet, default DEFAULT_CYCLES) and
+        an optional "stateful" (a stateful NF is never replicated over cores, Lemur §3.2).
+        An NF that does not say is taken as stateful: replicating an NF that keeps per-flow
+        state would split its flows' state across cores, running it on one core only costs
+        rate. A tenant NF runs on servers only."""
         if not isinstance(entries, list):
             raise CatalogError(f"{where}: expected a JSON list of NF entries")
         kinds = dict(self.kinds)
@@ -301,8 +304,11 @@ class Catalog:
             cycles = e.get("cycles", DEFAULT_CYCLES)
             if not _is_number(cycles) or cycles <= 0:
                 raise CatalogError(f"{where}: {name}: cycles must be a positive number, got {cycles!r}")
-            kinds[key] = NFKind(key, frozenset({SERVER}), True, float(cycles), args=args, tenant=True,
-                                help=help_)
+            stateful = e.get("stateful", True)
+            if not isinstance(stateful, bool):
+                raise CatalogError(f"{where}: {name}: stateful must be true or false, got {stateful!r}")
+            kinds[key] = NFKind(key, frozenset({SERVER}), not stateful, float(cycles), args=args,
+                                tenant=True, help=help_)
         return Catalog(kinds, self.source)
 
 

@@ -1,44 +1,41 @@
-"""`heuristic`: Lemur's fast placement heuristic (Lemur §3.2, "A Fast, Scalable Heuristic").
+"""`heuristic`: Lemur's fast placement heuristic (Lemur §3.2, "A Fast, Scalable Heuristic"),
+with its choices made jointly instead of one after another (issue 16).
 
-1. Put every NF with a switch implementation on the switch, then move the lowest-cycle
-   NF off until the switch model fits. Later steps never add an NF to the switch.
-2. Coalesce server subgroups by moving the switch NFs between them to the server:
-   baseline, strict+aggressive and strict+conservative placements.
-3. For each placement allocate cores and solve the rate LP; keep the best.
+1. Switch-first starting points per chain and host: every switch-capable NF on the switch,
+   evicting the cheapest NF until the chain fits (per chain, and Lemur's global eviction
+   over all chains), plus every server-capable NF on the server.
+2. Coalescing candidates: the runs of switch NFs that touch two server subgroups (between
+   consecutive subgroups, or the branch point of sibling arms) may move to the server;
+   every subset of them is a candidate (a few chosen subsets when there are many), so a
+   merge that would make a heavy subgroup non-replicable never forces itself on the others.
+   Each candidate also comes with its SmartNIC offload: server NFs the SmartNIC runs faster
+   than a core, and then the switch NFs whose neighbours are all offloaded.
+3. One small MILP (optimal.select) picks a candidate, a host and a core count per chain
+   under the shared cores, NIC links, SmartNICs and switch stages or tables.
 """
 
 from __future__ import annotations
 
-import math
+import itertools
 import time
+from dataclasses import replace
 
 from .catalog import EBPF, SERVER
-from .common import Choice, infeasible, placement, rate_lp, switch_fits
+from .common import infeasible, switch_fits
 from .model import HOST, SMARTNIC, SWITCH, Placement
+from .optimal import prune, select
 from .pattern import Host, Pattern, Problem
 
-Targets = list[tuple[str, ...]]
+Targets = tuple[str, ...]
+# Coalescing runs beyond this many are not tried in every subset (2^k candidates).
+EXHAUSTIVE_RUNS = 4
+# The candidate MILP is small; this only bounds pathological inputs.
+MILP_SECONDS = 3.0
+# Relative MILP gap: proving the last 0.1 % costs most of the time on symmetric racks.
+MILP_GAP = 1e-3
 
 
-def switch_first(problem: Problem) -> Targets | str:
-    """Step 1: everything switch-capable on the switch, then evict cheapest NFs until it fits."""
-    targets: list[list[str]] = []
-    for c in range(len(problem.chains)):
-        opts = problem.options(c, problem.hosts[0])
-        targets.append([SWITCH if SWITCH in o else HOST for o in opts])
-    while True:
-        pats = [problem.evaluate(c, problem.hosts[0], tuple(t)) for c, t in enumerate(targets)]
-        if switch_fits(problem, pats) is None:
-            return [tuple(t) for t in targets]
-        movable = [(problem.cycles[c][i], c, i) for c, t in enumerate(targets)
-                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets]
-        if not movable:
-            return f"NFs that only run on the switch do not fit it: {switch_fits(problem, pats)}"
-        _, c, i = min(movable)
-        targets[c][i] = HOST
-
-
-def with_smartnic(problem: Problem, c: int, targets: tuple[str, ...], host: Host) -> tuple[str, ...]:
+def with_smartnic(problem: Problem, c: int, targets: Targets, host: Host) -> Targets:
     """Move server NFs to the host's SmartNIC where it runs them faster than one core."""
     nic = problem.topo.servers[host[0]].nics[host[1]].smartnic
     if nic is None:
@@ -53,197 +50,164 @@ def with_smartnic(problem: Problem, c: int, targets: tuple[str, ...], host: Host
     return tuple(out)
 
 
-def assign_hosts(problem: Problem, targets: Targets) -> list[Host | None]:
-    """Give each chain a (server, NIC): biggest core demand first, to the freest server."""
-    free = {i: s.cores for i, s in enumerate(problem.topo.servers)}
-    demand = []
-    for c, t in enumerate(targets):
-        if all(x == SWITCH for x in t):
-            demand.append((0, c))
-            continue
-        p = _finish(problem, problem.evaluate(c, problem.hosts[0], t))
-        demand.append((p.n_min if p.n_min is not None else len(p.curve), c))
-    hosts: list[Host | None] = [None] * len(targets)
-    for need, c in sorted(demand, key=lambda d: (-d[0], d[1])):
-        if all(x == SWITCH for x in targets[c]):
-            continue
-        wants_snic = any(EBPF in problem.kinds[c][i].targets and problem.kinds[c][i].smartnic_cycles
-                         and x == HOST for i, x in enumerate(targets[c]))
-        best = max(problem.hosts, key=lambda h: (
-            free[h[0]] - need,
-            wants_snic and problem.topo.servers[h[0]].nics[h[1]].smartnic is not None,
-            problem.topo.servers[h[0]].nics[h[1]].gbps, -h[0], -h[1]))
-        hosts[c] = best
-        free[best[0]] -= need
-    return hosts
-
-
-def _finish(problem: Problem, p: Pattern) -> Pattern:
-    s = problem.chains[p.chain].slo
-    return problem.finish(p, s.t_min, s.t_max)
-
-
-def _routes(problem: Problem, p: Pattern) -> list[tuple[int, ...]]:
-    """Switch-NF runs that join two server subgroups of one chain (all server-capable)."""
-    g = problem.chains[p.chain]
-    sg_of = {i: k for k, sg in enumerate(p.subgroups) for i in sg.nodes}
-    succ: dict[int, list[int]] = {}
-    for e in g.edges:
-        if e.src >= 0 and e.dst >= 0:
-            succ.setdefault(e.src, []).append(e.dst)
-    routes: set[tuple[int, ...]] = set()
-
-    def walk(start_sg: int, node: int, path: tuple[int, ...]) -> None:
-        for nxt in succ.get(node, []):
-            t = p.targets[nxt]
-            if t == HOST and sg_of[nxt] != start_sg and path:
-                routes.add(path)
-            elif t == SWITCH and SERVER in problem.kinds[p.chain][nxt].targets and len(path) < 8:
-                walk(start_sg, nxt, path + (nxt,))
-
-    for i, k in sg_of.items():
-        walk(k, i, ())
-    return sorted(routes)
-
-
-def coalesce(problem: Problem, p: Pattern, mode: str) -> Pattern:
-    """Step 2 on one chain: apply strict coalescing plus `mode` (aggressive|conservative)."""
-    t_min = problem.chains[p.chain].slo.t_min
-    d_max = problem.chains[p.chain].slo.d_max
-    host = p.host
-    if host is None:
-        return p
-    cores = problem.topo.servers[host[0]].cores
-    while True:
-        best: tuple[float, Pattern] | None = None
-        sg_of = {i: sg for sg in p.subgroups for i in sg.nodes}
-        g = problem.chains[p.chain]
-        for route in _routes(problem, p):
-            targets = list(p.targets)
-            for i in route:
-                targets[i] = HOST
-            q = _finish(problem, problem.evaluate(p.chain, host, tuple(targets)))
-            if not problem.admissible(q, d_max):
+def _fill_smartnic(problem: Problem, c: int, targets: Targets, opts: list[list[str]]) -> Targets:
+    """Offload the switch NFs whose every neighbour is an offloaded NF: on the switch they
+    cost the chain a bounce over the NIC link (Lemur §4.3 keeps such runs on the SmartNIC)."""
+    g = problem.chains[c]
+    out = list(targets)
+    changed = True
+    while changed:
+        changed = False
+        for i, t in enumerate(out):
+            if t != SWITCH or SMARTNIC not in opts[i]:
                 continue
-            merged = next(sg for sg in q.subgroups if route[0] in sg.nodes)
-            joined = {id(sg_of[e.src]) for e in g.edges if e.dst == route[0] and e.src in sg_of} | \
-                {id(sg_of[e.dst]) for e in g.edges if e.src == route[-1] and e.dst in sg_of}
-            before = min((problem.subgroup_rate(host, sg, 1) for sg in p.subgroups if id(sg) in joined),
-                         default=math.inf)
-            m2 = problem.subgroup_rate(host, merged, 2)
-            mmax = problem.subgroup_rate(host, merged, cores)
-            # strict: two cores on the merged subgroup beat one core on each of the two
-            strict = m2 > before + 1e-12
-            if mode == "aggressive":  # the chain can still reach t_min
-                extra = mmax >= t_min - 1e-12
-            else:  # conservative: the chain's one-core-per-subgroup rate does not drop
-                extra = _one_core_rate(problem, q) >= _one_core_rate(problem, p) - 1e-12
-            if strict or extra:
-                score = m2
-                if best is None or score > best[0]:
-                    best = (score, q)
-        if best is None:
-            return p
-        p = best[1]
+            near = [e.src for e in g.pred(i)] + [e.dst for e in g.succ(i)]
+            if near and all(j >= 0 and out[j] == SMARTNIC for j in near):
+                out[i] = SMARTNIC
+                changed = True
+    return tuple(out)
 
 
-def _one_core_rate(problem: Problem, p: Pattern) -> float:
-    assert p.host is not None
-    return min((problem.subgroup_rate(p.host, sg, 1) for sg in p.subgroups), default=math.inf)
+def _evict(problem: Problem, targets: dict[int, list[str]], fits) -> bool:
+    """Move the cheapest server-capable switch NF of the chains in targets to the server
+    until fits(); False if the switch-only NFs alone do not fit."""
+    while not fits():
+        movable = [(problem.cycles[c][i], c, i) for c, t in targets.items()
+                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets]
+        if not movable:
+            return False
+        _, c, i = min(movable)
+        targets[c][i] = HOST
+    return True
 
 
-def allocate(problem: Problem, cands: list[list[Pattern]]) -> list[Choice] | None:
-    """Pick per chain one candidate placement and its core count, maximising the summed
-    rate above t_min on each server (a multiple-choice knapsack solved by DP)."""
-    choices: list[Choice | None] = [None] * len(cands)
-    by_server: dict[int, list[int]] = {}
-    for c, ps in enumerate(cands):
-        ps = [p for p in ps if p.n_min is not None]
-        if not ps:
-            return None
-        cands[c] = ps
-        if ps[0].host is None or not any(p.subgroups for p in ps):
-            choices[c] = Choice(ps[0], 0)
-        else:
-            by_server.setdefault(ps[0].host[0], []).append(c)
-    for s, chains in by_server.items():
-        cores = problem.topo.servers[s].cores
-        best: dict[int, tuple[float, tuple[Choice, ...]]] = {0: (0.0, ())}
-        for c in chains:
-            t_min = problem.chains[c].slo.t_min
-            nxt: dict[int, tuple[float, tuple[Choice, ...]]] = {}
-            for used, (val, picked) in best.items():
-                for p in cands[c]:
-                    for n in range(p.n_min, cores - used + 1):
-                        v = val + p.value(n) - t_min
-                        key = used + n
-                        if key not in nxt or v > nxt[key][0] + 1e-12:
-                            nxt[key] = (v, picked + (Choice(p, n),))
-            if not nxt:
-                return None
-            best = nxt
-        _, picked = max(best.values(), key=lambda vp: (vp[0], -sum(ch.cores for ch in vp[1])))
-        for c, ch in zip(chains, picked):
-            choices[c] = ch
-    return [ch for ch in choices if ch is not None]
+def _first_choice(opts: list[list[str]]) -> list[str]:
+    return [SWITCH if SWITCH in o else (HOST if HOST in o else o[0]) for o in opts]
 
 
-def _solve(problem: Problem, cands: list[list[Pattern]]) -> tuple[list[Choice], list[float]] | str:
-    """Step 3: core allocation then the rate LP; a reason string if infeasible."""
-    bad = [problem.chains[c].name for c, ps in enumerate(cands) if not ps]
-    if bad:
-        return f"chain(s) {', '.join(bad)} cannot meet t_min/d_max with the switch-first placement"
-    choices = allocate(problem, [list(ps) for ps in cands])
-    if choices is None:
-        return "not enough cores for every chain's t_min"
-    rates = rate_lp(problem, choices)
-    if rates is None:
-        return "links or SmartNICs cannot carry every chain's t_min"
-    return choices, rates
+def global_switch_first(problem: Problem) -> list[Targets | None]:
+    """Lemur's step 1 over all chains at once (cheapest NF evicted first, whichever chain it
+    is in); None for every chain when the switch-only NFs do not fit."""
+    host = problem.hosts[0]
+    n = len(problem.chains)
+    if any(not o for c in range(n) for o in problem.options(c, host)):
+        return [None] * n
+    targets = {c: _first_choice(problem.options(c, host)) for c in range(n)}
+
+    def fits() -> bool:
+        pats = [problem.evaluate(c, host, tuple(t)) for c, t in targets.items()]
+        return switch_fits(problem, pats) is None
+
+    if not _evict(problem, targets, fits):
+        return [None] * n
+    return [tuple(targets[c]) for c in range(n)]
+
+
+def _seeds(problem: Problem, c: int, host: Host, glob: Targets | None) -> list[Targets]:
+    """Starting placements of chain c on host: switch-first for this chain alone, Lemur's
+    global switch-first, and every server-capable NF on the server."""
+    opts = problem.options(c, host)
+    if any(not o for o in opts):
+        return []
+    local = {c: _first_choice(opts)}
+    _evict(problem, local, lambda: problem.switch_ok(problem.evaluate(c, host, tuple(local[c]))))
+    server = tuple(HOST if HOST in o else o[0] for o in opts)
+    out = [tuple(local[c]), server]
+    if glob is not None:
+        out.append(tuple(t if t in o else (HOST if HOST in o else o[0]) for t, o in zip(glob, opts)))
+    return list(dict.fromkeys(out))
+
+
+def _runs(problem: Problem, c: int, host: Host, targets: Targets) -> list[tuple[int, ...]]:
+    """Connected runs of server-capable switch NFs that touch two server subgroups, or one
+    subgroup both upstream and downstream: moving a run to the server joins them."""
+    g = problem.chains[c]
+    opts = problem.options(c, host)
+    movable = [i for i, t in enumerate(targets) if t == SWITCH and HOST in opts[i]]
+    if not movable:
+        return []
+    p = problem.evaluate(c, host, targets)
+    sg_of = {i: k for k, sg in enumerate(p.subgroups) for i in sg.nodes}
+    parent = {i: i for i in movable}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for e in g.edges:
+        if e.src in parent and e.dst in parent:
+            parent[find(e.src)] = find(e.dst)
+    comps: dict[int, list[int]] = {}
+    for i in movable:
+        comps.setdefault(find(i), []).append(i)
+    out = []
+    for nodes in comps.values():
+        members = set(nodes)
+        up = {sg_of[e.src] for e in g.edges if e.dst in members and e.src in sg_of}
+        down = {sg_of[e.dst] for e in g.edges if e.src in members and e.dst in sg_of}
+        if len(up | down) >= 2 or (up and down):
+            out.append(tuple(sorted(nodes)))
+    return sorted(out)
+
+
+def _subsets(runs: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], ...]]:
+    """Every subset of the runs when there are few; else none, each one, all but each one, all."""
+    k = len(runs)
+    if k <= EXHAUSTIVE_RUNS:
+        return [s for r in range(k + 1) for s in itertools.combinations(runs, r)]
+    out = [(), tuple(runs)]
+    out += [(r,) for r in runs]
+    out += [tuple(x for x in runs if x != r) for r in runs]
+    return out
+
+
+def candidates(problem: Problem, c: int, host: Host, glob: Targets | None) -> list[Pattern]:
+    """Step 2: the admissible candidate patterns of chain c on host."""
+    g = problem.chains[c]
+    s = g.slo
+    opts = problem.options(c, host)
+    has_snic = problem.topo.servers[host[0]].nics[host[1]].smartnic is not None
+    seen: set[Targets] = set()
+    out: list[Pattern] = []
+    for seed in _seeds(problem, c, host, glob):
+        for moved in _subsets(_runs(problem, c, host, seed)):
+            t = list(seed)
+            for run in moved:
+                for i in run:
+                    t[i] = HOST
+            variants = [tuple(t)]
+            if has_snic:
+                snic = with_smartnic(problem, c, tuple(t), host)
+                variants += [snic, _fill_smartnic(problem, c, snic, opts)]
+            for v in variants:
+                if v in seen:
+                    continue
+                seen.add(v)
+                p = problem.finish(problem.evaluate(c, host, v), s.t_min, s.t_max)
+                if problem.admissible(p, s.d_max):
+                    out.append(p)
+    return out
 
 
 def place(problem: Problem) -> Placement:
     """Run the three heuristic steps; infeasible Placement with a reason if none works."""
     t0 = time.perf_counter()
-    step1 = switch_first(problem)
-    if isinstance(step1, str):
-        return infeasible("heuristic", step1, time.perf_counter() - t0)
-    cache: dict[tuple[int, Host | None], list[Pattern]] = {}
-
-    def candidates(c: int, host: Host | None) -> list[Pattern]:
-        if (c, host) not in cache:
-            t = with_smartnic(problem, c, step1[c], host) if host is not None else step1[c]
-            base = _finish(problem, problem.evaluate(c, host, t))
-            # Step 2: baseline, strict+aggressive and strict+conservative coalescing.
-            variants = [base, coalesce(problem, base, "aggressive"), coalesce(problem, base, "conservative")]
-            # Lemur picks the best of the three whole placements; keel lets the core
-            # allocation choose per chain among them, which is never worse.
-            cache[(c, host)] = [v for v in variants if problem.admissible(v, _d_max(problem, c))]
-        return cache[(c, host)]
-
-    hosts = assign_hosts(problem, step1)
-    best = _solve(problem, [candidates(c, h) for c, h in enumerate(hosts)])
-    if len(problem.hosts) > 1:
-        # With several servers, move single chains to another host while that helps.
-        for _ in range(3):
-            improved = False
-            for c, h in enumerate(hosts):
-                if h is None:
-                    continue
-                for alt in problem.hosts:
-                    if alt == hosts[c]:
-                        continue
-                    trial = hosts[:c] + [alt] + hosts[c + 1:]
-                    res = _solve(problem, [candidates(i, x) for i, x in enumerate(trial)])
-                    if not isinstance(res, str) and (isinstance(best, str)
-                                                     or sum(res[1]) > sum(best[1]) + 1e-9):
-                        best, hosts, improved = res, trial, True
-            if not improved:
-                break
-    if isinstance(best, str):
-        return infeasible("heuristic", best, time.perf_counter() - t0)
-    return placement(problem, "heuristic", best[0], best[1], time.perf_counter() - t0)
-
-
-def _d_max(problem: Problem, c: int) -> float | None:
-    return problem.chains[c].slo.d_max
+    glob = global_switch_first(problem)
+    per_chain: list[list[Pattern]] = []
+    for c, g in enumerate(problem.chains):
+        pats: list[Pattern] = []
+        by_class: dict[tuple, list[Pattern]] = {}
+        for host in problem.hosts:
+            key = problem.host_class(host)
+            if key in by_class:
+                pats += [replace(p, host=host if p.host is not None else None)
+                         for p in by_class[key] if p.host is not None]
+                continue
+            by_class[key] = candidates(problem, c, host, glob[c])
+            pats += by_class[key]
+        if not pats:
+            return infeasible("heuristic", f"chain {g.name}: no candidate placement meets its SLO "
+                              "(t_min, d_max, switch fit)", time.perf_counter() - t0)
+        per_chain.append(prune(pats))
+    return select(problem, per_chain, "heuristic", t0, MILP_SECONDS, MILP_GAP)

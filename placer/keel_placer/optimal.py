@@ -15,13 +15,13 @@ import numpy as np
 
 from .common import Choice, infeasible, placement, rate_lp
 from .model import Placement
-from .pattern import Pattern, Problem, TooLarge
+from .pattern import Host, Pattern, Problem, TooLarge
 from .solver import LinearModel
 
 PATTERN_LIMIT = 200_000
 
 
-def _prune(pats: list[Pattern]) -> list[Pattern]:
+def prune(pats: list[Pattern]) -> list[Pattern]:
     """Drop patterns that another pattern of the same chain and host matches or beats on
     every core count while using no more link, SmartNIC or switch resources."""
     groups: dict[object, list[Pattern]] = {}
@@ -64,10 +64,18 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
             if not pats:
                 return infeasible("optimal", f"chain {g.name}: no placement meets its SLO "
                                   "(t_min, d_max, switch fit)", time.perf_counter() - t0)
-            per_chain.append(_prune(pats))
+            per_chain.append(prune(pats))
     except TooLarge as e:
         return infeasible("optimal", str(e), time.perf_counter() - t0)
+    return select(problem, per_chain, "optimal", t0, time_limit)
 
+
+def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: float,
+           time_limit: float, mip_gap: float = 1e-7) -> Placement:
+    """Pick one pattern and core count per chain from per_chain (finished, admissible
+    patterns over any hosts) maximising the marginal throughput under the servers' cores,
+    the NIC links, the SmartNICs and the switch's stages or tables: one MILP."""
+    per_chain = _break_symmetry(problem, per_chain)
     m = LinearModel()
     xs: list[list[tuple[int, Pattern, int]]] = []
     cores_rows: dict[int, dict[int, float]] = {}
@@ -123,21 +131,35 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
             for x in users:
                 m.row({x: 1.0, hk: -1.0}, ub=0.0)
         m.row(used, ub=problem.stage_budget)
-    sol = m.solve(time_limit=time_limit)
+    sol = m.solve(time_limit=time_limit, mip_gap=mip_gap)
     if not sol.values:
         reason = "no placement meets every chain's t_min within cores, links and switch" \
             if sol.status.lower().startswith("infeasible") else f"solver: {sol.status}"
-        return infeasible("optimal", reason, time.perf_counter() - t0)
+        return infeasible(algo, reason, time.perf_counter() - t0)
     choices = []
     for chain_x in xs:
         x, p, n = max(chain_x, key=lambda t: sol.values[t[0]])
         choices.append(Choice(p, n))
     rates = rate_lp(problem, choices)
     if rates is None:
-        return infeasible("optimal", "rate LP infeasible for the MILP's choice", time.perf_counter() - t0)
-    out = placement(problem, "optimal", choices, rates, time.perf_counter() - t0)
+        return infeasible(algo, "rate LP infeasible for the MILP's choice", time.perf_counter() - t0)
+    out = placement(problem, algo, choices, rates, time.perf_counter() - t0)
     if not sol.optimal:
         out.reason = f"not proven optimal: {sol.status}"
+    return out
+
+
+def _break_symmetry(problem: Problem, per_chain: list[list[Pattern]]) -> list[list[Pattern]]:
+    """Identical hosts are interchangeable, so the first chain may as well use the first host
+    of each class: its patterns on the others go (the optimum is unchanged, the search halves)."""
+    first: dict[tuple, Host] = {}
+    for h in problem.hosts:
+        first.setdefault(problem.host_class(h), h)
+    out = list(per_chain)
+    for c, pats in enumerate(per_chain):
+        if any(p.host is not None for p in pats):
+            out[c] = [p for p in pats if p.host is None or first[problem.host_class(p.host)] == p.host]
+            break
     return out
 
 

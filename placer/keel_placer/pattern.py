@@ -8,6 +8,7 @@ link share; switch NFs run at line rate.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -80,6 +81,11 @@ class Problem:
     @property
     def chains(self) -> list[ChainGraph]:
         return self.spec.chains
+
+    def host_class(self, host: Host) -> tuple:
+        """Hosts of one class (same server and NIC specs) give the same patterns."""
+        srv = self.topo.servers[host[0]]
+        return dataclasses.replace(srv, name="", nics=()), srv.nics[host[1]]
 
     def options(self, c: int, host: Host | None) -> list[list[str]]:
         """Targets each NF of chain c may use when the chain's host is `host`."""

@@ -42,6 +42,7 @@ def test_canonical_heuristic_matches_optimal_and_is_fast(canonical):
                                          "min-bounce", "greedy"])
     checks = table["checks"]
     assert checks["heuristic_equals_optimal_fraction"] >= 0.9
+    assert checks["heuristic_infeasible_where_optimal_feasible"] == 0
     assert checks["optimal_ge_heuristic"]
     assert checks["heuristic_feasible_wherever_a_baseline_is"]
     assert checks["heuristic_max_seconds"] < 0.5

@@ -29,6 +29,9 @@ const (
 	AnnotationSLO    = "com.keel.slo"
 	// LabelCycles is a packet function's server cycles per packet, for the placer.
 	LabelCycles = "com.keel.cycles"
+	// LabelStateful says whether a packet function keeps per-flow state ("true" or "false");
+	// the placer never replicates a stateful NF over cores and takes an NF without it as stateful.
+	LabelStateful = "com.keel.stateful"
 	// AnnotationNF is a packet function's catalogue entry ({"name": NF, "args": [...]}), read
 	// when the gateway has no container engine to ask the image (keel-nf --list --json).
 	AnnotationNF = "com.keel.nf"
@@ -178,6 +181,8 @@ type TenantNF struct {
 	Image  string        // its image (entrypoint: keel-nf --load the tenant's NF)
 	NF     *nfcatalog.NF // the NF its image adds to keel-nf; nil: unknown, it takes no arguments
 	Cycles float64       // server cycles per packet (label com.keel.cycles); 0: the placer's default
+	// Stateful is label com.keel.stateful; nil: not declared, the placer takes it as stateful.
+	Stateful *bool
 }
 
 // Validator checks chains against the placer and the NF catalogue and places them with the
@@ -310,10 +315,11 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 // chain and are left out.
 func tenantEntries(nfs []TenantNF) (map[string]*TenantNF, string, error) {
 	type entry struct {
-		Name   string          `json:"name"`
-		Help   string          `json:"help,omitempty"`
-		Args   []nfcatalog.Arg `json:"args"`
-		Cycles float64         `json:"cycles,omitempty"`
+		Name     string          `json:"name"`
+		Help     string          `json:"help,omitempty"`
+		Args     []nfcatalog.Arg `json:"args"`
+		Cycles   float64         `json:"cycles,omitempty"`
+		Stateful *bool           `json:"stateful,omitempty"`
 	}
 	sorted := append([]TenantNF(nil), nfs...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -324,7 +330,7 @@ func tenantEntries(nfs []TenantNF) (map[string]*TenantNF, string, error) {
 		if !identRe.MatchString(t.Name) {
 			continue
 		}
-		e := entry{Name: t.Name, Args: []nfcatalog.Arg{}, Cycles: t.Cycles}
+		e := entry{Name: t.Name, Args: []nfcatalog.Arg{}, Cycles: t.Cycles, Stateful: t.Stateful}
 		if t.NF != nil {
 			e.Help, e.Args = t.NF.Help, t.NF.Args
 		}

@@ -103,7 +103,8 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	fp := okPlacer()
 	v, fc := validator(fp)
 	other := &Chain{Name: "older", Spec: "Tunnel", SLO: SLO{TMinGbps: 1}}
-	tenants := []TenantNF{{Name: "ttlguard", Image: "keel/nf-ttlguard:latest", NF: ttlguard, Cycles: 300}, {Name: "bad-name"}}
+	notStateful := false
+	tenants := []TenantNF{{Name: "ttlguard", Image: "keel/nf-ttlguard:latest", NF: ttlguard, Cycles: 300, Stateful: &notStateful}, {Name: "bad-name"}}
 	c, placements, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{other}, tenants)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 			t.Errorf("Place spec lacks %q:\n%s", want, place)
 		}
 	}
-	wantTenants := `[{"name":"ttlguard","help":"drops low TTLs","args":[{"name":"min_ttl","type":"integer","doc":"lowest TTL","minimum":1,"maximum":255}],"cycles":300}]`
+	wantTenants := `[{"name":"ttlguard","help":"drops low TTLs","args":[{"name":"min_ttl","type":"integer","doc":"lowest TTL","minimum":1,"maximum":255}],"cycles":300,"stateful":false}]`
 	if fp.tenants[0] != wantTenants || fp.tenants[1] != wantTenants {
 		t.Errorf("tenant NFs sent to the placer:\n%s\nwant\n%s", fp.tenants, wantTenants)
 	}

@@ -132,6 +132,9 @@ func (p *Provider) deployNF(ctx context.Context, f *store.Function) error {
 			return fmt.Errorf("%w: labels.%s: %q is not a positive number of cycles per packet", ErrInvalid, chain.LabelCycles, v)
 		}
 	}
+	if v := label(fd, chain.LabelStateful); v != "" && v != "true" && v != "false" {
+		return fmt.Errorf("%w: labels.%s: %q is not true or false", ErrInvalid, chain.LabelStateful, v)
+	}
 	var err error
 	switch ann := annotation(fd, chain.AnnotationNF); {
 	case p.Images != nil:
@@ -166,6 +169,10 @@ func annotation(fd *types.FunctionDeployment, key string) string {
 func tenantNF(f *store.Function) chain.TenantNF {
 	t := chain.TenantNF{Name: f.Deployment.Service, Image: f.Deployment.Image, NF: f.NF}
 	t.Cycles, _ = strconv.ParseFloat(label(&f.Deployment, chain.LabelCycles), 64)
+	if v := label(&f.Deployment, chain.LabelStateful); v != "" {
+		stateful := v == "true"
+		t.Stateful = &stateful
+	}
 	return t
 }
 

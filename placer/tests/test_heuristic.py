@@ -1,0 +1,119 @@
+"""Issue 16: the heuristic's four weaknesses, each pinned by a small hand-checked case.
+
+Rates follow the model in pattern.py: a subgroup of C cycles per packet on k cores carries
+k * 1.7 GHz * 12000 bits / (C + 180 if k > 1) Gbps; a server subgroup entered from the
+switch pays 220 cycles of encap; 1500-byte packets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keel_placer.algos import run
+from keel_placer.catalog import ENCAP_CYCLES, LB_CYCLES
+
+from placer_env import one_server, problem
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+GBPS_PER_CYCLE = 1.7 * 12000  # Gbps of one 1.7 GHz core at 1 cycle per 1500-byte packet
+
+
+def both(prob):
+    """The heuristic's and the optimum's placements of one problem."""
+    return run(prob, "heuristic"), run(prob, "optimal")
+
+
+def test_coalescing_keeps_heavy_subgroups_replicable():
+    # Weakness 1. Limiter (stateful) -> VLANPop (switch) -> AESCBC -> VLANPush (switch) -> AESCBCde.
+    # Merging Limiter with AESCBC scores higher on 2 cores but pins AESCBC to one core; the
+    # best placement merges only AESCBC, VLANPush, AESCBCde and gives that subgroup 15 cores.
+    prob = problem("flow f = []\nchain c = TrafficShaper -> VLANPop -> AESCBC -> VLANPush -> AESCBCde\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=16, gbps=40))
+    heavy = 9123 + 110 + 9800 + ENCAP_CYCLES
+    best = 15 * GBPS_PER_CYCLE / (heavy + LB_CYCLES) - 1.0  # 14.75 Gbps; link cap 40/2
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(best, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(best, rel=1e-6)
+    sgs = {tuple(s.nfs): s.cores for s in h.chains[0].subgroups}
+    assert sgs == {("limiter",): 1, ("encrypt", "tunnel", "decrypt"): 15}
+
+
+def test_core_allocation_sees_the_shared_link():
+    # Weakness 2. Chain a bounces twice over the 10 Gbps link (IPv4Forward is P4-only), chain
+    # b once. Cores a's rate curve wants are worth more to b once the link binds:
+    # b gets 14 cores (8.50 Gbps), a one core per subgroup and the rest of the link.
+    prob = problem("flow f = []\nflow g = []\nchain a = AESCBC -> IPv4Forward -> AESCBC\n"
+                   "chain b = DEDUP\nf : a @ {'t_min': '0.5Gbps'}\ng : b @ {'t_min': '0.5Gbps'}\n",
+                   one_server(cores=16, gbps=10), str(EXAMPLES / "lemur_eval_profiles.json"))
+    rb = 14 * GBPS_PER_CYCLE / (33185 + ENCAP_CYCLES + LB_CYCLES)
+    ra = (10 - rb) / 2
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(ra + rb - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(ra + rb - 1.0, rel=1e-6)
+
+
+def test_smartnic_offload_takes_the_switch_nf_between_offloaded_nfs():
+    # Weakness 3. CHACHA -> VLANPush -> CHACHA with both CHACHAs on the SmartNIC: leaving
+    # VLANPush on the switch bounces twice over the 10 Gbps link (5 Gbps); on the SmartNIC
+    # too, the chain crosses once (10 Gbps).
+    prob = problem("flow f = []\nchain c = CHACHA -> VLANPush -> CHACHA\nf : c @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=4, gbps=10, smartnic={"kind": "ebpf", "cores": 48, "ghz": 0.8}))
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(9.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(9.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["smartnic"] * 3
+
+
+def test_light_sibling_arms_share_a_core():
+    # Weakness 4a. PktFilter branches into two Limiters; on a one-core server the arms fit
+    # only as one subgroup (PktFilter on the server too): 60 + 110/2 + 110/2 + 220 cycles,
+    # 52 Gbps on the core, 40 Gbps by the link.
+    prob = problem("flow f = []\nchain c = PktFilter -> ["
+                   "{'flowspec': [{'gate_select': '1'}], 'nfchain': TrafficShaper()}, "
+                   "{'flowspec': [{'gate_select': '2'}], 'nfchain': TrafficShaper()}]\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=1, gbps=40))
+    h, o = both(prob)
+    assert o.feasible and o.marginal_gbps == pytest.approx(39.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(39.0, rel=1e-6)
+
+
+def test_openflow_switch_first_leaves_every_chain_a_pattern():
+    # Weakness 4b. On an OpenFlow switch chain a's Measure -> ACL breaks the fixed table order
+    # (ranks 2, 1), so one of them must leave the switch. Evicting the globally cheapest
+    # switch NF first takes VLANPop out of chain b, which then runs NAT, VLANPop, NAT as one
+    # stateful subgroup: 1.7 GHz * 12000 / 1344 = 15.2 Gbps < b's t_min of 25 Gbps. With
+    # VLANPop on the switch each NAT has a core: 28.1 Gbps; a gets the rest of the link.
+    prob = problem("flow f = []\nflow g = []\nchain a = Measure -> ACL\nchain b = NAT -> VLANPop -> NAT\n"
+                   "f : a @ {'t_min': '1Gbps'}\ng : b @ {'t_min': '25Gbps'}\n",
+                   one_server(cores=16, gbps=100, kind="openflow", stages=8))
+    h, o = both(prob)
+    assert o.feasible and o.marginal_gbps == pytest.approx(49.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(49.0, rel=1e-6)
+
+
+def test_tenant_nf_cost_and_state_reach_the_placement():
+    # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
+    # state is replicated over cores, one that declares nothing is not (conservative default).
+    from keel_placer import catalog
+    from keel_placer.catalog import load_profiles
+    from keel_placer.pattern import Problem
+    from keel_placer.spec import parse_spec
+
+    text = "flow f = []\nchain c = heavy\nf : c @ {'t_min': '1Gbps'}\n"
+    rates = {}
+    for stateful in (False, None):
+        entry = {"name": "heavy", "args": [], "cycles": 9780}
+        if stateful is not None:
+            entry["stateful"] = stateful
+        cat = catalog.library().with_tenants([entry])
+        pl = run(Problem(parse_spec(text, cat), one_server(cores=4, gbps=100),
+                         load_profiles(None, None, cat)), "heuristic")
+        rates[stateful] = (pl.chains[0].rate_gbps, pl.chains[0].subgroups[0].cores)
+    assert rates[False] == (pytest.approx(4 * GBPS_PER_CYCLE / (9780 + ENCAP_CYCLES + LB_CYCLES)), 4)
+    assert rates[None] == (pytest.approx(GBPS_PER_CYCLE / (9780 + ENCAP_CYCLES)), 1)
+    with pytest.raises(catalog.CatalogError, match="stateful must be true or false"):
+        catalog.library().with_tenants([{"name": "heavy", "args": [], "stateful": "no"}])
