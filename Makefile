@@ -129,10 +129,6 @@ bench: build
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin
-	@echo "Watch the stack run (make up, then faas-cli deploy -f stack.yml):"
-	@echo "  dashboard   http://127.0.0.1:8080/ui/ (user admin, password in run/secrets/basic-auth-password)"
-	@echo "  topology    curl -u admin:\$$(cat run/secrets/basic-auth-password) http://127.0.0.1:8080/system/keel/topology"
-	@echo "  Prometheus  http://127.0.0.1:9090 (keel_gateway_*, keel_chain_*, keel_agent_*, keel_ingress_*, keel_torctl_*)"
 
 clean:
 	rm -rf $(BUILD)

@@ -1,102 +1,269 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""keel demo: the three chains of Galleon's evaluation (§7) run with keel-chain
-over generated traffic; prints what every NF did.
+"""keel demo: Galleon's three chains (stack.yml) deployed with the stock faas-cli on the local
+stack, real traffic through the ToR, the ingress and the chain instances on coopsched's core,
+and a report of what every chain got against its SLO and how the controller scaled it.
 
-Until the gateway and the local stack exist, this is what `make demo` shows.
+Steps, each skipped when already done:
+  1. make up            the local stack (deploy/local/up.sh): Redis, dockerd, Open vSwitch with
+                        the ToR, keel-place, keel-gateway, keel-coopsched, keel-agent,
+                        keel-torctl, keel-ingress, Prometheus
+  2. images             keel/hello (the normal function) and keel/nf-ttlguard (the tenant's
+                        packet function, built from the packet-cpp template with faas-cli)
+  3. faas-cli login and faas-cli deploy -f stack.yml
+  4. traffic            keel-trafgen in netns keelsrc (generator) and keelsink (sink) with the
+                        scenario bench/scenarios/e2e.json: a ramp up, a steady phase and a ramp
+                        down per chain; chain2's flows rise past its capacity target so the
+                        controller attaches a second instance, and fall again
+  5. report             per chain: offered and delivered rate, loss, p50/p99 against the SLO,
+                        instances and cores over time; written to bench/results/e2e.json
+
+The stack stays up afterwards for you to explore; `make down` stops it. Must run as root.
 """
 import argparse
+import base64
 import json
 import os
-import random
+import re
+import shutil
 import subprocess
 import sys
-import tempfile
-import warnings
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
-warnings.filterwarnings("ignore", message=".*TripleDES.*")  # scapy's ipsec layer, not used here
-from scapy.all import Ether, IP, TCP, UDP, Raw, rdpcap, wrpcap
-
-MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
-KEY, IV = "000102030405060708090a0b0c0d0e0f", "f0e0d0c0b0a090807060504030201000"
-
-CHAINS = {
-    "chain1 Tunnel -> IPv4Fwd": [
-        ("tunnel", {"vlan": 7}),
-        ("ipv4fwd", {"routes": [{"prefix": "198.19.0.0/16", "dst_mac": "02:00:00:00:aa:01", "port": 0}]}),
-    ],
-    "chain2 ACL -> UrlFilter -> Encrypt": [
-        ("acl", {"rules": [{"dst_ip": "198.19.0.0/16", "proto": "tcp"}]}),
-        ("urlfilter", {"blocklist": ["ads.example.com", "www.example.com/tracking"]}),
-        ("encrypt", {"key": KEY, "iv": IV}),
-    ],
-    "chain3 ACL -> NAT": [
-        ("acl", {"rules": [{"dst_ip": "198.19.0.0/16"}]}),
-        ("nat", {"external_ip": "198.18.255.1", "port_range": [20000, 29999]}),
-    ],
-}
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "run"
+GATEWAY = "http://127.0.0.1:8080"
+PROMETHEUS = "http://127.0.0.1:9090"
+SCENARIO = ROOT / "bench" / "scenarios" / "e2e.json"
+RESULT = ROOT / "bench" / "results" / "e2e.json"
+CHAINS = ("chain1", "chain2", "chain3")
 
 
-def traffic(n, seed=7):
-    """n packets of 64 flows: web requests (some to blocked URLs), UDP, and
-    some traffic outside the chains' 198.19.0.0/16 filter."""
-    rnd = random.Random(seed)
-    hosts = ["www.example.com/index.html", "ads.example.com/banner", "www.example.com/tracking/1",
-             "news.example.org/today"]
-    pkts = []
-    for i in range(n):
-        flow = rnd.randrange(64)
-        src, dst = f"198.18.0.{flow + 1}", f"198.19.0.{flow % 8 + 1}"
-        if rnd.random() < 0.1:
-            dst = "198.20.0.1"
-        if flow % 2:
-            host, path = hosts[flow % 4].split("/", 1)
-            body = f"GET /{path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-            l4 = TCP(sport=10000 + flow, dport=80, flags="PA") / Raw(body + b"." * rnd.randrange(0, 900))
-        else:
-            l4 = UDP(sport=10000 + flow, dport=5001) / Raw(b"u" * rnd.randrange(18, 1400))
-        pkts.append(Ether(**MACS) / IP(src=src, dst=dst) / l4)
-    return pkts
+def say(msg: str) -> None:
+    print(msg, flush=True)
 
 
-def run_chain(binary, nfs, in_pcap, workdir, tag):
-    out_pcap, stats = workdir / f"{tag}.out.pcap", workdir / f"{tag}.stats.json"
-    args = [str(binary)]
-    for name, cfg in nfs:
-        args += ["--nf", f"{name}={json.dumps(cfg)}"]
-    args += ["--exit-when-idle", "200", "--stats", str(stats), "--",
-             "--no-pci", "--no-huge", "-m", "512", "--log-level=error", "--no-telemetry",
-             f"--file-prefix=keeldemo{os.getpid()}{tag}",
-             "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={out_pcap}"]
-    subprocess.run(args, check=True, timeout=120)
-    return json.loads(stats.read_text()), len(rdpcap(str(out_pcap)))
+def die(msg: str) -> None:
+    sys.exit(f"demo: {msg}")
 
 
-def main():
+def run(args, what: str, timeout=900, env=None, quiet=True) -> str:
+    """Runs a step; on failure, stops the demo with the step's output."""
+    r = subprocess.run([str(a) for a in args], capture_output=quiet, text=True, timeout=timeout, env=env, cwd=ROOT)
+    if r.returncode != 0:
+        out = ((r.stdout or "") + (r.stderr or ""))[-3000:]
+        die(f"{what} failed (exit {r.returncode})\n{out}")
+    return r.stdout or ""
+
+
+def faas_cli() -> str:
+    found = os.environ.get("FAAS_CLI") or shutil.which("faas-cli")
+    shipped = ROOT.parent / "shared" / "tools" / "faas-cli"
+    if found:
+        return found
+    if shipped.exists():
+        return str(shipped)
+    die("faas-cli is not installed: install it the usual way (https://github.com/openfaas/faas-cli "
+        "releases, or `curl -sSL https://cli.openfaas.com | sh`) or set FAAS_CLI=/path/to/faas-cli")
+
+
+class Faas:
+    """faas-cli against the local gateway, with its own HOME (run/faas-home) for the login."""
+
+    def __init__(self):
+        self.cli = faas_cli()
+        self.env = {**os.environ, "HOME": str(RUN / "faas-home"), "DOCKER_BUILDKIT": "0"}
+        self.password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+
+    def __call__(self, *args, what=None, timeout=300) -> str:
+        return run([self.cli, *args], what or f"faas-cli {' '.join(args[:2])}", timeout=timeout, env=self.env)
+
+    def login(self) -> None:
+        r = subprocess.run([self.cli, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"],
+                           input=self.password, capture_output=True, text=True, env=self.env, timeout=30)
+        if r.returncode:
+            die(f"faas-cli login failed: {r.stdout}{r.stderr}")
+
+    def topology(self) -> dict:
+        req = urllib.request.Request(f"{GATEWAY}/system/keel/topology")
+        token = base64.b64encode(f"admin:{self.password}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.load(resp)
+
+
+def image_present(name: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+
+
+def ensure_images(faas: Faas, bin_dir: Path) -> None:
+    if not image_present("keel/hello:latest") or not image_present("keel/nf-sdk:latest"):
+        say("  images: building keel/nf-base, keel/nf-sdk and keel/hello (make images)")
+        run(["make", "--no-print-directory", "images", f"BUILD={bin_dir.parent}"], "make images")
+    if not image_present("keel/nf-ttlguard:latest"):
+        say("  images: building keel/nf-ttlguard from the packet-cpp template (faas-cli build)")
+        faas("build", "-f", "stack.yml", "--filter", "ttlguard", what="faas-cli build ttlguard", timeout=900)
+    say("  images: keel/hello, keel/nf-ttlguard present")
+
+
+def slo_us(stack_yml: Path) -> dict:
+    """Each chain's p99 SLO in µs from stack.yml's com.keel.slo annotations."""
+    out, chain = {}, None
+    for line in stack_yml.read_text().splitlines():
+        m = re.match(r"^  (\w[\w-]*):\s*$", line)
+        if m:
+            chain = m[1]
+        m = re.search(r'com\.keel\.slo:\s*"?p99=(\d+(?:\.\d+)?)(us|ms)', line)
+        if m and chain:
+            out[chain] = float(m[1]) * (1000 if m[2] == "ms" else 1)
+    return out
+
+
+def ready_pools(topo: dict) -> set:
+    """Chains with at least one pre-deployed instance ready, or a switch-only chain."""
+    ok = {c["name"] for c in topo["chains"] if c["switch_only"]}
+    for w in topo["workers"]:
+        ok |= {sg["chain"] for sg in w["pool"] if sg["phase"] == "ready"}
+    for w in topo["workers"]:
+        for core in w["cores"]:
+            ok |= {sg["chain"] for sg in core["sgroups"] if sg["phase"] == "ready"}
+    return ok
+
+
+class Sampler(threading.Thread):
+    """Samples the gateway's topology once a second: each chain's attached instances (sgroups)
+    and the cores they are on."""
+
+    def __init__(self, faas: Faas):
+        super().__init__(daemon=True)
+        self.faas, self.t0, self.samples, self.stop = faas, time.time(), [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                topo = self.faas.topology()
+                t = round(time.time() - self.t0, 1)
+                for c in topo["chains"]:
+                    if c["name"] in CHAINS:
+                        self.samples.append({"t_s": t, "chain": c["name"], "sgroups_attached": c["attached"],
+                                             "cores": len(c["cores"]), "flows": c["flows"]})
+            except OSError as e:
+                say(f"  (topology not read: {e})")
+            self.stop.wait(1.0)
+
+    def latest(self, chain: str) -> dict:
+        return next((s for s in reversed(self.samples) if s["chain"] == chain), {})
+
+
+def timeline(samples: list, traffic: dict) -> list:
+    """The sampler's instance counts with each second's delivered rate at the sink."""
+    rate = {(round(p["t_s"]), p["chain"]): p["delivered_mbps"] for p in traffic.get("timeline", [])}
+    return [{"t_s": s["t_s"], "chain": s["chain"], "sgroups_attached": s["sgroups_attached"], "cores": s["cores"],
+             "rate_mbps": round(rate.get((round(s["t_s"]), s["chain"]), 0.0), 3)} for s in samples]
+
+
+def result(traffic: dict, slos: dict, samples: list) -> dict:
+    chains = [{"name": c["name"], "slo_us": slos.get(c["name"]), "offered_mbps": c["offered_mbps"],
+               "delivered_mbps": c["delivered_mbps"], "loss": c["loss"], "p50_us": c["p50_us"],
+               "p99_us": c["p99_us"], "transform_errors": c["transform_errors"]}
+              for c in traffic["chains"] if c["name"] in CHAINS]
+    return {"chains": chains, "timeline": timeline(samples, traffic)}
+
+
+def report(res: dict, traffic: dict) -> bool:
+    """Prints the report; true when every chain met its SLO with zero loss and no wrong packet."""
+    extra = {c["name"]: c for c in traffic["chains"]}
+    say("\nkeel demo — what each chain got (sink in netns keelsink, latency generator → sink)")
+    say(f"  {'chain':<7} {'offered':>10} {'delivered':>10} {'loss':>6} {'p50':>8} {'p99':>8} {'SLO':>7} "
+        f"{'wrong':>6}  verdict")
+    good = True
+    for c in res["chains"]:
+        ok = c["loss"] == 0 and c["transform_errors"] == 0 and c["p99_us"] <= (c["slo_us"] or float("inf"))
+        good &= ok
+        say(f"  {c['name']:<7} {c['offered_mbps']:>6.1f}Mb/s {c['delivered_mbps']:>6.1f}Mb/s {c['loss']:>6} "
+            f"{c['p50_us']:>6.0f}µs {c['p99_us']:>6.0f}µs {c['slo_us'] or 0:>5.0f}µs {c['transform_errors']:>6}  "
+            f"{'meets its SLO' if ok else 'MISSES'}")
+        e = extra[c["name"]]
+        notes = [f"{e['flows']} flows", f"first packet of a flow (rule setup) p99 {e['setup_p99_us'] / 1000:.1f} ms"]
+        if e.get("blocked_sent"):
+            notes.append(f"{e['blocked_sent']} blocked-URL packets sent, {e['blocked_delivered']} got through")
+        say(f"  {'':<7} {', '.join(notes)}")
+    say("\n  instances (sgroups attached) and cores over time, one column per 5 s:")
+    for name in CHAINS:
+        pts = [p for p in res["timeline"] if p["chain"] == name]
+        cols = [pts[i] for i in range(0, len(pts), 5)]
+        say(f"  {name:<7} sgroups " + " ".join(f"{p['sgroups_attached']}" for p in cols))
+        say(f"  {'':<7} cores   " + " ".join(f"{p['cores']}" for p in cols))
+    say(f"\n  written to {RESULT.relative_to(ROOT)}")
+    return good
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default="build/bin", help="directory holding keel-chain")
-    ap.add_argument("--packets", type=int, default=5000, help="packets per chain (default 5000)")
+    ap.add_argument("--bin", default=str(ROOT / "build" / "bin"), help="keel's binaries (default build/bin)")
+    ap.add_argument("--scenario", default=str(SCENARIO), help="keel-trafgen scenario (default %(default)s)")
+    ap.add_argument("--out", default=str(RESULT), help="result file (default %(default)s)")
+    ap.add_argument("--settle", type=float, default=45.0,
+                    help="seconds to keep watching after the traffic, until the ramp's extra instances "
+                         "are detached (default 45)")
     args = ap.parse_args()
-    binary = Path(args.bin) / "keel-chain"
-    if not binary.exists():
-        sys.exit(f"demo: {binary} is missing; run make build")
-    with tempfile.TemporaryDirectory(prefix="keel-demo-") as tmp:
-        work = Path(tmp)
-        in_pcap = work / "in.pcap"
-        wrpcap(str(in_pcap), traffic(args.packets))
-        print(f"keel demo: {args.packets} packets of 64 flows through each of Galleon's chains\n")
-        for i, (title, nfs) in enumerate(CHAINS.items()):
-            stats, written = run_chain(binary, nfs, in_pcap, work, f"c{i}")
-            port = stats["port"]
-            print(f"{title}: {port['rx_packets']} in, {port['tx_packets']} out "
-                  f"({written} in the output capture), {port['rx_malformed']} malformed")
-            print(f"  {'nf':<10} {'in':>7} {'out':>7} {'dropped':>8} {'cycles/pkt':>11}")
-            for nf in stats["nfs"]:
-                print(f"  {nf['nf']:<10} {nf['packets_in']:>7} {nf['packets_out']:>7} "
-                      f"{nf['dropped']:>8} {nf['cycles_per_packet']:>11.0f}")
-            print()
+    bin_dir = Path(args.bin).resolve()
+    if os.geteuid() != 0:
+        die("the demo starts the local stack (Open vSwitch, dockerd, SCHED_FIFO): run it as root")
+    if (os.cpu_count() or 1) < 2:
+        die("the demo needs two cores: core 1 is coopsched's managed core")
+    t_start = time.time()
+
+    say("1. make up: the local stack")
+    run([ROOT / "deploy" / "local" / "up.sh", "--bin", bin_dir], "make up", quiet=False)
+    faas = Faas()
+    say("2. images")
+    ensure_images(faas, bin_dir)
+    say("3. faas-cli login and deploy -f stack.yml")
+    faas.login()
+    faas("deploy", "-f", "stack.yml", what="faas-cli deploy -f stack.yml")
+    deadline = time.time() + 120
+    while not set(CHAINS) <= ready_pools(faas.topology()):
+        if time.time() > deadline:
+            die(f"the chains' instances were not ready within 120 s: {faas('list', '-v')}")
+        time.sleep(0.5)
+    say("  chain1 runs on the ToR; chain2 and chain3 have a pre-deployed instance ready")
+
+    say(f"4. traffic: keel-trafgen --scenario {Path(args.scenario).relative_to(ROOT)}")
+    traffic_json = RUN / "e2e-traffic.json"
+    sampler = Sampler(faas)
+    sampler.start()
+    gen = subprocess.run([bin_dir / "keel-trafgen", "--scenario", args.scenario, "--out", traffic_json],
+                         timeout=900)
+    if gen.returncode != 0:
+        die(f"keel-trafgen failed (exit {gen.returncode}); the stack is still up (make down stops it)")
+    say(f"  traffic done; watching the controller detach what the ramp attached (up to {args.settle:.0f} s)")
+    settle_end = time.time() + args.settle
+    while time.time() < settle_end:
+        if all(sampler.latest(c).get("sgroups_attached", 0) <= 1 and sampler.latest(c).get("flows", 1) == 0
+               for c in CHAINS):
+            time.sleep(2)  # two more samples of the settled state
+            break
+        time.sleep(1)
+    sampler.stop.set()
+    sampler.join()
+
+    traffic = json.loads(traffic_json.read_text())
+    res = result(traffic, slo_us(ROOT / "stack.yml"), sampler.samples)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    good = report(res, traffic)
+    say(f"\nThe stack is still up (demo took {time.time() - t_start:.0f} s). Look around:")
+    say(f"  faas-cli list; faas-cli describe chain2     (HOME={RUN / 'faas-home'} holds the login)")
+    say(f"  dashboard   {GATEWAY}/ui/  (user admin, password in run/secrets/basic-auth-password)")
+    say(f"  topology    curl -u admin:$(cat run/secrets/basic-auth-password) {GATEWAY}/system/keel/topology")
+    say(f"  Prometheus  {PROMETHEUS}  (keel_gateway_*, keel_agent_*, keel_ingress_*, keel_torctl_*)")
+    say("  make down stops the stack.")
+    return 0 if good else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
