@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "pacing.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace keel::trafgen {
@@ -26,6 +27,20 @@ double MbpsAt(const std::vector<Phase>& phases, double t) {
 uint64_t GapCycles(uint32_t bytes, double mbps, uint64_t tsc_hz) {
   if (mbps <= 0) return 0;
   return static_cast<uint64_t>(std::llround(bytes * 8.0 * static_cast<double>(tsc_hz) / (mbps * 1e6)));
+}
+
+void Pacer::Refill(uint64_t now, double mbps, uint64_t tsc_hz, double max_bits) {
+  if (now > last_ && mbps > 0)
+    credit_bits_ += static_cast<double>(now - last_) * mbps * 1e6 / static_cast<double>(tsc_hz);
+  credit_bits_ = std::min(credit_bits_, max_bits);
+  last_ = std::max(last_, now);
+}
+
+uint64_t Pacer::Wait(uint32_t bytes, double mbps, uint64_t tsc_hz) const {
+  double missing = bytes * 8.0 - credit_bits_;
+  if (missing <= 0) return 0;
+  if (mbps <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(std::ceil(missing * static_cast<double>(tsc_hz) / (mbps * 1e6)));
 }
 
 SizeMix::SizeMix(const std::vector<std::pair<uint16_t, double>>& sizes) {

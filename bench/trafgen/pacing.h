@@ -42,6 +42,27 @@ class Schedule {
   uint64_t next_ = 0;
 };
 
+/* A chain's data pacing: credit in bits accrues at the current target rate
+ * (so a ramp takes effect at once) up to a cap, and a frame goes when the
+ * credit covers it. The cap bounds the burst after a stall. */
+class Pacer {
+ public:
+  void Start(uint64_t now) {
+    last_ = now;
+    credit_bits_ = 0;
+  }
+  /* Adds what |mbps| earned since the last call, up to |max_bits|. */
+  void Refill(uint64_t now, double mbps, uint64_t tsc_hz, double max_bits);
+  bool CanSend(uint32_t bytes) const { return credit_bits_ >= bytes * 8.0; }
+  void Spend(uint32_t bytes) { credit_bits_ -= bytes * 8.0; }
+  /* TSC cycles until a frame of |bytes| may go at |mbps|; 0 if it may now. */
+  uint64_t Wait(uint32_t bytes, double mbps, uint64_t tsc_hz) const;
+
+ private:
+  uint64_t last_ = 0;
+  double credit_bits_ = 0;
+};
+
 /* Draws frame sizes from [[bytes, weight], ...]. */
 class SizeMix {
  public:

@@ -81,40 +81,48 @@ Trafgen::Trafgen(const Scenario& sc, const Flags& flags) : sc_(sc), flags_(flags
 
 Trafgen::~Trafgen() {
   if (!eal_) return;
-  for (uint16_t p : {tx_port_, rx_port_}) {
-    rte_eth_dev_stop(p);
-    rte_eth_dev_close(p);
+  uint16_t port;
+  RTE_ETH_FOREACH_DEV(port) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
   }
   rte_eal_cleanup();
 }
 
 bool Trafgen::Setup(std::string* err) {
+  /* net_af_packet opens its socket, and later sets the interface's flags
+   * (promiscuous mode, at start too) through fresh sockets, in the netns of
+   * the calling thread: each port is probed and started inside its own. */
   std::string tx_dev = "net_af_packet0", rx_dev = "net_af_packet1";
+  auto no_port = [&](const std::string& dev) {
+    *err = "no DPDK port " + dev;
+    return false;
+  };
   bool ok = InNetns(flags_.tx_netns, err, [&] {
-    return EalInit({"keel-trafgen", "-l", "0", "--no-pci", "--no-huge", "-m", "512", "--no-shconf", "--no-telemetry",
-                    "--log-level=error", "--vdev", tx_dev + ",iface=" + flags_.tx_iface + ",framecnt=4096"},
-                   err);
+    if (!EalInit({"keel-trafgen", "-l", "0", "--no-pci", "--no-huge", "-m", "512", "--no-shconf", "--no-telemetry",
+                  "--log-level=error", "--vdev", tx_dev + ",iface=" + flags_.tx_iface + ",framecnt=4096"},
+                 err))
+      return false;
+    eal_ = true;
+    pool_ = MbufPool("trafgen_mbufs", kMbufs, kMbufCache, err);
+    if (!pool_) return false;
+    if (rte_eth_dev_get_port_by_name(tx_dev.c_str(), &tx_port_) != 0) return no_port(tx_dev);
+    if (!PortInit(tx_port_, pool_, err)) return false;
+    rte_eth_promiscuous_disable(tx_port_);  /* the source needs no promiscuous mode */
+    return true;
   });
   if (!ok) return false;
-  eal_ = true;
   ok = InNetns(flags_.rx_netns, err, [&] {
     std::string args = rx_dev + ",iface=" + flags_.rx_iface + ",framecnt=8192";
     if (int rc = rte_dev_probe(args.c_str()); rc < 0) {
       *err = "cannot open " + flags_.rx_iface + " in " + flags_.rx_netns + " (" + args + "): " + std::strerror(-rc);
       return false;
     }
-    return true;
+    if (rte_eth_dev_get_port_by_name(rx_dev.c_str(), &rx_port_) != 0) return no_port(rx_dev);
+    return PortInit(rx_port_, pool_, err);
   });
-  if (!ok) return false;
-  if (rte_eth_dev_get_port_by_name(tx_dev.c_str(), &tx_port_) != 0 ||
-      rte_eth_dev_get_port_by_name(rx_dev.c_str(), &rx_port_) != 0) {
-    *err = "no DPDK port for " + flags_.tx_iface + " or " + flags_.rx_iface;
-    return false;
-  }
-  pool_ = MbufPool("trafgen_mbufs", kMbufs, kMbufCache, err);
-  if (!pool_ || !PortInit(tx_port_, pool_, err) || !PortInit(rx_port_, pool_, err)) return false;
   hz_ = rte_get_tsc_hz();
-  return true;
+  return ok;
 }
 
 void Trafgen::OpenFlow(size_t c, uint64_t now) {
@@ -146,22 +154,20 @@ void Trafgen::OpenFlow(size_t c, uint64_t now) {
   rx_.emplace_back();
   cr.live.push_back(id);
   if (t.state == FlowState::kOpening) cr.opening.push_back(id);
-  Enqueue(c, id, now);
+  Enqueue(c, id, cr.sizes.Draw(rng_), now);
 }
 
-uint16_t Trafgen::Enqueue(size_t c, uint32_t flow, uint64_t now) {
+uint16_t Trafgen::Enqueue(size_t c, uint32_t flow, uint16_t bytes, uint64_t now) {
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (!m) return 0;
-  ChainRun& cr = chains_[c];
   FlowTx& t = tx_[flow];
   Stamp s{};
   s.chain = static_cast<uint16_t>(c);
   s.flow = flow;
   s.seq = t.next_seq++;
   s.tsc = now;
-  uint16_t want = cr.sizes.Draw(rng_);
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
-  uint16_t len = BuildFrame(sc_, flows_[flow], s, want, data);
+  uint16_t len = BuildFrame(sc_, flows_[flow], s, bytes, data);
   m->data_len = m->pkt_len = len;
   burst_.push_back(m);
   pending_.push_back({static_cast<int>(c), flow, len});
@@ -214,6 +220,12 @@ int Trafgen::NextDataFlow(ChainRun& cr) {
     if (tx_[id].state == FlowState::kLive) return static_cast<int>(id);
   }
   return -1;
+}
+
+bool Trafgen::HasLiveFlow(const ChainRun& cr) const {
+  for (uint32_t id : cr.live)
+    if (tx_[id].state == FlowState::kLive) return true;
+  return false;
 }
 
 void Trafgen::Sweep(uint64_t now) {
@@ -421,21 +433,28 @@ void Trafgen::Run() {
           cr.open.Start(now);
         }
         double mbps = MbpsAt(cr.chain->phases, t);
-        if (mbps <= 0) {
-          cr.data.Start(now);
-          continue;
-        }
-        for (size_t n = 0; cr.data.Due(now) && n < kBurst; n++) {
+        /* Credit for at most 5 ms of traffic (and at least one frame): a loop
+         * that was descheduled catches up that much, no more. */
+        if (mbps <= 0) cr.data.Start(now);
+        cr.data.Refill(now, mbps, hz_, std::max(mbps * 5e3, kMaxFrame * 8.0));
+        if (!cr.next_bytes) cr.next_bytes = cr.sizes.Draw(rng_);
+        for (size_t n = 0; cr.data.CanSend(cr.next_bytes) && n < kBurst; n++) {
           int id = NextDataFlow(cr);
           if (id < 0) {
-            cr.data.Start(now + 100 * us);  /* no flow ready: look again soon */
+            cr.data.Start(now);  /* no flow ready: no credit builds up */
             break;
           }
-          uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), now);
+          uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), cr.next_bytes, now);
           if (!bytes) break;
-          cr.data.Advance(GapCycles(bytes, mbps, hz_), now, max_lag);
+          cr.data.Spend(bytes);
+          cr.next_bytes = cr.sizes.Draw(rng_);
         }
-        next_send = std::min(next_send, cr.data.Next());
+        if (mbps > 0) {
+          uint64_t wait = cr.data.Wait(cr.next_bytes, mbps, hz_);
+          /* With no flow ready, look again in 100 us. */
+          if (!HasLiveFlow(cr)) wait = std::max<uint64_t>(wait, 100 * us);
+          next_send = std::min(next_send, now + std::min<uint64_t>(wait, hz_));
+        }
       }
       if (sc_.malformed.per_s > 0) {
         if (malformed_.Due(now)) {
@@ -455,7 +474,7 @@ void Trafgen::Run() {
     now = rte_rdtsc();
     bool active = draining || now - last_tx_tsc_ < kActiveAfterTxNs * us / 1000 ||
                   (next_send != UINT64_MAX && next_send < now + kIdlePollMaxUs * us);
-    if (active) poll_gap_max_ = std::max(poll_gap_max_, now - last_poll);
+    if (active) poll_gaps_.Record((now - last_poll) * 1000 / us);
     last_poll = now;
     if (Receive()) {
       last_rx = rte_rdtsc();
@@ -529,7 +548,8 @@ nlohmann::json Trafgen::Result() const {
           {"traffic_s", Round(sc_.Seconds())},
           {"tsc_hz", hz_},
           {"rx_poll_max_us", kRxPollMaxUs},
-          {"rx_poll_gap_max_us", Round(static_cast<double>(poll_gap_max_) * 1e6 / hz, 1)},
+          {"rx_poll_gap_p99_us", Round(static_cast<double>(poll_gaps_.Quantile(0.99)) / 1000, 1)},
+          {"rx_poll_gap_max_us", Round(static_cast<double>(poll_gaps_.Max()) / 1000, 1)},
           {"seed", flags_.seed},
           {"chains", chains},
           {"timeline", timeline_},

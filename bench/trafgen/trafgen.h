@@ -57,7 +57,9 @@ class Trafgen {
   struct ChainRun {
     const Chain* chain;
     SizeMix sizes;
-    Schedule data, open;
+    Pacer data;
+    Schedule open;
+    uint16_t next_bytes = 0;  /* the size of the chain's next data frame */
     std::vector<uint32_t> live;      /* flows opening or live */
     std::deque<uint32_t> opening;    /* flows waiting for their first packet, oldest first */
     size_t rr = 0;
@@ -81,10 +83,11 @@ class Trafgen {
 
   void OpenFlow(size_t c, uint64_t now);
   /* Builds |flow|'s next packet into the TX burst; its length, 0 if no mbuf. */
-  uint16_t Enqueue(size_t c, uint32_t flow, uint64_t now);
+  uint16_t Enqueue(size_t c, uint32_t flow, uint16_t bytes, uint64_t now);
   void EnqueueMalformed();
   void Flush();
   int NextDataFlow(ChainRun& cr);
+  bool HasLiveFlow(const ChainRun& cr) const;
   void Sweep(uint64_t now);
   unsigned Receive();
   void OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc);
@@ -111,7 +114,8 @@ class Trafgen {
   Schedule malformed_;
   size_t malformed_kind_ = 0;
   uint64_t malformed_sent_ = 0, malformed_delivered_ = 0, foreign_rx_ = 0, tx_refused_ = 0, tx_port_rx_ = 0;
-  uint64_t last_tx_tsc_ = 0, poll_gap_max_ = 0;
+  uint64_t last_tx_tsc_ = 0;
+  Histogram poll_gaps_;  /* between the sink's polls while traffic is due */
 
   uint64_t next_tick_ = 0, ticks_ = 0;
   double cpu_at_tick_ = 0;

@@ -413,6 +413,34 @@ TEST(Pacing, ScheduleKeepsTheRateAndCatchesUpOnlySoFar) {
   EXPECT_LE(burst, 12);
 }
 
+TEST(Pacing, PacerFollowsARampAndBoundsTheBurstAfterAStall) {
+  const uint64_t hz = 1'000'000'000;  // 1 cycle = 1 ns
+  Pacer p;
+  p.Start(0);
+  /* a ramp 0 -> 100 Mbps over 10 ms: 500 kbit in all, 1000-byte frames */
+  uint64_t sent = 0;
+  for (uint64_t now = 0; now < 10'000'000; now += 1000) {
+    double mbps = 100.0 * static_cast<double>(now) / 10e6;
+    p.Refill(now, mbps, hz, 1e6);
+    while (p.CanSend(1000)) {
+      p.Spend(1000);
+      sent++;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(sent), 62.5, 2);
+  EXPECT_EQ(p.Wait(1000, 0, hz), UINT64_MAX);
+  EXPECT_NEAR(static_cast<double>(p.Wait(1000, 8, hz)), 1'000'000, 1'000'000);  // under a frame of credit left
+  /* a 1 s stall at 80 Mbps: the credit stops at the cap (1 ms = 80 kbit = 10 frames) */
+  p.Refill(1'010'000'000, 80, hz, 80e3);
+  int burst = 0;
+  while (p.CanSend(1000)) {
+    p.Spend(1000);
+    burst++;
+  }
+  EXPECT_EQ(burst, 10);
+  EXPECT_EQ(p.Wait(1000, 80, hz), 100'000u);  // 8000 bits at 80 Mbps
+}
+
 TEST(Pacing, SizeMixFollowsTheWeights) {
   SizeMix mix({{64, 7}, {576, 4}, {1500, 1}});
   EXPECT_NEAR(mix.MeanBytes(), (64 * 7 + 576 * 4 + 1500) / 12.0, 1e-9);
