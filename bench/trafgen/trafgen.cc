@@ -207,7 +207,10 @@ void Trafgen::Flush() {
     cr.offered_pkts++;
     cr.offered_bytes += p.bytes;
     tx_[p.flow].sent++;
-    if (flows_[p.flow].blocked) cr.blocked_sent++;
+    if (flows_[p.flow].blocked)
+      cr.blocked_sent++;
+    else
+      cr.expected_sent++;
   }
   last_tx_tsc_ = rte_rdtsc();
   burst_.clear();
@@ -324,22 +327,32 @@ void Trafgen::OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc) {
   }
 }
 
-uint64_t Trafgen::LiveLoss(size_t c) const {
-  /* Holes below each flow's highest sequence number seen; packets still
-   * on the way (or reordered) are not counted as lost yet. */
-  uint64_t loss = 0;
+uint64_t Trafgen::LiveLoss(size_t c, uint64_t now) {
+  /* Two lower bounds of the loss so far, the larger one: holes below each
+   * flow's highest sequence number seen (a late, reordered packet may still
+   * fill one), and the packets sent over a second ago that outnumber all
+   * packets received (catches flows of which nothing arrives). */
+  ChainRun& cr = chains_[c];
+  uint64_t holes = 0, received = 0;
   for (size_t id = 0; id < flows_.size(); id++) {
     if (flows_[id].chain != c || flows_[id].blocked) continue;
     const FlowRx& r = rx_[id];
+    received += r.received;
     uint64_t highest = 0;
     for (uint32_t s = tx_[id].next_seq; s > 0; s--)
       if (r.Seen(s - 1)) {
         highest = s;
         break;
       }
-    loss += highest - std::min(highest, r.received);
+    holes += highest - std::min(highest, r.received);
   }
-  return loss;
+  cr.sent_history.emplace_back(now, cr.expected_sent);
+  uint64_t sent_before = 0;
+  while (!cr.sent_history.empty() && now - cr.sent_history.front().first >= hz_) {
+    sent_before = cr.sent_history.front().second;
+    cr.sent_history.pop_front();
+  }
+  return std::max(holes, sent_before - std::min(sent_before, received));
 }
 
 void Trafgen::Tick(uint64_t now) {
@@ -357,7 +370,7 @@ void Trafgen::Tick(uint64_t now) {
     size_t live = 0;
     for (uint32_t id : cr.live) live += tx_[id].state != FlowState::kDone && now < tx_[id].end_tsc;
     double p99 = static_cast<double>(cr.second.Quantile(0.99)) / 1000;
-    uint64_t loss = LiveLoss(c);
+    uint64_t loss = LiveLoss(c, now);
     cr.second.Reset();
     timeline_.push_back({{"t_s", ticks_},
                          {"chain", cr.chain->name},

@@ -67,6 +67,8 @@ class Trafgen {
     std::unique_ptr<Aes128Cbc> aes;
     Histogram latency, setup, second;
     uint64_t offered_pkts = 0, offered_bytes = 0, delivered_pkts = 0, delivered_bytes = 0;
+    uint64_t expected_sent = 0;  /* packets sent by flows that are not blocked */
+    std::deque<std::pair<uint64_t, uint64_t>> sent_history;  /* (tick TSC, expected_sent) */
     uint64_t open_timeouts = 0, transform_errors = 0, blocked_sent = 0, blocked_delivered = 0;
     uint64_t nat_changes = 0, compared_bytes = 0, rx_invalid = 0;
     std::vector<std::string> examples;
@@ -93,7 +95,9 @@ class Trafgen {
   void OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc);
   void TransformError(ChainRun& cr, const std::string& what);
   void Tick(uint64_t now);
-  uint64_t LiveLoss(size_t c) const;
+  /* The loss so far for the live line: a lower bound while packets are on
+   * the way. */
+  uint64_t LiveLoss(size_t c, uint64_t now);
   void Nap(uint64_t ns);
 
   const Scenario& sc_;
