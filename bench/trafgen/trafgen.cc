@@ -347,12 +347,11 @@ uint64_t Trafgen::LiveLoss(size_t c, uint64_t now) {
     holes += highest - std::min(highest, r.received);
   }
   cr.sent_history.emplace_back(now, cr.expected_sent);
-  uint64_t sent_before = 0;
   while (!cr.sent_history.empty() && now - cr.sent_history.front().first >= hz_) {
-    sent_before = cr.sent_history.front().second;
+    cr.sent_a_second_ago = cr.sent_history.front().second;
     cr.sent_history.pop_front();
   }
-  return std::max(holes, sent_before - std::min(sent_before, received));
+  return std::max(holes, cr.sent_a_second_ago - std::min(cr.sent_a_second_ago, received));
 }
 
 void Trafgen::Tick(uint64_t now) {

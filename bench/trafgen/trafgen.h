@@ -69,6 +69,7 @@ class Trafgen {
     uint64_t offered_pkts = 0, offered_bytes = 0, delivered_pkts = 0, delivered_bytes = 0;
     uint64_t expected_sent = 0;  /* packets sent by flows that are not blocked */
     std::deque<std::pair<uint64_t, uint64_t>> sent_history;  /* (tick TSC, expected_sent) */
+    uint64_t sent_a_second_ago = 0;
     uint64_t open_timeouts = 0, transform_errors = 0, blocked_sent = 0, blocked_delivered = 0;
     uint64_t nat_changes = 0, compared_bytes = 0, rx_invalid = 0;
     std::vector<std::string> examples;
