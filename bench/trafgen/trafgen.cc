@@ -57,6 +57,11 @@ bool InNetns(const std::string& ns, std::string* err, Fn fn) {
   return ok;
 }
 
+void Nap(uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+}
+
 double CpuSeconds() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -296,7 +301,6 @@ void Trafgen::OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc) {
   ChainRun& cr = chains_[c];
   Check check = CheckFrame(*cr.chain, static_cast<uint16_t>(c), sc_.dst_mac, p, flows_, cr.aes.get(), &scratch_);
   if (!check.has_stamp) {
-    cr.rx_invalid++;
     TransformError(cr, check.error);
     return;
   }
@@ -386,9 +390,47 @@ void Trafgen::Tick(uint64_t now) {
   if (!flags_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-void Trafgen::Nap(uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+uint64_t Trafgen::SendDue(size_t c, uint64_t now, double t) {
+  const uint64_t us = hz_ / 1'000'000;
+  ChainRun& cr = chains_[c];
+  int ph = PhaseAt(cr.chain->phases, t);
+  if (ph < 0) return UINT64_MAX;
+  uint64_t next = UINT64_MAX;
+  const Phase& phase = cr.chain->phases[ph];
+  if (phase.new_flows_per_s > 0) {
+    uint64_t gap = static_cast<uint64_t>(static_cast<double>(hz_) / phase.new_flows_per_s);
+    for (size_t n = 0; cr.open.Due(now) && n < kBurst; n++) {
+      OpenFlow(c, now);
+      cr.open.Advance(gap, now, hz_ / 1000);
+    }
+    next = cr.open.Next();
+  } else {
+    cr.open.Start(now);
+  }
+  double mbps = MbpsAt(cr.chain->phases, t);
+  if (mbps <= 0) {
+    cr.data.Start(now);
+    return next;
+  }
+  /* Credit for at most 5 ms of traffic (and at least one frame): a loop
+   * that was descheduled catches up that much, no more. */
+  cr.data.Refill(now, mbps, hz_, std::max(mbps * 5e3, kMaxFrame * 8.0));
+  if (!cr.next_bytes) cr.next_bytes = cr.sizes.Draw(rng_);
+  for (size_t n = 0; cr.data.CanSend(cr.next_bytes) && n < kBurst; n++) {
+    int id = NextDataFlow(cr);
+    if (id < 0) {
+      cr.data.Start(now);  /* no flow ready: no credit builds up */
+      break;
+    }
+    uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), cr.next_bytes, now);
+    if (!bytes) break;
+    cr.data.Spend(bytes);
+    cr.next_bytes = cr.sizes.Draw(rng_);
+  }
+  uint64_t wait = cr.data.Wait(cr.next_bytes, mbps, hz_);
+  /* With no flow ready, look again in 100 us. */
+  if (!HasLiveFlow(cr)) wait = std::max<uint64_t>(wait, 100 * us);
+  return std::min(next, now + std::min<uint64_t>(wait, hz_));
 }
 
 void Trafgen::Run() {
@@ -429,45 +471,7 @@ void Trafgen::Run() {
         next_sweep = now + kSweepNs * us / 1000;
       }
       double t = static_cast<double>(now - start_) / static_cast<double>(hz_);
-      for (size_t c = 0; c < chains_.size(); c++) {
-        ChainRun& cr = chains_[c];
-        int ph = PhaseAt(cr.chain->phases, t);
-        if (ph < 0) continue;
-        const Phase& phase = cr.chain->phases[ph];
-        if (phase.new_flows_per_s > 0) {
-          uint64_t gap = static_cast<uint64_t>(static_cast<double>(hz_) / phase.new_flows_per_s);
-          for (size_t n = 0; cr.open.Due(now) && n < kBurst; n++) {
-            OpenFlow(c, now);
-            cr.open.Advance(gap, now, max_lag);
-          }
-          next_send = std::min(next_send, cr.open.Next());
-        } else {
-          cr.open.Start(now);
-        }
-        double mbps = MbpsAt(cr.chain->phases, t);
-        /* Credit for at most 5 ms of traffic (and at least one frame): a loop
-         * that was descheduled catches up that much, no more. */
-        if (mbps <= 0) cr.data.Start(now);
-        cr.data.Refill(now, mbps, hz_, std::max(mbps * 5e3, kMaxFrame * 8.0));
-        if (!cr.next_bytes) cr.next_bytes = cr.sizes.Draw(rng_);
-        for (size_t n = 0; cr.data.CanSend(cr.next_bytes) && n < kBurst; n++) {
-          int id = NextDataFlow(cr);
-          if (id < 0) {
-            cr.data.Start(now);  /* no flow ready: no credit builds up */
-            break;
-          }
-          uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), cr.next_bytes, now);
-          if (!bytes) break;
-          cr.data.Spend(bytes);
-          cr.next_bytes = cr.sizes.Draw(rng_);
-        }
-        if (mbps > 0) {
-          uint64_t wait = cr.data.Wait(cr.next_bytes, mbps, hz_);
-          /* With no flow ready, look again in 100 us. */
-          if (!HasLiveFlow(cr)) wait = std::max<uint64_t>(wait, 100 * us);
-          next_send = std::min(next_send, now + std::min<uint64_t>(wait, hz_));
-        }
-      }
+      for (size_t c = 0; c < chains_.size(); c++) next_send = std::min(next_send, SendDue(c, now, t));
       if (sc_.malformed.per_s > 0) {
         if (malformed_.Due(now)) {
           EnqueueMalformed();
