@@ -6,6 +6,7 @@
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -264,6 +265,13 @@ unsigned Trafgen::Receive() {
     uint64_t rx_tsc = rte_rdtsc();
     for (uint16_t i = 0; i < n; i++) {
       rte_mbuf* m = burst[i];
+      /* The kernel may hand the VLAN tag over beside the frame (af_packet's tp_vlan_tci):
+       * put it back where the chain put it, so the check sees the frame as sent. */
+      if ((m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) && rte_vlan_insert(&burst[i]) != 0) {
+        foreign_rx_++;
+        continue;
+      }
+      m = burst[i];
       if (m->nb_segs == 1)
         OnFrame(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, rx_tsc);
       else
