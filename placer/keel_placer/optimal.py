@@ -21,6 +21,9 @@ from .solver import LinearModel
 PATTERN_LIMIT = 200_000
 
 
+CORE_TIEBREAK = 1e-5  # objective per server core, in Gbps
+
+
 def prune(pats: list[Pattern]) -> list[Pattern]:
     """Drop patterns that another pattern of the same chain and host matches or beats on
     every core count while using no more link, SmartNIC or switch resources."""
@@ -93,7 +96,10 @@ def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: floa
             bound: dict[int, float] = {r: 1.0}
             counts = [0] if not p.subgroups else _useful_counts(p)
             for n in counts:
-                x = m.var(0.0, 1.0, 0.0, integer=True)
+                # Among placements of equal throughput, the one with fewer server cores (a
+                # chain the switch can run alone stays there): a tie-breaker far below any
+                # rate difference that matters (1e-5 Gbps per core).
+                x = m.var(0.0, 1.0, -CORE_TIEBREAK * n if p.host is not None else 0.0, integer=True)
                 chain_x.append((x, p, n))
                 use[x] = 1.0
                 bound[x] = -p.value(n)

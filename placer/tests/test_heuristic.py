@@ -117,3 +117,21 @@ def test_tenant_nf_cost_and_state_reach_the_placement():
     assert rates[None] == (pytest.approx(GBPS_PER_CYCLE / (9780 + ENCAP_CYCLES)), 1)
     with pytest.raises(catalog.CatalogError, match="stateful must be true or false"):
         catalog.library().with_tenants([{"name": "heavy", "args": [], "stateful": "no"}])
+
+
+def test_a_chain_the_switch_can_run_alone_stays_off_the_server_cores():
+    # stack.yml's chain1 alone on the local rack: the switch and one server core both carry
+    # its t_max of 10 Gbps. With rate alone as the objective the heuristic picked the core
+    # (make demo then lost chain1's VLAN tag at the worker's access port); the placement
+    # with fewer cores wins the tie.
+    from keel_placer.topology import load_topology
+
+    topo = load_topology(str(Path(__file__).resolve().parents[2] / "deploy" / "local" / "topology.yaml"))
+    prob = problem("flow f = [{'dst_ip':'198.18.1.0/24'}]\n"
+                   "chain c = Tunnel(vlan=7) -> IPv4Fwd(routes=[{'prefix':'198.18.1.0/24',"
+                   "'dst_mac':'02:00:00:00:01:01','port':0}])\n"
+                   "f : c @ {'t_min':'1Gbps','t_max':'10Gbps'}\n", topo)
+    for p in both(prob):
+        assert p.feasible, p.reason
+        assert p.marginal_gbps == pytest.approx(9.0)
+        assert not p.chains[0].subgroups, (p.algo, p.chains[0].subgroups)
