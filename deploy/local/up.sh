@@ -184,6 +184,9 @@ fi
 part ovsdb-server 20 ovsdb_ok -- ovsdb-server "$RUN/ovs/conf.db" --remote="punix:$RUN/ovs/db.sock" \
   --pidfile --no-chdir -vconsole:info -vsyslog:off
 ovs-vsctl --timeout=5 --no-wait init
+# Two VLAN headers matter: an instance's VF port (dot1q-tunnel) keeps the tag an NF pushed
+# inside the instance's VLAN.
+ovs-vsctl --timeout=5 --no-wait set Open_vSwitch . other_config:vlan-limit=2
 # The embedded ToR reads its veth ports through AF_PACKET sockets that get the kernel's default
 # receive buffer (net.core.rmem_default, 208 KiB: ~90 packets). When something stalls
 # ovs-vswitchd's main loop for a moment (a port added for a new chain instance, a busy core 0),

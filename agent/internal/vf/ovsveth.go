@@ -114,7 +114,11 @@ func (o *OVSVeth) Plug(ctx context.Context, instance string, vlan uint32, pid in
 		ipLinkToNetns(peer, pid),
 		inNetns(pid, ipLinkRenameUp(peer, InNetns)),
 		ipLinkUp(host),
+		// dot1q-tunnel, not access: an NF that tags its packets itself (Tunnel on a server)
+		// keeps its tag inside the instance VLAN, where an access port would drop them; the
+		// outer tag is 802.1Q like the trunk's. Untagged packets are handled as on an access port.
 		ovs(o.DB, "--may-exist", "add-port", o.Bridge, host, "tag="+strconv.FormatUint(uint64(vlan), 10),
+			"vlan_mode=dot1q-tunnel", "other_config:qinq-ethtype=802.1q",
 			"--", "set", "port", host, "external_ids:keel-instance="+instance),
 	}
 	for _, argv := range steps {

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An NF on a server that tags packets itself keeps its tag on the way out (`make up`, real
+stack): `NAT -> Tunnel(vlan=9)` runs both NFs in the instance (the placer puts a chain that
+starts with a stateful NF on the worker), so the Tunnel's VLAN 9 is on the packets when they
+leave vf0. The instance's VF port carries them inside the instance VLAN (OVS dot1q-tunnel
+port); as an access port it dropped every tagged packet, and stack.yml's chain1 lost its VLAN
+whenever the placer ran it on a server. keel-trafgen's sink checks VLAN 9 and the NATed
+source on every packet."""
+import json
+import subprocess
+
+import pytest
+
+from keelenv import BIN
+from keelstack import SKIP_REASON, all_ready, faas, running_stack, wait_for
+
+pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
+
+STACK = """version: 1.0
+provider:
+  name: openfaas
+  gateway: http://127.0.0.1:8080
+functions:
+  tunsrv:
+    image: keel/chain:latest
+    labels:
+      com.keel.kind: chain
+    annotations:
+      com.keel.chain: "NAT(external_ip='198.18.100.6', port_range=[1024, 65535]) -> Tunnel(vlan=9)"
+      com.keel.filter: "dst net 198.18.6.0/24"
+      com.keel.slo: "p99=1ms,t_min=10Mbps"
+"""
+
+SCENARIO = {"chains": [{
+    "name": "tunsrv", "dst_net": "198.18.6.0/24", "proto": "udp", "dport": 5001, "sizes": [[512, 1]],
+    "flow_lifetime_s": 20, "phases": [{"name": "steady", "seconds": 5, "mbps": 1, "new_flows_per_s": 1}],
+    "expect": {"vlan": 9, "snat": {"ip": "198.18.100.6", "ports": [1024, 65535]}}}]}
+
+
+def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
+    yml, scenario, out = tmp_path / "stack.yml", tmp_path / "scenario.json", tmp_path / "out.json"
+    yml.write_text(STACK)
+    scenario.write_text(json.dumps(SCENARIO))
+    with running_stack():
+        r = faas("deploy", "-f", str(yml))
+        assert r.returncode == 0, r.stdout + r.stderr
+        try:
+            insts = wait_for("tunsrv's instance ready", lambda: all_ready("tunsrv"))
+            assert insts, "NAT -> Tunnel runs on the worker"
+            run = subprocess.run([str(BIN / "keel-trafgen"), "--scenario", str(scenario), "--out", str(out),
+                                  "--quiet", "--seed", "9"], capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, run.stderr
+            c = json.loads(out.read_text())["chains"][0]
+            print(f"tunsrv: {c['delivered_pkts']} delivered, loss {c['loss']}, "
+                  f"{c['transform_errors']} wrong {c['transform_error_examples']}")
+            assert c["delivered_pkts"] > 300
+            assert c["transform_errors"] == 0, c["transform_error_examples"]
+            assert c["loss"] == 0
+        finally:
+            r = faas("remove", "tunsrv")
+            assert r.returncode == 0, r.stdout + r.stderr
