@@ -340,9 +340,9 @@ def test_a_tenant_nf_between_library_nfs_drops_low_ttl_and_the_rest_arrive_nated
     try:
         wait_for("ttlchain's pooled instances ready", lambda: all_ready("ttlchain"), timeout=90)
         before = agent_metrics()
-        low = capture(f"p.haslayer(UDP) and p[IP].dst == '198.18.5.201'", udp("198.18.5.201", 6001, n=10, ttl=TTL_MIN - 1),
-                      timeout=3)
-        ok = capture(f"p.haslayer(UDP) and p[IP].dst == '198.18.5.202'", udp("198.18.5.202", 6002, n=10, ttl=TTL_MIN),
+        low = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.201'",
+                      udp("198.18.5.201", 6001, n=10, ttl=TTL_MIN - 1), timeout=3)
+        ok = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.202'", udp("198.18.5.202", 6002, n=10, ttl=TTL_MIN),
                      timeout=3)
         assert low == []
         assert len(ok) == 10, ok
