@@ -162,12 +162,26 @@ STACK_LINK = re.compile(r"^\d+: (keel(vf|-nic|-up|-tor|-tsrc|-tsink|-ting|-ing)\
 STACK_NETNS = ("keelsrc", "keelsink")
 
 
+def other_stack() -> str:
+    """What another worktree's stack listens on (Redis, the gateway), "" if nothing: a stack
+    that make up in this tree would collide with."""
+    if (RUN / "redis.pid").exists():
+        return ""
+    return sh("ss", "-Hltnp", "( sport = :6379 or sport = :8080 )", check=False).stdout.strip()
+
+
 @contextlib.contextmanager
 def running_stack():
     """make up and faas-cli login; make down afterwards, checking it left nothing. Holds the
     core-1 lock (other tests use coopsched's core) throughout."""
     lock = open("/tmp/keel-core1.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    other = other_stack()
+    if other:
+        # make down after a failed make up would remove that stack's NF containers too
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        pytest.fail(f"another keel stack runs here (not from {RUN}): {other}")
     try:
         t0 = time.time()
         up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)
