@@ -6,15 +6,13 @@ with faas-cli, flows to each chain's prefix through the ToR, and
   by selenium), logged in with the gateway's basic auth: the three chains appear, chains 2
   and 3 on their worker's core with a non-zero rate, chain 1 on the ToR switch with its
   flows, and the controller's attach decisions in the event list; a screenshot goes to
-  $KEEL_SCREENSHOT (bench/results/dashboard.png is one, taken with
-  KEEL_SCREENSHOT=bench/results/dashboard.png), else to the test's temporary directory;
+  bench/results/dashboard.png;
 - /system/keel/topology, the JSON behind the page, with the same chains;
 - Prometheus (make up starts it) scraping a keel metric of every component: gateway, agent,
   ingress and torctl."""
 import base64
 import json
 import os
-from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -32,7 +30,7 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 FLOWGEN = ROOT / "bench" / "flowgen.py"
 PROMETHEUS = "http://127.0.0.1:9090"
-SCREENSHOT_ENV = os.environ.get("KEEL_SCREENSHOT")
+SCREENSHOT = ROOT / "bench" / "results" / "dashboard.png"
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 # Each chain's prefix and protocol (chain 2 serves HTTP only).
@@ -161,7 +159,7 @@ return {updated: document.body.dataset.updated || '', status: document.getElemen
 """
 
 
-def test_dashboard_shows_chains_cores_rates_and_scale_events(browser, traffic, tmp_path):
+def test_dashboard_shows_chains_cores_rates_and_scale_events(browser, traffic):
     t0 = time.time()
     browser.get(GATEWAY + "/ui/")
     last = {}
@@ -185,10 +183,9 @@ def test_dashboard_shows_chains_cores_rates_and_scale_events(browser, traffic, t
     shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
         "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 4000), "scale": 1}})
-    screenshot = Path(SCREENSHOT_ENV) if SCREENSHOT_ENV else tmp_path / "dashboard.png"
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    screenshot.write_bytes(base64.b64decode(shot["data"]))
-    assert screenshot.stat().st_size > 20_000
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
+    assert SCREENSHOT.stat().st_size > 20_000
 
 
 def prometheus_has(query: str):

@@ -6,15 +6,20 @@ flows asking for a blocked URL, a few malformed frames and a group of flows no c
 The sink is the same process, in keelsink; it checks every packet's transformation."""
 import json
 import subprocess
+import sys
 
 import pytest
 
 from keelenv import BIN, ROOT
 from keelstack import SKIP_REASON, all_ready, faas, running_stack, wait_for
 
+sys.path.insert(0, str(ROOT / "bench"))
+import promtext  # noqa: E402 - bench/promtext.py
+
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 TRAFGEN = BIN / "keel-trafgen"
+INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
 SCENARIO = ROOT / "bench" / "trafgen" / "scenarios" / "three_chains.json"
 
 
@@ -27,7 +32,10 @@ def result(tmp_path_factory):
         r = faas("deploy", "-f", "stack.yml", "--regex", "^chain[123]$")
         assert r.returncode == 0, r.stdout + r.stderr
         for chain in ("chain2", "chain3"):
-            wait_for(f"{chain}'s pooled instance ready", lambda: all_ready(chain))
+            wait_for(f"{chain}'s instances ready", lambda: all_ready(chain))
+        # until the ingress has the chains from the gateway's Watch, new flows take the no-chain path
+        wait_for("the ingress to know the three chains",
+                 lambda: promtext.scrape(INGRESS_METRICS).get("keel_ingress_chains") == 3)
         run = subprocess.run([str(TRAFGEN), "--scenario", str(SCENARIO), "--out", str(out), "--quiet"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr

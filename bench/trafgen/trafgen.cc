@@ -6,6 +6,7 @@
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -55,6 +56,11 @@ bool InNetns(const std::string& ns, std::string* err, Fn fn) {
   }
   close(self);
   return ok;
+}
+
+void Nap(uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
 }
 
 double CpuSeconds() {
@@ -207,7 +213,10 @@ void Trafgen::Flush() {
     cr.offered_pkts++;
     cr.offered_bytes += p.bytes;
     tx_[p.flow].sent++;
-    if (flows_[p.flow].blocked) cr.blocked_sent++;
+    if (flows_[p.flow].blocked)
+      cr.blocked_sent++;
+    else
+      cr.expected_sent++;
   }
   last_tx_tsc_ = rte_rdtsc();
   burst_.clear();
@@ -256,6 +265,13 @@ unsigned Trafgen::Receive() {
     uint64_t rx_tsc = rte_rdtsc();
     for (uint16_t i = 0; i < n; i++) {
       rte_mbuf* m = burst[i];
+      /* The kernel may hand the VLAN tag over beside the frame (af_packet's tp_vlan_tci):
+       * put it back where the chain put it, so the check sees the frame as sent. */
+      if ((m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) && rte_vlan_insert(&burst[i]) != 0) {
+        foreign_rx_++;
+        continue;
+      }
+      m = burst[i];
       if (m->nb_segs == 1)
         OnFrame(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len, rx_tsc);
       else
@@ -293,7 +309,6 @@ void Trafgen::OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc) {
   ChainRun& cr = chains_[c];
   Check check = CheckFrame(*cr.chain, static_cast<uint16_t>(c), sc_.dst_mac, p, flows_, cr.aes.get(), &scratch_);
   if (!check.has_stamp) {
-    cr.rx_invalid++;
     TransformError(cr, check.error);
     return;
   }
@@ -324,22 +339,31 @@ void Trafgen::OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc) {
   }
 }
 
-uint64_t Trafgen::LiveLoss(size_t c) const {
-  /* Holes below each flow's highest sequence number seen; packets still
-   * on the way (or reordered) are not counted as lost yet. */
-  uint64_t loss = 0;
+uint64_t Trafgen::LiveLoss(size_t c, uint64_t now) {
+  /* Two lower bounds of the loss so far, the larger one: holes below each
+   * flow's highest sequence number seen (a late, reordered packet may still
+   * fill one), and the packets sent over a second ago that outnumber all
+   * packets received (catches flows of which nothing arrives). */
+  ChainRun& cr = chains_[c];
+  uint64_t holes = 0, received = 0;
   for (size_t id = 0; id < flows_.size(); id++) {
     if (flows_[id].chain != c || flows_[id].blocked) continue;
     const FlowRx& r = rx_[id];
+    received += r.received;
     uint64_t highest = 0;
     for (uint32_t s = tx_[id].next_seq; s > 0; s--)
       if (r.Seen(s - 1)) {
         highest = s;
         break;
       }
-    loss += highest - std::min(highest, r.received);
+    holes += highest - std::min(highest, r.received);
   }
-  return loss;
+  cr.sent_history.emplace_back(now, cr.expected_sent);
+  while (!cr.sent_history.empty() && now - cr.sent_history.front().first >= hz_) {
+    cr.sent_a_second_ago = cr.sent_history.front().second;
+    cr.sent_history.pop_front();
+  }
+  return std::max(holes, cr.sent_a_second_ago - std::min(cr.sent_a_second_ago, received));
 }
 
 void Trafgen::Tick(uint64_t now) {
@@ -357,7 +381,7 @@ void Trafgen::Tick(uint64_t now) {
     size_t live = 0;
     for (uint32_t id : cr.live) live += tx_[id].state != FlowState::kDone && now < tx_[id].end_tsc;
     double p99 = static_cast<double>(cr.second.Quantile(0.99)) / 1000;
-    uint64_t loss = LiveLoss(c);
+    uint64_t loss = LiveLoss(c, now);
     cr.second.Reset();
     timeline_.push_back({{"t_s", ticks_},
                          {"chain", cr.chain->name},
@@ -374,9 +398,47 @@ void Trafgen::Tick(uint64_t now) {
   if (!flags_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-void Trafgen::Nap(uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+uint64_t Trafgen::SendDue(size_t c, uint64_t now, double t) {
+  const uint64_t us = hz_ / 1'000'000;
+  ChainRun& cr = chains_[c];
+  int ph = PhaseAt(cr.chain->phases, t);
+  if (ph < 0) return UINT64_MAX;
+  uint64_t next = UINT64_MAX;
+  const Phase& phase = cr.chain->phases[ph];
+  if (phase.new_flows_per_s > 0) {
+    uint64_t gap = static_cast<uint64_t>(static_cast<double>(hz_) / phase.new_flows_per_s);
+    for (size_t n = 0; cr.open.Due(now) && n < kBurst; n++) {
+      OpenFlow(c, now);
+      cr.open.Advance(gap, now, hz_ / 1000);
+    }
+    next = cr.open.Next();
+  } else {
+    cr.open.Start(now);
+  }
+  double mbps = MbpsAt(cr.chain->phases, t);
+  if (mbps <= 0) {
+    cr.data.Start(now);
+    return next;
+  }
+  /* Credit for at most 5 ms of traffic (and at least one frame): a loop
+   * that was descheduled catches up that much, no more. */
+  cr.data.Refill(now, mbps, hz_, std::max(mbps * 5e3, kMaxFrame * 8.0));
+  if (!cr.next_bytes) cr.next_bytes = cr.sizes.Draw(rng_);
+  for (size_t n = 0; cr.data.CanSend(cr.next_bytes) && n < kBurst; n++) {
+    int id = NextDataFlow(cr);
+    if (id < 0) {
+      cr.data.Start(now);  /* no flow ready: no credit builds up */
+      break;
+    }
+    uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), cr.next_bytes, now);
+    if (!bytes) break;
+    cr.data.Spend(bytes);
+    cr.next_bytes = cr.sizes.Draw(rng_);
+  }
+  uint64_t wait = cr.data.Wait(cr.next_bytes, mbps, hz_);
+  /* With no flow ready, look again in 100 us. */
+  if (!HasLiveFlow(cr)) wait = std::max<uint64_t>(wait, 100 * us);
+  return std::min(next, now + std::min<uint64_t>(wait, hz_));
 }
 
 void Trafgen::Run() {
@@ -417,45 +479,7 @@ void Trafgen::Run() {
         next_sweep = now + kSweepNs * us / 1000;
       }
       double t = static_cast<double>(now - start_) / static_cast<double>(hz_);
-      for (size_t c = 0; c < chains_.size(); c++) {
-        ChainRun& cr = chains_[c];
-        int ph = PhaseAt(cr.chain->phases, t);
-        if (ph < 0) continue;
-        const Phase& phase = cr.chain->phases[ph];
-        if (phase.new_flows_per_s > 0) {
-          uint64_t gap = static_cast<uint64_t>(static_cast<double>(hz_) / phase.new_flows_per_s);
-          for (size_t n = 0; cr.open.Due(now) && n < kBurst; n++) {
-            OpenFlow(c, now);
-            cr.open.Advance(gap, now, max_lag);
-          }
-          next_send = std::min(next_send, cr.open.Next());
-        } else {
-          cr.open.Start(now);
-        }
-        double mbps = MbpsAt(cr.chain->phases, t);
-        /* Credit for at most 5 ms of traffic (and at least one frame): a loop
-         * that was descheduled catches up that much, no more. */
-        if (mbps <= 0) cr.data.Start(now);
-        cr.data.Refill(now, mbps, hz_, std::max(mbps * 5e3, kMaxFrame * 8.0));
-        if (!cr.next_bytes) cr.next_bytes = cr.sizes.Draw(rng_);
-        for (size_t n = 0; cr.data.CanSend(cr.next_bytes) && n < kBurst; n++) {
-          int id = NextDataFlow(cr);
-          if (id < 0) {
-            cr.data.Start(now);  /* no flow ready: no credit builds up */
-            break;
-          }
-          uint16_t bytes = Enqueue(c, static_cast<uint32_t>(id), cr.next_bytes, now);
-          if (!bytes) break;
-          cr.data.Spend(bytes);
-          cr.next_bytes = cr.sizes.Draw(rng_);
-        }
-        if (mbps > 0) {
-          uint64_t wait = cr.data.Wait(cr.next_bytes, mbps, hz_);
-          /* With no flow ready, look again in 100 us. */
-          if (!HasLiveFlow(cr)) wait = std::max<uint64_t>(wait, 100 * us);
-          next_send = std::min(next_send, now + std::min<uint64_t>(wait, hz_));
-        }
-      }
+      for (size_t c = 0; c < chains_.size(); c++) next_send = std::min(next_send, SendDue(c, now, t));
       if (sc_.malformed.per_s > 0) {
         if (malformed_.Due(now)) {
           EnqueueMalformed();

@@ -67,8 +67,11 @@ class Trafgen {
     std::unique_ptr<Aes128Cbc> aes;
     Histogram latency, setup, second;
     uint64_t offered_pkts = 0, offered_bytes = 0, delivered_pkts = 0, delivered_bytes = 0;
+    uint64_t expected_sent = 0;  /* packets sent by flows that are not blocked */
+    std::deque<std::pair<uint64_t, uint64_t>> sent_history;  /* (tick TSC, expected_sent) */
+    uint64_t sent_a_second_ago = 0;
     uint64_t open_timeouts = 0, transform_errors = 0, blocked_sent = 0, blocked_delivered = 0;
-    uint64_t nat_changes = 0, compared_bytes = 0, rx_invalid = 0;
+    uint64_t nat_changes = 0, compared_bytes = 0;
     std::vector<std::string> examples;
     uint64_t tick_offered_bytes = 0, tick_delivered_bytes = 0;  /* at the last tick */
     explicit ChainRun(const Chain* c) : chain(c), sizes(c->sizes) {}
@@ -81,6 +84,9 @@ class Trafgen {
     uint16_t bytes = 0;
   };
 
+  /* Opens the flows and sends the data chain |c| has due at |now|, |t|
+   * seconds into the run; returns when it next has something due. */
+  uint64_t SendDue(size_t c, uint64_t now, double t);
   void OpenFlow(size_t c, uint64_t now);
   /* Builds |flow|'s next packet into the TX burst; its length, 0 if no mbuf. */
   uint16_t Enqueue(size_t c, uint32_t flow, uint16_t bytes, uint64_t now);
@@ -93,8 +99,9 @@ class Trafgen {
   void OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc);
   void TransformError(ChainRun& cr, const std::string& what);
   void Tick(uint64_t now);
-  uint64_t LiveLoss(size_t c) const;
-  void Nap(uint64_t ns);
+  /* The loss so far for the live line: a lower bound while packets are on
+   * the way. */
+  uint64_t LiveLoss(size_t c, uint64_t now);
 
   const Scenario& sc_;
   const Flags& flags_;

@@ -39,6 +39,10 @@ GATEWAY = "http://127.0.0.1:8080"
 PROMETHEUS = "http://127.0.0.1:9090"
 SCENARIO = ROOT / "bench" / "scenarios" / "e2e.json"
 RESULT = ROOT / "bench" / "results" / "e2e.json"
+SIM_SCENARIO = ROOT / "bench" / "scenarios" / "e2e-sim.yaml"
+SIM_RESULT = ROOT / "bench" / "results" / "e2e_sim.json"
+CHAIN_RATE = ROOT / "bench" / "results" / "chain_rate.json"
+SERVER_NFS = {"chain2": "acl,urlfilter,encrypt", "chain3": "acl,nat"}  # stack.yml's, as placed
 CHAINS = ("chain1", "chain2", "chain3")
 
 
@@ -173,6 +177,40 @@ def result(traffic: dict, slos: dict, samples: list) -> dict:
     return {"chains": chains, "timeline": timeline(samples, traffic)}
 
 
+def sim_comparison(bin_dir: Path, res: dict) -> dict:
+    """What keel-sim predicts for the demo's traffic on this machine's one managed core
+    (bench/scenarios/e2e-sim.yaml: p99) and for one core's max rate (keel-sim profile), beside
+    what the demo measured (p99, end to end) and what bench/chain_rate.py measured (one core's
+    max rate, keel-nf under coopsched, 1024-byte packets)."""
+    sim_out = RUN / "e2e-sim.json"
+    run([bin_dir / "keel-sim", "run", "--policy", "keel", "-q", "--out", sim_out, SIM_SCENARIO], "keel-sim run")
+    sim = {r["chain"]: r for r in json.loads(sim_out.read_text())["rows"]}
+    measured = {c["name"]: c for c in res["chains"]}
+    core = {}
+    if CHAIN_RATE.exists():
+        core = {r["chain"]: r for r in json.loads(CHAIN_RATE.read_text())["rows"] if r["pkt_bytes"] == 1024}
+    rows = []
+    for chain, nfs in SERVER_NFS.items():
+        prof_out = RUN / f"e2e-profile-{chain}.json"
+        run([bin_dir / "keel-sim", "profile", "--chain", chain, "--nfs", nfs, "--pkt-bytes", "1024",
+             "--ghz", "2.6", "--out", prof_out], "keel-sim profile")
+        max_mpps = json.loads(prof_out.read_text())["max_pps"] / 1e6
+        m, c = measured.get(chain, {}), core.get(chain, {})
+        row = {"chain": chain, "sim_p99_us": sim[chain]["p99_us"], "measured_p99_us": m.get("p99_us"),
+               "sim_max_mpps_1024B": round(max_mpps, 3), "core_max_mpps_1024B": c.get("keel_mpps")}
+        row["p99_measured_over_sim"] = round(row["measured_p99_us"] / row["sim_p99_us"], 1) \
+            if row["measured_p99_us"] and row["sim_p99_us"] else None
+        row["max_measured_over_sim"] = round(c["keel_mpps"] / max_mpps, 3) if c.get("keel_mpps") else None
+        rows.append(row)
+    out = {"scenario": str(SIM_SCENARIO.relative_to(ROOT)), "rows": rows,
+           "method": "sim_p99_us: keel-sim run (one worker, one managed core at 2.6 GHz, the demo's chains "
+                     "together); measured_p99_us: make demo, keel-trafgen's sink (end to end: the embedded "
+                     "ToR, keel-ingress for first packets, veths, the instance); sim_max_mpps_1024B: keel-sim "
+                     "profile (one core); core_max_mpps_1024B: bench/results/chain_rate.json keel_mpps"}
+    SIM_RESULT.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def report(res: dict, traffic: dict) -> bool:
     """Prints the report; true when every chain met its SLO with zero loss and no wrong packet."""
     extra = {c["name"]: c for c in traffic["chains"]}
@@ -201,6 +239,15 @@ def report(res: dict, traffic: dict) -> bool:
     return good
 
 
+def report_sim(cmp: dict) -> None:
+    say("\n  keel-sim for the same traffic on this machine's managed core (bench/results/e2e_sim.json):")
+    for r in cmp["rows"]:
+        say(f"  {r['chain']:<7} p99 predicted {r['sim_p99_us']:.1f}µs (the core alone), measured "
+            f"{r['measured_p99_us']:.0f}µs end to end; one core's max rate at 1024 B predicted "
+            f"{r['sim_max_mpps_1024B']:.3f} Mpps, measured {r['core_max_mpps_1024B'] or 0:.3f} Mpps "
+            f"(bench/chain_rate.py)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=str(ROOT / "build" / "bin"), help="keel's binaries (default build/bin)")
@@ -209,6 +256,7 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=45.0,
                     help="seconds to keep watching after the traffic, until the ramp's extra instances "
                          "are detached (default 45)")
+    ap.add_argument("--down", action="store_true", help="stop the stack at the end (make bench)")
     args = ap.parse_args()
     bin_dir = Path(args.bin).resolve()
     if os.geteuid() != 0:
@@ -230,7 +278,12 @@ def main() -> int:
         if time.time() > deadline:
             die(f"the chains' instances were not ready within 120 s: {faas('list', '-v')}")
         time.sleep(0.5)
-    say("  chain1 runs on the ToR; chain2 and chain3 have a pre-deployed instance ready")
+    topo = faas.topology()
+    for c in topo["chains"]:
+        if c["name"] in CHAINS:
+            where = "runs on the ToR switch" if c["switch_only"] else \
+                f"has a pre-deployed instance ready ({' -> '.join(c['server_nfs'])} on the worker)"
+            say(f"  {c['name']} {where}")
 
     say(f"4. traffic: keel-trafgen --scenario {Path(args.scenario).relative_to(ROOT)}")
     traffic_json = RUN / "e2e-traffic.json"
@@ -256,6 +309,11 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     good = report(res, traffic)
+    report_sim(sim_comparison(bin_dir, res))
+    if args.down:
+        run([ROOT / "deploy" / "local" / "down.sh"], "make down")
+        say(f"\nThe demo took {time.time() - t_start:.0f} s; the stack is down again.")
+        return 0 if good else 1
     say(f"\nThe stack is still up (demo took {time.time() - t_start:.0f} s). Look around:")
     say(f"  faas-cli list; faas-cli describe chain2     (HOME={RUN / 'faas-home'} holds the login)")
     say(f"  dashboard   {GATEWAY}/ui/  (user admin, password in run/secrets/basic-auth-password)")

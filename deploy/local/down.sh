@@ -4,7 +4,7 @@
 # in run/ (SIGTERM, then SIGKILL after a bounded wait), the NF containers of the agent (label
 # com.keel.worker), the private Open vSwitch's bridges (keel-nic-*, keel-tor*) with the veths
 # that were their ports and the keel* network namespaces those veths led into, and the
-# chain-buffer tmpfs if make up mounted it. A dockerd make up did not start is left running,
+# chain-buffer tmpfs if make up mounted it, and net.core.rmem_default if make up raised it. A dockerd make up did not start is left running,
 # and so is everything else.
 #
 # Works after a crash (stale PID files, OVS killed, half-started stack) and when nothing runs;
@@ -117,5 +117,10 @@ if [ -f "$RUN/pktbuf.mounted" ]; then
     say "  chain buffers: unmounted $PKTBUF"
   fi
   rm -f "$RUN/pktbuf.mounted"
+fi
+if [ -f "$RUN/rmem_default" ]; then
+  sysctl -qw net.core.rmem_default="$(cat "$RUN/rmem_default")" &&
+    say "  net.core.rmem_default: $(cat "$RUN/rmem_default") again"
+  rm -f "$RUN/rmem_default"
 fi
 say "keel's local stack is down"

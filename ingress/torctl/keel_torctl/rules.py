@@ -7,12 +7,16 @@ fields and actions are used, so any OpenFlow 1.3 ToR can run what torctl install
 Table 0 steers (priorities low to high):
   0   table-miss                        -> output ingress (new flows go to keel-ingress)
   1   in_port=ingress                   -> output egress (the ingress's normal path)
-  10  in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
-  20  in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
-                                           egress, goto the chain's first after-server NF table
   100 5-tuple (stage 2)                 -> metadata=chain|pre, action set: push instance VLAN,
                                            output trunk (or egress), goto the first pre-server NF
   110 5-tuple, in_port=ingress (stage 1)   the same, for the packets the ingress re-injects
+  120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
+  130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
+                                           egress, goto the chain's first after-server NF table
+Return traffic outranks the flow rules: a chain that leaves the 5-tuple unchanged (ACL,
+UrlFilter, Encrypt) sends back packets that the flow's own rule also matches (eth_type and
+the IPv4 fields match behind the instance's VLAN tag), and that rule would send them out the
+trunk they came in on, where OVS drops them.
 The NF tables follow (nfs.py), one per NF kind in Lemur's fixed table order.
 """
 
@@ -27,8 +31,9 @@ from typing import Any, Callable
 Ports = Callable[[str], int]
 
 STEER_TABLE = 0
-PRIO_MISS, PRIO_NORMAL, PRIO_RETURN, PRIO_RETURN_CHAIN = 0, 1, 10, 20
+PRIO_MISS, PRIO_NORMAL = 0, 1
 PRIO_FLOW, PRIO_REINJECT = 100, 110
+PRIO_RETURN, PRIO_RETURN_CHAIN = 120, 130
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT
 ETH_IPV4 = 0x0800
 TPID_8021Q = 0x8100

@@ -56,7 +56,7 @@ def test_base_rules_steer_table_miss_to_the_ingress_and_trunk_returns_to_the_egr
     ing, eg, trunk = (PORTS[r][0] for r in ("ingress", "egress", "trunk"))
     assert f"priority=0 actions=output:{ing}" in dump or "priority=0 actions=output:1" in dump
     assert "priority=1,in_port=" in dump
-    assert "priority=10,vlan_tci=0x1000/0x1000" in dump or "priority=10,in_port=" in dump
+    assert "priority=120,vlan_tci=0x1000/0x1000" in dump or "priority=120,in_port=" in dump
     net = bridge[1]
     net.drain()
     net.send([udp(1)])

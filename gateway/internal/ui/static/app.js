@@ -120,7 +120,9 @@ function drawChains(t) {
   const cards = t.chains.map((c) => {
     const t0 = c.history.length ? Math.min(Date.parse(c.history[0].t), t1 - 60000) : t1 - 60000;
     const slo = c.slo.p99_us > 0 ? `p99 ≤ ${us(c.slo.p99_us)}` : "no latency bound";
-    const met = c.slo_met ? el("span", { class: "ok" }, "SLO met") : el("span", { class: "bad" }, "SLO missed");
+    // No p99 from the agents (they report rates and queues, not latency) is not a met SLO.
+    const met = c.slo.p99_us > 0 && (c.switch_only || c.p99_us === 0) ? el("span", {}, "p99 not measured")
+      : c.slo_met ? el("span", { class: "ok" }, "SLO met") : el("span", { class: "bad" }, "SLO missed");
     const nfs = c.nfs.map((n) => el("span", { class: "nf" + (c.switch_nfs.includes(n) ? " switch" : ""),
       title: c.switch_nfs.includes(n) ? "on the ToR switch" : "on a server core" }, n));
     return el("div", { class: "chain", "data-chain": c.name, "data-rate-pps": c.rate_pps, "data-cores": c.cores.length,
@@ -133,7 +135,7 @@ function drawChains(t) {
         ["cores", c.cores.length ? c.cores.join(", ") : "none", "cores"],
         ["flows", String(c.flows)],
         ["rate", c.switch_only ? "— (on the switch; flows only)" : `${gbps(c.rate_gbps)} · ${pps(c.rate_pps)}`, "rate"],
-        ["p99", c.switch_only || c.p99_us === 0 ? "— (not reported)" : us(c.p99_us), c.slo_met ? "ok" : "bad"],
+        ["p99", c.switch_only || c.p99_us === 0 ? "— (not reported)" : us(c.p99_us), c.p99_us === 0 ? "" : c.slo_met ? "ok" : "bad"],
       ]),
       el("div", { class: "charts" },
         chart("rate", c.history, "rate_gbps", gbps, 0, t0, t1),
