@@ -291,14 +291,14 @@ def assert_survived(r: dict, ingress: dict, dep_before: dict) -> None:
 
 
 def test_a_killed_nf_container_of_chain3_is_rebuilt_and_keeps_the_nat_mappings(stack, tmp_path):
-    """`docker kill` of the NAT container of chain 3's attached instance, during 25 s of
-    traffic. coopsched fails the sgroup, the agent removes the instance's containers and
+    """`docker kill` of the NAT container of chain 3's attached instance, during 35 s of
+    traffic (flows live 32 s, so those opened before the kill send on after the rebuild). coopsched fails the sgroup, the agent removes the instance's containers and
     rebuilds it (1 s backoff) and the controller attaches it again; the NAT's table comes back
     from Redis, so the flows that keep sending across the outage keep their NATed source.
 
     Loss, measured: chain 3 loses every packet from the kill until the rebuilt instance is
-    attached - here 8-12 s (container start-up alone takes 8 s on this loaded 2-core machine),
-    about 6000 packets at 5 Mbit/s. Nothing moves a failed instance's flows to the ready
+    attached - here 12-19 s (container start-up alone takes 8-15 s on this loaded 2-core
+    machine), 6000-8000 packets at 5 Mbit/s. Nothing moves a failed instance's flows to the ready
     pooled instance meanwhile (an open gap: the fix is flow migration in the controller, not a
     small one). The test asserts the loss stays within what was sent during the measured
     outage (+2 s), that chains 1 and 2 lose nothing and that chain 3 delivers again after."""
@@ -314,10 +314,10 @@ def test_a_killed_nf_container_of_chain3_is_rebuilt_and_keeps_the_nat_mappings(s
         sh("docker", "kill", nat["ID"])
         wait_for("chain3's instance rebuilt and attached", lambda: (lambda x: x.get("phase") == "ready" and x.get(
             "state") == "attached" and nat["ID"] not in {c["ID"] for c in nf_containers(instance=iid)})(
-            instances("chain3").get(iid, {})), timeout=30, every=0.2)
+            instances("chain3").get(iid, {})), timeout=seconds - 10, every=0.2)
         killed["outage_s"] = time.time() - t0
 
-    seconds = 25
+    seconds = 35
     r, ingress = with_fault(tmp_path, "nf-kill", kill, seconds=seconds)
     c3 = r["by_chain"]["chain3"]
     pps = c3["offered_pkts"] / seconds
