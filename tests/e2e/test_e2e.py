@@ -347,7 +347,7 @@ def test_a_killed_nf_container_of_chain3_is_rebuilt_and_keeps_the_nat_mappings(s
 
 # The parts whose restart costs no packet; during a restart of the others, flows that open
 # while it is down lose their packets (see the test's docstring).
-LOSSLESS_RESTARTS = {"keel-agent", "keel-torctl"}
+LOSSLESS_RESTARTS = {"keel-agent"}
 
 
 @pytest.mark.parametrize("component", ["keel-agent", "keel-gateway", "keel-torctl", "redis"])
@@ -356,13 +356,16 @@ def test_a_control_plane_restart_keeps_the_chains_and_live_flows(stack, tmp_path
     their ToR rules and the instances keep running; every deployed instance survives with its
     VLAN and containers.
 
-    keel-agent and keel-torctl: no packet lost, and no live flow came back to the ingress as
-    new. keel-gateway and redis-server: a flow that opens while the gateway cannot assign
-    (down, or its Redis down) loses its first packets: keel-ingress holds them for one
-    AssignFlow deadline (500 ms, waiting for the gateway to come back) and at most 64 per
-    flow, then drops them (measured: 1100-2450 packets per chain over the 4-7 flows that
-    opened during a 8-11 s gateway restart; the flows that were live before lose none). Asserted: only
-    flows opened during the outage lose packets, at most what their chain sent meanwhile."""
+    keel-agent: no packet lost, and no live flow came back to the ingress as new.
+    keel-gateway, keel-torctl and redis-server: a flow that opens while its setup cannot
+    complete (no gateway to assign it, no Redis behind the gateway, no torctl to install its
+    rule) loses its first packets: keel-ingress holds them for one call deadline (AssignFlow
+    500 ms, InstallFlow 1 s, waiting for the restarted server) and at most 64 per flow, then
+    drops them. Measured per chain: gateway 1078-2450 packets (restart 8-11 s), torctl
+    1137-1507 (8 s), all in the 4-7 flows that opened meanwhile; the flows that were live
+    before lose none. Asserted: only about as many flows as opened during the outage lose
+    packets, at most what their chain sent meanwhile, and every chain delivers at the end.
+    """
     dep = deployment()
     pid = pid_of(component)
     outage = {}
