@@ -9,12 +9,14 @@ packet's transformation. One stack for the whole module, in this order:
 2. faults during traffic, one run each: an NF container of chain 3 killed, keel-agent,
    keel-gateway, keel-torctl and redis-server restarted; chains and live flows survive each,
    with the packets lost counted and printed;
-3. a tenant's own NF (ttlguard, built by faas-cli from the packet-cpp template) between
-   library NFs drops low-TTL packets and the rest arrive NATed;
 4. malformed frames are dropped and counted without crashing anything, and a flow for no
    chain takes the normal path;
 then `faas-cli remove -f stack.yml` leaves no container, ToR flow, VF, Redis key or coopsched
-group of the chains, and running_stack's `make down` leaves no process, netns or veth."""
+group of the chains;
+3. a tenant's own NF (ttlguard, built by faas-cli from the packet-cpp template) between
+   library NFs drops low-TTL packets and the rest arrive NATed (alone: next to stack.yml's
+   chains, no placement meets every chain's t_min on this machine's one managed core);
+and running_stack's `make down` leaves no process, netns or veth."""
 import importlib
 import itertools
 import json
@@ -392,59 +394,6 @@ def test_a_control_plane_restart_keeps_the_chains_and_live_flows(stack, tmp_path
     assert_kept(dep)
 
 
-# 3. -----------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def ttlguard_image(stack, tmp_path_factory):
-    """keel/nf-ttlguard:latest, built once by faas-cli from the packet-cpp template if missing."""
-    if sh("docker", "image", "inspect", "keel/nf-ttlguard:latest", check=False).returncode == 0:
-        return
-    if sh("docker", "image", "inspect", "keel/nf-sdk:latest", check=False).returncode != 0:
-        sh("make", "-s", "images", timeout=900, cwd=ROOT)
-    # faas-cli writes ./build/<function>: work in a copy of the stack, as tests/test_images.py
-    work = tmp_path_factory.mktemp("ttlguard")
-    shutil.copy(ROOT / "stack.yml", work / "stack.yml")
-    os.symlink(os.path.realpath(ROOT / "template"), work / "template")
-    os.symlink(ROOT / "functions", work / "functions")
-    env = {**os.environ, "DOCKER_BUILDKIT": "0", "HOME": str(work)}
-    r = subprocess.run([FAAS_CLI, "build", "-f", "stack.yml", "--filter", "ttlguard"], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-
-
-def test_a_tenant_nf_between_library_nfs_drops_low_ttl_and_the_rest_arrive_nated(ttlguard_image, tmp_path):
-    yml = tmp_path / "ttl.yml"
-    yml.write_text(TTL_STACK)
-    r = faas("deploy", "-f", str(yml))
-    assert r.returncode == 0, r.stdout + r.stderr
-    try:
-        wait_for("ttlchain's pooled instances ready", lambda: all_ready("ttlchain"), timeout=90)
-        before = agent_metrics()
-        low = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.201'",
-                      udp("198.18.5.201", 6001, n=10, ttl=TTL_MIN - 1), timeout=3)
-        ok = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.202'", udp("198.18.5.202", 6002, n=10, ttl=TTL_MIN),
-                     timeout=3)
-        assert low == []
-        assert len(ok) == 10, ok
-        assert {tuple(l.split()[2:5]) for l in ok} == {(TTL_NAT, "198.18.5.202", str(TTL_MIN))}, ok
-        res = run_traffic(tmp_path, "ttlchain", {"chains": [flows(
-            "ttlchain", seconds=5, lifetime=4, new_flows_per_s=1, dst_net="198.18.5.0/25", proto="udp", dport=5001,
-            sizes=[[512, 1]], expect={"snat": {"ip": TTL_NAT, "ports": [1024, 65535]}})]})
-        c = res["by_chain"]["ttlchain"]
-        assert c["loss"] == 0
-        assert_delivered_as_transformed(res, ["ttlchain"])
-        # the chain's NFs saw the 20 test packets and keel-trafgen's (TTL 64); ttlguard alone
-        # dropped, and only the 10 low ones
-        nfs = wait_for("ttlchain's NFs' counters", lambda: nfs_saw(before, "ttlchain", 20 + c["offered_pkts"], 10),
-                       timeout=15)
-        print(f"ttlchain's NFs: {nfs}")
-        assert [n["dropped"] for n in nfs if n["nf"] == "ttlguard"] == [10], nfs
-    finally:
-        rm = faas("remove", "-f", str(yml))
-        assert rm.returncode == 0, rm.stdout + rm.stderr
-    wait_for("ttlchain's containers removed", lambda: nf_containers(chain="ttlchain") == [], timeout=60)
-
-
 # 4. -----------------------------------------------------------------------------------------
 
 MALFORMED = ("truncated", "bad_ihl", "fragment", "unknown_ethertype", "not_ipv4")
@@ -528,3 +477,56 @@ def test_remove_leaves_nothing_of_the_chains(stack, control):
     pb, stub = control
     for c in CHAINS:
         assert not stub.ListFlows(pb.ListFlowsRequest(chain=c)).flows
+
+
+# 3. (after the removal: next to stack.yml's chains no placement meets every t_min) -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ttlguard_image(stack, tmp_path_factory):
+    """keel/nf-ttlguard:latest, built once by faas-cli from the packet-cpp template if missing."""
+    if sh("docker", "image", "inspect", "keel/nf-ttlguard:latest", check=False).returncode == 0:
+        return
+    if sh("docker", "image", "inspect", "keel/nf-sdk:latest", check=False).returncode != 0:
+        sh("make", "-s", "images", timeout=900, cwd=ROOT)
+    # faas-cli writes ./build/<function>: work in a copy of the stack, as tests/test_images.py
+    work = tmp_path_factory.mktemp("ttlguard")
+    shutil.copy(ROOT / "stack.yml", work / "stack.yml")
+    os.symlink(os.path.realpath(ROOT / "template"), work / "template")
+    os.symlink(ROOT / "functions", work / "functions")
+    env = {**os.environ, "DOCKER_BUILDKIT": "0", "HOME": str(work)}
+    r = subprocess.run([FAAS_CLI, "build", "-f", "stack.yml", "--filter", "ttlguard"], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_a_tenant_nf_between_library_nfs_drops_low_ttl_and_the_rest_arrive_nated(ttlguard_image, tmp_path):
+    yml = tmp_path / "ttl.yml"
+    yml.write_text(TTL_STACK)
+    r = faas("deploy", "-f", str(yml))
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        wait_for("ttlchain's pooled instances ready", lambda: all_ready("ttlchain"), timeout=90)
+        before = agent_metrics()
+        low = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.201'",
+                      udp("198.18.5.201", 6001, n=10, ttl=TTL_MIN - 1), timeout=3)
+        ok = capture("p.haslayer(UDP) and p[IP].dst == '198.18.5.202'", udp("198.18.5.202", 6002, n=10, ttl=TTL_MIN),
+                     timeout=3)
+        assert low == []
+        assert len(ok) == 10, ok
+        assert {tuple(l.split()[2:5]) for l in ok} == {(TTL_NAT, "198.18.5.202", str(TTL_MIN))}, ok
+        res = run_traffic(tmp_path, "ttlchain", {"chains": [flows(
+            "ttlchain", seconds=5, lifetime=4, new_flows_per_s=1, dst_net="198.18.5.0/25", proto="udp", dport=5001,
+            sizes=[[512, 1]], expect={"snat": {"ip": TTL_NAT, "ports": [1024, 65535]}})]})
+        c = res["by_chain"]["ttlchain"]
+        assert c["loss"] == 0
+        assert_delivered_as_transformed(res, ["ttlchain"])
+        # the chain's NFs saw the 20 test packets and keel-trafgen's (TTL 64); ttlguard alone
+        # dropped, and only the 10 low ones
+        nfs = wait_for("ttlchain's NFs' counters", lambda: nfs_saw(before, "ttlchain", 20 + c["offered_pkts"], 10),
+                       timeout=15)
+        print(f"ttlchain's NFs: {nfs}")
+        assert [n["dropped"] for n in nfs if n["nf"] == "ttlguard"] == [10], nfs
+    finally:
+        rm = faas("remove", "-f", str(yml))
+        assert rm.returncode == 0, rm.stdout + rm.stderr
+    wait_for("ttlchain's containers removed", lambda: nf_containers(chain="ttlchain") == [], timeout=60)
