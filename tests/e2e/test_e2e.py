@@ -475,7 +475,7 @@ def test_remove_leaves_nothing_of_the_chains(stack, control):
     assert mine == [], mine
     assert set(redis("SMEMBERS", "keel:functions")) & set(CHAINS) == set()
     assert set(redis("SMEMBERS", "keel:vlans")) & vlans == set()
-    assert [f for f in redis("HVALS", "keel:flows") if json.loads(f).get("chain") in CHAINS] == []
+    assert [f for f in redis("HVALS", "keel:flows") if f and json.loads(f).get("chain") in CHAINS] == []
     assert set(redis("HKEYS", "keel:invocations")) & set(CHAINS) == set()
     pb, stub = control
     for c in CHAINS:
