@@ -6,22 +6,27 @@ is left behind."""
 import contextlib
 import fcntl
 import importlib
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from keelenv import ROOT
+from keelenv import BIN, ROOT
 
 FAAS_CLI = os.environ.get("FAAS_CLI") or shutil.which("faas-cli") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
 RUN = ROOT / "run"
 GATEWAY = "http://127.0.0.1:8080"
 CONTROL = "127.0.0.1:50051"
 CHAINS = ["chain1", "chain2", "chain3"]
+# the traffic source (netns keelsrc) and sink (keelsink) on either side of the ToR
+SRC_MAC = "02:6b:65:00:00:01"
+SINK_MAC = "02:6b:65:00:00:02"
 
 # Why a stack test cannot run here ("" if it can).
 SKIP_REASON = "" if (os.geteuid() == 0 and shutil.which("ovs-vsctl") and shutil.which("dockerd")
@@ -44,6 +49,56 @@ def pid_of(name: str) -> int:
 def faas(*args, timeout=120):
     env = {**os.environ, "HOME": str(RUN / "faas-home")}
     return sh(FAAS_CLI, *args, "-g", GATEWAY, check=False, timeout=timeout, env=env, cwd=ROOT)
+
+
+def restart(name: str) -> None:
+    """Stops a part of the stack by its PID and lets make up's script start it again (without
+    make's build step, which alone takes seconds: the stopped part would stay down longer)."""
+    pid = pid_of(name)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(f"{name} (pid {pid}) to stop", lambda: not os.path.exists(f"/proc/{pid}"), timeout=15, every=0.1)
+    up = sh(str(ROOT / "deploy" / "local" / "up.sh"), "--bin", str(BIN), check=False, timeout=300, cwd=ROOT)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+
+
+def nf_containers(**labels) -> list[dict]:
+    """The agents' NF containers (docker ps -a as JSON), e.g. nf_containers(chain="chain3")."""
+    args = ["docker", "ps", "-a", "--format", "{{json .}}", "--filter", "label=com.keel.instance"]
+    for k, v in labels.items():
+        args += ["--filter", f"label=com.keel.{k}={v}"]
+    return [json.loads(l) for l in sh(*args).stdout.splitlines() if l.strip()]
+
+
+def capture(sink_filter: str, send: str, timeout=10) -> list[str]:
+    """Sends scapy packets (the expression `send`) from keelsrc and returns a summary line per
+    packet the sink receives that passes the Python expression sink_filter (p: the packet)."""
+    sniff = subprocess.Popen(
+        ["ip", "netns", "exec", "keelsink", sys.executable, "-W", "ignore", "-c", f"""
+import sys, time
+from scapy.all import AsyncSniffer, Dot1Q, IP, UDP, TCP, Ether
+sn = AsyncSniffer(iface="keel-sink", store=True, lfilter=lambda p: {sink_filter})
+sn.start(); time.sleep(0.5); print("ready", flush=True)
+time.sleep({timeout})
+sn.stop()
+for p in sn.results:
+    vlan = p[Dot1Q].vlan if p.haslayer(Dot1Q) else 0
+    l4 = p[UDP] if p.haslayer(UDP) else p[TCP]
+    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sniff.stdout.readline().strip() == "ready"
+        sh("ip", "netns", "exec", "keelsrc", sys.executable, "-W", "ignore", "-c",
+           "from scapy.all import *; "
+           f"sendp({send}, iface='keel-src', verbose=False, inter=0.005)")
+        out, _ = sniff.communicate(timeout=timeout + 30)
+    finally:
+        sniff.kill()
+    return [l for l in out.splitlines() if l.strip()]
+
+
+def udp(dst: str, sport: int, n=5, ttl=64) -> str:
+    return (f"[Ether(src='{SRC_MAC}', dst='{SINK_MAC}') / IP(src='198.18.0.1', dst='{dst}', ttl={ttl}) / "
+            f"UDP(sport={sport}, dport=5001) / Raw(b'keel%02d' % i) for i in range({n})]")
 
 
 def describe(name: str) -> str:
@@ -107,12 +162,26 @@ STACK_LINK = re.compile(r"^\d+: (keel(vf|-nic|-up|-tor|-tsrc|-tsink|-ting|-ing)\
 STACK_NETNS = ("keelsrc", "keelsink")
 
 
+def other_stack() -> str:
+    """What another worktree's stack listens on (Redis, the gateway), "" if nothing: a stack
+    that make up in this tree would collide with."""
+    if (RUN / "redis.pid").exists():
+        return ""
+    return sh("ss", "-Hltnp", "( sport = :6379 or sport = :8080 )", check=False).stdout.strip()
+
+
 @contextlib.contextmanager
 def running_stack():
     """make up and faas-cli login; make down afterwards, checking it left nothing. Holds the
     core-1 lock (other tests use coopsched's core) throughout."""
     lock = open("/tmp/keel-core1.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
+    other = other_stack()
+    if other:
+        # make down after a failed make up would remove that stack's NF containers too
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+        pytest.fail(f"another keel stack runs here (not from {RUN}): {other}")
     try:
         t0 = time.time()
         up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)

@@ -23,16 +23,14 @@ from keelenv import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 import promtext  # noqa: E402 - bench/promtext.py, shared with bench/flow_setup.py
-from keelstack import (RUN, SKIP_REASON, all_ready, control_stub, describe, faas, instances, pid_of, running_stack,
-                       sh, wait_for)
+from keelstack import (RUN, SINK_MAC, SKIP_REASON, SRC_MAC, all_ready, capture, control_stub, describe, faas,
+                       instances, pid_of, restart, running_stack, sh, udp, wait_for)
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 FLOWGEN = ROOT / "bench" / "flowgen.py"
 INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
 NAT_IP = "198.18.100.1"
-SINK_MAC = "02:6b:65:00:00:02"
-SRC_MAC = "02:6b:65:00:00:01"
 
 
 @pytest.fixture(scope="module")
@@ -74,38 +72,6 @@ def flows_through(*send_args, recv_seconds=None) -> tuple[dict, dict]:
     finally:
         recv.kill()
     return json.loads(s.stdout), json.loads(out)
-
-
-def capture(sink_filter: str, send: str, timeout=10) -> list[str]:
-    """Sends scapy packets (the expression `send`) from keelsrc and returns a summary line per
-    packet the sink receives that passes the Python expression sink_filter (p: the packet)."""
-    sniff = subprocess.Popen(
-        ["ip", "netns", "exec", "keelsink", sys.executable, "-W", "ignore", "-c", f"""
-import sys, time
-from scapy.all import AsyncSniffer, Dot1Q, IP, UDP, TCP, Ether
-sn = AsyncSniffer(iface="keel-sink", store=True, lfilter=lambda p: {sink_filter})
-sn.start(); time.sleep(0.5); print("ready", flush=True)
-time.sleep({timeout})
-sn.stop()
-for p in sn.results:
-    vlan = p[Dot1Q].vlan if p.haslayer(Dot1Q) else 0
-    l4 = p[UDP] if p.haslayer(UDP) else p[TCP]
-    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport)
-"""], stdout=subprocess.PIPE, text=True)
-    try:
-        assert sniff.stdout.readline().strip() == "ready"
-        sh("ip", "netns", "exec", "keelsrc", sys.executable, "-W", "ignore", "-c",
-           "from scapy.all import *; "
-           f"sendp({send}, iface='keel-src', verbose=False, inter=0.005)")
-        out, _ = sniff.communicate(timeout=timeout + 30)
-    finally:
-        sniff.kill()
-    return [l for l in out.splitlines() if l.strip()]
-
-
-def udp(dst: str, sport: int, n=5, ttl=64) -> str:
-    return (f"[Ether(src='{SRC_MAC}', dst='{SINK_MAC}') / IP(src='198.18.0.1', dst='{dst}', ttl={ttl}) / "
-            f"UDP(sport={sport}, dport=5001) / Raw(b'keel%02d' % i) for i in range({n})]")
 
 
 def tor_flows(match: str) -> list[str]:
@@ -195,15 +161,6 @@ def test_idle_rules_expire_into_the_gateway_and_the_instance_flow_count_drops(co
     # with its flows gone, the instance gives its core back (the controller's reclaim)
     wait_for("chain3/0 detached", lambda: re.search(r"chain3/0 pooled \S+ vlan=\d+ core=- flows=0 ", describe("chain3")),
              timeout=15)
-
-
-def restart(name: str) -> None:
-    """Stops a part of the stack by its PID and lets make up start it again."""
-    pid = pid_of(name)
-    os.kill(pid, signal.SIGTERM)
-    wait_for(f"{name} (pid {pid}) to stop", lambda: not os.path.exists(f"/proc/{pid}"), timeout=15, every=0.1)
-    up = sh("make", "-s", "up", check=False, timeout=300, cwd=ROOT)
-    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
 
 
 def test_torctl_restart_keeps_live_flows_forwarding_and_new_flows_installed(control):

@@ -21,7 +21,7 @@ import pytest
 import netns
 from keelenv import ROOT
 from keelstack import (CHAINS, GATEWAY, RUN, SKIP_REASON, all_ready, control_stub, describe, faas,
-                       instances, ovs, pid_of, running_stack, sh, wait_for)
+                       instances, nf_containers, ovs, pid_of, running_stack, sh, wait_for)
 
 BRIDGE = "keel-nic-local"
 # chain 3's NAT in stack.yml
@@ -33,13 +33,6 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 def server_nfs(name: str) -> int:
     line = next(l for l in describe(name).splitlines() if "com.keel.placement" in l)
     return line.count("@server")
-
-
-def nf_containers(**labels) -> list[dict]:
-    args = ["docker", "ps", "-a", "--format", "{{json .}}", "--filter", "label=com.keel.instance"]
-    for k, v in labels.items():
-        args += ["--filter", f"label=com.keel.{k}={v}"]
-    return [json.loads(l) for l in sh(*args).stdout.splitlines() if l.strip()]
 
 
 @pytest.fixture(scope="module")

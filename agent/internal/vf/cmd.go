@@ -56,6 +56,11 @@ func ipLinkRenameUp(from, to string) []string {
 // the veth's UDP/TCP packets (DESIGN.md, facts).
 func ethtoolTxOff(name string) []string { return []string{"ethtool", "-K", name, "tx", "off"} }
 
+// noIPv6 turns IPv6 off on a link that is still down, so its kernel sends nothing on it.
+func noIPv6(name string) []string {
+	return []string{"sysctl", "-q", "-w", "net.ipv6.conf." + name + ".disable_ipv6=1"}
+}
+
 func ipVFVLAN(pf string, vf int, vlan uint32) []string {
 	return []string{"ip", "link", "set", pf, "vf", strconv.Itoa(vf), "vlan", strconv.FormatUint(uint64(vlan), 10)}
 }

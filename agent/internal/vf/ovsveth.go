@@ -97,7 +97,9 @@ func (o *OVSVeth) Setup(ctx context.Context) error {
 func (o *OVSVeth) Capacity() uint32 { return 0 }
 
 // Plug creates the veth pair of vlan (replacing a leftover one), makes its bridge side an
-// access port, and moves the other side into pid's netns as vf0.
+// access port, and moves the other side into pid's netns as vf0. Neither side runs IPv6: a
+// kernel's router solicitations and MLD reports would otherwise enter the chain on vf0 and
+// the ToR through the bridge, packets of no tenant.
 func (o *OVSVeth) Plug(ctx context.Context, instance string, vlan uint32, pid int) error {
 	if err := CheckVLAN(vlan); err != nil {
 		return err
@@ -111,7 +113,9 @@ func (o *OVSVeth) Plug(ctx context.Context, instance string, vlan uint32, pid in
 		ipVethAdd(host, peer),
 		ethtoolTxOff(host),
 		ethtoolTxOff(peer),
+		noIPv6(host),
 		ipLinkToNetns(peer, pid),
+		inNetns(pid, noIPv6(peer)),
 		inNetns(pid, ipLinkRenameUp(peer, InNetns)),
 		ipLinkUp(host),
 		// dot1q-tunnel, not access: an NF that tags its packets itself (Tunnel on a server)

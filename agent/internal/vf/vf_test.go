@@ -99,8 +99,8 @@ func Test_OVSVeth_Plug_tags_the_port_and_moves_the_peer_in_as_vf0(t *testing.T) 
 		"ip link add keelvf100 type veth peer name keelvp100",
 		"ethtool -K keelvf100 tx off",
 		"ethtool -K keelvp100 tx off",
-		"ip link set keelvp100 netns 4242",
-		"nsenter -t 4242 -n -- ip link set keelvp100 name vf0 up",
+		"sysctl -q -w net.ipv6.conf.keelvf100.disable_ipv6=1\nip link set keelvp100 netns 4242",
+		"nsenter -t 4242 -n -- sysctl -q -w net.ipv6.conf.keelvp100.disable_ipv6=1\nnsenter -t 4242 -n -- ip link set keelvp100 name vf0 up",
 		"ovs-vsctl --timeout=10 --may-exist add-port keel-nic-local keelvf100 tag=100 vlan_mode=dot1q-tunnel other_config:qinq-ethtype=802.1q -- set port keelvf100 external_ids:keel-instance=c/0",
 	} {
 		if !strings.Contains(joined, want) {
