@@ -198,10 +198,7 @@ if [ "$(sysctl -n net.core.rmem_default)" -lt 4194304 ]; then
   sysctl -qw net.core.rmem_default=4194304
   say "  net.core.rmem_default: 4194304 (was $(cat "$RUN/rmem_default"); make down puts it back)"
 fi
-# The embedded ToR runs at nice -10: it shares core 0 with dockerd, and a container start
-# (a chain instance pre-deployed while traffic runs) starved it for ~100 ms at nice 0, which
-# overflowed its ports' socket buffers (make demo lost ~85 packets per chain at 4 Mbit/s).
-part ovs-vswitchd 30 vswitchd_ok -- nice -n -10 ovs-vswitchd "unix:$RUN/ovs/db.sock" --pidfile --no-chdir \
+part ovs-vswitchd 30 vswitchd_ok -- ovs-vswitchd "unix:$RUN/ovs/db.sock" --pidfile --no-chdir \
   -vconsole:info -vsyslog:off
 
 # Chain buffers: one file per chain instance on a tmpfs with 2 MB pages.
