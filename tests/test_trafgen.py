@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
 TRAFGEN = BIN / "keel-trafgen"
 INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
+TORCTL_METRICS = "http://127.0.0.1:9102/metrics"
 SCENARIO = ROOT / "bench" / "trafgen" / "scenarios" / "three_chains.json"
 
 
@@ -36,6 +37,9 @@ def result(tmp_path_factory):
         # until the ingress has the chains from the gateway's Watch, new flows take the no-chain path
         wait_for("the ingress to know the three chains",
                  lambda: promtext.scrape(INGRESS_METRICS).get("keel_ingress_chains") == 3)
+        # and torctl the chains' switch programs (a first packet it cannot install is dropped)
+        wait_for("torctl synced with the gateway",
+                 lambda: promtext.scrape(TORCTL_METRICS).get("keel_torctl_gateway_synced") == 1)
         run = subprocess.run([str(TRAFGEN), "--scenario", str(SCENARIO), "--out", str(out), "--quiet"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
