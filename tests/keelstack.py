@@ -146,6 +146,20 @@ def control_stub():
         sys.path.remove(str(ROOT / "build" / "py"))
 
 
+def coopsched_groups() -> list[str]:
+    """The sgroups keel-coopsched holds (its gRPC Status), by id."""
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        import grpc
+        cpb = importlib.import_module("keel.v1.coopsched_pb2")
+        cgrpc = importlib.import_module("keel.v1.coopsched_pb2_grpc")
+        with grpc.insecure_channel("unix:/run/keel/coopsched.sock") as ch:
+            st = cgrpc.CoopschedStub(ch).Status(cpb.StatusRequest(), timeout=10)
+        return [g.group_id for g in st.groups]
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
 def remove_all_functions():
     """Removes what earlier tests left deployed (Redis keeps it across make down/up), so a test
     module starts from an empty deployment: no other chain's instances, cores or flows."""

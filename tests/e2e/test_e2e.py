@@ -17,7 +17,6 @@ group of the chains;
    library NFs drops low-TTL packets and the rest arrive NATed (alone: next to stack.yml's
    chains, no placement meets every chain's t_min on this machine's one managed core);
 and running_stack's `make down` leaves no process, netns or veth."""
-import importlib
 import itertools
 import json
 import os
@@ -30,7 +29,8 @@ import time
 import pytest
 
 from keelenv import BIN, ROOT
-from keelstack import (CHAINS, FAAS_CLI, RUN, SKIP_REASON, all_ready, capture, control_stub, faas, instances,
+from keelstack import (CHAINS, FAAS_CLI, RUN, SKIP_REASON, all_ready, capture, control_stub, coopsched_groups, faas,
+                       instances,
                        nf_containers, ovs, pid_of, restart, running_stack, sh, udp, wait_for)
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -187,19 +187,6 @@ def tor_flows() -> list[str]:
 
 def redis(*args) -> list[str]:
     return sh("redis-cli", "-s", str(RUN / "redis.sock"), "--raw", *args).stdout.splitlines()
-
-
-def coopsched_groups() -> list[str]:
-    sys.path.insert(0, str(ROOT / "build" / "py"))
-    try:
-        import grpc
-        cpb = importlib.import_module("keel.v1.coopsched_pb2")
-        cgrpc = importlib.import_module("keel.v1.coopsched_pb2_grpc")
-        with grpc.insecure_channel("unix:/run/keel/coopsched.sock") as ch:
-            st = cgrpc.CoopschedStub(ch).Status(cpb.StatusRequest(), timeout=10)
-        return [g.group_id for g in st.groups]
-    finally:
-        sys.path.remove(str(ROOT / "build" / "py"))
 
 
 def stack_pids() -> dict[str, int]:
