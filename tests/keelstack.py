@@ -127,6 +127,33 @@ def wait_for(what: str, fn, timeout=90.0, every=0.5):
     pytest.fail(f"{what}: not within {timeout:.0f}s (last: {last!r})")
 
 
+def setup_counters() -> dict[str, float]:
+    """The flow-setup path's counters: the ingress's drops by reason and setup counts, and
+    torctl's InstallFlow results by stage. Diff two of these (setup_delta) to say where a
+    first packet was lost when a test fails."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import promtext  # bench/promtext.py
+    out = {}
+    for url in ("http://127.0.0.1:9103/metrics", "http://127.0.0.1:9102/metrics"):
+        try:
+            m = promtext.scrape(url)
+        except OSError as e:
+            out[url] = f"unreachable: {e}"
+            continue
+        for k, v in m.items():
+            if k.startswith(("keel_ingress_drops_total", "keel_ingress_new_flows_total", "keel_ingress_flows_installed",
+                             "keel_ingress_stage2", "keel_ingress_flows_released", "keel_torctl_installs_total",
+                             "keel_torctl_install_seconds_bucket", "keel_torctl_flow_removed_total")):
+                out[k] = v
+    return out
+
+
+def setup_delta(before: dict, after: dict) -> dict:
+    """What changed between two setup_counters() (only the counters that moved)."""
+    return {k: (v - before.get(k, 0) if isinstance(v, float) else v)
+            for k, v in after.items() if not isinstance(v, float) or v != before.get(k, 0)}
+
+
 def all_ready(name: str):
     insts = instances(name)
     return insts if insts and all(i["phase"] == "ready" for i in insts.values()) else None

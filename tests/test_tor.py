@@ -24,7 +24,7 @@ from keelenv import ROOT
 sys.path.insert(0, str(ROOT / "bench"))
 import promtext  # noqa: E402 - bench/promtext.py, shared with bench/flow_setup.py
 from keelstack import (RUN, SINK_MAC, SKIP_REASON, SRC_MAC, all_ready, capture, control_stub, describe, faas,
-                       instances, pid_of, restart, running_stack, sh, udp, wait_for)
+                       instances, pid_of, restart, running_stack, setup_counters, setup_delta, sh, udp, wait_for)
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
@@ -74,6 +74,17 @@ def flows_through(*send_args, recv_seconds=None) -> tuple[dict, dict]:
     return json.loads(s.stdout), json.loads(out)
 
 
+def ranges(ids) -> list[str]:
+    """[1, 2, 3, 7] -> ['1-3', '7']."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return [f"{a}-{b}" if a != b else str(a) for a, b in out]
+
+
 def tor_flows(match: str) -> list[str]:
     out = sh("ovs-ofctl", "-O", "OpenFlow13", "--names", "dump-flows", f"unix:{RUN / 'ovs' / 'keel-tor.mgmt'}").stdout
     return [l for l in out.splitlines() if match in l]
@@ -81,10 +92,14 @@ def tor_flows(match: str) -> list[str]:
 
 def test_first_packets_of_1000_new_flows_arrive_complete_and_in_order(control):
     before = metrics()
+    counters = setup_counters()
     sent, got = flows_through("--rate=100", "--duration=10", "--packets=4", "--gap-ms=2", "--dst-net=198.18.3.0/24",
                               "--first-flow=0")
     assert sent["flows"] == 1000 and sent["packets"] == 4000
-    summary = {k: v for k, v in got.items() if k != "per_flow"}
+    # on failure: where the packets went (ingress drop reasons, torctl install results)
+    summary = str({**{k: v for k, v in got.items() if k != "per_flow"}, "setup": setup_delta(counters, setup_counters()),
+                   "short_flows": ranges(f for f in range(1000) if got["per_flow"].get(str(f), 0) < 4),
+                   "instances": instances("chain3")})
     assert got["packets"] == 4000 and got["flows"] == 1000 and got["duplicates"] == 0, summary
     # Known and open: a few flows (0-1.2 % here) arrive reordered although all four packets
     # were held and released together (e.g. 1, 2, 3, 0); the ingress releases what it holds in

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from keelenv import BIN, ROOT
-from keelstack import SKIP_REASON, all_ready, faas, running_stack, wait_for
+from keelstack import SKIP_REASON, all_ready, faas, running_stack, setup_counters, setup_delta, wait_for
 
 sys.path.insert(0, str(ROOT / "bench"))
 import promtext  # noqa: E402 - bench/promtext.py
@@ -40,10 +40,12 @@ def result(tmp_path_factory):
         # and torctl the chains' switch programs (a first packet it cannot install is dropped)
         wait_for("torctl synced with the gateway",
                  lambda: promtext.scrape(TORCTL_METRICS).get("keel_torctl_gateway_synced") == 1)
+        before = setup_counters()
         run = subprocess.run([str(TRAFGEN), "--scenario", str(SCENARIO), "--out", str(out), "--quiet"],
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-    return json.loads(out.read_text())
+        setup = setup_delta(before, setup_counters())
+    return {**json.loads(out.read_text()), "setup": setup}
 
 
 def chain(result: dict, name: str) -> dict:
@@ -52,8 +54,11 @@ def chain(result: dict, name: str) -> dict:
 
 def test_every_chain_delivers_everything_transformed_as_its_nfs_require(result):
     summary = {c["name"]: {k: v for k, v in c.items() if k in ("offered_pkts", "delivered_pkts", "loss",
-                                                                  "transform_errors", "transform_error_examples")}
+                                                                  "open_timeouts", "transform_errors",
+                                                                  "transform_error_examples")}
                for c in result["chains"]}
+    # on failure: where the packets went (ingress drop reasons, torctl install results)
+    summary = str({**summary, "setup": result["setup"]})  # a str: pytest shortens a dict's repr
     for c in result["chains"]:
         assert c["delivered_pkts"] > 0 and c["flows"] > 0, summary
         assert c["loss"] == 0 and c["flows_with_loss"] == 0, summary

@@ -190,7 +190,13 @@ void Control::Assign(const Msg& m) {
 
 void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, const grpc::Status& st,
                          const v1::AssignFlowResponse& resp) {
-  if (!st.ok()) return Decide(key, req, Failure(st, DropReason::kAssignFailed));
+  if (!st.ok()) {
+    /* A call that ran out of time may still have been carried out: the
+     * gateway would count the flow against its instance forever. Release it
+     * (a flow the gateway does not know is no harm). */
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Release(key, "assign_timeout");
+    return Decide(key, req, Failure(st, DropReason::kAssignFailed));
+  }
   if (!resp.assigned()) return Decide(key, req, DropReason::kAssignFailed);
   Setup setup{key, {}};
   v1::FlowAssignment& a = setup.assignment;
