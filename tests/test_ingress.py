@@ -154,6 +154,7 @@ class Wire:
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
             s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE
             s.setsockopt(socket.SOL_SOCKET, 35, 1)         # SO_TIMESTAMPNS
+            s.setsockopt(263, 8, 1)  # SOL_PACKET PACKET_AUXDATA: the VLAN tag the kernel strips
             s.bind((iface, 0))
             s.settimeout(0.05)
             made["sock"] = s
@@ -171,7 +172,7 @@ class Wire:
     def _recv(self):
         while not self._stop.is_set():
             try:
-                data, anc, _, addr = self.sock.recvmsg(2048, 64)
+                data, anc, _, addr = self.sock.recvmsg(2048, 128)
             except socket.timeout:
                 continue
             if addr[2] == socket.PACKET_OUTGOING:
@@ -181,6 +182,10 @@ class Wire:
                 if level == socket.SOL_SOCKET and kind == 35:
                     sec, nsec = struct.unpack("qq", raw[:16])
                     ts = sec + nsec * 1e-9
+                elif level == 263 and kind == 8:  # tpacket_auxdata: put a stripped tag back
+                    status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", raw[:20])
+                    if status & 0x10:  # TP_STATUS_VLAN_VALID
+                        data = data[:12] + struct.pack("!HH", tpid or 0x8100, tci) + data[12:]
             self.got.append((data, ts))
 
     def send(self, frames):
@@ -357,7 +362,8 @@ def test_no_chain_forward_drop_and_malformed(rig):
     wire.send(normal + list(malformed.values()))
     assert wire.wait_for(lambda: len(wire.got) >= len(normal))
     time.sleep(0.2)
-    assert [fr for fr, _ in wire.take()] == normal  # unchanged, and nothing malformed came back
+    # unchanged but for the normal path's VLAN tag (the ToR pops it), and nothing malformed
+    assert [fr for fr, _ in wire.take()] == [f[:12] + struct.pack("!HH", 0x8100, 4094) + f[12:] for f in normal]
     m = ing.metrics()
     assert m["keel_ingress_packets_normal_path_total"] == len(normal)
     for reason in malformed:

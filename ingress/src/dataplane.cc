@@ -2,6 +2,7 @@
 #include "dataplane.h"
 
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -165,6 +166,12 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
   if (chain >= 0) return StartFlow(key, chain, m, now);
   if (!cfg_.no_chain_forward) return Drop(m, DropReason::kNoChain);
   counters_->packets_normal_path.Add(1);
+  SendNormal(m);
+}
+
+void DataPlane::SendNormal(rte_mbuf* m) {
+  m->vlan_tci = kNormalPathVlan;
+  if (rte_vlan_insert(&m) != 0) return Drop(m, DropReason::kNoHeadroom);
   Send(m);
 }
 

@@ -20,6 +20,14 @@
 
 namespace keel::ingress {
 
+/* The VLAN the ingress tags its normal path (flows of no chain) with; the ToR
+ * pops it and sends the frame to its egress (keel-torctl, rules.py
+ * NORMAL_VLAN). Untagged frames from the ingress are re-injected packets of
+ * flows being set up, each matched by its flow's own stage-1 rule: a software
+ * ToR never caches one wide "from the ingress -> egress" entry that a new
+ * flow's first packets could take before its rule is seen. */
+constexpr uint16_t kNormalPathVlan = 4094;
+
 struct DataPlaneConfig {
   uint16_t port = 0;
   bool no_chain_forward = true;   /* --no-chain forward (else drop) */
@@ -45,6 +53,8 @@ class DataPlane {
   void FlushBacklog();
   void HandlePacket(rte_mbuf* m, uint64_t now);
   void StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now);
+  /* Sends |m| on the normal path: tagged with kNormalPathVlan. */
+  void SendNormal(rte_mbuf* m);
   void Send(rte_mbuf* m) { tx_.push_back(m); }
   void FlushTx();
   void Drop(rte_mbuf* m, DropReason why);

@@ -59,8 +59,10 @@ control plane:
   --report-interval-ms MS  ReportIngressStats period                   [2000]
 
 data plane:
-  --no-chain forward|drop  a flow matching no chain: send it back unchanged,
-                           or drop it (counted as no_chain)            [forward]
+  --no-chain forward|drop  a flow matching no chain: send it back to the ToR
+                           tagged with VLAN 4094 (the ToR pops the tag and
+                           sends it to its uplink), or drop it (counted as
+                           no_chain)                                   [forward]
   --hold-per-flow N        packets held per flow in setup              [64]
   --hold-max N             packets held in all                         [16384]
   --max-flows N            flows in setup or recently installed        [65536]

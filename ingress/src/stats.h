@@ -41,7 +41,7 @@ struct IngressCounters {
   Counter flows_installed;      /* setups whose held packets were released */
   Counter packets_reinjected;   /* held packets sent after their flow's stage-1 rule */
   Counter packets_forwarded;    /* later packets of an installed flow that still reached the ingress */
-  Counter packets_normal_path;  /* matched no chain, sent back unchanged */
+  Counter packets_normal_path;  /* matched no chain, sent back tagged 4094 */
   Counter buffered;
   Counter buffered_max;
   Counter flows_active;

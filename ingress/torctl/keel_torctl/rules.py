@@ -6,13 +6,22 @@ fields and actions are used, so any OpenFlow 1.3 ToR can run what torctl install
 
 Table 0 steers (priorities low to high):
   0   table-miss                        -> output ingress (new flows go to keel-ingress)
-  1   in_port=ingress                   -> output egress (the ingress's normal path)
+  1   in_port=ingress                   -> drop (the ingress port's own chatter, e.g. IPv6)
+  2   in_port=ingress, vlan_vid=4094    -> pop_vlan, output egress (the ingress's normal path)
+  2   in_port=ingress, no VLAN, IPv4    -> drop (a re-injected packet whose stage-1 rule is gone)
   100 5-tuple (stage 2)                 -> metadata=chain|pre, action set: push instance VLAN,
                                            output trunk (or egress), goto the first pre-server NF
   110 5-tuple, in_port=ingress (stage 1)   the same, for the packets the ingress re-injects
   120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
   130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
                                            egress, goto the chain's first after-server NF table
+The ingress tags its normal path (flows of no chain) with NORMAL_VLAN so that OVS's datapath
+cache never holds a wide "in_port=ingress -> egress" entry: such an entry, cached before a new
+flow's stage-1 rule went in, would carry the flow's re-injected first packets to the egress
+untransformed until OVS revalidated it (the barrier reply does not wait for that). Every
+untagged IPv4 packet from the ingress matches its flow's own 5-tuple rule, so the cache entries
+they make are exact; the drops are split so that one made by other traffic (priority 1) keeps
+the EtherType and cannot catch IPv4.
 Return traffic outranks the flow rules: a chain that leaves the 5-tuple unchanged (ACL,
 UrlFilter, Encrypt) sends back packets that the flow's own rule also matches (eth_type and
 the IPv4 fields match behind the instance's VLAN tag), and that rule would send them out the
@@ -31,10 +40,13 @@ from typing import Any, Callable
 Ports = Callable[[str], int]
 
 STEER_TABLE = 0
-PRIO_MISS, PRIO_NORMAL = 0, 1
+PRIO_MISS, PRIO_INGRESS_OTHER, PRIO_NORMAL = 0, 1, 2
 PRIO_FLOW, PRIO_REINJECT = 100, 110
 PRIO_RETURN, PRIO_RETURN_CHAIN = 120, 130
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT
+VLAN_NONE = 0x0000  # OFPVID_NONE: the packet has no VLAN tag
+# The VLAN keel-ingress tags its normal path with (ingress/src/dataplane.h kNormalPathVlan).
+NORMAL_VLAN = 4094
 ETH_IPV4 = 0x0800
 TPID_8021Q = 0x8100
 PROTO_TCP, PROTO_UDP = 6, 17
@@ -155,8 +167,11 @@ def base_rules(ports: Ports, ingress: str, egress: str, trunks: list[str]) -> li
     ing, eg = ports(ingress), ports(egress)
     rules = [
         Rule(STEER_TABLE, PRIO_MISS, (), (("apply", (("output", ing),)),), cookie(KIND_BASE, 0, 0)),
-        Rule(STEER_TABLE, PRIO_NORMAL, (("in_port", ing),), (("apply", (("output", eg),)),),
-             cookie(KIND_BASE, 0, 1)),
+        Rule(STEER_TABLE, PRIO_NORMAL, (("in_port", ing), ("vlan_vid", VLAN_PRESENT | NORMAL_VLAN)),
+             (("apply", (("pop_vlan",), ("output", eg))),), cookie(KIND_BASE, 0, 1)),
+        Rule(STEER_TABLE, PRIO_NORMAL, (("in_port", ing), ("vlan_vid", VLAN_NONE), ("eth_type", ETH_IPV4)), (),
+             cookie(KIND_BASE, 0, 2)),
+        Rule(STEER_TABLE, PRIO_INGRESS_OTHER, (("in_port", ing),), (), cookie(KIND_BASE, 0, 3)),
     ]
     for trunk in trunks:
         port = ports(trunk)

@@ -55,12 +55,19 @@ def test_base_rules_steer_table_miss_to_the_ingress_and_trunk_returns_to_the_egr
     dump = flows(torctl.ovs, bridge[0])
     ing, eg, trunk = (PORTS[r][0] for r in ("ingress", "egress", "trunk"))
     assert f"priority=0 actions=output:{ing}" in dump or "priority=0 actions=output:1" in dump
-    assert "priority=1,in_port=" in dump
+    assert "priority=2,in_port=" in dump and "dl_vlan=4094" in dump and "priority=1,in_port=" in dump
     assert "priority=120,vlan_tci=0x1000/0x1000" in dump or "priority=120,in_port=" in dump
     net = bridge[1]
     net.drain()
     net.send([udp(1)])
     assert [p[UDP].sport for p in net.recv("ingress")] == [1]  # unknown flow: to keel-ingress
+    # the ingress's normal path comes back tagged 4094 and leaves by the egress untagged; an
+    # untagged packet from the ingress that no stage-1 rule matches is dropped
+    tagged = Ether(**MACS) / Dot1Q(vlan=4094) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=2, dport=53)
+    net.socks["ingress"].send(tagged)
+    net.socks["ingress"].send(udp(3))
+    got = net.recv("egress")
+    assert [(p.haslayer(Dot1Q), p[UDP].sport) for p in got] == [(False, 2)]
 
 
 def test_install_returns_after_the_barrier_so_the_next_packet_takes_the_rule(torctl, bridge):
