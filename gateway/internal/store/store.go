@@ -159,7 +159,8 @@ func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
 	return &f, nil
 }
 
-// List returns every function, sorted by name.
+// List returns every function, sorted by name: two round trips (the set, then one MGET),
+// whatever the number of functions; the controller reads it for every new flow.
 func (s *Store) List(ctx context.Context) ([]*Function, error) {
 	names, err := s.rdb.SMembers(ctx, keyFunctions).Result()
 	if err != nil {
@@ -167,15 +168,27 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 	}
 	sort.Strings(names)
 	out := make([]*Function, 0, len(names))
-	for _, n := range names {
-		f, err := s.Get(ctx, n)
-		if errors.Is(err, ErrNotFound) {
-			continue
+	if len(names) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = keyFunction + n
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read functions: %w", err)
+	}
+	for i, v := range vals {
+		b, ok := v.(string)
+		if !ok {
+			continue // removed since the set was read
 		}
-		if err != nil {
-			return nil, err
+		var f Function
+		if err := json.Unmarshal([]byte(b), &f); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", names[i], err)
 		}
-		out = append(out, f)
+		out = append(out, &f)
 	}
 	return out, nil
 }
