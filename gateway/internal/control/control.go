@@ -218,7 +218,14 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 			c.Name, in.ID, in.Worker, in.Core, in.Batch, st.view.Chains[c.Name].Threshold, map[bool]string{true: "; cold start", false: ""}[a.ColdStart])
 		s.kick()
 	}
-	s.Provider.UpdateChainMetrics(ctx, c.Name)
+	// the gauges from the state just read and written (in is st.insts[a.Instance])
+	var chainInsts []*store.Instance
+	for _, x := range st.insts {
+		if x.Chain == c.Name {
+			chainInsts = append(chainInsts, x)
+		}
+	}
+	s.Provider.SetChainMetrics(st.chains[c.Name], chainInsts)
 	return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: pi}, nil
 }
 

@@ -552,7 +552,7 @@ func (p *Provider) Adopt(ctx context.Context) error {
 	return nil
 }
 
-// UpdateChainMetrics recomputes a chain's keel_* gauges from its instances.
+// UpdateChainMetrics recomputes a chain's keel_* gauges from its instances in the store.
 func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
 	f, err := p.Store.Get(ctx, name)
 	if err != nil || f.Chain == nil {
@@ -562,6 +562,16 @@ func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
 	if err != nil {
 		return
 	}
+	p.SetChainMetrics(f, insts)
+}
+
+// SetChainMetrics sets a chain's keel_* gauges from its record and instances as the caller
+// has just read or written them (AssignFlow: no second read of the store per new flow).
+func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
+	if f == nil || f.Chain == nil {
+		return
+	}
+	name := f.Deployment.Service
 	var pooled, attached, flows float64
 	var packets, drops, rate, p99 float64
 	for _, in := range insts {
