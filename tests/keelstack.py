@@ -203,6 +203,16 @@ STACK_LINK = re.compile(r"^\d+: (keel(vf|-nic|-up|-tor|-tsrc|-tsink|-ting|-ing)\
 STACK_NETNS = ("keelsrc", "keelsink")
 
 
+def stack_links() -> list[str]:
+    return [m.group(1) for m in STACK_LINK.finditer(sh("ip", "-o", "link", "show").stdout)]
+
+
+def keel_netns() -> list[str]:
+    """keel* network namespaces ("keelsrc (id: 0)" lines of ip netns list)."""
+    return [line.split()[0] for line in sh("ip", "netns", "list").stdout.splitlines()
+            if line.startswith("keel")]
+
+
 def other_stack() -> str:
     """What another worktree's stack listens on (Redis, the gateway), "" if nothing: a stack
     that make up in this tree would collide with."""
@@ -223,6 +233,9 @@ def running_stack():
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         pytest.fail(f"another keel stack runs here (not from {RUN}): {other}")
+    # What was here before make up (a test's own netns left by an interrupted run, say) is not
+    # this stack's to remove.
+    links_before, netns_before = set(stack_links()), set(keel_netns())
     try:
         t0 = time.time()
         up = sh("make", "-s", "up", check=False, timeout=900, cwd=ROOT)
@@ -241,6 +254,7 @@ def running_stack():
         lock.close()
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
     assert not [p for p in RUN.glob("*.pid")], "make down left PID files"
-    links = sh("ip", "-o", "link", "show").stdout
-    assert not STACK_LINK.search(links), links
-    assert not [n for n in sh("ip", "netns", "list").stdout.split() if n.startswith("keelw") or n in STACK_NETNS]
+    left = [n for n in stack_links() if n not in links_before]
+    assert not left, f"make down left links {left}"
+    left = [n for n in keel_netns() if n in STACK_NETNS or n not in netns_before]
+    assert not left, f"make down left network namespaces {left}"

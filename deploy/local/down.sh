@@ -99,7 +99,9 @@ for name in $names; do
   if [[ $info =~ link-netns\ (keel[^ ]*) ]]; then netns+=("${BASH_REMATCH[1]}"); fi
   ip link del "$name" 2>/dev/null && say "  link $name: removed" || true
 done
-for ns in "${netns[@]}"; do
+# keelsrc and keelsink are the stack's own (up.sh makes them) even when their veth went first.
+for ns in "${netns[@]}" keelsrc keelsink; do
+  [ -e "/var/run/netns/$ns" ] || continue
   ip netns del "$ns" 2>/dev/null && say "  netns $ns: removed" || true
 done
 rm -f "$RUN/ovs/conf.db" "$RUN/ovs/.conf.db.~lock~"
@@ -117,6 +119,11 @@ if [ -f "$RUN/pktbuf.mounted" ]; then
     say "  chain buffers: unmounted $PKTBUF"
   fi
   rm -f "$RUN/pktbuf.mounted"
+fi
+if [ -f "$RUN/ip_local_reserved_ports" ]; then
+  sysctl -qw net.ipv4.ip_local_reserved_ports="$(cat "$RUN/ip_local_reserved_ports")" &&
+    say "  net.ipv4.ip_local_reserved_ports: '$(cat "$RUN/ip_local_reserved_ports")' again"
+  rm -f "$RUN/ip_local_reserved_ports"
 fi
 if [ -f "$RUN/rmem_default" ]; then
   sysctl -qw net.core.rmem_default="$(cat "$RUN/rmem_default")" &&

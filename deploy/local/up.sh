@@ -156,6 +156,17 @@ mkdir -p "$RUN/redis" "$RUN/ovs" "$RUN/secrets"
 cd "$ROOT"
 say "starting keel's local stack (logs and PID files in $RUN)"
 
+# The gRPC ports (gateway 50051, placer 50062, torctl 50070) lie in Linux's ephemeral range
+# (32768-60999): a connection one part opens (the gateway's to Redis, say) can get one as its
+# local port just before the part that listens there starts, which then fails with "Address
+# already in use". make up reserves them while the stack runs; make down puts the old list back.
+RESERVED=50051,50062,50070
+reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports)
+if [ ! -f "$RUN/ip_local_reserved_ports" ]; then
+  echo "$reserved" > "$RUN/ip_local_reserved_ports"
+  sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$RESERVED"
+fi
+
 # Redis: functions, chains, placements and NF state. NF containers have no network and use
 # the unix socket.
 alive redis > /dev/null || port_free 127.0.0.1:6379
