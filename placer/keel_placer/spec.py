@@ -193,6 +193,10 @@ def parse_spec(text: str, cat: catalog.Catalog | None = None) -> Spec:
     """Parse and resolve spec text against an NF catalogue (default: the library's);
     raise SpecError with every diagnostic if it is bad."""
     tree, errors = parse_tree(text)
+    if errors:
+        # Syntax errors only: resolving a tree with holes in it adds noise such as "unbound
+        # flow" for a flow whose chain line did not parse.
+        raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
     spec = _Resolver(tree, errors, cat or catalog.library()).resolve()
     if errors:
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))

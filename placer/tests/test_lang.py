@@ -117,6 +117,15 @@ def test_syntax_errors_are_reported_per_statement():
     assert errs[1] == (3, 11, "a branch needs at least one arm")
 
 
+def test_a_syntax_error_is_not_buried_under_what_it_breaks_later():
+    # The chain line does not parse, so nothing binds f; "unbound flow 'f'" on line 1 used to
+    # come first and the gateway showed it instead of the syntax error.
+    for chain, col, message in [("ACL -> (NAT", 18, "expected an NF, chain name or branch, found '('"),
+                                ("ACL -> NAT $", 22, "unexpected character '$'"),
+                                ("ACL ->", 17, "expected an NF, chain name or branch, found end of line")]:
+        assert errors(f"flow f = []\nchain c = {chain}\nf : c\n") == [(2, col, message)], chain
+
+
 def test_bad_slo_and_arm():
     assert errors("flow f = []\nchain c = ACL\nf : c @ {'t_min': 'fast'}\n") == [
         (3, 9, "bad SLO t_min 'fast': expected a rate like '1.1Gbps'")]

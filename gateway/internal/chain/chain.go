@@ -17,6 +17,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
+	"gopkg.in/yaml.v3"
 )
 
 // Labels and annotations a tenant uses in stack.yml.
@@ -292,7 +293,7 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		return nil, nil, fmt.Errorf("placer rejected the topology: %s", pl.InputError)
 	}
 	if !pl.Feasible {
-		return nil, nil, invalid("annotations."+AnnotationSLO, "no placement meets every chain's t_min on this rack: %s", pl.Reason)
+		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, userNames(pl.Reason, all))
 	}
 	placements := map[string]Placement{}
 	for _, pc := range pl.Chains {
@@ -308,6 +309,74 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 			"keel's ToR runs a chain's switch NFs only before or after its server NFs (place %s on the server, e.g. with a tenant NF, or reorder the chain)", nf, nf)
 	}
 	return c, placements, nil
+}
+
+// placerChainRe finds the placer's names for chains (c0, c1, ...: chainSpec) in its messages.
+var placerChainRe = regexp.MustCompile(`\bc(\d+)\b`)
+
+// userNames puts the user's chain names in place of the placer's c0, c1, ... in a message.
+func userNames(msg string, all []*Chain) string {
+	return placerChainRe.ReplaceAllStringFunc(msg, func(m string) string {
+		var i int
+		if _, err := fmt.Sscanf(m, "c%d", &i); err == nil && i < len(all) {
+			return all[i].Name
+		}
+		return m
+	})
+}
+
+// noRoom explains why no placement exists: the chain's SLO cannot be met on this rack even
+// alone, or the deployed chains hold the server cores it needs (each server subgroup takes at
+// least one whole core).
+func (v *Validator) noRoom(ctx context.Context, c *Chain, others []*Chain, tenantJSON, reason string) error {
+	field := "annotations." + AnnotationSLO
+	if len(others) == 0 {
+		return invalid(field, "no placement of %s meets t_min=%s on this rack: %s", c.Name, c.SLO.TMinText(), reason)
+	}
+	alone, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: chainSpec(0, c), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
+	if err != nil {
+		return fmt.Errorf("placer Place: %w", err)
+	}
+	if !alone.Ok || !alone.Feasible || len(alone.Chains) == 0 {
+		return invalid(field, "no placement of %s meets t_min=%s on this rack, even with no other chain deployed: %s",
+			c.Name, c.SLO.TMinText(), userNames(alone.Reason, []*Chain{c}))
+	}
+	need := len(alone.Chains[0].Subgroups)
+	used, users := 0, []string{}
+	for _, o := range others {
+		n := 0
+		for _, sg := range o.Placement.Subgroups {
+			n += sg.Cores
+		}
+		if n > 0 {
+			used += n
+			users = append(users, fmt.Sprintf("%s %d", o.Name, n))
+		}
+	}
+	rack := ""
+	if total := serverCores(v.Topology); total > 0 {
+		rack = fmt.Sprintf(" of the rack's %d", total)
+	}
+	return invalid(field, "no room for %s beside the deployed chains: it needs at least %d server core(s) at t_min=%s "+
+		"(one per server subgroup), and the deployed chains use %d%s (%s); remove a chain or add a worker (placer: %s)",
+		c.Name, need, c.SLO.TMinText(), used, rack, strings.Join(users, ", "), reason)
+}
+
+// serverCores is the number of server cores in a topology YAML; 0 if it does not parse.
+func serverCores(topology string) int {
+	var t struct {
+		Servers []struct {
+			Cores int `yaml:"cores"`
+		} `yaml:"servers"`
+	}
+	if yaml.Unmarshal([]byte(topology), &t) != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range t.Servers {
+		n += s.Cores
+	}
+	return n
 }
 
 // tenantEntries returns the tenant NFs by lower-case name and their catalogue entries for the

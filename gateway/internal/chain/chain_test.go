@@ -19,6 +19,7 @@ import (
 type fakePlacer struct {
 	parse   *pb.ParseResponse
 	place   *pb.PlaceResponse
+	placeFn func(spec string) *pb.PlaceResponse // when set, answers Place instead of place
 	specs   []string
 	tenants []string // tenant_nfs_json of each request
 	called  int
@@ -35,6 +36,9 @@ func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.Cal
 	f.specs = append(f.specs, in.Spec)
 	f.tenants = append(f.tenants, in.TenantNfsJson)
 	f.called++
+	if f.placeFn != nil {
+		return f.placeFn(in.Spec), nil
+	}
 	return f.place, nil
 }
 
@@ -265,6 +269,48 @@ func Test_Validate_maps_placer_errors_to_annotations(t *testing.T) {
 	_, _, err = v.Validate(context.Background(), deployment("c", good), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "annotations.com.keel.slo: no placement") || !strings.Contains(err.Error(), "not enough cores") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func Test_Validate_explains_a_full_rack_in_the_users_chain_names(t *testing.T) {
+	older := &Chain{Name: "chain2", Spec: "NAT", SLO: SLO{TMinGbps: 0.01},
+		Placement: Placement{Subgroups: []Subgroup{{ID: 0, Server: "local", Cores: 1}}}}
+	other := &Chain{Name: "chain3", Spec: "Dedup", SLO: SLO{TMinGbps: 0.01},
+		Placement: Placement{Subgroups: []Subgroup{{ID: 0, Server: "local", Cores: 1}}}}
+	fp := okPlacer()
+	fp.placeFn = func(spec string) *pb.PlaceResponse {
+		if strings.Contains(spec, "chain c1") { // with the deployed chains
+			return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain c2: no placement meets every chain's t_min within cores, links and switch"}
+		}
+		return okPlacer().place // alone it fits, in one subgroup
+	}
+	v, _ := validator(fp)
+	v.Topology = "servers:\n  - {name: local, cores: 2}\n"
+	slo := map[string]string{AnnotationChain: goodChain, AnnotationFilter: "dst net 198.18.3.0/24", AnnotationSLO: "t_min=1Mbps"}
+	_, _, err := v.Validate(context.Background(), deployment("chain9", slo), []*Chain{older, other}, nil)
+	want := "annotations.com.keel.slo: no room for chain9 beside the deployed chains: it needs at least 1 server core(s) at t_min=1Mbps " +
+		"(one per server subgroup), and the deployed chains use 2 of the rack's 2 (chain2 1, chain3 1); remove a chain or add a worker " +
+		"(placer: chain chain3: no placement meets every chain's t_min within cores, links and switch)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+	// Infeasible alone too: the SLO itself is out of this rack's reach.
+	fp.placeFn = func(string) *pb.PlaceResponse {
+		return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain c0: no candidate placement meets its SLO"}
+	}
+	_, _, err = v.Validate(context.Background(), deployment("chain9", slo), []*Chain{older}, nil)
+	want = "annotations.com.keel.slo: no placement of chain9 meets t_min=1Mbps on this rack, even with no other chain deployed: " +
+		"chain chain9: no candidate placement meets its SLO"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+}
+
+func Test_SLO_TMinText(t *testing.T) {
+	for in, want := range map[float64]string{0.001: "1Mbps", 0.01: "10Mbps", 1: "1Gbps", 2.5: "2.5Gbps", 0: "0bps", 1e-6: "1kbps"} {
+		if got := (SLO{TMinGbps: in}).TMinText(); got != want {
+			t.Errorf("%g Gbps: %q, want %q", in, got, want)
+		}
 	}
 }
 

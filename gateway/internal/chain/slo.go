@@ -92,3 +92,16 @@ func (s SLO) binding() string {
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// TMinText renders t_min for a message: 1Gbps, 10Mbps, 0bps.
+func (s SLO) TMinText() string {
+	for _, u := range []struct {
+		unit  string
+		scale float64
+	}{{"Tbps", 1e3}, {"Gbps", 1}, {"Mbps", 1e-3}, {"kbps", 1e-6}} {
+		if s.TMinGbps >= u.scale {
+			return strconv.FormatFloat(s.TMinGbps/u.scale, 'g', 6, 64) + u.unit
+		}
+	}
+	return num(s.TMinGbps*1e9) + "bps"
+}
