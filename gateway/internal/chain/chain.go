@@ -255,8 +255,21 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		return nil, nil, invalid("annotations."+AnnotationSLO, "%v", err)
 	}
 	c.SLO = slo
-	if _, err := pcapfilter.Compile(c.Filter); err != nil {
+	flt, err := pcapfilter.Compile(c.Filter)
+	if err != nil {
 		return nil, nil, invalid("annotations."+AnnotationFilter, "%q is not a valid pcap filter: %v", c.Filter, err)
+	}
+	// A new flow goes to one chain: two chains whose filters match the same flow would leave
+	// the choice to the order of names.
+	for _, o := range others {
+		of, err := pcapfilter.Compile(o.Filter)
+		if err != nil {
+			continue // refused at its deploy
+		}
+		if f, ok := pcapfilter.Overlap(flt, of); ok {
+			return nil, nil, invalid("annotations."+AnnotationFilter, "%q overlaps the filter of chain %s (%q): both match %v; "+
+				"a flow belongs to one chain, so narrow one of them (e.g. add \"and not dst net ...\")", c.Filter, o.Name, o.Filter, f)
+		}
 	}
 
 	tenants, tenantJSON, err := tenantEntries(tenantNFs)

@@ -306,6 +306,21 @@ func Test_Validate_explains_a_full_rack_in_the_users_chain_names(t *testing.T) {
 	}
 }
 
+func Test_Validate_refuses_a_filter_that_overlaps_a_deployed_chains(t *testing.T) {
+	fp := okPlacer()
+	v, _ := validator(fp)
+	deployed := &Chain{Name: "chain3", Spec: "NAT", Filter: "dst net 198.18.3.0/24"}
+	_, _, err := v.Validate(context.Background(), deployment("copy", good), []*Chain{deployed}, nil)
+	want := `annotations.com.keel.filter: "dst net 198.18.3.0/24" overlaps the filter of chain chain3 ("dst net 198.18.3.0/24"): both match udp 198.18.0.1:1024 -> 198.18.3.1:1024`
+	if err == nil || !strings.HasPrefix(err.Error(), want) || fp.called != 0 {
+		t.Fatalf("got %v (placer called %d times)", err, fp.called)
+	}
+	deployed.Filter = "dst net 198.18.4.0/24"
+	if _, _, err := v.Validate(context.Background(), deployment("copy", good), []*Chain{deployed}, nil); err != nil {
+		t.Fatalf("disjoint filters: %v", err)
+	}
+}
+
 func Test_SLO_TMinText(t *testing.T) {
 	for in, want := range map[float64]string{0.001: "1Mbps", 0.01: "10Mbps", 1: "1Gbps", 2.5: "2.5Gbps", 0: "0bps", 1e-6: "1kbps"} {
 		if got := (SLO{TMinGbps: in}).TMinText(); got != want {

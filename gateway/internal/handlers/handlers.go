@@ -199,7 +199,13 @@ func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth
 	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
 	fwd := proxy.NewHandlerFunc(cfg, p, false)
 	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+Namespace) }
-	invoke := m.InstrumentInvocation(name, fwd)
+	invoke := m.InstrumentInvocation(name, func(w http.ResponseWriter, r *http.Request) {
+		if err := p.CheckInvocable(r.Context(), name(r)); err != nil {
+			writeError(w, err)
+			return
+		}
+		fwd(w, r)
+	})
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}", invoke)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", invoke)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", invoke)

@@ -6,12 +6,17 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
 	"github.com/openfaas/faas-provider/auth"
+	"github.com/openfaas/faas-provider/types"
 )
 
 type emptyStore struct{}
@@ -43,5 +48,32 @@ func Test_operator_view_is_behind_basic_auth(t *testing.T) {
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui", nil))
 	if rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != "/ui/" {
 		t.Errorf("/ui: %d to %q, want a redirect to /ui/", rec.Code, rec.Header().Get("Location"))
+	}
+}
+
+func Test_invoking_a_packet_chain_or_function_says_how_it_is_used(t *testing.T) {
+	st := testredis.Store(t)
+	ctx := context.Background()
+	for _, f := range []*store.Function{
+		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain2"},
+			Chain: &chain.Chain{Name: "chain2", Filter: "dst net 198.18.2.0/24"}},
+		{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard"}},
+	} {
+		if err := st.Put(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &provider.Provider{Store: st}
+	r := NewRouter(p, metrics.New(), nil, nil)
+	for path, want := range map[string]string{
+		"/function/chain2":             `chain2 is a packet chain, not an HTTP function: it processes the packets of new flows that match its filter "dst net 198.18.2.0/24"`,
+		"/function/chain2.openfaas-fn": `chain2 is a packet chain`,
+		"/function/ttlguard":           `ttlguard is a packet function (an NF), not an HTTP function: it runs inside the chains that name it`,
+	} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader("hi")))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("%s: %d %q, want 400 with %q", path, rec.Code, rec.Body.String(), want)
+		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -117,4 +118,118 @@ func packetOf(flow Flow) ([]byte, error) {
 		l[0] = 8
 	}
 	return pkt, nil
+}
+
+var (
+	addrRe = regexp.MustCompile(`\b(\d{1,3}(?:\.\d{1,3}){3})(?:/(\d{1,2}))?`)
+	portRe = regexp.MustCompile(`\bport(?:range)?\s+(\d{1,5})(?:-(\d{1,5}))?`)
+)
+
+// Overlap looks for a flow that both filters match and returns it. It tries the flows made of
+// the addresses, networks, ports and protocols the two expressions name (each network's first,
+// second, middle and last address, each port and its neighbours) and a few others, so a
+// reported overlap is always real (the flow is a witness), and the overlaps of filters built
+// from nets, hosts, ports and protocols, keel's usual traffic filters, are found. Filters that
+// select by other fields may overlap unreported.
+func Overlap(a, b *Filter) (Flow, bool) {
+	var addrs []netip.Addr
+	seenAddr := map[netip.Addr]bool{}
+	addAddr := func(x netip.Addr) {
+		if x.Is4() && !seenAddr[x] {
+			seenAddr[x] = true
+			addrs = append(addrs, x)
+		}
+	}
+	ports := []uint16{}
+	seenPort := map[uint16]bool{}
+	addPort := func(p int) {
+		if p >= 0 && p <= 65535 && !seenPort[uint16(p)] {
+			seenPort[uint16(p)] = true
+			ports = append(ports, uint16(p))
+		}
+	}
+	for _, d := range []string{"198.18.0.1", "10.0.0.1", "0.0.0.1", "255.255.255.254"} {
+		addAddr(netip.MustParseAddr(d))
+	}
+	for _, p := range []int{1024, 80, 53} {
+		addPort(p)
+	}
+	for _, expr := range []string{a.expr, b.expr} {
+		for _, m := range addrRe.FindAllStringSubmatch(expr, -1) {
+			ip, err := netip.ParseAddr(m[1])
+			if err != nil {
+				continue
+			}
+			bits := 32
+			if m[2] != "" {
+				fmt.Sscan(m[2], &bits)
+			}
+			pfx, err := ip.Prefix(min(bits, 32))
+			if err != nil {
+				continue
+			}
+			first := pfx.Addr()
+			last := lastAddr(pfx)
+			addAddr(first.Next()) // a host address first: it makes the nicer witness
+			if pfx.Bits() < 31 {
+				mid := first.As4()
+				mid[pfx.Bits()/8] |= 0x80 >> (pfx.Bits() % 8)
+				addAddr(netip.AddrFrom4(mid))
+			}
+			addAddr(last.Prev())
+			addAddr(first)
+			addAddr(last)
+		}
+		for _, m := range portRe.FindAllStringSubmatch(expr, -1) {
+			var lo, hi int
+			fmt.Sscan(m[1], &lo)
+			hi = lo
+			if m[2] != "" {
+				fmt.Sscan(m[2], &hi)
+			}
+			for _, p := range []int{lo - 1, lo, hi, hi + 1} {
+				addPort(p)
+			}
+		}
+	}
+	for _, proto := range []uint8{17, 6, 1} {
+		pp := ports
+		if proto == 1 {
+			pp = ports[:1]
+		}
+		for _, src := range addrs {
+			for _, dst := range addrs {
+				for _, sp := range pp {
+					for _, dp := range pp {
+						f := Flow{Src: src, Dst: dst, SrcPort: sp, DstPort: dp, Proto: proto}
+						if ok, _ := a.Match(f); ok {
+							if ok, _ := b.Match(f); ok {
+								return f, true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return Flow{}, false
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	v := binary.BigEndian.Uint32(a[:]) | (uint32(1)<<(32-p.Bits()) - 1)
+	if p.Bits() == 0 {
+		v = 0xffffffff
+	}
+	binary.BigEndian.PutUint32(a[:], v)
+	return netip.AddrFrom4(a)
+}
+
+// String renders a flow as "udp 198.18.0.1:1024 -> 198.18.3.1:80".
+func (f Flow) String() string {
+	name := map[uint8]string{6: "tcp", 17: "udp", 1: "icmp"}[f.Proto]
+	if f.Proto == 1 {
+		return fmt.Sprintf("%s %s -> %s", name, f.Src, f.Dst)
+	}
+	return fmt.Sprintf("%s %s:%d -> %s:%d", name, f.Src, f.SrcPort, f.Dst, f.DstPort)
 }
