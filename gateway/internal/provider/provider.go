@@ -655,7 +655,15 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 			st.AvailableReplicas = uint64(p.Runtime.Running(fd.Service))
 		}
 	case chain.KindNF:
-		st.Replicas = 0
+		// A packet function has no process of its own: its image was checked at deploy and
+		// chains run it. faas-cli shows it Ready with one replica, the image chains can use.
+		st.Replicas, st.AvailableReplicas = 1, 1
+		users, err := p.chainsUsing(ctx, fd.Service)
+		if err != nil {
+			return nil, err
+		}
+		ann["com.keel.packet-function"] = fmt.Sprintf("an NF for chains, not an HTTP function: it runs inside the chains "+
+			"that name it in %s; used by: %s", chain.AnnotationChain, orNone(users))
 	case chain.KindChain:
 		insts, err := p.Store.Instances(ctx, fd.Service)
 		if err != nil {
@@ -682,8 +690,22 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 			}
 		}
 		ann["com.keel.pool"] = fmt.Sprintf("%d idle instance(s), %d ready", idle, idleReady)
+		if len(f.Chain.Placement.Subgroups) == 0 {
+			// Every NF runs on the ToR: one replica, the switch's program, always there.
+			st.Replicas, st.AvailableReplicas = 1, 1
+			ann["com.keel.runs"] = "on the ToR switch only: its rules apply the chain's NFs to every packet of a matching flow; no server instance is needed"
+		} else {
+			ann["com.keel.runs"] = fmt.Sprintf("on server cores: %d attached instance(s) carry flows, %d idle in the pool", st.Replicas, idle)
+		}
 	}
 	return st, nil
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none yet"
+	}
+	return strings.Join(names, ", ")
 }
 
 // describeChain writes the chain's NFs, placement, instances, rate and p99 into annotations.
