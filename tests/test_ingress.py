@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="needs root and iproute2 to make a network namespace and veths")
 
 CHAINS = {"a-udp": "udp dst portrange 5000-6999", "b-tcp": "tcp"}
-REFUSE, SLOW, TOR_FAILS = 6001, 6002, 6003     # dst ports the fakes answer badly
+REFUSE, SLOW, TOR_FAILS, LATE_ONCE = 6001, 6002, 6003, 6004  # dst ports the fakes answer badly
 ASSIGN_TIMEOUT_MS = 300
 STAGE1_DELAY_S = 0.01
 
@@ -76,7 +76,9 @@ class FakeGateway(cgrpc.ControlServicer):
         self.assigned.append(request)
         if request.flow.dst_port == REFUSE:
             return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
-        if request.flow.dst_port == SLOW:
+        late_once = request.flow.dst_port == LATE_ONCE and \
+            sum(1 for r in self.assigned if r.flow.src_port == request.flow.src_port) == 1
+        if request.flow.dst_port == SLOW or late_once:
             await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
         inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=100)
         return cpb.AssignFlowResponse(assigned=True, chain=request.chain, instance=inst)
@@ -404,6 +406,8 @@ def test_failed_setups_drop_and_count_while_other_flows_are_served(rig):
     assert wire.wait_for(lambda: len(gw.released) >= 2)
     assert sorted((r.flow.dst_port, r.reason) for r in gw.released) == \
         sorted([(TOR_FAILS, "install_failed"), (SLOW, "assign_timeout")])
+    # The slow flow was asked for three times (--assign-attempts' default) before it was given up.
+    assert sum(1 for r in gw.assigned if r.flow.dst_port == SLOW) == 3
 
     # During the backoff the flow's packets are dropped; after it, a retry gets its own setup.
     wire.take()
@@ -419,6 +423,22 @@ def test_failed_setups_drop_and_count_while_other_flows_are_served(rig):
     assert wire.wait_for(lambda: drops(ing.metrics(), "assign_failed") + drops(ing.metrics(), "timeout")
                          == before + 2, timeout=3)
     assert ing.proc.poll() is None
+
+
+def test_an_assignflow_that_runs_out_of_time_once_is_made_again_and_loses_nothing(rig):
+    start, wire, gw, tor, gw_server = rig
+    ing = start()
+    sent = [frame(33000 + f, LATE_ONCE, s) for f in range(3) for s in range(4)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=5), len(wire.got)
+    m = ing.metrics()
+    assert m["keel_ingress_assign_retries_total"] == 3, m
+    assert not [k for k, v in m.items() if k.startswith("keel_ingress_drops_total") and v], m
+    assert not gw.released
+    # in order, per flow
+    for f in range(3):
+        got = [flow_of(fr)[2] for fr, _ in wire.got if flow_of(fr)[0] == 33000 + f]
+        assert got == [0, 1, 2, 3], got
 
 
 def test_hold_buffer_overflow_is_counted_without_stalling_others(rig):

@@ -172,25 +172,32 @@ void Control::HandleLcoreMsg(const Msg& m) {
   Release(m.key, "timeout");
 }
 
-void Control::Assign(const Msg& m) {
+void Control::Assign(const Msg& m) { AssignAttempt(m.key, m.req_id, m.chain, 1); }
+
+void Control::AssignAttempt(const FlowKey& key, uint64_t id, const std::string& chain, int attempt) {
   v1::AssignFlowRequest req;
-  *req.mutable_flow() = ToProto(m.key);
+  *req.mutable_flow() = ToProto(key);
   req.set_ingress_id(cfg_.ingress_id);
-  req.set_chain(m.chain);
-  FlowKey key = m.key;
-  uint64_t id = m.req_id;
-  std::string chain = m.chain;
+  req.set_chain(chain);
   Issue<v1::AssignFlowResponse>(
       cfg_.assign_timeout_ms,
       [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncAssignFlow(ctx, req, cq); },
-      [this, key, id, chain](const grpc::Status& st, const v1::AssignFlowResponse& resp) {
-        OnAssigned(key, id, chain, st, resp);
+      [this, key, id, chain, attempt](const grpc::Status& st, const v1::AssignFlowResponse& resp) {
+        OnAssigned(key, id, chain, attempt, st, resp);
       });
 }
 
-void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, const grpc::Status& st,
-                         const v1::AssignFlowResponse& resp) {
+void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt,
+                         const grpc::Status& st, const v1::AssignFlowResponse& resp) {
   if (!st.ok()) {
+    const bool transient = st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                           st.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (transient && attempt < cfg_.assign_attempts) {
+      /* A gateway busy for a moment (a scale-out's cold start on core 0)
+       * costs the flow latency, not its packets. */
+      counters_->assign_retries.Add(1);
+      return AssignAttempt(key, req, chain, attempt + 1);
+    }
     /* A call that ran out of time may still have been carried out: the
      * gateway would count the flow against its instance forever. Release it
      * (a flow the gateway does not know is no harm). */

@@ -39,6 +39,10 @@ struct ControlConfig {
   std::string ingress_id = "ingress-0";
   uint32_t idle_timeout_s = 0;
   int assign_timeout_ms = 500;
+  /* AssignFlow is idempotent (a flow already assigned gets its assignment
+   * again), so a call that ran out of time or found the gateway unavailable is
+   * made again, up to this many calls in all, before the flow's packets go. */
+  int assign_attempts = 3;
   int install_timeout_ms = 1000;
   int report_interval_ms = 2000;
 };
@@ -76,7 +80,9 @@ class Control {
   void HandleLcoreMsg(const Msg& m);
   void CompletionLoop();
   void Assign(const Msg& m);
-  void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, const grpc::Status& st,
+  /* Call number |attempt| (from 1) of AssignFlow for a new flow. */
+  void AssignAttempt(const FlowKey& key, uint64_t req, const std::string& chain, int attempt);
+  void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt, const grpc::Status& st,
                   const keel::v1::AssignFlowResponse& resp);
   void InstallStage2(uint64_t req);
   void Release(const FlowKey& key, const char* reason);

@@ -54,6 +54,10 @@ control plane:
   --torctl HOST:PORT       keel-torctl's gRPC address (TorControl)     [127.0.0.1:50070]
   --ingress-id ID          this ingress's name in AssignFlow and stats [ingress-0]
   --assign-timeout-ms MS   deadline of one AssignFlow                  [500]
+  --assign-attempts N      AssignFlow calls per new flow: one that runs out
+                           of time or finds the gateway unavailable is
+                           made again (the gateway answers a flow it has
+                           assigned with the same instance)            [3]
   --install-timeout-ms MS  deadline of one InstallFlow                 [1000]
   --idle-timeout S         the ToR rule's idle timeout (0: torctl's default) [0]
   --report-interval-ms MS  ReportIngressStats period                   [2000]
@@ -75,8 +79,8 @@ data plane:
                            new flow's first packet, and sets its idle CPU
                            (on this VM ~1.4 % of a core at 2000 us,
                            ~9 % at 200 us)                             [2000]
-  A setup that has no answer after assign + install timeout + 250 ms is
-  dropped as timeout. Until the gateway's first chain list arrives, every
+  A setup that has no answer after assign timeout x attempts + install
+  timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives, every
   flow takes the no-chain path.
 
 reports:
@@ -110,7 +114,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
          return v == "forward" || v == "drop";
        }},
   };
-  uint64_t assign_ms = 500, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
+  uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000;
   struct Num {
     uint64_t* v;
@@ -118,6 +122,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   };
   std::map<std::string, Num> numbers = {
       {"--assign-timeout-ms", {&assign_ms, 1, 600000}},   {"--install-timeout-ms", {&install_ms, 1, 600000}},
+      {"--assign-attempts", {&assign_attempts, 1, 10}},
       {"--retry-backoff-ms", {&backoff_ms, 0, 600000}},   {"--retire-ms", {&retire_ms, 1, 3600000}},
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
@@ -176,6 +181,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   }
 
   f->control.assign_timeout_ms = static_cast<int>(assign_ms);
+  f->control.assign_attempts = static_cast<int>(assign_attempts);
   f->control.install_timeout_ms = static_cast<int>(install_ms);
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);
   f->control.report_interval_ms = static_cast<int>(report_ms);
@@ -186,7 +192,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   t.max_flows = static_cast<uint32_t>(max_flows);
   t.retry_backoff_ns = backoff_ms * 1'000'000;
   t.retire_ns = retire_ms * 1'000'000;
-  t.hold_timeout_ns = (assign_ms + install_ms + kHoldTimeoutExtraMs) * 1'000'000;
+  t.hold_timeout_ns = (assign_ms * assign_attempts + install_ms + kHoldTimeoutExtraMs) * 1'000'000;
   return true;
 }
 

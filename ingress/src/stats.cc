@@ -49,6 +49,7 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
       {"stage2_installed", c.stage2_installed.Get()},
       {"stage2_failed", c.stage2_failed.Get()},
       {"flows_released", c.flows_released.Get()},
+      {"assign_retries", c.assign_retries.Get()},
       {"watch_restarts", c.watch_restarts.Get()},
   };
   for (size_t i = 0; i < c.drops.size(); i++) s.drops[DropReasonName(static_cast<DropReason>(i))] = c.drops[i].Get();

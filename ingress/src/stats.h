@@ -51,6 +51,7 @@ struct IngressCounters {
   Counter stage2_installed;
   Counter stage2_failed;
   Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
+  Counter assign_retries;       /* AssignFlow calls made again after a timeout or an unavailable gateway */
   Counter chains;               /* chains in the filter set now */
   Counter watch_restarts;
 };
