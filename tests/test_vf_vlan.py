@@ -64,6 +64,11 @@ def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
             assert c["transform_errors"] == 0, c["transform_error_examples"]
             assert c["loss"] == 0, str({"flows": c["flows"], "open_timeouts": c["open_timeouts"],
                                         "setup": setup_delta(before, setup_counters())})
+            # faas-cli logs reads the instance's NF containers through the worker's agent.
+            logs = faas("logs", "tunsrv", "--tail=false", "--instance")
+            assert logs.returncode == 0, logs.stdout + logs.stderr
+            for nf in ("nat", "tunnel"):
+                assert f"{nf} running under keel-coopsched" in logs.stdout, logs.stdout
         finally:
             r = faas("remove", "tunsrv")
             assert r.returncode == 0, r.stdout + r.stderr

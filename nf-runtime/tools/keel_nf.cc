@@ -389,9 +389,15 @@ int main(int argc, char** argv) {
       g_member = member.get();
       std::signal(SIGINT, OnSignal);
       std::signal(SIGTERM, OnSignal);
+      /* What faas-cli logs CHAIN shows of a healthy NF. */
+      std::fprintf(stderr, "keel-nf: chain %s position %d of %d: %s running%s\n", chain_id.c_str(), opt.position,
+                   opt.count, chain->name(0).c_str(), coopsched.empty() ? "" : " under keel-coopsched");
       if (!member->Run(&err)) {
         std::fprintf(stderr, "keel-nf: %s\n", err.c_str());
         rc = 1;
+      } else {
+        std::fprintf(stderr, "keel-nf: chain %s position %d: %s stopped\n", chain_id.c_str(), opt.position,
+                     chain->name(0).c_str());
       }
       g_member = nullptr;
     }

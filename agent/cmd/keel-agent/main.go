@@ -78,7 +78,8 @@ Position 0's container gets CAP_NET_ADMIN (DPDK sets vf0 promiscuous and its
 MAC; with --network none it reaches only the container's own netns); af_xdp
 adds BPF, PERFMON and an unlimited memlock.
 
-Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz.
+Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
+containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
 
 flags:
 `
@@ -107,7 +108,7 @@ func run() int {
 		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
 		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `HOST:PORT`, to delete a removed instance's NF state (empty: never)")
 		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
-		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics and /healthz")
+		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics, /healthz and /logs")
 		statsEvery  = fs.Duration("stats-interval", time.Second, "how often NFs write their stats files and the agent reads them")
 		heartbeat   = fs.Duration("heartbeat", 10*time.Second, "an instance's stats go to the gateway at least this often (else on significant change)")
 		rtRuntime   = fs.Int64("rt-runtime-us", 10000, "cgroup v1 cpu.rt_runtime_us of each NF container (see SCHED_FIFO above)")
@@ -211,6 +212,7 @@ func run() int {
 	reg.MustRegister(agent.NewMetrics(a))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/logs", agent.LogsHandler(*worker, docker))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

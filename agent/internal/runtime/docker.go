@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-units"
+	"github.com/keel-nfv/keel/internal/dockerlog"
 )
 
 // Docker runs containers on one Docker engine through its Go SDK.
@@ -207,4 +208,18 @@ func why(c Container) string {
 	default:
 		return fmt.Sprintf("%s with exit code %d", c.State, c.ExitCode)
 	}
+}
+
+// Logs streams the lines of the containers that carry every label in match (faas-cli logs of
+// a chain, through the agent of each worker that runs it).
+func (d *Docker) Logs(ctx context.Context, match map[string]string, o dockerlog.Options) (<-chan dockerlog.Line, error) {
+	list, err := d.List(ctx, match)
+	if err != nil {
+		return nil, err
+	}
+	targets := make([]dockerlog.Target, 0, len(list))
+	for _, c := range list {
+		targets = append(targets, dockerlog.Target{ID: c.ID, Name: c.Name})
+	}
+	return dockerlog.Read(ctx, d.cli, targets, o), nil
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/keel-nfv/keel/internal/dockerlog"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -298,4 +300,21 @@ func fnv64(s string) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// Logs streams the lines of a function's replicas (faas-cli logs).
+func (d *Docker) Logs(ctx context.Context, name string, o dockerlog.Options) (<-chan dockerlog.Line, error) {
+	list, err := d.replicas(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	targets := make([]dockerlog.Target, 0, len(list))
+	for _, c := range list {
+		n := c.ID[:12]
+		if len(c.Names) > 0 {
+			n = strings.TrimPrefix(c.Names[0], "/")
+		}
+		targets = append(targets, dockerlog.Target{ID: c.ID, Name: n})
+	}
+	return dockerlog.Read(ctx, d.cli, targets, o), nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
 	"github.com/openfaas/faas-provider/auth"
+	"github.com/openfaas/faas-provider/logs"
 	"github.com/openfaas/faas-provider/proxy"
 	"github.com/openfaas/faas-provider/types"
 )
@@ -72,6 +73,23 @@ func MakeDeployHandler(p *provider.Provider, update bool) http.HandlerFunc {
 		}
 		log.Printf("deployed %s (update=%v)", fd.Service, update)
 		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// LogsTimeout bounds one faas-cli logs request (a --follow stream ends after it).
+const LogsTimeout = 30 * time.Minute
+
+// MakeLogsHandler handles GET /system/logs (faas-cli logs): faas-provider's streaming handler
+// over the provider, after a check that names an unknown function or a packet function (the
+// stock handler answers every error with "function log request failed").
+func MakeLogsHandler(p *provider.Provider) http.HandlerFunc {
+	stream := logs.NewLogHandlerFunc(p, LogsTimeout)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := p.CheckLogs(r.Context(), r.URL.Query().Get("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		stream(w, r)
 	}
 }
 
@@ -189,7 +207,7 @@ func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth
 	r.HandleFunc("/system/info", guard(MakeInfoHandler())).Methods(http.MethodGet)
 	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
 	r.HandleFunc("/system/secrets", guard(notImplemented("secrets"))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
-	r.HandleFunc("/system/logs", guard(notImplemented("logs"))).Methods(http.MethodGet)
+	r.HandleFunc("/system/logs", guard(MakeLogsHandler(p))).Methods(http.MethodGet)
 	if v != nil {
 		r.HandleFunc("/system/keel/topology", guard(ui.MakeTopologyHandler(v))).Methods(http.MethodGet)
 		r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))

@@ -4,10 +4,13 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
@@ -15,7 +18,9 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
+	"github.com/keel-nfv/keel/internal/dockerlog"
 	"github.com/openfaas/faas-provider/auth"
+	"github.com/openfaas/faas-provider/logs"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -74,6 +79,76 @@ func Test_invoking_a_packet_chain_or_function_says_how_it_is_used(t *testing.T) 
 		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader("hi")))
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("%s: %d %q, want 400 with %q", path, rec.Code, rec.Body.String(), want)
+		}
+	}
+}
+
+func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
+	st := testredis.Store(t)
+	ctx := context.Background()
+	var asked []string
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.RequestURI())
+		for i, text := range []string{"keel-nf: urlfilter up", "keel-nf: encrypt up", "keel-nf: 12 blocked"} {
+			json.NewEncoder(w).Encode(dockerlog.Line{Container: fmt.Sprintf("keel-chain2-0-%d", i%2), Time: time.Unix(int64(i), 0).UTC(), Text: text})
+		}
+	}))
+	defer agent.Close()
+	for _, f := range []*store.Function{
+		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain2"}, Chain: &chain.Chain{Name: "chain2",
+			Placement: chain.Placement{Subgroups: []chain.Subgroup{{Server: "w1", Cores: 1}}}}},
+		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain1"}, Chain: &chain.Chain{Name: "chain1"}},
+		{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard"}},
+	} {
+		if err := st.Put(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.PutWorker(ctx, &store.Worker{Name: "w1", Address: strings.TrimPrefix(agent.URL, "http://")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutInstance(ctx, &store.Instance{ID: "chain2/0", Chain: "chain2", Worker: "w1", State: store.Pooled, Core: -1}); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(&provider.Provider{Store: st}, metrics.New(), nil, nil)
+	gw := httptest.NewServer(r) // faas-provider's log handler needs a real connection (CloseNotifier)
+	defer gw.Close()
+	resp, err := http.Get(gw.URL + "/system/logs?name=chain2&tail=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s", resp.Status)
+	}
+	var got []string
+	dec := json.NewDecoder(resp.Body)
+	for dec.More() {
+		var m logs.Message
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Name+" "+m.Instance+" "+m.Text)
+	}
+	if strings.Join(got, "|") != "chain2 keel-chain2-0-1 keel-nf: encrypt up|chain2 keel-chain2-0-0 keel-nf: 12 blocked" {
+		t.Errorf("the newest two lines: %q", got)
+	}
+	if len(asked) != 1 || asked[0] != "/logs?chain=chain2&tail=2" {
+		t.Errorf("agent asked %q", asked)
+	}
+	for q, want := range map[string]struct {
+		code int
+		text string
+	}{
+		"/system/logs?name=ttlguard": {400, "ttlguard is a packet function: it has no process of its own"},
+		"/system/logs?name=nosuch":   {404, "function nosuch"},
+		"/system/logs?name=chain1":   {400, "chain chain1 runs on the ToR switch only: it has no containers and so no logs"},
+		"/system/logs":               {400, "name: missing"},
+	} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, q, nil))
+		if rec.Code != want.code || !strings.Contains(rec.Body.String(), want.text) {
+			t.Errorf("%s: %d %q", q, rec.Code, rec.Body.String())
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/internal/dockerlog"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 )
@@ -41,6 +42,7 @@ type Runtime interface {
 	Running(name string) int
 	Resolve(name string) (url.URL, error)
 	Orphans(ctx context.Context, known map[string]bool) ([]string, error)
+	Logs(ctx context.Context, name string, o dockerlog.Options) (<-chan dockerlog.Line, error)
 }
 
 // Validator checks and places chains.

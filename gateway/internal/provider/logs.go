@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package provider
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/internal/dockerlog"
+	"github.com/openfaas/faas-provider/logs"
+)
+
+// CheckLogs says why a function has no logs to show: ErrNotFound for an unknown name,
+// ErrInvalid for a packet function (it runs inside chains). nil: Query can read it.
+func (p *Provider) CheckLogs(ctx context.Context, name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: name: missing (faas-cli logs NAME)", ErrInvalid)
+	}
+	f, err := p.lookup(ctx, strings.TrimSuffix(name, ".openfaas-fn"))
+	if err != nil {
+		return err
+	}
+	switch f.Kind {
+	case chain.KindNF:
+		users, err := p.chainsUsing(ctx, f.Deployment.Service)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s is a packet function: it has no process of its own and logs inside the chains that "+
+			"use it (%s); run faas-cli logs CHAIN", ErrInvalid, f.Deployment.Service, orNone(users))
+	case chain.KindChain:
+		if f.Chain == nil || len(f.Chain.Placement.Subgroups) == 0 {
+			return fmt.Errorf("%w: chain %s runs on the ToR switch only: it has no containers and so no logs "+
+				"(faas-cli describe %s shows where it runs)", ErrInvalid, f.Deployment.Service, f.Deployment.Service)
+		}
+	case "":
+		if p.Runtime == nil {
+			return fmt.Errorf("%w: no container engine: normal functions do not run here", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Query serves faas-cli logs (faas-provider's logs.Requester): a normal function's replicas
+// from the container engine; a chain's NF containers from the agent of every worker that runs
+// one of its instances (GET http://AGENT/logs?chain=NAME). Without follow, the newest
+// req.Tail lines of all containers together, oldest first.
+func (p *Provider) Query(ctx context.Context, req logs.Request) (<-chan logs.Message, error) {
+	name := strings.TrimSuffix(req.Name, ".openfaas-fn")
+	if err := p.CheckLogs(ctx, name); err != nil {
+		return nil, err
+	}
+	f, err := p.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	o := dockerlog.Options{Since: req.Since, Tail: req.Tail, Follow: req.Follow}
+	var lines <-chan dockerlog.Line
+	if f.Kind == chain.KindChain {
+		lines, err = p.chainLogs(ctx, name, o)
+	} else {
+		lines, err = p.Runtime.Logs(ctx, name, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !req.Follow && req.Tail > 0 {
+		lines = newest(lines, req.Tail)
+	}
+	out := make(chan logs.Message, 64)
+	go func() {
+		defer close(out)
+		for l := range lines {
+			m := logs.Message{Name: name, Namespace: "openfaas-fn", Instance: l.Container, Timestamp: l.Time, Text: l.Text}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// newest keeps the last n lines of a finished stream, in time order.
+func newest(in <-chan dockerlog.Line, n int) <-chan dockerlog.Line {
+	var all []dockerlog.Line
+	for l := range in {
+		all = append(all, l)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Time.Before(all[j].Time) })
+	if len(all) > n {
+		all = all[len(all)-n:]
+	}
+	out := make(chan dockerlog.Line, len(all))
+	for _, l := range all {
+		out <- l
+	}
+	close(out)
+	return out
+}
+
+// chainLogs merges the log streams of the agents whose workers run the chain's instances.
+func (p *Provider) chainLogs(ctx context.Context, name string, o dockerlog.Options) (<-chan dockerlog.Line, error) {
+	insts, err := p.Store.Instances(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	workers, err := p.Store.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var addrs []string
+	for _, in := range insts {
+		w := workers[in.Worker]
+		if seen[in.Worker] || w == nil || w.Address == "" {
+			continue
+		}
+		seen[in.Worker] = true
+		addrs = append(addrs, w.Address)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: chain %s has no instance on a registered worker (it runs on the switch only, or no agent has registered)", ErrInvalid, name)
+	}
+	q := url.Values{"chain": {name}}
+	if o.Since != nil {
+		q.Set("since", o.Since.Format(time.RFC3339Nano))
+	}
+	if o.Tail > 0 {
+		q.Set("tail", strconv.Itoa(o.Tail))
+	}
+	if o.Follow {
+		q.Set("follow", "true")
+	}
+	out := make(chan dockerlog.Line, 64)
+	var wg sync.WaitGroup
+	var errs []error
+	var mu sync.Mutex
+	for _, addr := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/logs?"+q.Encode(), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			err = fmt.Errorf("agent %s: %s", addr, resp.Status)
+		}
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				var l dockerlog.Line
+				if json.Unmarshal(sc.Bytes(), &l) != nil {
+					continue
+				}
+				select {
+				case out <- l:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	if len(errs) == len(addrs) {
+		return nil, errors.Join(errs...)
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out, nil
+}

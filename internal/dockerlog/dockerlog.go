@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package dockerlog reads the logs of Docker containers as timestamped lines, for
+// `faas-cli logs`: the gateway reads normal functions' replicas, keel-agent its NF containers.
+package dockerlog
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// Line is one line a container wrote.
+type Line struct {
+	Container string    `json:"instance"` // the container's name
+	Time      time.Time `json:"timestamp"`
+	Text      string    `json:"text"`
+}
+
+// Options are what faas-cli logs asks for.
+type Options struct {
+	Since  *time.Time // nil: from the start
+	Tail   int        // <= 0: every line
+	Follow bool       // keep streaming until ctx ends
+}
+
+// Target is one container to read: its id and the name to report.
+type Target struct{ ID, Name string }
+
+// Read streams the lines of every target on one channel, closed when all are read (or, with
+// Follow, when ctx ends). A container that cannot be read is skipped.
+func Read(ctx context.Context, cli *client.Client, targets []Target, o Options) <-chan Line {
+	out := make(chan Line, 64)
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Follow: o.Follow}
+	if o.Since != nil {
+		opts.Since = strconv.FormatInt(o.Since.Unix(), 10)
+	}
+	if o.Tail > 0 {
+		opts.Tail = strconv.Itoa(o.Tail)
+	}
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		rc, err := cli.ContainerLogs(ctx, t.ID, opts)
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func(t Target, rc io.ReadCloser) {
+			defer wg.Done()
+			defer rc.Close()
+			pr, pw := io.Pipe()
+			go func() {
+				// Containers without a TTY multiplex stdout and stderr in one stream.
+				_, err := stdcopy.StdCopy(pw, pw, rc)
+				pw.CloseWithError(err)
+			}()
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				select {
+				case out <- Parse(t.Name, sc.Text()):
+				case <-ctx.Done():
+					pr.Close()
+					return
+				}
+			}
+		}(t, rc)
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out
+}
+
+// Parse splits a line Docker wrote with Timestamps ("2026-11-23T23:40:01.123456789Z text").
+func Parse(name, raw string) Line {
+	ts, text, ok := strings.Cut(raw, " ")
+	if t, err := time.Parse(time.RFC3339Nano, ts); ok && err == nil {
+		return Line{Container: name, Time: t, Text: text}
+	}
+	return Line{Container: name, Time: time.Now().UTC(), Text: raw}
+}
