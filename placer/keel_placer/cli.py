@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import refine_cli
 from .algos import ALGOS, run
 from .catalog import (ALIASES, Catalog, CatalogError, ProfileError, default_catalog_path,
                       default_nf_profile_path, library, load_profiles, use_catalog)
@@ -133,6 +134,7 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     sp.add_argument("--listen", default="127.0.0.1:50062", metavar="ADDR:PORT")
     sp.add_argument("--nf-profile", metavar="FILE|none")
     catalog(sp)
+    refine_cli.add_parsers(sub)
     return p
 
 
@@ -245,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                         dst = "egress" if e.dst == -2 else g.nodes[e.dst].name
                         print(f"  {src} -> {dst} ({e.weight:.3g})")
             return 0
+        done = refine_cli.run(args)
+        if done is not None:
+            return done
         problem = load_problem(args)
         if args.cmd == "place":
             pl = run(problem, args.algo)
@@ -268,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps(table, indent=2) + "\n")
         print_eval(table)
         return 0
-    except BadInput as e:
+    except (BadInput, refine_cli.BadInput) as e:
         print(f"keel-place: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

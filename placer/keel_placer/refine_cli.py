@@ -1,0 +1,124 @@
+"""keel-place's finer placement commands: smartchain (SmartNIC/CPU partition), octans (NUMA
+cores), uno (host/SmartNIC offload), oneswitch (rule translation). cli.py adds them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from . import smartchain as sc
+from .lang import SpecError
+
+SMARTCHAIN_HELP = """\
+Partition an element graph between a bump-in-the-wire SmartNIC and the CPU (SmartChain
+§III-IV). Each element goes to the SmartNIC's ingress part, the CPU or the SmartNIC's
+egress part so that a packet crosses PCIe at most once each way; SmartChain's 0-1 ILP
+maximises t_trans*(1-y) + sum of the SmartNIC elements' suitability s_e = t_cpu - t_nic,
+keeping branch dependencies (from the graph) and action dependencies (from read/write sets)
+in order and each device within capacity. The two strawmen of §IV-A are scored the same way:
+sequential (SmartNIC in processing order until full) and suitability-greedy (most suitable
+elements onto the SmartNIC wherever they are; every change of device crosses PCIe).
+
+--spec: the element graph in the chain language (see keel-place --help); its NFs are the
+  elements' names, several bound chains are placed together as one big graph, and each
+  chain's t_min is its estimated throughput theta^est (default --rate).
+--elements: JSON {"elements": [{"name": "Logger", "t_cpu_us": 15, "t_nic_us": 245,
+  "cap_cpu_gbps": 4, "cap_nic_gbps": 2, "reads": ["ip.src", ...], "writes": [...],
+  "help": "..."}]}. t_*: latency on CPU and SmartNIC; cap_*: the element's throughput
+  alone on one CPU core / on the whole SmartNIC. Two elements on a common path depend on
+  each other when one writes a field the other reads or writes (NAT and a load balancer
+  that both rewrite addresses keep their order; read-only elements may move).
+  placer/examples/smartchain_elements.json holds SmartChain Table I.
+
+The benefit is latency saved against running every element on the CPU (one round trip),
+on the worst forwarding path. JSON (--json): {"t_trans_us", "chains": [{"name",
+"rate_gbps"}], "dependencies": [{"before", "after", "kind", "fields"}], "algos":
+{"smartchain"|"sequential"|"suitability-greedy": {"feasible", "seconds", "benefit_us",
+"round_trips", "nic_load", "cpu_load", "elements": [{"name", "element", "position",
+"suitability_us"}], "edges": [{"src", "dst"}], "reason"?}}}; positions are nic-ingress,
+cpu, nic-egress, elements are listed in processing order.
+"""
+
+
+class BadInput(Exception):
+    """Input the user must fix (cli.py prints it and exits 2)."""
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add the smartchain, octans, uno and oneswitch commands to keel-place's parser."""
+    sp = sub.add_parser("smartchain", help="partition an element graph between SmartNIC and CPU "
+                        "(SmartChain)", description=SMARTCHAIN_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--spec", required=True, metavar="FILE", help="element graph (chain language)")
+    sp.add_argument("--elements", required=True, metavar="FILE", help="elements JSON (see above)")
+    sp.add_argument("--t-trans", type=float, default=sc.T_TRANS_US, metavar="US",
+                    help="SmartNIC<->CPU round-trip latency (default 26, SmartChain §II)")
+    sp.add_argument("--rate", type=float, default=1.0, metavar="GBPS",
+                    help="theta^est of a chain without t_min (default 1)")
+    sp.add_argument("--cpu-cores", type=float, default=1.0, metavar="N",
+                    help="CPU capacity in cores (C3's right-hand side; default 1 as the paper)")
+    sp.add_argument("--nic-share", type=float, default=1.0, metavar="F",
+                    help="share of the SmartNIC these chains may use (C2; default 1)")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise BadInput(f"{path}: {e.strerror}") from e
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """Run one of this module's commands; None when args.cmd is not one of them."""
+    if args.cmd == "smartchain":
+        return _smartchain(args)
+    return None
+
+
+def _positive(name: str, v: float) -> None:
+    if not v > 0:
+        raise BadInput(f"{name}: must be positive, got {v}")
+
+
+def _smartchain(args: argparse.Namespace) -> int:
+    for name in ("t_trans", "rate", "cpu_cores", "nic_share"):
+        _positive("--" + name.replace("_", "-"), getattr(args, name))
+    try:
+        elements = sc.load_elements(args.elements)
+    except sc.ElementsError as e:
+        raise BadInput(str(e)) from e
+    try:
+        g = sc.graph_from_spec(_read(args.spec), elements, args.rate)
+    except SpecError as e:
+        raise BadInput("\n".join(d.render(args.spec) for d in e.diagnostics)) from e
+    deps = sc.dependencies(g)
+    results = {a: sc.place(g, a, deps, args.t_trans, args.nic_share, args.cpu_cores) for a in sc.ALGOS}
+    out: dict[str, Any] = {
+        "t_trans_us": args.t_trans,
+        "chains": [{"name": n, "rate_gbps": r} for n, r in zip(g.chain_names, g.rate_gbps)],
+        "dependencies": [{"before": g.names[d.before], "after": g.names[d.after], "kind": d.kind,
+                          "fields": list(d.fields)} for d in deps],
+        "algos": {a: sc.result_dict(g, r) for a, r in results.items()},
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{len(g.names)} elements, {len(deps)} dependencies, t_trans {args.t_trans:g}us")
+    for d in deps:
+        why = f" ({', '.join(d.fields)})" if d.fields else ""
+        print(f"  {g.names[d.before]} before {g.names[d.after]}: {d.kind}{why}")
+    for a, r in results.items():
+        if not r.positions:
+            print(f"{a}: infeasible: {r.reason}")
+            continue
+        state = "" if r.feasible else f" [infeasible: {r.reason}]"
+        print(f"{a}: benefit {r.benefit_us:.1f}us, {r.round_trips} PCIe round trip(s), SmartNIC "
+              f"{r.nic_load:.2f}, CPU {r.cpu_load:.2f}{state}")
+        for p, label in enumerate(sc.POSITIONS):
+            names = [g.names[n] for n in r.order if r.positions[n] == p]
+            if names:
+                print(f"  {label}: {' -> '.join(names)}")
+    return 0
