@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from . import octans as oc
 from . import smartchain as sc
 from .lang import SpecError
 
@@ -40,6 +41,25 @@ on the worst forwarding path. JSON (--json): {"t_trans_us", "chains": [{"name",
 cpu, nic-egress, elements are listed in processing order.
 """
 
+OCTANS_HELP = """\
+Map a server's chains onto NUMA nodes and cores (Octans §III-IV): one core per NF, node 0
+the local node (the NICs' node). The aggregate throughput is the sum over chains of the
+slowest NF's rate P*(1-lambda); lambda, the performance drop index, grows with the
+competing level f = sum 1/resource_stalls of the NFs sharing its LLC and its memory
+controller or QPI, with separate parameters on local and remote nodes and adjustments
+for cross-node and cache-prefetching chaining. Octans' Algorithm 1 (whole chains on
+nodes, then moving the part of a remote chain before its bottleneck NF to the local
+node) is compared with random, locality-first (whole chains, local node first) and,
+when small enough (2^16 assignments), exhaustive search.
+
+--placement: {"chains": [{"name": "sfc1", "nfs": ["router", "firewall", "nids"]}]}, or the
+  output of `keel-place place --json` (the NFs it put on --server, default the first).
+--machine:
+%s
+JSON (--json): {"algo", "seconds", "aggregate_mpps", "chains": [{"name", "mpps", "nfs":
+[{"name", "nf", "node", "core", "drop_index", "mpps"}]}], "compare": {ALGO: mpps|null}}.
+""" % "\n".join("  " + line for line in oc.PROFILE_HELP.splitlines())
+
 
 class BadInput(Exception):
     """Input the user must fix (cli.py prints it and exits 2)."""
@@ -62,6 +82,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="share of the SmartNIC these chains may use (C2; default 1)")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    sp = sub.add_parser("octans", help="map a server's NFs onto NUMA nodes and cores (Octans)",
+                        description=OCTANS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--placement", required=True, metavar="FILE", help="chains to map (see above)")
+    sp.add_argument("--machine", required=True, metavar="FILE", help="NUMA nodes, cores, NF models")
+    sp.add_argument("--profile", metavar="FILE", help="NF models replacing the machine file's \"nfs\"")
+    sp.add_argument("--server", metavar="NAME", help="which server of a keel-place place output")
+    sp.add_argument("--algo", default="octans", choices=oc.ALGOS, help="default octans")
+    sp.add_argument("--seed", type=int, default=0, help="random baseline's seed (default 0)")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
 
 def _read(path: str) -> str:
     try:
@@ -75,6 +105,8 @@ def run(args: argparse.Namespace) -> int | None:
     """Run one of this module's commands; None when args.cmd is not one of them."""
     if args.cmd == "smartchain":
         return _smartchain(args)
+    if args.cmd == "octans":
+        return _octans(args)
     return None
 
 
@@ -121,4 +153,36 @@ def _smartchain(args: argparse.Namespace) -> int:
             names = [g.names[n] for n in r.order if r.positions[n] == p]
             if names:
                 print(f"  {label}: {' -> '.join(names)}")
+    return 0
+
+
+def _octans(args: argparse.Namespace) -> int:
+    try:
+        machine, models = oc.load_machine(args.machine, args.profile)
+        chains = oc.load_placement(args.placement, args.server)
+        missing = oc.unknown_kinds(chains, models)
+        if missing:
+            raise BadInput(f"{args.profile or args.machine}: no model for NF {', '.join(missing)}")
+        res = oc.place(chains, machine, models, args.algo, args.seed)
+        if res is None:
+            raise BadInput("exhaustive: too many assignments; use --algo octans")
+        compare = {}
+        for a in oc.ALGOS:
+            if a != args.algo:
+                r = oc.place(chains, machine, models, a, args.seed)
+                compare[a] = None if r is None else round(r.prediction.total, 4)
+    except oc.OctansError as e:
+        raise BadInput(str(e)) from e
+    out = oc.result_dict(res, chains, machine)
+    out["compare"] = compare
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{res.algo}: {out['aggregate_mpps']:.3f} Mpps aggregate ({res.seconds:.3f}s); " +
+          ", ".join(f"{a} {'-' if v is None else f'{v:.3f}'}" for a, v in compare.items()))
+    for c in out["chains"]:
+        print(f"chain {c['name']}: {c['mpps']:.3f} Mpps")
+        for n in c["nfs"]:
+            print(f"  {n['name']}: node {n['node']} core {n['core']}, drop {n['drop_index']:.3f}, "
+                  f"{n['mpps']:.3f} Mpps")
     return 0
