@@ -112,31 +112,47 @@ def competing_level(stalls: Iterable[float]) -> float:
     return sum(1.0 / x for x in stalls)
 
 
-def features(chains: list[Chain], assign: Assignment, models: dict[str, NFModel],
-             i: int, j: int) -> tuple[str, float, float]:
-    """(side, LLC level, memory level) of NF j of chain i under assign (eq. 9-11)."""
-    k = assign[i][j]
-    up = assign[i][j - 1] if j > 0 else 0
-    run_head: dict[tuple[int, int], tuple[int, int]] = {}
+@dataclass
+class _Context:
+    """What every NF's features share under one assignment: the NFs per node, and the
+    head of each NF's cache-prefetching run (itself unless it follows its chain's previous
+    NF on the same remote node)."""
+
+    stalls: dict[tuple[int, int], float]
+    node_of: dict[tuple[int, int], int]
+    run_head: dict[tuple[int, int], tuple[int, int]]
+    total: float  # f over every NF of the server
+
+
+def _context(chains: list[Chain], assign: Assignment, models: dict[str, NFModel]) -> _Context:
+    stalls, node_of, head = {}, {}, {}
     for ci, nodes in enumerate(assign):
         for cj, node in enumerate(nodes):
+            x = (ci, cj)
+            stalls[x] = models[chains[ci].kinds[cj]].stalls
+            node_of[x] = node
             same_run = cj > 0 and node != 0 and nodes[cj - 1] == node
-            run_head[(ci, cj)] = run_head[(ci, cj - 1)] if same_run else (ci, cj)
-    me = (i, j)
-    others = [(ci, cj) for ci, nodes in enumerate(assign) for cj in range(len(nodes)) if (ci, cj) != me]
+            head[x] = head[(ci, cj - 1)] if same_run else x
+    return _Context(stalls, node_of, head, competing_level(stalls.values()))
 
-    def m(x: tuple[int, int]) -> float:
-        return models[chains[x[0]].kinds[x[1]]].stalls
+
+def features(chains: list[Chain], assign: Assignment, models: dict[str, NFModel],
+             i: int, j: int, ctx: _Context | None = None) -> tuple[str, float, float]:
+    """(side, LLC level, memory level) of NF j of chain i under assign (eq. 9-11)."""
+    ctx = ctx or _context(chains, assign, models)
+    me = (i, j)
+    k = assign[i][j]
+    up = assign[i][j - 1] if j > 0 else 0
 
     def llc(node: int) -> float:
-        heads = {run_head[x] for x in others if assign[x[0]][x[1]] == node}
-        heads.discard(run_head[me])
-        return competing_level(m(h) for h in heads)
+        heads = {ctx.run_head[x] for x, n in ctx.node_of.items() if n == node and x != me}
+        heads.discard(ctx.run_head[me])
+        return competing_level(ctx.stalls[h] for h in heads)
 
     if k == 0:
-        mem = competing_level(m(x) for x in others)
+        mem = ctx.total - 1.0 / ctx.stalls[me]
         return LOCAL, (1.0 if up != 0 else llc(0)), mem
-    mem = competing_level(m(x) for x in others if assign[x[0]][x[1]] == k)
+    mem = competing_level(ctx.stalls[x] for x, n in ctx.node_of.items() if n == k and x != me)
     return REMOTE, (llc(k) if up == k else 1.0), mem
 
 
@@ -160,10 +176,11 @@ class Prediction:
 def predict(chains: list[Chain], assign: Assignment, models: dict[str, NFModel]) -> Prediction:
     """Every NF's drop index and rate, and each chain's bottleneck rate, under assign."""
     lam, rate = [], []
+    ctx = _context(chains, assign, models)
     for i, ch in enumerate(chains):
         li, ri = [], []
         for j, kind in enumerate(ch.kinds):
-            side, a, b = features(chains, assign, models, i, j)
+            side, a, b = features(chains, assign, models, i, j, ctx)
             x = drop_index(models[kind], side, a, b)
             li.append(x)
             ri.append(models[kind].ideal(side) * (1 - x))
