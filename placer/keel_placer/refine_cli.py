@@ -8,7 +8,9 @@ import json
 from typing import Any
 
 from . import octans as oc
+from . import oneswitch as osw
 from . import smartchain as sc
+from . import uno
 from .lang import SpecError
 
 SMARTCHAIN_HELP = """\
@@ -60,6 +62,43 @@ JSON (--json): {"algo", "seconds", "aggregate_mpps", "chains": [{"name", "mpps",
 [{"name", "nf", "node", "core", "drop_index", "mpps"}]}], "compare": {ALGO: mpps|null}}.
 """ % "\n".join("  " + line for line in oc.PROFILE_HELP.splitlines())
 
+UNO_HELP = """\
+Decide which NFs of a host run on its SmartNIC(s) (UNO §3.2.1, Algorithm 1): minimise the
+host cores sum p_i h_i while the PCIe traffic of the edges cut between host and SmartNIC
+stays within T and the SmartNIC's cores within D; VMs stay on the host, ports on their
+SmartNIC, NFs the SmartNIC accelerates on it. Several SmartNICs make a (k+1)-way
+partition, each with its own D and PCIe link T.
+
+--graph: JSON placement graph
+  {"smartnics": [{"name": "snic0", "cores": 36, "pcie_gbps": 64}],
+   "vertices": [{"name": "dpi1", "kind": "nf", "r_host": 0.556, "r_nic": 1.111,
+                 "accelerated": false},
+                {"name": "vm1", "kind": "vm"}, {"name": "eth0", "kind": "port", "smartnic": "snic0"}],
+   "traffic": [{"src": "eth0", "dst": "dpi1", "gbps": 4}, ...]}
+  r_host / r_nic: cores per Gbps on the host / the SmartNIC (UNO measured a DPI at 5 x86
+  cores or 10 SmartNIC cores for 9 Gbps); an NF's traffic is the larger of its in and out.
+JSON (--json): {"feasible", "seconds", "status", "placement": {NF: "host"|SMARTNIC},
+"host_cores", "host_cores_all_host", "host_cores_saved", "smartnic_cores": {..},
+"pcie_gbps": {..}}.
+"""
+
+ONESWITCH_HELP = """\
+Translate the OpenFlow rules of one virtual switch into rules for the host switch and the
+SmartNIC switch (UNO §3.3.1, Table 1): a rule is installed on its ingress port's switch;
+outputs across the PCIe link carry a flow-id (push on the ingress switch, pop on the
+other); a rule with outputs on both switches runs in two stages through table X.
+
+--rules: {"rules": [{"priority": 5, "match": {"in_port": "V1", "ipv4_src": "10.0.0.1"},
+  "actions": [["set", "ipv4_src", "1.1.1.1"], ["output", "V2"], ["output", "V4"]]}]}
+  match fields: in_port, %s (exact values; a missing field is a wildcard);
+  actions run in order, an output sends the packet as modified so far.
+--portmap: {"link": {"host": "P2", "snic": "P3"}, "ports": {"V1": ["host", "P1"],
+  "V4": ["snic", "P5"]}}: the two switches' ends of the link, and each virtual port's
+  switch and physical port.
+Prints each switch's rules (--json: {SWITCH: [{"table": 0|"X", "priority", "match",
+"actions"}]}).
+""" % ", ".join(osw.FIELDS)
+
 
 class BadInput(Exception):
     """Input the user must fix (cli.py prints it and exits 2)."""
@@ -92,6 +131,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--seed", type=int, default=0, help="random baseline's seed (default 0)")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    sp = sub.add_parser("uno", help="offload a host's NFs to its SmartNIC(s) (UNO's ILP)",
+                        description=UNO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--graph", required=True, metavar="FILE", help="placement graph (see above)")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    sp = sub.add_parser("oneswitch", help="translate virtual OpenFlow rules to host + SmartNIC "
+                        "switches (UNO's OneSwitch)", description=ONESWITCH_HELP,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("--rules", required=True, metavar="FILE", help="virtual rules (see above)")
+    sp.add_argument("--portmap", required=True, metavar="FILE", help="port map (see above)")
+    sp.add_argument("--json", action="store_true", help="print the physical rules as JSON")
+
 
 def _read(path: str) -> str:
     try:
@@ -107,6 +158,10 @@ def run(args: argparse.Namespace) -> int | None:
         return _smartchain(args)
     if args.cmd == "octans":
         return _octans(args)
+    if args.cmd == "uno":
+        return _uno(args)
+    if args.cmd == "oneswitch":
+        return _oneswitch(args)
     return None
 
 
@@ -185,4 +240,54 @@ def _octans(args: argparse.Namespace) -> int:
         for n in c["nfs"]:
             print(f"  {n['name']}: node {n['node']} core {n['core']}, drop {n['drop_index']:.3f}, "
                   f"{n['mpps']:.3f} Mpps")
+    return 0
+
+
+def _uno(args: argparse.Namespace) -> int:
+    try:
+        g = uno.load_graph(args.graph)
+    except uno.UnoError as e:
+        raise BadInput(str(e)) from e
+    res = uno.solve(g)
+    out = uno.result_dict(g, res)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    if not res.feasible:
+        print(f"infeasible ({res.status}): no placement keeps PCIe and SmartNIC within limits")
+        return 0
+    print(f"host cores {out['host_cores']:.2f} (all on host {out['host_cores_all_host']:.2f}, "
+          f"saved {out['host_cores_saved']:.2f}), {res.seconds:.3f}s")
+    for s in g.nics:
+        nfs = [v for v, w in res.where.items() if w == s]
+        print(f"  {s}: {out['smartnic_cores'][s]:.2f} cores, PCIe {out['pcie_gbps'][s]:.2f} Gbps: "
+              f"{' '.join(nfs) or '-'}")
+    print(f"  host: {' '.join(v for v, w in res.where.items() if w == uno.HOST) or '-'}")
+    return 0
+
+
+def _fmt(x: Any) -> str:
+    return "X" if x == osw.TABLE_X else str(x)
+
+
+def _fmt_action(a: tuple) -> str:
+    if a[0] == "goto":
+        return f"goto:{_fmt(a[1])}"
+    return ":".join(str(x) for x in a)
+
+
+def _oneswitch(args: argparse.Namespace) -> int:
+    try:
+        rules, pm = osw.load(args.rules, args.portmap)
+        tr = osw.translate(rules, pm)
+    except osw.OneSwitchError as e:
+        raise BadInput(str(e)) from e
+    if args.json:
+        print(json.dumps({sw: [r.to_dict() for r in rs] for sw, rs in tr.rules.items()}, indent=2))
+        return 0
+    for sw, rs in tr.rules.items():
+        for r in rs:
+            match = ",".join(f"{k}={v}" for k, v in r.match.items()) or "*"
+            acts = ",".join(_fmt_action(a) for a in r.actions) or "drop"
+            print(f"{sw} table {_fmt(r.table)} priority {r.priority}: {match} -> {acts}")
     return 0
