@@ -117,12 +117,12 @@ class Result:
 
 
 def solve(g: PlacementGraph, current: dict[str, str] | None = None,
-          time_limit: float | None = 30.0) -> Result:
+          time_limit: float | None = 30.0, move_penalty: float = MOVE_PENALTY) -> Result:
     """UNO Algorithm 1 as a (k+1)-way partition. x[i][s] = 1 puts NF i on side s (the host
     or a SmartNIC); c[e][s] = 1 when edge e has exactly one end on SmartNIC s (then its
     traffic crosses link s; with one SmartNIC that is d_ij >= p_i - p_j, counted in both
     directions because traffic crosses PCIe either way). With current, moving an NF costs
-    MOVE_PENALTY so that ties keep the running placement."""
+    move_penalty host cores (by default just enough that ties keep the running placement)."""
     t0 = time.perf_counter()
     sides = [HOST] + list(g.nics)
     m = LinearModel()
@@ -133,7 +133,7 @@ def solve(g: PlacementGraph, current: dict[str, str] | None = None,
         for s in sides:
             cost = -g.h(v) if s == HOST else 0.0  # LinearModel maximises
             if current is not None and current.get(v, s) != s:
-                cost -= MOVE_PENALTY
+                cost -= move_penalty
             ub = 0.0 if (vx.accelerated and s == HOST) else 1.0
             x[v][s] = m.var(0, ub, cost, integer=True)
         m.row({x[v][s]: 1.0 for s in sides}, lb=1.0, ub=1.0)
@@ -184,13 +184,15 @@ def moved(a: dict[str, str], b: dict[str, str]) -> int:
 
 @dataclass
 class Migrator:
-    """§3.2.2 with hysteresis: re-solve on every traffic matrix; migrate when the current
-    placement no longer fits, or when the new optimum saves more than threshold host
-    cores for patience matrices in a row."""
+    """§3.2.2 with hysteresis: re-solve on every traffic matrix, each move costing
+    move_cost host cores (a migration serialises state and delays packets, UNO §5.2);
+    migrate when the current placement no longer fits, or when the new target saves more
+    than threshold host cores for patience matrices in a row."""
 
     g: PlacementGraph
     threshold: float = 1.0
     patience: int = 2
+    move_cost: float = 0.5
     where: dict[str, str] = field(default_factory=dict)
     streak: int = 0
     migrations: int = 0  # NF moves
@@ -199,7 +201,7 @@ class Migrator:
         """Take a new traffic matrix; return the placement in force, its usage, and whether
         it changed."""
         g = self.g.with_traffic(traffic)
-        best = solve(g, self.where or None)
+        best = solve(g, self.where or None, move_penalty=self.move_cost if self.where else MOVE_PENALTY)
         if not self.where:
             self.where = best.where if best.feasible else all_host(g)
             return self.where, usage(g, self.where), True

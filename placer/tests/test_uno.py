@@ -118,7 +118,7 @@ def test_migration_hysteresis_stops_oscillation():
     # The better NF to offload flips between a and b as their traffic swaps; the gain of
     # swapping is 5/9 * (3.5 - 3) = 0.28 host cores, below a 1-core threshold
     a, b = _traffic(3.5, 3.0), _traffic(3.0, 3.5)
-    eager = Migrator(_ingress_pair(), threshold=0.0, patience=1)
+    eager = Migrator(_ingress_pair(), threshold=0.0, patience=1, move_cost=0.0)
     calm = Migrator(_ingress_pair(), threshold=1.0, patience=2)
     for m in (eager, calm):
         for t in [a, b] * 5:
