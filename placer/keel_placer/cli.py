@@ -117,6 +117,7 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
                     help="heuristic (Lemur §3.2, default), optimal (exact MILP), or a Lemur "
                     "§5.1 baseline")
     sp.add_argument("--json", action="store_true", help="print the placement as JSON")
+    refine_cli.add_refine_args(sp)
 
     sp = sub.add_parser("eval", help="compare every algorithm over t_min = delta x base rate",
                         description="For each delta, set every chain's t_min to delta x its base "
@@ -253,10 +254,16 @@ def main(argv: list[str] | None = None) -> int:
         problem = load_problem(args)
         if args.cmd == "place":
             pl = run(problem, args.algo)
+            report = refine_cli.refine_report(args, problem, pl)
             if args.json:
-                print(json.dumps(pl.to_dict(), indent=2))
+                d = pl.to_dict()
+                if report is not None:
+                    d["refine"] = report
+                print(json.dumps(d, indent=2))
             else:
                 print_placement(pl)
+                if report is not None:
+                    refine_cli.print_refine(report)
             return 0
         try:
             deltas = [float(x) for x in args.deltas.split(",") if x.strip()]

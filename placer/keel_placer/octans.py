@@ -40,15 +40,18 @@ EXHAUSTIVE_LIMIT = 1 << 16  # assignments exhaustive search will enumerate
 
 PROFILE_HELP = """\
 Profile (JSON; the "nfs" key of --machine, or --profile FILE):
-  {"nfs": {"router": {"resource_stalls": 1.0,
-                      "ideal_mpps": {"local": 9.0, "remote": 7.2},
-                      "local":  {"alpha": 0.06, "beta": 0.03, "c": 0.01},
-                      "remote": {"alpha": 0.12, "beta": 0.05, "c": 0.03}}, ...}}
-  resource_stalls: the NF's resource-stall cycles per packet alone on a core at line rate
-  with 64 B packets, in any fixed unit (thousands of cycles here): Octans §IV-A's metric.
+  {"nfs": {"router": {"resource_stalls": 100,
+                      "ideal_mpps": {"local": 9.0, "remote": 7.65},
+                      "local":  {"alpha": 0.30, "beta": 2.0, "c": 0.01},
+                      "remote": {"alpha": 0.28, "beta": 3.0, "c": 0.04}}, ...}}
+  resource_stalls: the NF's resource-stall cycles per packet, alone on a core at line rate
+    with 64 B packets (Octans §IV-A's metric; Octans §IV-C relies on f = sum 1/x < 1,
+    which cycles per packet give).
   ideal_mpps: its rate alone on a core of the local node / of a remote node (P, eq. 2).
-  local / remote: alpha, beta, c of eq. 8-11 (from `fit` on measured drops).
-Machine (JSON): {"nodes": [{"cores": [2, 3, 4, 5, 6, 7]}, {"cores": 12}], "nfs": {...}}
+  local / remote: alpha, beta, c of eq. 8-11, fitted by least squares on measured drops
+    (P - phi) / P of the NF co-located with others (keel_placer.octans.fit).
+  placer/examples/octans_machine.json holds synthetic models of Octans' four NFs.
+Machine (JSON): {"nodes": [{"cores": [6, 7, 8, 9, 10, 11]}, {"cores": 12}], "nfs": {...}}
   node 0 is the local node (the NICs' node); "cores" is the list of core ids NFs may use
   or their number (then numbered from 0 on each node).
 """
@@ -92,15 +95,19 @@ class Machine:
 
 @dataclass
 class Chain:
-    """One chain on the server: NF kinds in order, and their display names."""
+    """One chain on the server: NF kinds in order, their display names, and the cores each
+    takes (1: Octans' one NF per core; more for a group of replicas kept on one node)."""
 
     name: str
     kinds: list[str]
     names: list[str] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.names:
             self.names = list(self.kinds)
+        if not self.cores:
+            self.cores = [1] * len(self.kinds)
 
 
 Assignment = list[list[int]]  # node of NF j of chain i
@@ -189,20 +196,21 @@ def predict(chains: list[Chain], assign: Assignment, models: dict[str, NFModel])
     return Prediction(lam, rate, [min(r) if r else 0.0 for r in rate])
 
 
-def _fits(assign: Assignment, machine: Machine) -> bool:
+def _fits(chains: list[Chain], assign: Assignment, machine: Machine) -> bool:
     used = [0] * machine.nodes
-    for nodes in assign:
-        for k in nodes:
-            used[k] += 1
+    for c, nodes in zip(chains, assign):
+        for w, k in zip(c.cores, nodes):
+            used[k] += w
     return all(used[k] <= machine.capacity(k) for k in range(machine.nodes))
 
 
-def _free(assign: Assignment, machine: Machine, k: int) -> int:
-    return machine.capacity(k) - sum(n == k for nodes in assign for n in nodes)
+def _free(chains: list[Chain], assign: Assignment, machine: Machine, k: int) -> int:
+    return machine.capacity(k) - sum(w for c, nodes in zip(chains, assign)
+                                     for w, n in zip(c.cores, nodes) if n == k)
 
 
 def _check(chains: list[Chain], machine: Machine) -> None:
-    need = sum(len(c.kinds) for c in chains)
+    need = sum(sum(c.cores) for c in chains)
     have = sum(machine.capacity(k) for k in range(machine.nodes))
     if need > have:
         raise OctansError(f"{need} NFs need a core each but the machine offers {have}")
@@ -239,7 +247,7 @@ def octans(chains: list[Chain], machine: Machine, models: dict[str, NFModel]) ->
                 continue
             b = min(range(len(nodes)), key=lambda j: p.mpps[i][j])
             move = [j for j in range(b) if nodes[j] != 0]
-            if not move or _free(a, machine, 0) < len(move):
+            if not move or _free(chains, a, machine, 0) < sum(chains[i].cores[j] for j in move):
                 continue
             nxt = [list(x) for x in a]
             for j in move:
@@ -252,7 +260,7 @@ def octans(chains: list[Chain], machine: Machine, models: dict[str, NFModel]) ->
 
     inits = [[[k] * len(c.kinds) for c, k in zip(chains, combo)]
              for combo in itertools.product(range(machine.nodes), repeat=len(chains))]
-    inits = [a for a in inits if _fits(a, machine)] or [locality_first(chains, machine, models).assign]
+    inits = [a for a in inits if _fits(chains, a, machine)] or [locality_first(chains, machine, models).assign]
     for a in inits:
         key = tuple(map(tuple, a))
         if key not in seen:
@@ -270,31 +278,42 @@ def locality_first(chains: list[Chain], machine: Machine, models: dict[str, NFMo
     free = [machine.capacity(k) for k in range(machine.nodes)]
     assign: Assignment = []
     for c in chains:
-        n = len(c.kinds)
+        n = sum(c.cores)
         k = next((k for k in range(machine.nodes) if free[k] >= n), None)
         if k is not None:
-            assign.append([k] * n)
+            assign.append([k] * len(c.kinds))
             free[k] -= n
             continue
         nodes = []
-        for _ in range(n):
-            k = next(k for k in range(machine.nodes) if free[k] > 0)
+        for w in c.cores:
+            k = next((k for k in range(machine.nodes) if free[k] >= w), None)
+            if k is None:
+                raise OctansError(f"chain {c.name}: a group of {w} cores fits on no node")
             nodes.append(k)
-            free[k] -= 1
+            free[k] -= w
         assign.append(nodes)
     return Result("locality-first", assign, predict(chains, assign, models), time.perf_counter() - t0, 1)
 
 
 def random_placement(chains: list[Chain], machine: Machine, models: dict[str, NFModel],
                      rng: random.Random | None = None) -> Result:
-    """Baseline: every NF on a free core drawn uniformly from the machine's free cores."""
+    """Baseline: every NF on a node drawn with probability proportional to its free cores
+    (a uniformly drawn free core), among the nodes with room for it."""
     t0 = time.perf_counter()
     _check(chains, machine)
     rng = rng or random.Random(0)
-    slots = [k for k in range(machine.nodes) for _ in range(machine.capacity(k))]
-    rng.shuffle(slots)
-    it = iter(slots)
-    assign = [[next(it) for _ in c.kinds] for c in chains]
+    free = [machine.capacity(k) for k in range(machine.nodes)]
+    assign = []
+    for c in chains:
+        nodes = []
+        for w in c.cores:
+            room = [k for k in range(machine.nodes) if free[k] >= w]
+            if not room:
+                raise OctansError(f"chain {c.name}: no node has {w} free cores left")
+            k = rng.choices(room, weights=[free[k] for k in room])[0]
+            nodes.append(k)
+            free[k] -= w
+        assign.append(nodes)
     return Result("random", assign, predict(chains, assign, models), time.perf_counter() - t0, 1)
 
 
@@ -311,7 +330,7 @@ def exhaustive(chains: list[Chain], machine: Machine, models: dict[str, NFModel]
     for flat in itertools.product(range(machine.nodes), repeat=n):
         it = iter(flat)
         a = [[next(it) for _ in c.kinds] for c in chains]
-        if not _fits(a, machine):
+        if not _fits(chains, a, machine):
             continue
         count += 1
         v = predict(chains, a, judge or models).total
@@ -334,15 +353,15 @@ def place(chains: list[Chain], machine: Machine, models: dict[str, NFModel], alg
     raise OctansError(f"unknown algorithm {algo!r} (expected one of {', '.join(ALGOS)})")
 
 
-def cores_of(assign: Assignment, machine: Machine) -> list[list[int]]:
-    """A core id per NF: each node's cores handed out in chain order."""
+def cores_of(chains: list[Chain], assign: Assignment, machine: Machine) -> list[list[list[int]]]:
+    """The core ids of each NF: each node's cores handed out in chain order."""
     nxt = [0] * machine.nodes
     out = []
-    for nodes in assign:
+    for c, nodes in zip(chains, assign):
         row = []
-        for k in nodes:
-            row.append(machine.cores[k][nxt[k]])
-            nxt[k] += 1
+        for w, k in zip(c.cores, nodes):
+            row.append(list(machine.cores[k][nxt[k]:nxt[k] + w]))
+            nxt[k] += w
         out.append(row)
     return out
 
@@ -503,13 +522,13 @@ def load_placement(path: str, server: str | None = None) -> list[Chain]:
 
 def result_dict(res: Result, chains: list[Chain], machine: Machine) -> dict[str, Any]:
     """A result as JSON data (`keel-place octans --json`)."""
-    cores = cores_of(res.assign, machine)
+    cores = cores_of(chains, res.assign, machine)
     p = res.prediction
     return {
         "algo": res.algo, "seconds": round(res.seconds, 6), "aggregate_mpps": round(p.total, 4),
         "chains": [{"name": c.name, "mpps": round(p.chain_mpps[i], 4),
                     "nfs": [{"name": c.names[j], "nf": c.kinds[j], "node": res.assign[i][j],
-                             "core": cores[i][j], "drop_index": round(p.lam[i][j], 4),
+                             "core": cores[i][j][0], "drop_index": round(p.lam[i][j], 4),
                              "mpps": round(p.mpps[i][j], 4)} for j in range(len(c.kinds))]}
                    for i, c in enumerate(chains)],
     }

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from . import octans as oc
+from . import refine as rf
 from . import oneswitch as osw
 from . import smartchain as sc
 from . import uno
@@ -142,6 +143,48 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--rules", required=True, metavar="FILE", help="virtual rules (see above)")
     sp.add_argument("--portmap", required=True, metavar="FILE", help="port map (see above)")
     sp.add_argument("--json", action="store_true", help="print the physical rules as JSON")
+
+
+def add_refine_args(sp: argparse.ArgumentParser) -> None:
+    """--refine and --octans-profile of `keel-place place`."""
+    sp.add_argument("--refine", metavar="STEPS",
+                    help="after placing, refine each server: all, or a comma-separated list of "
+                    "smartchain (SmartNIC/CPU partition for chains with a d_max), uno (SmartNIC "
+                    "offload saving host cores for the others) and octans (NUMA nodes and cores "
+                    "of the CPU's subgroups on servers with numa_nodes > 1); adds \"refine\": "
+                    "{steps, servers: [{server, nic: [{algo, measure, before, after, nfs}], "
+                    "numa: {algo, measure, before, after, subgroups}}]} to --json")
+    sp.add_argument("--octans-profile", metavar="FILE",
+                    help="Octans NF models for --refine octans (keel-place octans --help); "
+                    "default: derived from the NFs' cycles")
+
+
+def refine_report(args: argparse.Namespace, problem: Any, pl: Any) -> dict[str, Any] | None:
+    """The --refine report of a placement, or None without --refine."""
+    if not getattr(args, "refine", None):
+        return None
+    try:
+        steps = rf.parse_steps(args.refine)
+        prof = None
+        if args.octans_profile:
+            prof = oc.profile_from_dict(oc._load_json(args.octans_profile), args.octans_profile)
+    except (rf.RefineError, oc.OctansError) as e:
+        raise BadInput(str(e)) from e
+    return rf.refine(problem, pl, steps, prof)
+
+
+def print_refine(report: dict[str, Any]) -> None:
+    for s in report["servers"]:
+        steps = list(s["nic"]) + ([s["numa"]] if s["numa"] else [])
+        for r in steps:
+            after = "-" if r["after"] is None else r["after"]
+            note = " (Lemur's split exceeds UNO's PCIe or SmartNIC limits)" if r.get("before_fits") is False else ""
+            print(f"refine {s['server']}: {r['algo']}: {r['measure']} {r['before']} -> {after}{note}"
+                  + (f" ({r['reason']})" if r.get("reason") else ""))
+            for n in r.get("nfs", []):
+                print(f"  {n['name']}: {n['target']}")
+            for g in r.get("subgroups", []):
+                print(f"  {g['chain']} {g['name']}: node {g['node']} cores {g['cores']}")
 
 
 def _read(path: str) -> str:

@@ -171,10 +171,42 @@ def branch_dependencies(g: Graph) -> list[Dependency]:
     return deps
 
 
+# keel's library NFs' header actions, for SmartChain on placements of library chains;
+# "*" (any field) for an NF whose actions are not known, so it keeps its place.
+LIBRARY_ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "acl": (FIVE_TUPLE, frozenset()),
+    "monitor": (FIVE_TUPLE, frozenset()),
+    "limiter": (FIVE_TUPLE, frozenset()),
+    "urlfilter": (FIVE_TUPLE | {"payload"}, frozenset()),
+    "dedup": (frozenset({"payload"}), frozenset()),
+    "rededup": (frozenset({"payload"}), frozenset({"payload"})),
+    "encrypt": (frozenset({"payload"}), frozenset({"payload"})),
+    "decrypt": (frozenset({"payload"}), frozenset({"payload"})),
+    "chacha": (frozenset({"payload"}), frozenset({"payload"})),
+    "nat": (FIVE_TUPLE, frozenset({"ip.src", "l4.sport"})),
+    "lb": (FIVE_TUPLE, frozenset({"ip.dst", "eth.dst"})),
+    "ipv4fwd": (frozenset({"ip.dst"}), frozenset({"eth.src", "eth.dst", "ip.ttl"})),
+    "macswap": (frozenset({"eth.src", "eth.dst"}), frozenset({"eth.src", "eth.dst"})),
+    "tunnel": (frozenset({"vlan"}), frozenset({"vlan"})),
+    "detunnel": (frozenset({"vlan"}), frozenset({"vlan"})),
+    "stamp": (frozenset({"stamp"}), frozenset({"stamp"})),
+}
+ANY = frozenset({"*"})
+
+
+def _meet(a: frozenset[str], b: frozenset[str]) -> set[str]:
+    if not a or not b:
+        return set()
+    if "*" in a or "*" in b:
+        return {"*"}
+    return set(a & b)
+
+
 def action_conflict(a: Element, b: Element) -> tuple[str, ...]:
     """Header fields on which a and b cannot be swapped: one writes what the other reads or
-    writes (read-after-write, write-after-read, write-after-write, as NFP classifies)."""
-    return tuple(sorted((a.writes & (b.reads | b.writes)) | (a.reads & b.writes)))
+    writes (read-after-write, write-after-read, write-after-write, as NFP classifies);
+    "*" stands for every field."""
+    return tuple(sorted(_meet(a.writes, b.reads | b.writes) | _meet(a.reads, b.writes)))
 
 
 def action_dependencies(g: Graph) -> list[Dependency]:
@@ -248,7 +280,8 @@ def _finish(g: Graph, res: Result, t_trans: float, nic_share: float, cpu_cores: 
 
 
 def solve_ilp(g: Graph, deps: Iterable[Dependency], t_trans: float = T_TRANS_US,
-              nic_share: float = 1.0, cpu_cores: float = 1.0) -> Result:
+              nic_share: float = 1.0, cpu_cores: float = 1.0,
+              cpu_only: frozenset[int] = frozenset()) -> Result:
     """SmartChain's 0-1 ILP (Fig. 6). x[e][p] = 1 places element e at position p; y[c] = 1
     when chain c keeps any element on the CPU (eq. 3, one per chain so that several chains
     form one big graph, §IV-B3). Maximise t_trans*(1-y) + sum_e s_e*(x_e^ig + x_e^eg)
@@ -259,11 +292,13 @@ def solve_ilp(g: Graph, deps: Iterable[Dependency], t_trans: float = T_TRANS_US,
       C4  sum_p x_e^p = 1
       C5  y >= x_e^C
     The element graph is then rebuilt: each path runs its elements ordered by (position,
-    original order), so an element moves only across positions, never past a dependency."""
+    original order), so an element moves only across positions, never past a dependency.
+    Nodes in cpu_only cannot run on the SmartNIC."""
     t0 = time.perf_counter()
     m = LinearModel()
     n = len(g.names)
-    x = [[m.var(0, 1, g.kinds[e].suitability if p != CPU else 0.0, integer=True) for p in range(3)]
+    x = [[m.var(0, 0 if (p != CPU and e in cpu_only) else 1,
+                 g.kinds[e].suitability if p != CPU else 0.0, integer=True) for p in range(3)]
          for e in range(n)]
     y = [m.var(0, 1, -t_trans, integer=True) for _ in g.chain_names]
     for d in deps:  # C1

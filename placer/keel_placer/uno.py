@@ -45,6 +45,7 @@ class Vertex:
     r_host: float = 0.0
     r_nic: float = 0.0
     accelerated: bool = False  # the SmartNIC has hardware for it: pinned to a SmartNIC
+    host_only: bool = False  # it cannot run on a SmartNIC at all
     nic: str | None = None  # a port's SmartNIC
 
 
@@ -134,7 +135,7 @@ def solve(g: PlacementGraph, current: dict[str, str] | None = None,
             cost = -g.h(v) if s == HOST else 0.0  # LinearModel maximises
             if current is not None and current.get(v, s) != s:
                 cost -= move_penalty
-            ub = 0.0 if (vx.accelerated and s == HOST) else 1.0
+            ub = 0.0 if (vx.accelerated and s == HOST) or (vx.host_only and s != HOST) else 1.0
             x[v][s] = m.var(0, ub, cost, integer=True)
         m.row({x[v][s]: 1.0 for s in sides}, lb=1.0, ub=1.0)
 
