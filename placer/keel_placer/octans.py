@@ -470,6 +470,11 @@ def _load_json(path: str) -> Any:
         raise OctansError(f"{path}: bad JSON: {e}") from e
 
 
+def load_profile(path: str) -> dict[str, NFModel]:
+    """Read a profile file (PROFILE_HELP)."""
+    return profile_from_dict(_load_json(path), path)
+
+
 def load_machine(path: str, profile: str | None = None) -> tuple[Machine, dict[str, NFModel]]:
     """Read a machine file and the NF models (its "nfs", or the profile file's)."""
     doc = _load_json(path)

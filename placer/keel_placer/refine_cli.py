@@ -167,7 +167,7 @@ def refine_report(args: argparse.Namespace, problem: Any, pl: Any) -> dict[str, 
         steps = rf.parse_steps(args.refine)
         prof = None
         if args.octans_profile:
-            prof = oc.profile_from_dict(oc._load_json(args.octans_profile), args.octans_profile)
+            prof = oc.load_profile(args.octans_profile)
     except (rf.RefineError, oc.OctansError) as e:
         raise BadInput(str(e)) from e
     return rf.refine(problem, pl, steps, prof)
