@@ -90,3 +90,20 @@ def test_place_over_grpc_with_refine(stub, examples):
     assert plain.refine_json == ""
     bad = stub.Place(pb.PlaceRequest(spec=req.spec, topology_yaml=req.topology_yaml, refine="x"), timeout=10)
     assert not bad.ok and "unknown step x" in bad.input_error
+
+
+def test_octans_profile_replaces_derived_models(tmp_path, examples, capsys):
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({"nfs": {"encrypt": {
+        "resource_stalls": 5000, "ideal_mpps": {"local": 0.2, "remote": 0.1},
+        "local": {"alpha": 0.3, "beta": 2.0, "c": 0.0}, "remote": {"alpha": 0.3, "beta": 3.0, "c": 0.0}}}}))
+    out = _place(capsys, "--spec", str(examples / "chain_0_1_2_3.conf"), "--topology",
+                 str(examples / "topology.yaml"), "--refine", "octans", "--octans-profile", str(prof))
+    numa = {s["server"]: s for s in out["refine"]["servers"]}["worker-a"]["numa"]
+    derived = _place(capsys, "--spec", str(examples / "chain_0_1_2_3.conf"), "--topology",
+                     str(examples / "topology.yaml"), "--refine", "octans")
+    numa0 = {s["server"]: s for s in derived["refine"]["servers"]}["worker-a"]["numa"]
+    # worker-a runs chain_2's encrypt subgroup (16 cores: two 8-core pieces, one per node);
+    # with the profile's 0.2 Mpps per core the chain can do at most 16 x 0.2 Mpps
+    (enc,) = {g["name"].split(" (")[0] for g in numa["subgroups"] if "encrypt" in g["name"]}
+    assert numa["after"] <= 16 * 0.2 and numa["after"] != numa0["after"]
