@@ -114,6 +114,12 @@ down:
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
+	$(PY) placer/bench_smartchain.py --out bench/results/smartchain_eval.json \
+	    --extra bench/results/smartchain_eval_extra.json
+	$(PY) placer/bench_octans.py --out bench/results/octans_eval.json \
+	    --extra bench/results/octans_eval_extra.json
+	$(PY) placer/bench_uno.py --out bench/results/uno_eval.json \
+	    --extra bench/results/uno_eval_extra.json
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json

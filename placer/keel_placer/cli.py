@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import refine_cli
 from .algos import ALGOS, run
 from .catalog import (ALIASES, Catalog, CatalogError, ProfileError, default_catalog_path,
                       default_nf_profile_path, library, load_profiles, use_catalog)
@@ -116,6 +117,7 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
                     help="heuristic (Lemur §3.2, default), optimal (exact MILP), or a Lemur "
                     "§5.1 baseline")
     sp.add_argument("--json", action="store_true", help="print the placement as JSON")
+    refine_cli.add_refine_args(sp)
 
     sp = sub.add_parser("eval", help="compare every algorithm over t_min = delta x base rate",
                         description="For each delta, set every chain's t_min to delta x its base "
@@ -133,6 +135,7 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     sp.add_argument("--listen", default="127.0.0.1:50062", metavar="ADDR:PORT")
     sp.add_argument("--nf-profile", metavar="FILE|none")
     catalog(sp)
+    refine_cli.add_parsers(sub)
     return p
 
 
@@ -245,13 +248,22 @@ def main(argv: list[str] | None = None) -> int:
                         dst = "egress" if e.dst == -2 else g.nodes[e.dst].name
                         print(f"  {src} -> {dst} ({e.weight:.3g})")
             return 0
+        done = refine_cli.run(args)
+        if done is not None:
+            return done
         problem = load_problem(args)
         if args.cmd == "place":
             pl = run(problem, args.algo)
+            report = refine_cli.refine_report(args, problem, pl)
             if args.json:
-                print(json.dumps(pl.to_dict(), indent=2))
+                d = pl.to_dict()
+                if report is not None:
+                    d["refine"] = report
+                print(json.dumps(d, indent=2))
             else:
                 print_placement(pl)
+                if report is not None:
+                    refine_cli.print_refine(report)
             return 0
         try:
             deltas = [float(x) for x in args.deltas.split(",") if x.strip()]
@@ -268,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps(table, indent=2) + "\n")
         print_eval(table)
         return 0
-    except BadInput as e:
+    except (BadInput, refine_cli.BadInput) as e:
         print(f"keel-place: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

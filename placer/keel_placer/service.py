@@ -14,6 +14,7 @@ from .algos import ALGOS, run
 from .catalog import Catalog, CatalogError, ProfileError, library, load_profiles
 from .lang import SpecError
 from .pattern import Problem
+from .refine import RefineError, parse_steps, refine
 from .spec import parse_spec
 from .topology import TopologyError, parse_topology_text
 
@@ -77,10 +78,14 @@ class PlacerService(pb_grpc.PlacerServicer):
         try:
             topo = parse_topology_text(request.topology_yaml)
             profiles = self._profiles(request.profiles_json, cat)
-        except (TopologyError, ProfileError) as e:
+            steps = parse_steps(request.refine)
+        except (TopologyError, ProfileError, RefineError) as e:
             return pb.PlaceResponse(ok=False, input_error=str(e))
-        pl = run(Problem(spec, topo, profiles), algo)
+        problem = Problem(spec, topo, profiles)
+        pl = run(problem, algo)
+        report = json.dumps(refine(problem, pl, steps)) if steps else ""
         return pb.PlaceResponse(
+            refine_json=report,
             ok=True, feasible=pl.feasible, algo=pl.algo, seconds=pl.seconds,
             marginal_gbps=pl.marginal_gbps, switch_stages_used=pl.stages_used,
             reason=pl.reason or "",
