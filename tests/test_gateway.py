@@ -167,6 +167,41 @@ def test_normal_function_runs_in_docker_is_invoked_and_scaled(gateway, docker_en
     assert st["replicas"] == 2 and st["availableReplicas"] == 2 and st["invocationCount"] >= 7
 
 
+def test_a_secret_is_mounted_read_only_in_the_functions_replicas(gateway, docker_engine, hello_image, tmp_path):
+    r = gateway.faas("secret", "create", "greeting", "--from-literal", "s3cret-value")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gateway.faas("secret", "list")
+    assert r.returncode == 0 and "greeting" in r.stdout, r.stdout + r.stderr
+    stack = tmp_path / "secret.yml"
+    stack.write_text(f"version: 1.0\nprovider:\n  name: openfaas\nfunctions:\n  hello-secret:\n    image: {hello_image}\n"
+                     "    secrets:\n      - greeting\n")
+    r = gateway.faas("deploy", "-f", str(stack))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def read():
+        deadline = time.time() + 20
+        while True:
+            out = gateway.faas("invoke", "hello-secret", "--query", "secret=greeting", stdin="")
+            if out.returncode == 0 or time.time() > deadline:
+                return out
+            time.sleep(0.3)
+    out = read()
+    assert out.returncode == 0 and out.stdout == "s3cret-value", out.stdout + out.stderr
+    # An update reaches running replicas (the file is rewritten in place) ...
+    r = gateway.faas("secret", "update", "greeting", "--from-literal", "rotated")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert read().stdout == "rotated"
+    # ... a secret in use is not removed, and a missing one is named at deploy.
+    r = gateway.faas("secret", "remove", "greeting")
+    assert r.returncode != 0 and "used by hello-secret" in r.stdout + r.stderr, r.stdout + r.stderr
+    stack.write_text(stack.read_text().replace("greeting", "nosuch"))
+    r = gateway.faas("deploy", "-f", str(stack), "--update=true", "--replace=false")
+    assert r.returncode != 0 and "secrets: no such secret: nosuch" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert gateway.faas("remove", "hello-secret").returncode == 0
+    r = gateway.faas("secret", "remove", "greeting")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_missing_image_is_refused(gateway, docker_engine):
     st, body = api(gateway, "POST", "/system/functions", {"service": "ghost", "image": "keel/none:latest"})
     assert st == 400 and "image: keel/none:latest: image not found" in body

@@ -29,6 +29,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -72,7 +73,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
 	fs.StringVar(&o.torctl, "torctl", "", "keel-torctl address (keel.v1.TorControl): flows whose ToR rules expire are released\n"+
 		"(their instance's flow count drops); \"\" = no ToR")
-	fs.StringVar(&o.secrets, "secrets", "/var/lib/keel/secrets", "directory of basic-auth-user and basic-auth-password (created on first start)")
+	fs.StringVar(&o.secrets, "secrets", "/var/lib/keel/secrets", "directory of basic-auth-user and basic-auth-password (created on first start)\n"+
+		"and, in functions/, the secrets of faas-cli secret create")
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
@@ -184,14 +186,15 @@ func run(o *options) error {
 	hub := events.NewHub()
 	v := &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo,
 		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF}}
-	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library}
+	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
+		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()
 	if err != nil {
 		log.Printf("warning: %v: normal functions are refused and packet functions' arguments are not read from their images until the gateway restarts with a reachable --docker", err)
 	} else {
-		docker.Cpuset = o.cpuset
+		docker.Cpuset, docker.SecretPath = o.cpuset, p.Secrets.Path
 		p.Runtime, p.Images, v.Runner = docker, docker, docker
 	}
 	if err := p.Adopt(ctx); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -42,6 +43,9 @@ type Docker struct {
 	// Cpuset confines every replica to these CPUs (Docker's --cpuset-cpus syntax, "" = any):
 	// the CPUs that coopsched does not manage, so a normal function never takes a chain's core.
 	Cpuset string
+	// SecretPath is the host file of a secret, mounted read-only at
+	// /var/openfaas/secrets/NAME in the replicas of functions that name it; nil: none.
+	SecretPath func(name string) (string, error)
 
 	cli  *client.Client
 	mu   sync.Mutex
@@ -223,6 +227,17 @@ func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec 
 	host := &container.HostConfig{ReadonlyRootfs: fd.ReadOnlyRootFilesystem,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 		Resources:     container.Resources{CpusetCpus: d.Cpuset}}
+	for _, secret := range fd.Secrets {
+		if d.SecretPath == nil {
+			return fmt.Errorf("secret %s: this gateway keeps no secrets", secret)
+		}
+		src, err := d.SecretPath(secret)
+		if err != nil {
+			return err
+		}
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: src,
+			Target: "/var/openfaas/secrets/" + secret, ReadOnly: true})
+	}
 	name := fmt.Sprintf("keel-fn-%s-%d", fd.Service, i)
 	resp, err := d.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
 	if err != nil {
@@ -289,6 +304,11 @@ func specOf(fd *types.FunctionDeployment, cpuset string) string {
 	s := fd.Image + "|" + fd.EnvProcess + "|cpuset=" + cpuset
 	for _, k := range keys {
 		s += "|" + k + "=" + fd.EnvVars[k]
+	}
+	secrets := append([]string(nil), fd.Secrets...)
+	sort.Strings(secrets)
+	for _, name := range secrets {
+		s += "|secret=" + name
 	}
 	return strconv.FormatUint(fnv64(s), 16)
 }

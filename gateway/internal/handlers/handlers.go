@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/logs"
@@ -73,6 +74,64 @@ func MakeDeployHandler(p *provider.Provider, update bool) http.HandlerFunc {
 		}
 		log.Printf("deployed %s (update=%v)", fd.Service, update)
 		w.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// MakeSecretsHandler handles /system/secrets (faas-cli secret list, create, update, remove):
+// GET lists names, POST creates, PUT updates, DELETE removes ({"name": ...}).
+func MakeSecretsHandler(p *provider.Provider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if p.Secrets == nil {
+			http.Error(w, "this gateway keeps no secrets", http.StatusNotImplemented)
+			return
+		}
+		if r.Method == http.MethodGet {
+			names, err := p.Secrets.Names()
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			out := make([]types.Secret, 0, len(names))
+			for _, n := range names {
+				out = append(out, types.Secret{Name: n, Namespace: Namespace})
+			}
+			writeJSON(w, out)
+			return
+		}
+		var sec types.Secret
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&sec); err != nil {
+			http.Error(w, "bad secret JSON: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var err error
+		switch r.Method {
+		case http.MethodDelete:
+			if users := p.SecretUsers(r.Context(), sec.Name); len(users) > 0 {
+				http.Error(w, fmt.Sprintf("secret %s is used by %s: remove or redeploy them first", sec.Name, strings.Join(users, ", ")), http.StatusConflict)
+				return
+			}
+			err = p.Secrets.Delete(sec.Name)
+		default:
+			value := []byte(sec.Value)
+			if len(value) == 0 {
+				value = sec.RawValue
+			}
+			err = p.Secrets.Put(sec.Name, value, r.Method == http.MethodPut)
+		}
+		switch {
+		case errors.Is(err, secrets.ErrNotFound):
+			http.Error(w, err.Error(), http.StatusNotFound)
+		case errors.Is(err, secrets.ErrExists):
+			http.Error(w, err.Error(), http.StatusConflict)
+		case errors.Is(err, secrets.ErrInvalid):
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		case err != nil:
+			writeError(w, err)
+		case r.Method == http.MethodPost:
+			w.WriteHeader(http.StatusCreated)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
 	}
 }
 
@@ -206,7 +265,7 @@ func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth
 	r.HandleFunc("/system/scale-function/{name:["+NameExpression+"]+}", guard(MakeScaleHandler(p))).Methods(http.MethodPost)
 	r.HandleFunc("/system/info", guard(MakeInfoHandler())).Methods(http.MethodGet)
 	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
-	r.HandleFunc("/system/secrets", guard(notImplemented("secrets"))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
+	r.HandleFunc("/system/secrets", guard(MakeSecretsHandler(p))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
 	r.HandleFunc("/system/logs", guard(MakeLogsHandler(p))).Methods(http.MethodGet)
 	if v != nil {
 		r.HandleFunc("/system/keel/topology", guard(ui.MakeTopologyHandler(v))).Methods(http.MethodGet)

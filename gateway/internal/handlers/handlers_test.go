@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
@@ -150,5 +153,56 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 		if rec.Code != want.code || !strings.Contains(rec.Body.String(), want.text) {
 			t.Errorf("%s: %d %q", q, rec.Code, rec.Body.String())
 		}
+	}
+}
+
+func Test_secrets_are_created_listed_updated_and_removed_as_faas_cli_does(t *testing.T) {
+	st := testredis.Store(t)
+	p := &provider.Provider{Store: st, Secrets: &secrets.Store{Dir: filepath.Join(t.TempDir(), "functions")}}
+	r := NewRouter(p, metrics.New(), nil, nil)
+	call := func(method, body string) (int, string) {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(method, "/system/secrets", strings.NewReader(body)))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := call(http.MethodPost, `{"name":"db-password","value":"s3cret"}`); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	if code, body := call(http.MethodPost, `{"name":"db-password","value":"x"}`); code != http.StatusConflict {
+		t.Fatalf("create twice: %d %s", code, body)
+	}
+	if code, body := call(http.MethodPost, `{"name":"../x","value":"x"}`); code != http.StatusBadRequest || !strings.Contains(body, "name") {
+		t.Fatalf("bad name: %d %s", code, body)
+	}
+	if code, body := call(http.MethodPut, `{"name":"db-password","rawValue":"cm90YXRlZA=="}`); code != http.StatusOK {
+		t.Fatalf("update: %d %s", code, body)
+	}
+	path, _ := p.Secrets.Path("db-password")
+	if b, _ := os.ReadFile(path); string(b) != "rotated" {
+		t.Fatalf("value after update %q", b)
+	}
+	if code, body := call(http.MethodGet, ""); code != 200 || strings.TrimSpace(body) != `[{"name":"db-password","namespace":"openfaas-fn"}]` {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	// A function that names a missing secret is refused; one that uses a secret keeps it.
+	labels := map[string]string{}
+	err := p.Deploy(context.Background(), &types.FunctionDeployment{Service: "web", Image: "x", Labels: &labels, Secrets: []string{"api-key"}}, false)
+	if err == nil || !strings.Contains(err.Error(), "secrets: ") {
+		t.Fatalf("deploy with a missing secret: %v", err)
+	}
+	if err := st.Put(context.Background(), &store.Function{Deployment: types.FunctionDeployment{Service: "web", Secrets: []string{"db-password"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := call(http.MethodDelete, `{"name":"db-password"}`); code != http.StatusConflict || !strings.Contains(body, "used by web") {
+		t.Fatalf("remove while used: %d %s", code, body)
+	}
+	if err := st.Delete(context.Background(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := call(http.MethodDelete, `{"name":"db-password"}`); code != http.StatusOK {
+		t.Fatalf("remove: %d %s", code, body)
+	}
+	if code, _ := call(http.MethodDelete, `{"name":"db-password"}`); code != http.StatusNotFound {
+		t.Fatalf("remove twice: %d", code)
 	}
 }

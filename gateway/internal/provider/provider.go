@@ -21,6 +21,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
+	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/dockerlog"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -62,6 +63,8 @@ type Provider struct {
 	Library *nfcatalog.Catalog
 	Metrics *metrics.Metrics
 	Hub     *events.Hub
+	// Secrets keeps functions' secrets (faas-cli secret); nil: secrets are not supported.
+	Secrets *secrets.Store
 	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
 	PoolSize int
 	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
@@ -97,6 +100,9 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 		return fmt.Errorf("%w: function %s is already deployed", ErrConflict, fd.Service)
 	case old.Kind != kind:
 		return fmt.Errorf("%w: service: the name %s is already used by a %s; remove it first", ErrConflict, fd.Service, kindName(old.Kind))
+	}
+	if err := p.checkSecrets(fd, kind); err != nil {
+		return err
 	}
 	f := &store.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
 	if old != nil {

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/openfaas/faas-provider/types"
+)
+
+// checkSecrets refuses a deployment that names a secret that does not exist, or names secrets
+// in a chain or packet function (their NF containers do not mount secrets yet).
+func (p *Provider) checkSecrets(fd *types.FunctionDeployment, kind string) error {
+	if len(fd.Secrets) == 0 {
+		return nil
+	}
+	if kind != "" {
+		return fmt.Errorf("%w: secrets: a %s cannot use secrets yet (only normal functions mount them)", ErrInvalid, kindName(kind))
+	}
+	if p.Secrets == nil {
+		return fmt.Errorf("%w: secrets: this gateway keeps no secrets", ErrInvalid)
+	}
+	for _, name := range fd.Secrets {
+		if _, err := p.Secrets.Path(name); err != nil {
+			return fmt.Errorf("%w: secrets: %v (create it first: faas-cli secret create %s --from-literal VALUE)", ErrInvalid, err, name)
+		}
+	}
+	return nil
+}
+
+// SecretUsers names the functions deployed with the secret.
+func (p *Provider) SecretUsers(ctx context.Context, name string) []string {
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, f := range all {
+		for _, s := range f.Deployment.Secrets {
+			if s == name {
+				out = append(out, f.Deployment.Service)
+			}
+		}
+	}
+	return out
+}
