@@ -197,7 +197,10 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	in.IdleSince = time.Time{}
 	in.Threshold = st.view.Chains[c.Name].Threshold
 	rec.Instance, rec.VLAN, rec.Worker = in.ID, in.VLAN, in.Worker
-	if err := s.Store.PutFlow(ctx, rec, in); err != nil {
+	if err := s.Store.PutFlow(ctx, rec, in); errors.Is(err, store.ErrGone) {
+		// The chain was removed or redeployed since state() read it: the ingress asks again.
+		return nil, status.Errorf(codes.Unavailable, "instance %s was removed while the flow was assigned to it; ask again", in.ID)
+	} else if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	// faas-cli's invocation count of a chain is the flows assigned to it.
@@ -402,19 +405,24 @@ func (s *Server) RegisterWorker(ctx context.Context, req *pb.RegisterWorkerReque
 	}
 	resp := &pb.RegisterWorkerResponse{}
 	for _, in := range mine {
+		gone := false
 		if in.VFPort == 0 {
 			for _, vf := range req.VfPorts {
 				if vf.Port != 0 && !used[vf.Port] {
 					in.VFPort = vf.Port
 					used[vf.Port] = true
-					if err := s.Store.PutInstance(ctx, in); err != nil {
+					err := s.Store.UpdateInstance(ctx, in)
+					gone = errors.Is(err, store.ErrGone) // removed meanwhile: not this worker's to run
+					if err != nil && !gone {
 						return nil, status.Error(codes.Unavailable, err.Error())
 					}
 					break
 				}
 			}
 		}
-		resp.Instances = append(resp.Instances, events.InstanceProto(in))
+		if !gone {
+			resp.Instances = append(resp.Instances, events.InstanceProto(in))
+		}
 	}
 	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_WORKER_REGISTERED, Worker: req.Worker})
 	return resp, nil
@@ -509,7 +517,9 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	if measured(cyc, len(cyc)) {
 		in.NFCycles = cyc
 	}
-	if err := s.Store.PutInstance(ctx, in); err != nil {
+	if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+		return status.Errorf(codes.NotFound, "instance %s: removed", st.Instance)
+	} else if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	// Overload marks follow the stats events (Galleon §5.1), for every instance: a shared
@@ -525,7 +535,9 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 				cur.Threshold = state.view.Chains[cur.Chain].Threshold
 			}
 		}
-		if err := s.Store.PutInstance(ctx, cur); err != nil {
+		if err := s.Store.UpdateInstance(ctx, cur); errors.Is(err, store.ErrGone) {
+			return status.Errorf(codes.NotFound, "instance %s: removed", st.Instance)
+		} else if err != nil {
 			return status.Error(codes.Unavailable, err.Error())
 		}
 		in = cur

@@ -4,6 +4,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -183,7 +184,9 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		in.State, in.Core, in.Overloaded, in.Load = store.Pooled, -1, false, 0
 		in.IdleSince, in.RatePps, in.FlowsAtStats = time.Time{}, 0, 0
 		in.Why = fmt.Sprintf("detached: no flow for %s", idle)
-		if err := s.Store.PutInstance(ctx, in); err != nil {
+		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+			continue // removed meanwhile (its chain was deleted or redeployed)
+		} else if err != nil {
 			return err
 		}
 		s.publish(in)
@@ -222,7 +225,9 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		}
 		in.Core = mv.To
 		in.Why = fmt.Sprintf("moved from core %d to core %d (packing)", mv.From, mv.To)
-		if err := s.Store.PutInstance(ctx, in); err != nil {
+		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+			continue // removed meanwhile (its chain was deleted or redeployed)
+		} else if err != nil {
 			return err
 		}
 		s.publish(in)
@@ -239,7 +244,9 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			s.decide(Decision{Kind: KindBatch, Reason: "measured_cycles", Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
 				"batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, in.Batch)
 			in.Batch = b
-			if err := s.Store.PutInstance(ctx, in); err != nil {
+			if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+				continue // removed meanwhile (its chain was deleted or redeployed)
+			} else if err != nil {
 				return err
 			}
 			s.publish(in)
@@ -262,7 +269,9 @@ func (s *Server) overload(ctx context.Context, st *state) error {
 		} else {
 			in.Why = "takes new flows again: " + ch.Reason
 		}
-		if err := s.Store.PutInstance(ctx, in); err != nil {
+		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+			continue // removed meanwhile (its chain was deleted or redeployed)
+		} else if err != nil {
 			return err
 		}
 		s.publish(in)

@@ -235,7 +235,8 @@ func (s *Store) AllocVLAN(ctx context.Context) (uint32, error) {
 	return 0, errors.New("allocate VLAN: all VLAN ids are in use")
 }
 
-// PutInstance creates or replaces a chain instance.
+// PutInstance creates or replaces a chain instance (the provider's creation of a pooled
+// instance; every later change goes through UpdateInstance, PutFlow or DeleteFlow).
 func (s *Store) PutInstance(ctx context.Context, in *Instance) error {
 	b, err := json.Marshal(in)
 	if err != nil {
@@ -348,38 +349,83 @@ func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
 	return n, err
 }
 
-// PutFlow records a flow assignment and, in the same transaction, the instance it was
-// assigned to (nil for a switch-only chain).
+// ErrGone is returned by UpdateInstance and PutFlow when the instance was deleted since the
+// caller read it (a chain removed or redeployed meanwhile): the write is not made, so a
+// deleted instance is never brought back with a VLAN that is no longer reserved.
+var ErrGone = errors.New("instance no longer exists")
+
+// instanceWrite writes an instance only if it still exists, together with one change to the
+// flows hash, in one step (Redis runs a script atomically). KEYS: instances hash, flows hash.
+// ARGV: instance id, instance JSON, "assign" | "release" | "none", flow key, flow JSON.
+// Returns 1 if the instance existed (and was written), else 0; a release happens either way.
+var instanceWrite = redis.NewScript(`
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[1])
+if ARGV[3] == 'assign' then
+  if exists == 0 then return 0 end
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+elseif ARGV[3] == 'release' then
+  redis.call('HDEL', KEYS[2], ARGV[4])
+end
+if exists == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return exists
+`)
+
+// UpdateInstance replaces an instance that exists; ErrGone if it was deleted meanwhile.
+// Everything but the creation of an instance writes through it.
+func (s *Store) UpdateInstance(ctx context.Context, in *Instance) error {
+	return s.instanceTx(ctx, "update instance "+in.ID, in, "none", nil)
+}
+
+// PutFlow records a flow assignment and, in the same step, the instance it was assigned to
+// (nil for a switch-only chain); ErrGone, and no flow recorded, if the instance was deleted.
 func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
-	return s.flowTx(ctx, "assign", f, in, func(p redis.Pipeliner, b []byte) { p.HSet(ctx, keyFlows, f.Key, b) })
+	if in == nil {
+		b, err := json.Marshal(f)
+		if err != nil {
+			return err
+		}
+		if err := s.rdb.HSet(ctx, keyFlows, f.Key, b).Err(); err != nil {
+			return fmt.Errorf("assign flow %s: %w", f.Key, err)
+		}
+		return nil
+	}
+	return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
 }
 
-// DeleteFlow removes a flow assignment and, in the same transaction, stores its instance
-// (nil for a switch-only chain) with the flow count the caller lowered.
+// DeleteFlow removes a flow assignment and, in the same step, stores its instance (nil for a
+// switch-only chain) with the flow count the caller lowered, if the instance still exists.
 func (s *Store) DeleteFlow(ctx context.Context, f *Flow, in *Instance) error {
-	return s.flowTx(ctx, "release", f, in, func(p redis.Pipeliner, _ []byte) { p.HDel(ctx, keyFlows, f.Key) })
+	if in == nil {
+		if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
+			return fmt.Errorf("release flow %s: %w", f.Key, err)
+		}
+		return nil
+	}
+	err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
+	if errors.Is(err, ErrGone) {
+		return nil // the flow is gone with its instance's other keys
+	}
+	return err
 }
 
-func (s *Store) flowTx(ctx context.Context, what string, f *Flow, in *Instance, op func(redis.Pipeliner, []byte)) error {
-	fb, err := json.Marshal(f)
+func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op string, f *Flow) error {
+	ib, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	var ib []byte
-	if in != nil {
-		if ib, err = json.Marshal(in); err != nil {
+	flowKey, fb := "", []byte(nil)
+	if f != nil {
+		flowKey = f.Key
+		if fb, err = json.Marshal(f); err != nil {
 			return err
 		}
 	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		op(p, fb)
-		if in != nil {
-			p.HSet(ctx, keyInstances+in.Chain, in.ID, ib)
-		}
-		return nil
-	})
+	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows}, in.ID, ib, op, flowKey, fb).Int()
 	if err != nil {
-		return fmt.Errorf("%s flow %s: %w", what, f.Key, err)
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %s: %w", what, in.ID, ErrGone)
 	}
 	return nil
 }

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package store_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/gateway/internal/testredis"
+)
+
+// A flow assigned to an instance that was deleted since it was read (faas-cli remove while
+// AssignFlow runs) must not bring the instance back: its VLAN is no longer reserved.
+func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
+	st := testredis.Store(t)
+	ctx := context.Background()
+	vlan, err := st.AllocVLAN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &store.Instance{ID: "chain3/0", Chain: "chain3", Worker: "local", VLAN: vlan, State: store.Attached, Core: 1}
+	if err := st.PutInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	stale := *in // what AssignFlow read before the delete
+	if err := st.DeleteInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	key := store.FlowKey(17, netip.MustParseAddr("198.18.0.1"), 1024, netip.MustParseAddr("198.18.3.1"), 5001)
+	stale.Flows++
+	err = st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: stale.ID, VLAN: stale.VLAN}, &stale)
+	if !errors.Is(err, store.ErrGone) {
+		t.Fatalf("PutFlow on a deleted instance: %v, want ErrGone", err)
+	}
+	if err := st.UpdateInstance(ctx, &stale); !errors.Is(err, store.ErrGone) {
+		t.Fatalf("UpdateInstance on a deleted instance: %v, want ErrGone", err)
+	}
+	insts, _ := st.Instances(ctx, "chain3")
+	f, _ := st.Flow(ctx, key)
+	if len(insts) != 0 || f != nil {
+		t.Fatalf("the deleted instance came back: %v, flow %v", insts, f)
+	}
+	// The VLAN is free and the next instance gets it; the stale writer cannot touch that one.
+	again, _ := st.AllocVLAN(ctx)
+	if again != vlan {
+		t.Fatalf("VLAN %d not reused (got %d)", vlan, again)
+	}
+	// A release of a flow whose instance is gone removes the flow and is no error.
+	if err := st.PutInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: in.ID}, in); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Instances(ctx, "chain3"); len(got) != 1 {
+		t.Fatalf("instances %v", got)
+	}
+	rec, _ := st.Flow(ctx, key)
+	if err := st.DeleteInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutFlow(ctx, &store.Flow{Key: "other", Chain: "chain3", Instance: in.ID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteFlow(ctx, rec, in); err != nil {
+		t.Fatalf("release after the instance went: %v", err)
+	}
+	if insts, _ := st.Instances(ctx, "chain3"); len(insts) != 0 {
+		t.Fatalf("release brought the instance back: %v", insts)
+	}
+}
