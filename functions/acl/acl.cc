@@ -96,7 +96,9 @@ class Acl : public NF {
   }
 
  private:
-  static int32_t& Lane(v4si* v, int j) { return v[j / kLanes][j % kLanes]; }
+  /* Element j of the lanes; through a pointer, which GCC and clang both take
+   * (clang binds no reference to a vector element). */
+  static int32_t& Lane(v4si* v, int j) { return reinterpret_cast<int32_t*>(&v[j / kLanes])[j % kLanes]; }
 
   static void AddRule(const Config& r, RuleBlock* b, int j) {
     r.CheckObject({"src_ip", "dst_ip", "src_port", "dst_port", "proto", "drop"});
