@@ -15,6 +15,7 @@
 #include <emmintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -147,7 +148,8 @@ class Acl : public NF {
     k->proto = ip->proto;
     k->ports = 0;
     if (uint16_t l4 = p->l4_offset()) {
-      const auto* ports = reinterpret_cast<const uint16_t*>(p->data() + l4);
+      uint16_t ports[2]; /* copied: a packet may start at an odd offset */
+      std::memcpy(ports, p->data() + l4, sizeof ports);
       k->ports = uint32_t{ntohs(ports[0])} << 16 | ntohs(ports[1]);
       k->proto |= kHasPorts;
     }

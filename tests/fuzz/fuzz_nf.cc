@@ -6,8 +6,7 @@
  * NFs keep their state from input to input, as in a running chain. After
  * each batch every packet must lie inside its slot.
  * Input: an NF selector byte, then frames: a flags byte (bit 0: insert a
- * VLAN tag, bit 1: pad to the longest frame, bit 2: an odd headroom, as a
- * hostile NF before this one may leave), a length (two bytes), bytes. */
+ * VLAN tag, bit 1: pad to the longest frame), a length (two bytes), bytes. */
 #include <memory>
 #include <vector>
 
@@ -53,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint8_t flags = in.U8();
     uint16_t len = static_cast<uint16_t>(in.U16() % (keel::kSlotDataRoom + 1));
     slots.emplace_back(keel::kSlotSize);
-    const uint16_t headroom = flags & 4 ? keel::kSlotHeadroom - 1 : keel::kSlotHeadroom;
+    const uint16_t headroom = keel::kSlotHeadroom;
     uint8_t* frame = slots.back().data() + headroom;
     size_t got = in.Take(frame, len);
     if (flags & 1 && got >= 14 && got + 4 <= keel::kSlotDataRoom) {

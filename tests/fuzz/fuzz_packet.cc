@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     KEEL_FUZZ_CHECK(p.len() == before + ops[2]);
     std::memset(p.data() + before, 0x5a, ops[2]);
   }
-  KEEL_FUZZ_CHECK(p.Trim(ops[3]) == (ops[3] <= p.len()));
+  before = p.len();
+  KEEL_FUZZ_CHECK(p.Trim(ops[3]) == (ops[3] <= before));
   p.Invalidate();
   sink = sink + CheckPacket(&p, buf.data(), static_cast<uint16_t>(buf.size()));
   (void)sink;

@@ -78,7 +78,7 @@ void HostileHeader(keel::fuzz::Input* in) {
   size_t size = sizeof(PktBufHeader) + (static_cast<size_t>(in->U16()) << 4);
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) keel::fuzz::Fail("hostile file");
-  uint8_t hdr[sizeof(PktBufHeader)] = {};
+  alignas(PktBufHeader) uint8_t hdr[sizeof(PktBufHeader)] = {};
   in->Take(hdr, sizeof hdr);
   /* Mostly well-formed headers: the magic and slot size right unless the input says not. */
   if (!(hdr[0] & 1)) {
