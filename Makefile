@@ -6,6 +6,7 @@
 #   make test   deps + build + every test (C++ unit tests, pytest)
 #   make bench  deps + build + benchmarks (bench/results/*.json), keel-sim's rack simulations
 #   make demo   deps + build + run the demo and print its report
+#   make fuzz   clang + libFuzzer: each fuzz harness for FUZZ_SECONDS (tests/fuzz)
 #   make images the bases of packet-function images (dockerd must run)
 #   make up     deps + build + start the local stack in the background (run/)
 #   make down   stop the local stack and remove what it made
@@ -35,7 +36,8 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images up down clean
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images up down clean \
+	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
 
@@ -50,6 +52,17 @@ apt-deps:
 	  $$SUDO apt-get update -q && export DEBIAN_FRONTEND=noninteractive && \
 	  { [ -z "$$plain" ] || $$SUDO apt-get install -y -q $$plain; } && \
 	  { [ -z "$$bare" ] || $$SUDO apt-get install -y -q --no-install-recommends $$bare; }; \
+	fi
+
+# clang and its sanitizer and libFuzzer runtimes, for make fuzz only.
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+fuzz-deps:
+	@missing=$$(for p in $(FUZZ_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q \
+	    --no-install-recommends $$missing; \
 	fi
 
 # Go code generators for the gateway's gRPC stubs (Go module proxy).
@@ -92,6 +105,17 @@ unit-test:
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:
 	$(PY) -m pytest -q tests placer/tests ingress/torctl/tests
+
+# The fuzz harnesses (tests/fuzz), built with clang, ASan and UBSan in
+# $(FUZZ_BUILD), each run for FUZZ_SECONDS; new inputs and crashes stay in
+# $(FUZZ_BUILD)/work. make test replays the checked-in corpus (ctest fuzz_replay_*).
+FUZZ_BUILD   ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := fuzz_packet fuzz_pktbuf fuzz_nf fuzz_config
+fuzz: apt-deps fuzz-deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DKEEL_FUZZ=ON > /dev/null
+	ninja -C $(FUZZ_BUILD) -j $(JOBS) $(FUZZ_TARGETS)
+	tests/fuzz/run.sh $(FUZZ_BUILD)/bin $(FUZZ_BUILD)/work $(FUZZ_SECONDS)
 
 # keel/nf-base and keel/nf-sdk, the bases of packet-function images, from
 # this machine's files (no registry), and stack.yml's normal function. DOCKER=unix:///path/docker.sock picks

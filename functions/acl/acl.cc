@@ -15,6 +15,7 @@
 #include <emmintrin.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,9 @@ class Acl : public NF {
   }
 
  private:
-  static int32_t& Lane(v4si* v, int j) { return v[j / kLanes][j % kLanes]; }
+  /* Element j of the lanes; through a pointer, which GCC and clang both take
+   * (clang binds no reference to a vector element). */
+  static int32_t& Lane(v4si* v, int j) { return reinterpret_cast<int32_t*>(&v[j / kLanes])[j % kLanes]; }
 
   static void AddRule(const Config& r, RuleBlock* b, int j) {
     r.CheckObject({"src_ip", "dst_ip", "src_port", "dst_port", "proto", "drop"});
@@ -145,7 +148,8 @@ class Acl : public NF {
     k->proto = ip->proto;
     k->ports = 0;
     if (uint16_t l4 = p->l4_offset()) {
-      const auto* ports = reinterpret_cast<const uint16_t*>(p->data() + l4);
+      uint16_t ports[2]; /* copied: a packet may start at an odd offset */
+      std::memcpy(ports, p->data() + l4, sizeof ports);
       k->ports = uint32_t{ntohs(ports[0])} << 16 | ntohs(ports[1]);
       k->proto |= kHasPorts;
     }

@@ -15,6 +15,9 @@ Json Config::ParseText(const std::string& text, const std::string& what) {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw ConfigError(what + ": bad JSON at byte " + std::to_string(e.byte) + ": " + text);
+  } catch (const Json::exception& e) {
+    /* A number out of double's range, say (out_of_range 406). */
+    throw ConfigError(what + ": bad JSON: " + e.what() + ": " + text);
   }
 }
 

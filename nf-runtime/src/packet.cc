@@ -191,7 +191,8 @@ bool Packet::GetFlowKey(FlowKey* key) {
   key->dst_ip = ntohl(ip->dst);
   key->proto = ip->proto;
   if (l4_off_) {
-    const auto* ports = reinterpret_cast<const uint16_t*>(data() + l4_off_);
+    uint16_t ports[2]; /* copied: a packet may start at an odd offset */
+    std::memcpy(ports, data() + l4_off_, sizeof ports);
     key->src_port = ntohs(ports[0]);
     key->dst_port = ntohs(ports[1]);
   }

@@ -135,7 +135,8 @@ bool PktBuf::View(uint32_t i, Packet* p) {
   /* Each field read once, checked in 32 bits: no wrap, no second look. */
   uint32_t off = d.off, len = d.len, flags = d.flags;
   uint64_t dseq = d.seq;
-  if (dseq != seq || off > kSlotSize || len > kSlotSize - off) {
+  /* An odd start is refused too: the checksum helpers read 16-bit words. */
+  if (dseq != seq || off > kSlotSize || len > kSlotSize - off || (off & 1)) {
     p->Reset(slot(seq), kSlotHeadroom, 0, static_cast<uint16_t>(kSlotSize));
     p->Drop();
     bad_descriptors_.Add(1);

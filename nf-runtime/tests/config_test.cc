@@ -59,5 +59,13 @@ TEST(Config, ErrorsNameTheFieldAndTheProblem) {
   EXPECT_EQ(ErrorOf([&] { Config::ParseText("{\"a\":", "nat"); }).rfind("nat: bad JSON", 0), 0u);
 }
 
+// Found by fuzz_config: a number out of double's range made nlohmann::json
+// throw out_of_range, which no caller catches (keel-nf ended in terminate).
+TEST(Config, NumberOutOfRangeIsAConfigError) {
+  EXPECT_EQ(ErrorOf([&] { Config::ParseText("{\"vlan\":1e400}", "tunnel"); })
+                .rfind("tunnel: bad JSON", 0),
+            0u);
+}
+
 }  // namespace
 }  // namespace keel

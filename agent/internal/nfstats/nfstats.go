@@ -23,6 +23,10 @@ type File struct {
 		PacketsOut      uint64  `json:"packets_out"`
 		Dropped         uint64  `json:"dropped"`
 		CyclesPerPacket float64 `json:"cycles_per_packet"`
+		Flows           struct {
+			Evictions uint64 `json:"evictions"`
+			Refusals  uint64 `json:"refusals"`
+		} `json:"flows"`
 	} `json:"nfs"`
 	// Position 0 only.
 	Port *struct {
@@ -35,6 +39,12 @@ type File struct {
 		RxQueueLen  *uint64 `json:"rx_queue_len"`
 	} `json:"port"`
 	CyclesPerBatch float64 `json:"cycles_per_batch"`
+	// Descriptors of the chain buffer this position refused (written out of bounds by the
+	// position before it, WrittenBy); each one is a packet dropped.
+	BadDescriptors struct {
+		WrittenBy int    `json:"written_by"`
+		Count     uint64 `json:"count"`
+	} `json:"bad_descriptors"`
 }
 
 // Parse decodes a statistics file.
@@ -54,6 +64,9 @@ type NF struct {
 	PacketsOut      uint64
 	Dropped         uint64
 	CyclesPerPacket float64
+	// The NF's flow table: idle flows evicted, new flows refused because it was full.
+	FlowEvictions uint64
+	FlowRefusals  uint64
 }
 
 // Sample is an instance's counters at one moment.
@@ -62,14 +75,15 @@ type Sample struct {
 	Packets        uint64    // received on the VF
 	Bytes          uint64
 	Drops          uint64            // dropped by NFs, on transmit, in the copy and as malformed
-	DropsBy        map[string]uint64 // Drops by reason: nf, tx, copy, malformed (DropReasons)
+	DropsBy        map[string]uint64 // Drops by reason: nf, tx, copy, malformed, descriptor (DropReasons)
 	QueueLen       uint32
 	CyclesPerBatch float64
 	NFs            []NF // in chain order; a position whose file is not there yet is absent
 }
 
 // DropReasons are the reasons an instance's drops are counted under (a bounded label set).
-var DropReasons = []string{"nf", "tx", "copy", "malformed"}
+// descriptor: a chain-buffer descriptor out of bounds, refused by the NF after the one that wrote it.
+var DropReasons = []string{"nf", "tx", "copy", "malformed", "descriptor"}
 
 // Read reads the statistics files of an instance with n positions (paths[k] for position
 // k). Missing files are skipped: an NF writes its first file a stats interval after start.
@@ -87,10 +101,13 @@ func Read(paths []string) (Sample, bool) {
 		}
 		for _, nf := range f.NFs {
 			s.NFs = append(s.NFs, NF{Name: nf.NF, Position: k, PacketsIn: nf.PacketsIn, PacketsOut: nf.PacketsOut,
-				Dropped: nf.Dropped, CyclesPerPacket: nf.CyclesPerPacket})
+				Dropped: nf.Dropped, CyclesPerPacket: nf.CyclesPerPacket,
+				FlowEvictions: nf.Flows.Evictions, FlowRefusals: nf.Flows.Refusals})
 			s.Drops += nf.Dropped
 			s.DropsBy["nf"] += nf.Dropped
 		}
+		s.Drops += f.BadDescriptors.Count
+		s.DropsBy["descriptor"] += f.BadDescriptors.Count
 		if k == 0 && f.Port != nil {
 			st, err := os.Stat(p)
 			if err != nil {

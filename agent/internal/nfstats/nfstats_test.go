@@ -20,7 +20,9 @@ const pos0 = `{
 }`
 
 const pos1 = `{"position": 1, "of": 2, "turns": 10, "order_violations": 0,
-  "nfs": [{"nf": "nat", "packets_in": 990, "packets_out": 980, "dropped": 10, "batches": 4, "cycles_per_packet": 300}]}`
+  "bad_descriptors": {"written_by": 0, "count": 3},
+  "nfs": [{"nf": "nat", "packets_in": 990, "packets_out": 980, "dropped": 10, "batches": 4, "cycles_per_packet": 300,
+           "flows": {"count": 5, "capacity": 65536, "evictions": 7, "refusals": 2}}]}`
 
 func Test_Read_sums_an_instance_over_its_files(t *testing.T) {
 	dir := t.TempDir()
@@ -35,13 +37,14 @@ func Test_Read_sums_an_instance_over_its_files(t *testing.T) {
 	if !ok {
 		t.Fatal("no sample")
 	}
-	if s.Packets != 1000 || s.Bytes != 64000 || s.Drops != 10+10+2+1 || s.QueueLen != 12 || s.CyclesPerBatch != 3000 {
+	if s.Packets != 1000 || s.Bytes != 64000 || s.Drops != 10+10+2+1+3 || s.QueueLen != 12 || s.CyclesPerBatch != 3000 {
 		t.Fatalf("sample %+v", s)
 	}
-	if s.DropsBy["nf"] != 10+10 || s.DropsBy["tx"]+s.DropsBy["copy"]+s.DropsBy["malformed"] != 2+1 {
+	if s.DropsBy["nf"] != 10+10 || s.DropsBy["tx"]+s.DropsBy["copy"]+s.DropsBy["malformed"] != 2+1 || s.DropsBy["descriptor"] != 3 {
 		t.Fatalf("drops by reason %v", s.DropsBy)
 	}
-	if len(s.NFs) != 2 || s.NFs[1] != (NF{Name: "nat", Position: 1, PacketsIn: 990, PacketsOut: 980, Dropped: 10, CyclesPerPacket: 300}) {
+	if len(s.NFs) != 2 || s.NFs[1] != (NF{Name: "nat", Position: 1, PacketsIn: 990, PacketsOut: 980, Dropped: 10, CyclesPerPacket: 300,
+		FlowEvictions: 7, FlowRefusals: 2}) {
 		t.Fatalf("NFs %+v", s.NFs)
 	}
 }

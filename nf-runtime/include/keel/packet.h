@@ -24,18 +24,18 @@ constexpr uint8_t kProtoTcp = 6;
 constexpr uint8_t kProtoUdp = 17;
 
 /* Wire formats. Multi-byte fields are in network byte order. */
-struct __attribute__((packed, aligned(2))) EthHdr {
+struct __attribute__((packed)) EthHdr {
   uint8_t dst[6];
   uint8_t src[6];
   uint16_t ether_type;
 };
 
-struct __attribute__((packed, aligned(2))) VlanHdr {
+struct __attribute__((packed)) VlanHdr {
   uint16_t tci;
   uint16_t ether_type; /* of what follows the tag */
 };
 
-struct __attribute__((packed, aligned(2))) Ipv4Hdr {
+struct __attribute__((packed)) Ipv4Hdr {
   uint8_t version_ihl;
   uint8_t tos;
   uint16_t total_length;
@@ -48,7 +48,7 @@ struct __attribute__((packed, aligned(2))) Ipv4Hdr {
   uint32_t dst;
 };
 
-struct __attribute__((packed, aligned(2))) TcpHdr {
+struct __attribute__((packed)) TcpHdr {
   uint16_t src_port;
   uint16_t dst_port;
   uint32_t seq;
@@ -60,7 +60,7 @@ struct __attribute__((packed, aligned(2))) TcpHdr {
   uint16_t urgent;
 };
 
-struct __attribute__((packed, aligned(2))) UdpHdr {
+struct __attribute__((packed)) UdpHdr {
   uint16_t src_port;
   uint16_t dst_port;
   uint16_t length;

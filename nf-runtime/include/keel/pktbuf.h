@@ -89,8 +89,8 @@ class PktBuf {
     __builtin_prefetch(slot(seq) + kSlotHeadroom);
   }
   /* Points |p| at the |i|-th packet after the tail (0 <= i < used()).
-   * A descriptor that is not the ring's i-th or whose extent leaves its slot
-   * gives an empty, dropped packet, counted in bad_descriptors(); returns
+   * A descriptor that is not the ring's i-th, whose extent leaves its slot
+   * or whose packet starts at an odd offset gives an empty, dropped packet, counted in bad_descriptors(); returns
    * false then. */
   bool View(uint32_t i, Packet* p);
   /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
