@@ -95,6 +95,78 @@ def test_openflow_switch_first_leaves_every_chain_a_pattern():
     assert h.marginal_gbps == pytest.approx(49.0, rel=1e-6)
 
 
+SNIC = {"kind": "ebpf", "cores": 48, "ghz": 0.8}
+
+
+def arms(*chains: str) -> str:
+    """Sibling branch arms of equal weight in the chain language."""
+    return "[" + ", ".join(f"{{'flowspec': [{{'gate_select': '{k + 1}'}}], 'nfchain': {c}}}"
+                           for k, c in enumerate(chains)) + "]"
+
+
+def test_one_arm_joins_the_branch_point_without_the_other():
+    # Measure -> IPv4Forward -> [Measure, IPv4Forward -> AESCBCde] (Measure has no P4 version).
+    # Both IPv4Forwards on the switch: the chain crosses the 40 Gbps link 1 + 0.5 + 0.5 times
+    # (20 Gbps). Moving their whole run to the server puts AESCBCde in the branch point's
+    # unreplicable subgroup (one core: 3.7 Gbps). Only the branch point moves: it joins both
+    # Measures, AESCBCde's arm keeps its own replicable subgroup, one bounce fewer:
+    # 40 / 1.5 = 26.7 Gbps.
+    prob = problem("flow f = []\nchain c = Measure -> IPv4Forward -> "
+                   + arms("Measure", "IPv4Forward -> AESCBCde") + "\nf : c @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=16, gbps=40))
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(40 / 1.5 - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(40 / 1.5 - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "server", "server", "switch", "server"]
+
+
+def test_smartnic_offload_does_not_split_a_subgroup_it_would_slow():
+    # CHACHA -> AESCBC -> PktFilter -> AESCBC on three cores: CHACHA belongs on the SmartNIC,
+    # PktFilter (which the SmartNIC also runs faster than a core) belongs on the server with
+    # both AESCBCs, one replicable subgroup of 9123 + 60 + 9123 + 220 cycles on three cores.
+    # Offloading PktFilter too splits it in two subgroups that share three cores (2.2 Gbps).
+    prob = problem("flow f = []\nchain c = CHACHA -> AESCBC -> PktFilter -> AESCBC\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=3, gbps=40, smartnic=SNIC))
+    best = 3 * GBPS_PER_CYCLE / (9123 + 60 + 9123 + ENCAP_CYCLES + LB_CYCLES) - 1.0
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(best, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(best, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["smartnic", "server", "server", "server"]
+
+
+def test_a_switch_nf_between_server_nfs_may_go_to_the_smartnic_instead():
+    # Measure -> IPv4Forward -> [Measure -> NAT, IPv4Forward -> AESCBCde] beside a SmartNIC on
+    # 8 cores. Measure, IPv4Forward, Measure share one unreplicable subgroup (520 cycles:
+    # 39 Gbps on one core), NAT stays on the switch. The arm's IPv4Forward on the server would
+    # join AESCBCde to that subgroup; on the switch it bounces the arm (1.5 crossings: 26.7
+    # Gbps); on the SmartNIC the chain crosses once and AESCBCde's 7 cores are the limit:
+    # 7 * 20400 / (4900 + 110 + 180) = 27.5 Gbps.
+    prob = problem("flow f = []\nchain c = Measure -> IPv4Forward -> "
+                   + arms("Measure -> NAT", "IPv4Forward -> AESCBCde") + "\nf : c @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=8, gbps=40, smartnic=SNIC))
+    rate = 7 * GBPS_PER_CYCLE / (4900 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "server", "server", "switch", "smartnic", "server"]
+
+
+def test_openflow_eviction_takes_the_nf_that_costs_the_server_least():
+    # IPv4Forward -> [IPv4Forward -> AESCBCde, AESCBCde] on an OpenFlow switch: two IPv4Forwards
+    # in a row break the fixed table order, so one leaves the switch. Both cost 90 cycles, but
+    # the arm's sees half the traffic (45 cycles per chain packet) and on the server it joins
+    # its AESCBCde in a replicable subgroup; the head would join the other arm's AESCBCde in an
+    # unreplicable one (one core: 3.9 Gbps). Each arm gets 8 cores:
+    # 8 * 20400 / (45 + 4900 + 110 + 180) = 31.2 Gbps.
+    prob = problem("flow f = []\nchain c = IPv4Forward -> " + arms("IPv4Forward -> AESCBCde", "AESCBCde")
+                   + "\nf : c @ {'t_min': '20Gbps'}\n", one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    rate = 8 * GBPS_PER_CYCLE / (45 + 4900 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 20.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(rate - 20.0, rel=1e-6)
+
+
 def test_tenant_nf_cost_and_state_reach_the_placement():
     # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
     # state is replicated over cores, one that declares nothing is not (conservative default).
