@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from .catalog import SERVER
 from .common import infeasible, switch_fits
 from .model import HOST, SMARTNIC, SWITCH, Placement
-from .optimal import prune, select
+from .optimal import prune_all, select
 from .pattern import Host, Pattern, Problem
 
 Targets = tuple[str, ...]
@@ -220,5 +220,5 @@ def place(problem: Problem) -> Placement:
         if not pats:
             return infeasible("heuristic", f"chain {g.name}: no candidate placement meets its SLO "
                               "(t_min, d_max, switch fit)", time.perf_counter() - t0)
-        per_chain.append(prune(pats))
-    return select(problem, per_chain, "heuristic", t0, MILP_SECONDS, MILP_GAP)
+        per_chain.append(pats)
+    return select(problem, prune_all(problem, per_chain), "heuristic", t0, MILP_SECONDS, MILP_GAP)
