@@ -41,15 +41,18 @@ def _server_cost(problem: Problem, c: int, i: int) -> float:
     return problem.chains[c].nodes[i].weight * problem.cycles[c][i]
 
 
-def _evict(problem: Problem, targets: dict[int, list[str]], fits) -> bool:
+def _evict(problem: Problem, targets: dict[int, list[str]], fits,
+           pinned: frozenset[tuple[int, int]] = frozenset()) -> bool:
     """Lemur §3.2 step 1: move the cheapest server-capable switch NF of the chains in targets
-    to the server until fits(); False if the switch-only NFs alone do not fit. Cheapest is
-    by the server cycles it adds per chain packet: an NF in one of three branch arms costs
-    the server a third of its cycles, and Lemur's rationale (the cheap NF is the easier one
-    to pack on the server) is about that load."""
+    (but not the (chain, NF) pairs in pinned) to the server until fits(); False if what is
+    left on the switch cannot be made to fit. Cheapest is by the server cycles it adds per
+    chain packet: an NF in one of three branch arms costs the server a third of its cycles,
+    and Lemur's rationale (the cheap NF is the easier one to pack on the server) is about
+    that load."""
     while not fits():
         movable = [(_server_cost(problem, c, i), c, i) for c, t in targets.items()
-                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets]
+                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets
+                   and (c, i) not in pinned]
         if not movable:
             return False
         _, c, i = min(movable)
@@ -79,16 +82,39 @@ def global_switch_first(problem: Problem) -> list[Targets | None]:
     return [tuple(targets[c]) for c in range(n)]
 
 
+def _switch_first(problem: Problem, c: int, host: Host, keep: int | None = None) -> Targets | None:
+    """Lemur's step 1 for chain c alone, NF keep (if any) staying on the switch; None if the
+    chain's switch part cannot be made to fit that way."""
+    local = {c: _first_choice(problem.options(c, host))}
+    pinned = frozenset() if keep is None else frozenset([(c, keep)])
+    if not _evict(problem, local, lambda: problem.switch_ok(problem.evaluate(c, host, tuple(local[c]))),
+                  pinned):
+        return None
+    return tuple(local[c])
+
+
 def _seeds(problem: Problem, c: int, host: Host, glob: Targets | None) -> list[Targets]:
     """Starting placements of chain c on host: switch-first for this chain alone, Lemur's
-    global switch-first, and every server-capable NF on the server."""
+    global switch-first, and every server-capable NF on the server. Cheapest-first eviction
+    may take an NF off the switch whose place there is worth more than its cycles (a branch
+    point that keeps the arms' subgroups apart, a chain's head that saves a bounce): the
+    OpenFlow table order conflicts over pairs of NFs, and either one may leave. So also
+    switch-first again with each NF it evicted kept on the switch; step 2 never moves an NF
+    back to the switch (Lemur §3.2)."""
     opts = problem.options(c, host)
     if any(not o for o in opts):
         return []
-    local = {c: _first_choice(opts)}
-    _evict(problem, local, lambda: problem.switch_ok(problem.evaluate(c, host, tuple(local[c]))))
-    server = tuple(HOST if HOST in o else o[0] for o in opts)
-    out = [tuple(local[c]), server]
+    out = []
+    local = _switch_first(problem, c, host)
+    if local is not None:
+        out.append(local)
+        first = _first_choice(opts)
+        for i, t in enumerate(local):
+            if first[i] == SWITCH and t != SWITCH:
+                seed = _switch_first(problem, c, host, keep=i)
+                if seed is not None:
+                    out.append(seed)
+    out.append(tuple(HOST if HOST in o else o[0] for o in opts))
     if glob is not None:
         out.append(tuple(t if t in o else (HOST if HOST in o else o[0]) for t, o in zip(glob, opts)))
     return list(dict.fromkeys(out))

@@ -167,6 +167,25 @@ def test_openflow_eviction_takes_the_nf_that_costs_the_server_least():
     assert h.marginal_gbps == pytest.approx(rate - 20.0, rel=1e-6)
 
 
+def test_openflow_eviction_may_keep_a_branch_point_that_costs_more_to_lose():
+    # AESCBC -> IPv4Forward -> [AESCBC, ACL()] on an OpenFlow switch: IPv4Forward (table rank 5)
+    # before ACL (rank 1) breaks the table order. IPv4Forward adds fewer server cycles (90 to
+    # ACL's 4093 / 2 with its 1024 default rules), but on the server it joins both AESCBCs in
+    # one unreplicable subgroup: 20400 / (9123 + 90 + 4562 + 220) = 1.5 Gbps < t_min. Kept on
+    # the switch, the ACL leaves: AESCBC 9 cores (19.3 Gbps), the arm's AESCBC 5 (21.0), ACL 2:
+    # 2 * 20400 / (4093 / 2 + 110 + 180) = 17.5 Gbps; the link (two crossings, 20) is not hit.
+    prob = problem("flow f = []\nchain c = AESCBC -> IPv4Forward -> " + arms("AESCBC", "ACL()")
+                   + "\nf : c @ {'t_min': '5Gbps'}\n", one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    acl = prob.cycles[0][3]
+    assert acl == pytest.approx(4093, abs=1)
+    rate = 2 * GBPS_PER_CYCLE / (acl / 2 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 5.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(rate - 5.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server"]
+
+
 def test_tenant_nf_cost_and_state_reach_the_placement():
     # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
     # state is replicated over cores, one that declares nothing is not (conservative default).
