@@ -41,6 +41,21 @@ def _server_cost(problem: Problem, c: int, i: int) -> float:
     return problem.chains[c].nodes[i].weight * problem.cycles[c][i]
 
 
+def _order_breakers(problem: Problem, c: int, targets: list[str]) -> set[int] | None:
+    """The switch NFs of chain c on an edge that goes against the OpenFlow switch's fixed
+    table order (Lemur §5.3): evicting any other NF cannot repair it. None if the order holds
+    (or the switch is PISA), when any switch NF may have to go (stages, tables)."""
+    if problem.pisa:
+        return None
+    kinds = problem.kinds[c]
+    out: set[int] = set()
+    for e in problem.chains[c].edges:
+        if (e.src >= 0 and e.dst >= 0 and targets[e.src] == SWITCH and targets[e.dst] == SWITCH
+                and (kinds[e.src].openflow_rank or 0) >= (kinds[e.dst].openflow_rank or 0)):
+            out |= {e.src, e.dst}
+    return out or None
+
+
 def _evict(problem: Problem, targets: dict[int, list[str]], fits,
            pinned: frozenset[tuple[int, int]] = frozenset()) -> bool:
     """Lemur §3.2 step 1: move the cheapest server-capable switch NF of the chains in targets
@@ -48,11 +63,15 @@ def _evict(problem: Problem, targets: dict[int, list[str]], fits,
     left on the switch cannot be made to fit. Cheapest is by the server cycles it adds per
     chain packet: an NF in one of three branch arms costs the server a third of its cycles,
     and Lemur's rationale (the cheap NF is the easier one to pack on the server) is about
-    that load."""
+    that load. While a chain breaks the OpenFlow table order, only its NFs on the offending
+    edges are candidates."""
     while not fits():
-        movable = [(_server_cost(problem, c, i), c, i) for c, t in targets.items()
-                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets
-                   and (c, i) not in pinned]
+        movable = []
+        for c, t in targets.items():
+            breakers = _order_breakers(problem, c, t)
+            movable += [(_server_cost(problem, c, i), c, i) for i, x in enumerate(t)
+                        if x == SWITCH and SERVER in problem.kinds[c][i].targets
+                        and (c, i) not in pinned and (breakers is None or i in breakers)]
         if not movable:
             return False
         _, c, i = min(movable)

@@ -186,6 +186,23 @@ def test_openflow_eviction_may_keep_a_branch_point_that_costs_more_to_lose():
     assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server"]
 
 
+def test_openflow_eviction_takes_only_nfs_that_break_the_table_order():
+    # UrlFilter -> Measure -> [VLANPop, ACL(), CHACHA] -> Measure on an OpenFlow switch: the
+    # branch point Measure (table rank 2) before VLANPop (0) and ACL (1) breaks the table
+    # order. With Measure kept on the switch, VLANPop and ACL must leave; the merging Measure
+    # breaks nothing and may stay, but is cheaper than ACL and was evicted first, joining the
+    # arms into one unreplicable subgroup (5.8 Gbps < t_min). Both Measures on the switch:
+    # every arm a replicable subgroup of its own, two crossings of the 40 Gbps link: 20 Gbps.
+    prob = problem("flow f = []\nchain c = UrlFilter -> Measure -> " + arms("VLANPop", "ACL()", "CHACHA")
+                   + " -> Measure\nf : c @ {'t_min': '10Gbps'}\n",
+                   one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(10.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(10.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server", "server", "switch"]
+
+
 def test_tenant_nf_cost_and_state_reach_the_placement():
     # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
     # state is replicated over cores, one that declares nothing is not (conservative default).
