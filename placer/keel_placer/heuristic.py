@@ -2,14 +2,14 @@
 with its choices made jointly instead of one after another (issue 16).
 
 1. Switch-first starting points per chain and host: every switch-capable NF on the switch,
-   evicting the NF that costs the server least until the chain fits (per chain, and
-   Lemur's global eviction over all chains), plus every server-capable NF on the server.
+   evicting the NF that costs the server least until the chain fits (per chain, again with
+   each NF that evicted kept on the switch, and Lemur's global eviction over all chains),
+   plus every server-capable NF on the server.
 2. Candidates: moves from each starting point, tried in every combination (a few chosen
    ones when there are many), so no move forces itself on the others. A move takes a
-   linear run of NFs (a branch point is a run of its own) to another target: switch NFs
-   that sit between server subgroups to the server (coalescing them) or to the SmartNIC
-   (no bounce, subgroups stay apart), and server NFs the SmartNIC runs faster than a
-   core to it. Offload is chosen with the coalescing, not after it.
+   switch NF that sits between server subgroups to the server (coalescing them) or to the
+   SmartNIC (no bounce, subgroups stay apart), or a linear run of server NFs the SmartNIC
+   runs faster than a core to it. Offload is chosen with the coalescing, not after it.
 3. One small MILP (optimal.select) picks a candidate, a host and a core count per chain
    under the shared cores, NIC links, SmartNICs and switch stages or tables.
 """
@@ -172,13 +172,15 @@ def _components(problem: Problem, c: int, members: list[int], linear: bool) -> l
 
 
 def _units(problem: Problem, c: int, host: Host, targets: Targets) -> list[Unit]:
-    """Lemur §3.2 step 2's moves from a seed:
-    - a connected run of switch NFs that touches two server subgroups, or one both upstream
-      and downstream, may move to the server (joining them: a bounce and a core fewer) or to
-      the SmartNIC (no bounce, the subgroups stay apart and replicable), and so may each
-      linear part of it (a branch point moves on its own, so one arm can join without the
-      others, which would make the joined subgroup unreplicable);
-    - such a run next to NFs the SmartNIC runs faster than a core may follow them there;
+    """Lemur §3.2 step 2's moves from a seed ("each PISA switch NF, or combinations thereof"):
+    - each NF of a connected run of switch NFs that touches two server subgroups, or one
+      both upstream and downstream, may move to the server (the whole run moved joins them:
+      a bounce and a core fewer) or to the SmartNIC (no bounce, the subgroups stay apart).
+      NF by NF, so a branch point may join one arm without the others and a stateful NF may
+      join its upstream subgroup while the rest of its run goes to the SmartNIC: either
+      would otherwise make a heavy subgroup unreplicable;
+    - each NF of such a run next to NFs the SmartNIC runs faster than a core may follow
+      them there;
     - a linear run of server NFs the SmartNIC runs faster than a core may move to it
       (splitting its subgroup if it sits inside one)."""
     g = problem.chains[c]
@@ -196,14 +198,10 @@ def _units(problem: Problem, c: int, host: Host, targets: Targets) -> list[Unit]
         joins = len(up | down) >= 2 or bool(up and down)
         if not joins and not near & faster:
             continue
-        for part in _components(problem, c, list(run), linear=True):
-            moves = []
-            if joins and all(HOST in opts[i] for i in part):
-                moves.append(HOST)
-            if all(SMARTNIC in opts[i] for i in part):
-                moves.append(SMARTNIC)
+        for i in run:
+            moves = tuple(t for t, ok in ((HOST, joins), (SMARTNIC, True)) if ok and t in opts[i])
             if moves:
-                out.append(Unit(part, tuple(moves), r))
+                out.append(Unit((i,), moves, r))
     return out
 
 

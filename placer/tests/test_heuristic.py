@@ -203,6 +203,21 @@ def test_openflow_eviction_takes_only_nfs_that_break_the_table_order():
     assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server", "server", "switch"]
 
 
+def test_a_stateful_nf_joins_its_subgroup_while_the_rest_of_its_run_goes_to_the_smartnic():
+    # NAT -> Measure -> NAT -> HashLB -> AESCBCde beside a SmartNIC (Measure has no P4 version,
+    # NAT no eBPF one). The second NAT joins Measure (140 + 507 + 220 cycles, stateful: one core,
+    # 23.5 Gbps) and HashLB goes to the SmartNIC: the chain crosses the link once (40 Gbps) and
+    # AESCBCde's subgroup stays replicable (12 cores: 24.0 Gbps). Moving NAT and HashLB as one
+    # run leaves both on the switch (two crossings: 20 Gbps) or makes AESCBCde unreplicable.
+    prob = problem("flow f = []\nchain c = NAT -> Measure -> NAT -> HashLB -> AESCBCde\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=16, gbps=40, smartnic=SNIC))
+    rate = GBPS_PER_CYCLE / (140 + 507 + ENCAP_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["switch", "server", "server", "smartnic", "server"]
+
+
 def test_tenant_nf_cost_and_state_reach_the_placement():
     # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
     # state is replicated over cores, one that declares nothing is not (conservative default).
