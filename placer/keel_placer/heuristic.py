@@ -41,19 +41,18 @@ def _server_cost(problem: Problem, c: int, i: int) -> float:
     return problem.chains[c].nodes[i].weight * problem.cycles[c][i]
 
 
-def _order_breakers(problem: Problem, c: int, targets: list[str]) -> set[int] | None:
+def _order_breakers(problem: Problem, c: int, targets: list[str]) -> set[int]:
     """The switch NFs of chain c on an edge that goes against the OpenFlow switch's fixed
-    table order (Lemur §5.3): evicting any other NF cannot repair it. None if the order holds
-    (or the switch is PISA), when any switch NF may have to go (stages, tables)."""
+    table order (Lemur §5.3); none on a PISA switch."""
     if problem.pisa:
-        return None
+        return set()
     kinds = problem.kinds[c]
     out: set[int] = set()
     for e in problem.chains[c].edges:
         if (e.src >= 0 and e.dst >= 0 and targets[e.src] == SWITCH and targets[e.dst] == SWITCH
                 and (kinds[e.src].openflow_rank or 0) >= (kinds[e.dst].openflow_rank or 0)):
             out |= {e.src, e.dst}
-    return out or None
+    return out
 
 
 def _evict(problem: Problem, targets: dict[int, list[str]], fits,
@@ -63,15 +62,15 @@ def _evict(problem: Problem, targets: dict[int, list[str]], fits,
     left on the switch cannot be made to fit. Cheapest is by the server cycles it adds per
     chain packet: an NF in one of three branch arms costs the server a third of its cycles,
     and Lemur's rationale (the cheap NF is the easier one to pack on the server) is about
-    that load. While a chain breaks the OpenFlow table order, only its NFs on the offending
-    edges are candidates."""
+    that load. While some chain breaks the OpenFlow table order, only NFs on the offending
+    edges are candidates: evicting any other cannot repair it."""
     while not fits():
-        movable = []
-        for c, t in targets.items():
-            breakers = _order_breakers(problem, c, t)
-            movable += [(_server_cost(problem, c, i), c, i) for i, x in enumerate(t)
-                        if x == SWITCH and SERVER in problem.kinds[c][i].targets
-                        and (c, i) not in pinned and (breakers is None or i in breakers)]
+        movable = [(_server_cost(problem, c, i), c, i) for c, t in targets.items()
+                   for i, x in enumerate(t) if x == SWITCH and SERVER in problem.kinds[c][i].targets
+                   and (c, i) not in pinned]
+        breakers = {(c, i) for c, t in targets.items() for i in _order_breakers(problem, c, t)}
+        if breakers:
+            movable = [m for m in movable if m[1:] in breakers]
         if not movable:
             return False
         _, c, i = min(movable)
