@@ -22,7 +22,7 @@ from pathlib import Path
 
 from keel_placer import heuristic, optimal
 from keel_placer.catalog import default_nf_profile_path, load_profiles
-from keel_placer.evaluate import checks, evaluate, result_notes
+from keel_placer.evaluate import checks, evaluate, percentile, result_notes
 from keel_placer.mixgen import TOPOLOGIES, mix_spec, topology, with_level
 from keel_placer.model import Spec
 from keel_placer.pattern import Problem
@@ -52,9 +52,20 @@ LEMUR_PUBLISHED = {
 }
 
 
-def _entry(res) -> dict:
-    return {"feasible": res.feasible, "marginal_gbps": round(res.marginal_gbps, 6),
-            "seconds": round(res.seconds, 6), **result_notes(res)}
+def _entry(res, cpu: float | None = None) -> dict:
+    out = {"feasible": res.feasible, "marginal_gbps": round(res.marginal_gbps, 6),
+           "seconds": round(res.seconds, 6), **result_notes(res)}
+    if cpu is not None:
+        out["cpu_seconds"] = round(cpu, 6)
+    return out
+
+
+def _timed(place, *args) -> dict:
+    """One algorithm's entry with the CPU time this process spent in it beside the wall time
+    (the machine may be busy with other work; the CPU time is not stretched by it)."""
+    t0 = time.process_time()
+    res = place(*args)
+    return _entry(res, time.process_time() - t0)
 
 
 def random_points(seeds: int, profiles, label: str) -> dict:
@@ -67,15 +78,18 @@ def random_points(seeds: int, profiles, label: str) -> dict:
                 p = with_level(Problem(spec, topology(topo), profiles), level)
                 rows.append({"seed": seed, "topology": topo, "level": level,
                              "chains": len(spec.chains), "nfs": sum(len(g.nodes) for g in spec.chains),
-                             "algos": {"heuristic": _entry(heuristic.place(p)),
-                                       "optimal": _entry(optimal.place(p, OPTIMAL_SECONDS))}})
+                             "algos": {"heuristic": _timed(heuristic.place, p),
+                                       "optimal": _timed(optimal.place, p, OPTIMAL_SECONDS)}})
         c = checks(rows)
         print(f"{label}: {len(rows)} points, within 1 % on {c['heuristic_within_1pct_fraction']:.3f} of "
               f"{c['optimal_feasible_points']} optimum-feasible, p99 {c['heuristic_seconds']['p99']:.3f}s",
               flush=True)
     by_topo = {t: checks([r for r in rows if r["topology"] == t]) for t in TOPOLOGIES}
-    return {"profiles": label, "levels": LEVELS, "checks": checks(rows), "by_topology": by_topo,
-            "rows": rows}
+    cpu = {a: sorted(r["algos"][a]["cpu_seconds"] for r in rows) for a in ("heuristic", "optimal")}
+    cpu_pct = {a: {"p50": percentile(xs, 50), "p99": percentile(xs, 99), "max": xs[-1]}
+               for a, xs in cpu.items()}
+    return {"profiles": label, "levels": LEVELS, "checks": checks(rows), "cpu_seconds": cpu_pct,
+            "by_topology": by_topo, "rows": rows}
 
 
 def main() -> int:
@@ -108,11 +122,12 @@ def main() -> int:
     targets = {}
     for label, r in rand.items():
         c = r["checks"]
-        small = [x["algos"]["heuristic"]["seconds"] for x in r["rows"] if x["chains"] <= 5 and x["nfs"] <= 40]
+        small = [x["algos"]["heuristic"] for x in r["rows"] if x["chains"] <= 5 and x["nfs"] <= 40]
         targets[label] = {
             "heuristic_within_1pct_ge_95pct": c["heuristic_within_1pct_fraction"] >= 0.95,
             "never_infeasible_where_optimal_feasible": c["heuristic_infeasible_where_optimal_feasible"] == 0,
-            "heuristic_p99_le_0_1s": sorted(small)[max(0, -(-99 * len(small) // 100) - 1)] <= 0.1,
+            "heuristic_p99_le_0_1s": percentile([x["seconds"] for x in small], 99) <= 0.1,
+            "heuristic_cpu_p99_le_0_1s": percentile([x["cpu_seconds"] for x in small], 99) <= 0.1,
         }
     targets["optimal_le_10s_on_lemur_4_chains"] = four["optimal_max_seconds"] <= 10
     result = {

@@ -6,11 +6,16 @@ import time
 
 from .catalog import SERVER
 from .common import Choice, infeasible, placement, rate_lp, switch_fits
-from .heuristic import with_smartnic
-from .model import HOST, SWITCH, Placement
+from .model import HOST, SMARTNIC, SWITCH, Placement
 from .pattern import Host, Pattern, Problem, TooLarge
 
 PATTERN_LIMIT = 200_000
+
+
+def with_smartnic(problem: Problem, c: int, targets: tuple[str, ...], host: Host) -> tuple[str, ...]:
+    """Move each server NF to the host's SmartNIC where it runs faster than one core."""
+    return tuple(SMARTNIC if t == HOST and problem.nic_faster(c, i, host) else t
+                 for i, t in enumerate(targets))
 
 
 def allocate(problem: Problem, cands: list[list[Pattern]]) -> list[Choice] | None:

@@ -47,7 +47,8 @@ def result_notes(res) -> dict[str, Any]:
     return {"note": res.reason} if res.reason else {}
 
 
-def _pct(xs: list[float], q: float) -> float:
+def percentile(xs: list[float], q: float) -> float:
+    """The q-th percentile of xs by the nearest-rank method (0 for no values)."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))] if xs else 0.0
 
@@ -61,12 +62,14 @@ def checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     h = [r["algos"]["heuristic"] for r in rows]
     ht = [x["seconds"] for x in h]
     out["points"] = len(rows)
-    out["heuristic_seconds"] = {"p50": _pct(ht, 50), "p90": _pct(ht, 90), "p99": _pct(ht, 99), "max": max(ht)}
+    out["heuristic_seconds"] = {"p50": percentile(ht, 50), "p90": percentile(ht, 90),
+                                "p99": percentile(ht, 99), "max": max(ht)}
     out["heuristic_max_seconds"] = max(ht)
     if "optimal" in rows[0]["algos"]:
         o = [r["algos"]["optimal"] for r in rows]
         ot = [x["seconds"] for x in o]
-        out["optimal_seconds"] = {"p50": _pct(ot, 50), "p90": _pct(ot, 90), "p99": _pct(ot, 99), "max": max(ot)}
+        out["optimal_seconds"] = {"p50": percentile(ot, 50), "p90": percentile(ot, 90),
+                                  "p99": percentile(ot, 99), "max": max(ot)}
         out["optimal_max_seconds"] = max(ot)
         pairs = [(a, b) for a, b in zip(h, o) if b["feasible"]]
         out["optimal_feasible_points"] = len(pairs)

@@ -4,7 +4,8 @@ Lemur §3.2 ("Brute-force Placement") enumerates patterns, searches core allocat
 solves an LP per combination. Here the enumeration feeds a single MILP: a binary x[p,n]
 picks pattern p with n cores for its chain, r[p] is the chain's rate. For a fixed pattern
 and n the best rate is Pattern.curve[n] (exact greedy max-min over subgroups), so the
-MILP's optimum is the model's optimum. Dominated patterns are dropped first.
+MILP's optimum is the model's optimum. Dominated patterns are dropped first, not counting
+the shared resources that no choice of patterns can exhaust (they cannot make a difference).
 """
 
 from __future__ import annotations
@@ -24,26 +25,33 @@ PATTERN_LIMIT = 200_000
 CORE_TIEBREAK = 1e-5  # objective per server core, in Gbps
 
 
-def prune(pats: list[Pattern]) -> list[Pattern]:
+Slack = frozenset  # of ("link", host), ("smartnic", host), "memory", "tables"
+
+
+def prune(pats: list[Pattern], slack: Slack = frozenset()) -> list[Pattern]:
     """Drop patterns that another pattern of the same chain and host matches or beats on
-    every core count while using no more link, SmartNIC or switch resources."""
+    every core count while using no more link, SmartNIC or switch resources. Resources in
+    slack (no choice of patterns can exhaust them) do not count."""
     groups: dict[object, list[Pattern]] = {}
     for p in pats:
         groups.setdefault(p.host, []).append(p)
-    kinds = sorted({k for p in pats for k in p.of_kinds})
+    kinds = [] if "tables" in slack else sorted({k for p in pats for k in p.of_kinds})
     out: list[Pattern] = []
-    for ps in groups.values():
+    for host, ps in groups.items():
         width = max(len(p.curve) for p in ps)
+        link = ("link", host) not in slack
+        snic = ("smartnic", host) not in slack
+        memory = "memory" not in slack
 
         def vec(p: Pattern) -> np.ndarray:
             c = [max(v, -1e18) for v in p.curve]
             c += [c[-1]] * (width - len(c))
             # larger is better in every coordinate
-            return np.array(c + [-p.crossings, -p.smartnic_cycles, -p.memory]
+            return np.array(c + [-p.crossings] * link + [-p.smartnic_cycles] * snic + [-p.memory] * memory
                             + [0.0 if k in p.of_kinds else 1.0 for k in kinds])
 
         ps = sorted(ps, key=lambda p: -float(np.sum(np.clip(vec(p)[:width], 0, None))))
-        front = np.empty((0, width + 3 + len(kinds)))
+        front = np.empty((0, len(vec(ps[0]))))
         keep: list[Pattern] = []
         for p in ps:
             v = vec(p)
@@ -54,6 +62,34 @@ def prune(pats: list[Pattern]) -> list[Pattern]:
             keep = [q for q, a in zip(keep, alive) if a] + [p]
         out.extend(keep)
     return out
+
+
+def slack(problem: Problem, per_chain: list[list[Pattern]]) -> Slack:
+    """The shared resources that no choice of one pattern per chain, each at its highest
+    rate, can exhaust: a host's NIC link or SmartNIC, the switch's table memory (PISA) or
+    its tables (OpenFlow; a PISA switch has no per-kind tables)."""
+    out: set = set()
+    for h in problem.hosts:
+        nic = problem.topo.servers[h[0]].nics[h[1]]
+        link = sum(max((p.crossings * p.cap_gbps for p in pats if p.host == h), default=0.0)
+                   for pats in per_chain)
+        if link <= nic.gbps:
+            out.add(("link", h))
+        cycles = sum(max((p.smartnic_cycles * p.cap_gbps / problem.bits for p in pats if p.host == h),
+                         default=0.0) for pats in per_chain)
+        if cycles <= (nic.smartnic.cycles_per_s / 1e9 if nic.smartnic else 0.0):
+            out.add(("smartnic", h))
+    if sum(max(p.memory for p in pats) for pats in per_chain) <= problem.stage_budget:
+        out.add("memory")
+    if problem.pisa or len({k for pats in per_chain for p in pats for k in p.of_kinds}) <= problem.stage_budget:
+        out.add("tables")
+    return frozenset(out)
+
+
+def prune_all(problem: Problem, per_chain: list[list[Pattern]]) -> list[list[Pattern]]:
+    """prune() each chain's patterns, not counting the resources that are in slack."""
+    free = slack(problem, per_chain)
+    return [prune(pats, free) for pats in per_chain]
 
 
 def place(problem: Problem, time_limit: float = 600.0) -> Placement:
@@ -70,7 +106,7 @@ def place(problem: Problem, time_limit: float = 600.0) -> Placement:
             per_chain.append(prune(pats))
     except TooLarge as e:
         return infeasible("optimal", str(e), time.perf_counter() - t0)
-    return select(problem, per_chain, "optimal", t0, time_limit)
+    return select(problem, prune_all(problem, per_chain), "optimal", t0, time_limit)
 
 
 def select(problem: Problem, per_chain: list[list[Pattern]], algo: str, t0: float,

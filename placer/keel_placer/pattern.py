@@ -103,6 +103,14 @@ class Problem:
             out.append(o)
         return out
 
+    def nic_faster(self, c: int, i: int, host: Host) -> bool:
+        """Whether the host's SmartNIC runs NF i of chain c faster than one server core."""
+        nic = self.topo.servers[host[0]].nics[host[1]].smartnic
+        k = self.kinds[c][i]
+        if nic is None or EBPF not in k.targets or not k.smartnic_cycles:
+            return False
+        return nic.cycles_per_s / k.smartnic_cycles > self.topo.servers[host[0]].ghz * 1e9 / self.cycles[c][i]
+
     def base_rate(self, c: int) -> float:
         """Lemur §5.1 base rate: one core of the first server running the chain's costliest
         server-capable NF on all of its traffic (Gbps); line rate if none exists."""

@@ -95,6 +95,129 @@ def test_openflow_switch_first_leaves_every_chain_a_pattern():
     assert h.marginal_gbps == pytest.approx(49.0, rel=1e-6)
 
 
+SNIC = {"kind": "ebpf", "cores": 48, "ghz": 0.8}
+
+
+def arms(*chains: str) -> str:
+    """Sibling branch arms of equal weight in the chain language."""
+    return "[" + ", ".join(f"{{'flowspec': [{{'gate_select': '{k + 1}'}}], 'nfchain': {c}}}"
+                           for k, c in enumerate(chains)) + "]"
+
+
+def test_one_arm_joins_the_branch_point_without_the_other():
+    # Measure -> IPv4Forward -> [Measure, IPv4Forward -> AESCBCde] (Measure has no P4 version).
+    # Both IPv4Forwards on the switch: the chain crosses the 40 Gbps link 1 + 0.5 + 0.5 times
+    # (20 Gbps). Moving their whole run to the server puts AESCBCde in the branch point's
+    # unreplicable subgroup (one core: 3.7 Gbps). Only the branch point moves: it joins both
+    # Measures, AESCBCde's arm keeps its own replicable subgroup, one bounce fewer:
+    # 40 / 1.5 = 26.7 Gbps.
+    prob = problem("flow f = []\nchain c = Measure -> IPv4Forward -> "
+                   + arms("Measure", "IPv4Forward -> AESCBCde") + "\nf : c @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=16, gbps=40))
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(40 / 1.5 - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(40 / 1.5 - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "server", "server", "switch", "server"]
+
+
+def test_smartnic_offload_does_not_split_a_subgroup_it_would_slow():
+    # CHACHA -> AESCBC -> PktFilter -> AESCBC on three cores: CHACHA belongs on the SmartNIC,
+    # PktFilter (which the SmartNIC also runs faster than a core) belongs on the server with
+    # both AESCBCs, one replicable subgroup of 9123 + 60 + 9123 + 220 cycles on three cores.
+    # Offloading PktFilter too splits it in two subgroups that share three cores (2.2 Gbps).
+    prob = problem("flow f = []\nchain c = CHACHA -> AESCBC -> PktFilter -> AESCBC\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=3, gbps=40, smartnic=SNIC))
+    best = 3 * GBPS_PER_CYCLE / (9123 + 60 + 9123 + ENCAP_CYCLES + LB_CYCLES) - 1.0
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(best, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(best, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["smartnic", "server", "server", "server"]
+
+
+def test_a_switch_nf_between_server_nfs_may_go_to_the_smartnic_instead():
+    # Measure -> IPv4Forward -> [Measure -> NAT, IPv4Forward -> AESCBCde] beside a SmartNIC on
+    # 8 cores. Measure, IPv4Forward, Measure share one unreplicable subgroup (520 cycles:
+    # 39 Gbps on one core), NAT stays on the switch. The arm's IPv4Forward on the server would
+    # join AESCBCde to that subgroup; on the switch it bounces the arm (1.5 crossings: 26.7
+    # Gbps); on the SmartNIC the chain crosses once and AESCBCde's 7 cores are the limit:
+    # 7 * 20400 / (4900 + 110 + 180) = 27.5 Gbps.
+    prob = problem("flow f = []\nchain c = Measure -> IPv4Forward -> "
+                   + arms("Measure -> NAT", "IPv4Forward -> AESCBCde") + "\nf : c @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=8, gbps=40, smartnic=SNIC))
+    rate = 7 * GBPS_PER_CYCLE / (4900 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "server", "server", "switch", "smartnic", "server"]
+
+
+def test_openflow_eviction_takes_the_nf_that_costs_the_server_least():
+    # IPv4Forward -> [IPv4Forward -> AESCBCde, AESCBCde] on an OpenFlow switch: two IPv4Forwards
+    # in a row break the fixed table order, so one leaves the switch. Both cost 90 cycles, but
+    # the arm's sees half the traffic (45 cycles per chain packet) and on the server it joins
+    # its AESCBCde in a replicable subgroup; the head would join the other arm's AESCBCde in an
+    # unreplicable one (one core: 3.9 Gbps). Each arm gets 8 cores:
+    # 8 * 20400 / (45 + 4900 + 110 + 180) = 31.2 Gbps.
+    prob = problem("flow f = []\nchain c = IPv4Forward -> " + arms("IPv4Forward -> AESCBCde", "AESCBCde")
+                   + "\nf : c @ {'t_min': '20Gbps'}\n", one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    rate = 8 * GBPS_PER_CYCLE / (45 + 4900 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 20.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(rate - 20.0, rel=1e-6)
+
+
+def test_openflow_eviction_may_keep_a_branch_point_that_costs_more_to_lose():
+    # AESCBC -> IPv4Forward -> [AESCBC, ACL()] on an OpenFlow switch: IPv4Forward (table rank 5)
+    # before ACL (rank 1) breaks the table order. IPv4Forward adds fewer server cycles (90 to
+    # ACL's 4093 / 2 with its 1024 default rules), but on the server it joins both AESCBCs in
+    # one unreplicable subgroup: 20400 / (9123 + 90 + 4562 + 220) = 1.5 Gbps < t_min. Kept on
+    # the switch, the ACL leaves: AESCBC 9 cores (19.3 Gbps), the arm's AESCBC 5 (21.0), ACL 2:
+    # 2 * 20400 / (4093 / 2 + 110 + 180) = 17.5 Gbps; the link (two crossings, 20) is not hit.
+    prob = problem("flow f = []\nchain c = AESCBC -> IPv4Forward -> " + arms("AESCBC", "ACL()")
+                   + "\nf : c @ {'t_min': '5Gbps'}\n", one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    acl = prob.cycles[0][3]
+    assert acl == pytest.approx(4093, abs=1)
+    rate = 2 * GBPS_PER_CYCLE / (acl / 2 + ENCAP_CYCLES / 2 + LB_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 5.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(rate - 5.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server"]
+
+
+def test_openflow_eviction_takes_only_nfs_that_break_the_table_order():
+    # UrlFilter -> Measure -> [VLANPop, ACL(), CHACHA] -> Measure on an OpenFlow switch: the
+    # branch point Measure (table rank 2) before VLANPop (0) and ACL (1) breaks the table
+    # order. With Measure kept on the switch, VLANPop and ACL must leave; the merging Measure
+    # breaks nothing and may stay, but is cheaper than ACL and was evicted first, joining the
+    # arms into one unreplicable subgroup (5.8 Gbps < t_min). Both Measures on the switch:
+    # every arm a replicable subgroup of its own, two crossings of the 40 Gbps link: 20 Gbps.
+    prob = problem("flow f = []\nchain c = UrlFilter -> Measure -> " + arms("VLANPop", "ACL()", "CHACHA")
+                   + " -> Measure\nf : c @ {'t_min': '10Gbps'}\n",
+                   one_server(cores=16, gbps=40, kind="openflow", stages=8))
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(10.0, rel=1e-6)
+    assert h.feasible, h.reason
+    assert h.marginal_gbps == pytest.approx(10.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["server", "switch", "server", "server", "server", "switch"]
+
+
+def test_a_stateful_nf_joins_its_subgroup_while_the_rest_of_its_run_goes_to_the_smartnic():
+    # NAT -> Measure -> NAT -> HashLB -> AESCBCde beside a SmartNIC (Measure has no P4 version,
+    # NAT no eBPF one). The second NAT joins Measure (140 + 507 + 220 cycles, stateful: one core,
+    # 23.5 Gbps) and HashLB goes to the SmartNIC: the chain crosses the link once (40 Gbps) and
+    # AESCBCde's subgroup stays replicable (12 cores: 24.0 Gbps). Moving NAT and HashLB as one
+    # run leaves both on the switch (two crossings: 20 Gbps) or makes AESCBCde unreplicable.
+    prob = problem("flow f = []\nchain c = NAT -> Measure -> NAT -> HashLB -> AESCBCde\n"
+                   "f : c @ {'t_min': '1Gbps'}\n", one_server(cores=16, gbps=40, smartnic=SNIC))
+    rate = GBPS_PER_CYCLE / (140 + 507 + ENCAP_CYCLES)
+    h, o = both(prob)
+    assert o.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert h.marginal_gbps == pytest.approx(rate - 1.0, rel=1e-6)
+    assert [n.target for n in h.chains[0].nfs] == ["switch", "server", "server", "smartnic", "server"]
+
+
 def test_tenant_nf_cost_and_state_reach_the_placement():
     # Issue 16: a tenant NF is placed by its own declared cost; one that declares it keeps no
     # state is replicated over cores, one that declares nothing is not (conservative default).

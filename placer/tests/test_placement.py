@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from keel_placer import catalog
+from keel_placer import optimal
 from keel_placer.algos import ALGOS, run
 from keel_placer.catalog import ENCAP_CYCLES, OPENFLOW, load_catalog, load_profiles
 from keel_placer.evaluate import evaluate, with_delta
@@ -53,6 +54,27 @@ def test_canonical_heuristic_matches_optimal_and_is_fast(canonical):
     assert rows[0.5]["heuristic"]["marginal_gbps"] > rows[0.5]["hw-preferred"]["marginal_gbps"]
     assert rows[2.0]["heuristic"]["feasible"] and not rows[2.0]["hw-preferred"]["feasible"]
     assert not rows[1.0]["sw-preferred"]["feasible"]
+
+
+def test_patterns_apart_only_in_resources_no_choice_can_exhaust_are_one_pattern():
+    # Two chains IPv4Forward -> AESCBC beside a SmartNIC. IPv4Forward on the switch, on the
+    # SmartNIC, or with AESCBC on the server: each crosses the link once; the first two give
+    # AESCBC the same subgroup and differ only in switch memory (0.3 of 10 stages) and
+    # SmartNIC cycles (200 per packet: 0.7 of 38.4 G/s per chain at the 40 Gbps link), which
+    # both chains together cannot exhaust; the third is slower and uses neither. So one
+    # pattern per chain reaches the MILP, not three, and the placement is the same: one chain
+    # on one core (no load-balancing cycles), the other on 15.
+    prob = problem("flow f = []\nflow g = []\nchain a = IPv4Forward -> AESCBC\n"
+                   "chain b = IPv4Forward -> AESCBC\nf : a @ {'t_min': '1Gbps'}\ng : b @ {'t_min': '1Gbps'}\n",
+                   one_server(cores=16, gbps=40, smartnic={"kind": "ebpf", "cores": 48, "ghz": 0.8}))
+    per_chain = [prob.enumerate(c, 1.0, 100.0, None, 1000) for c in range(2)]
+    assert [len(optimal.prune(pats)) for pats in per_chain] == [3, 3]
+    assert optimal.slack(prob, per_chain) == {("smartnic", (0, 0)), "memory", "tables"}
+    assert [len(pats) for pats in optimal.prune_all(prob, per_chain)] == [1, 1]
+    h, o = run(prob, "heuristic"), run(prob, "optimal")
+    assert h.marginal_gbps == pytest.approx(o.marginal_gbps, rel=1e-9)
+    one = 1.7 * 12000 / (9123 + ENCAP_CYCLES)
+    assert o.marginal_gbps == pytest.approx(one + 15 * 1.7 * 12000 / (9123 + ENCAP_CYCLES + 180) - 2.0, rel=1e-6)
 
 
 @pytest.mark.parametrize("delta", [0.5, 1.5, 2.5])
