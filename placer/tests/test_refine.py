@@ -49,7 +49,10 @@ def test_latency_chain_gets_smartchain_partition(tmp_path, examples, capsys):
     assert nic["algo"] == "smartchain" and nic["after"] >= nic["before"]
     assert nic["round_trips"] <= 1
     where = {n["name"]: n["target"] for n in nic["nfs"]}
-    assert set(where) == {"chain_5.acl", "chain_5.urlfilter", "chain_5.chacha", "chain_5.ipv4fwd"}
+    # The NFs Lemur left on worker-b (its server and SmartNIC NFs; ACL and IPv4Forward may
+    # go to the switch instead, an equal-rate placement) are what SmartChain re-partitions.
+    server_side = {"chain_5." + n["name"] for n in out["chains"][0]["nfs"] if n.get("server") == "worker-b"}
+    assert set(where) == server_side and {"chain_5.urlfilter", "chain_5.chacha"} <= set(where)
     assert where["chain_5.urlfilter"] == "server"  # no eBPF version: pinned to the CPU
 
 
