@@ -57,7 +57,7 @@ class Nat : public NF {
   void ProcessBatch(PacketBatch* batch) override {
     for (Packet* p : *batch) {
       Ipv4Hdr* ip = p->ipv4();
-      uint16_t *sport, *dport, *l4csum;
+      void *sport, *dport, *l4csum; /* fields of a packed header: Load16 / Store16 */
       bool udp = false;
       if (TcpHdr* tcp = p->tcp()) {
         sport = &tcp->src_port;
@@ -115,15 +115,15 @@ class Nat : public NF {
  private:
   /* Updates the checksums for an address change |old_addr| -> |new_addr|
    * (the caller stores the address) and rewrites |*port|. Network order. */
-  static void Patch(Ipv4Hdr* ip, uint32_t old_addr, uint32_t new_addr, uint16_t* port,
-                    uint16_t new_port, uint16_t* l4csum, bool udp) {
+  static void Patch(Ipv4Hdr* ip, uint32_t old_addr, uint32_t new_addr, void* port,
+                    uint16_t new_port, void* l4csum, bool udp) {
     ChecksumReplace32(&ip->checksum, old_addr, new_addr);
-    if (!udp || *l4csum != 0) {
+    if (!udp || Load16(l4csum) != 0) {
       ChecksumReplace32(l4csum, old_addr, new_addr);
-      ChecksumReplace16(l4csum, *port, new_port);
-      if (udp && *l4csum == 0) *l4csum = 0xffff;
+      ChecksumReplace16(l4csum, Load16(port), new_port);
+      if (udp && Load16(l4csum) == 0) Store16(l4csum, 0xffff);
     }
-    *port = new_port;
+    Store16(port, new_port);
   }
 
   /* The reverse key of outbound flow |fwd| mapped to external port |port|. */

@@ -105,11 +105,10 @@ bool ChecksumsValid(const std::vector<uint8_t>& bytes) {
   if (Checksum(ip, (ip->version_ihl & 0x0f) * 4) != 0) return false;
   if (!p.l4_offset()) return true;
   uint8_t* l4 = p.data() + p.l4_offset();
-  uint16_t* csum = ip->proto == kProtoTcp ? &reinterpret_cast<TcpHdr*>(l4)->checksum
-                                          : &reinterpret_cast<UdpHdr*>(l4)->checksum;
-  uint16_t have = *csum;
+  uint8_t* csum = l4 + (ip->proto == kProtoTcp ? offsetof(TcpHdr, checksum) : offsetof(UdpHdr, checksum));
+  uint16_t have = Load16(csum);
   L4UpdateChecksum(&p);
-  return *csum == have;
+  return Load16(csum) == have;
 }
 
 }  // namespace keel

@@ -236,25 +236,24 @@ void L4UpdateChecksum(Packet* pkt) {
   if (!ip || !l4) return;
   uint16_t l4_len = ntohs(ip->total_length) - (ip->version_ihl & 0x0f) * 4;
   uint8_t* hdr = pkt->data() + l4;
-  uint16_t* csum = ip->proto == kProtoTcp ? &reinterpret_cast<TcpHdr*>(hdr)->checksum
-                                          : &reinterpret_cast<UdpHdr*>(hdr)->checksum;
-  *csum = 0;
+  uint8_t* csum = hdr + (ip->proto == kProtoTcp ? offsetof(TcpHdr, checksum) : offsetof(UdpHdr, checksum));
+  Store16(csum, 0);
   uint32_t sum = 0;
   sum = SumWords(&ip->src, 8, sum);
   sum += htons(ip->proto);
   sum += htons(l4_len);
   uint16_t c = Checksum(hdr, l4_len, sum);
   if (ip->proto == kProtoUdp && c == 0) c = 0xffff; /* RFC 768: 0 means "none" */
-  *csum = c;
+  Store16(csum, c);
 }
 
-void ChecksumReplace16(uint16_t* csum, uint16_t old_val, uint16_t new_val) {
+void ChecksumReplace16(void* csum, uint16_t old_val, uint16_t new_val) {
   /* RFC 1624 eq. 3: HC' = ~(~HC + ~m + m'). */
-  uint32_t sum = static_cast<uint16_t>(~*csum) + static_cast<uint16_t>(~old_val) + new_val;
-  *csum = static_cast<uint16_t>(~Fold(sum));
+  uint32_t sum = static_cast<uint16_t>(~Load16(csum)) + static_cast<uint16_t>(~old_val) + new_val;
+  Store16(csum, static_cast<uint16_t>(~Fold(sum)));
 }
 
-void ChecksumReplace32(uint16_t* csum, uint32_t old_val, uint32_t new_val) {
+void ChecksumReplace32(void* csum, uint32_t old_val, uint32_t new_val) {
   ChecksumReplace16(csum, static_cast<uint16_t>(old_val >> 16), static_cast<uint16_t>(new_val >> 16));
   ChecksumReplace16(csum, static_cast<uint16_t>(old_val), static_cast<uint16_t>(new_val));
 }

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace keel {
 
@@ -173,10 +174,20 @@ uint16_t Checksum(const void* data, size_t len, uint32_t initial = 0);
 void Ipv4UpdateChecksum(Ipv4Hdr* ip);
 /* Recomputes the TCP or UDP checksum (with pseudo-header) of |pkt| in place. */
 void L4UpdateChecksum(Packet* pkt);
-/* Incrementally updates checksum |*csum| when a 16-bit field changes (RFC 1624 eq. 3). */
-void ChecksumReplace16(uint16_t* csum, uint16_t old_val, uint16_t new_val);
-/* Incrementally updates checksum |*csum| when a 32-bit field changes. */
-void ChecksumReplace32(uint16_t* csum, uint32_t old_val, uint32_t new_val);
+/* Incrementally updates the 16-bit checksum at |csum| when a 16-bit field changes (RFC 1624
+ * eq. 3). |csum| may be unaligned (a field of a packed header: pass &hdr->checksum). */
+void ChecksumReplace16(void* csum, uint16_t old_val, uint16_t new_val);
+/* Incrementally updates the checksum at |csum| when a 32-bit field changes. */
+void ChecksumReplace32(void* csum, uint32_t old_val, uint32_t new_val);
+
+/* A 16-bit field of a packed header, read or written wherever the packet starts (the headers
+ * are 1-byte aligned: a packet may start at any offset). */
+inline uint16_t Load16(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void Store16(void* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 }  // namespace keel
 
