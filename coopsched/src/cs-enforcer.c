@@ -4,14 +4,12 @@
  * highest SCHED_FIFO priority, so while it works no NF thread of the core
  * runs; it sleeps between ticks (1 ms, 50 us while an sgroup is detaching)
  * so the NF threads have the core otherwise. With no sgroup attached to its
- * core it only wakes for a request (every request signals it) or once a
- * second: an idle daemon costs no CPU. It applies the master's
+ * core it only wakes for a request (every request signals it), for the
+ * check of detached sgroups, or once a second: an idle daemon costs no CPU. It applies the master's
  * attach/detach requests, drives detaching sgroups to a stop and runs the
  * yield watchdog (Galleon footnote 2), which also fails an sgroup one of
- * whose threads has exited. The exit watcher (cs-watcher.c) notices exits
- * of detached sgroups' threads, and of attached ones' between ticks. It
- * never does blocking I/O: events go to a log that a thread under CFS
- * writes out (cs-event.h).
+ * whose threads has exited. The first managed core's enforcer watches the
+ * threads of detached sgroups too, less often.
  *
  * Attach wakes the threads from this core in chain order: a SCHED_FIFO
  * thread that becomes runnable goes to the tail of its priority's queue, so
@@ -31,10 +29,11 @@
 #define CS_TICK_NS 1000000ull
 #define CS_FAST_TICK_NS 50000ull
 #define CS_STOP_TIMEOUT_NS 1000000000ull
+#define CS_DETACHED_CHECK_NS 20000000ull
 #define CS_IDLE_TICK_NS 1000000000ull
 
 /* What the enforcer's next sleep should be, from its last tick. */
-enum cs_pace { CS_PACE_IDLE, CS_PACE_WATCH, CS_PACE_FAST };
+enum cs_pace { CS_PACE_IDLE, CS_PACE_DETACHED, CS_PACE_WATCH, CS_PACE_FAST };
 
 static void complete_op(struct cs_sched *s, struct cs_group *g) {
   g->op_done = 1;
@@ -50,17 +49,10 @@ static void stop_all(struct cs_group *g, uint64_t now_ns) {
 /* Fails g because position pos has exited. Its successor would wait for a
  * turn forever, so, as for a cut-off (Galleon footnote 2), the chain stops:
  * the other threads get SIGSTOP and their original policy and affinity, the
- * core goes back to the other sgroups and only Unregister is accepted.
- * A chain whose position 0 has set closing says it is shutting down on
- * purpose: its threads exit one by one at their turns, so they are not
- * stopped but given back their original policy and affinity to finish.
- * closing is written by the NFs and only decides that: either way no
- * thread of g stays SCHED_FIFO on a managed core. */
+ * core goes back to the other sgroups and only Unregister is accepted. */
 static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos) {
   const char *was = cs_group_state_name(g->state);
-  int closing = CS_LOAD(g->chain.w->closing) != 0;
-  if (!closing)
-    for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 1);
+  for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 1);
   for (uint32_t i = 0; i < g->n; i++) cs_task_restore(&g->tasks[i]);
   CS_STORE(g->chain.w->detach_req, 0u);
   g->state = CS_FAILED;
@@ -74,15 +66,17 @@ static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos) {
   }
   char msg[160];
   snprintf(msg, sizeof msg,
-           closing ? "thread exited while the sgroup was %s and closing: the others run under "
-                     "their original policy until they exit, sgroup failed"
-                   : "thread exited while the sgroup was %s: the others stopped under their "
-                     "original policy, sgroup failed",
+           "thread exited while the sgroup was %s: the others stopped under their original "
+           "policy, sgroup failed",
            was);
   cs_events_post(&s->events, "thread-exited", g->id, pos, g->tasks[pos].tid, 0, msg);
 }
 
-int cs_group_check_threads(struct cs_sched *s, struct cs_group *g) {
+/* Returns 1, having failed g, if one of its threads has exited. A chain
+ * whose position 0 has set closing is shutting down on purpose: its threads
+ * exit one by one at their turns and must keep running until they do. */
+static int check_threads(struct cs_sched *s, struct cs_group *g) {
+  if (CS_LOAD(g->chain.w->closing)) return 0;
   for (uint32_t i = 0; i < g->n; i++) {
     if (cs_task_gone(&g->tasks[i])) {
       fail_group(s, g, i);
@@ -95,7 +89,7 @@ int cs_group_check_threads(struct cs_sched *s, struct cs_group *g) {
 static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group *g) {
   int rc = 0;
   uint32_t i;
-  if (cs_group_check_threads(s, g)) return;
+  if (check_threads(s, g)) return;
   for (i = 0; i < g->n && rc == 0; i++) {
     rc = cs_task_set_core(&g->tasks[i], e->core);
     if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.run_priority);
@@ -112,7 +106,7 @@ static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group
   g->state = CS_ATTACHED;
   g->core = e->core;
   g->cut = 0;
-  g->wd_valid = 0;
+  g->wd_busy = 0;
   complete_op(s, g);
 }
 
@@ -125,7 +119,7 @@ static void start_detach(struct cs_sched *s, struct cs_group *g, uint64_t now_ns
 
 static void finish_stop(struct cs_sched *s, struct cs_group *g) {
   for (uint32_t i = 0; i < g->n; i++)
-    if (cs_task_is_fifo(&g->tasks[i]))
+    if (cs_task_state(&g->tasks[i]) && sched_getscheduler(g->tasks[i].tid) == SCHED_FIFO)
       cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
   CS_STORE(g->chain.w->detach_req, 0u);
   g->state = g->cut ? CS_CUT_OFF : CS_DETACHED;
@@ -148,72 +142,39 @@ static void cut_off(struct cs_sched *s, struct cs_group *g, uint32_t pos, uint64
   cs_events_post(&s->events, "cut-off", g->id, pos, t->tid, busy_us, msg);
 }
 
-/* The watchdog's evidence is the kernel's account of each thread
- * (schedstat, /proc state), read every tick into coopsched's own memory;
- * nothing the NFs write counts (they could clear a busy mark while they
- * spin). A thread holds the core without yielding when, between two looks,
- * it was switched in at most CS_WD_SWITCHES times (the enforcer's own
- * wake-ups preempt it) and used at least half of the time. It is cut off
- * once it has done so for the yield timeout while another thread of this
- * core's sgroups is runnable and was not switched in since the last look:
- * a lone thread that yields to nobody takes the core from no one. A thread
- * that holds its turn without running (blocked, or preempted by the kernel)
- * uses less than half the time and is not cut off. */
-#define CS_WD_SWITCHES 3
-
-static int watched(const struct cs_group *g, const struct cs_enforcer *e) {
-  return g->core == e->core &&
-         (g->state == CS_ATTACHED || (g->state == CS_DETACHING && g->phase == CS_PHASE_PARK));
-}
-
-/* Takes a look at every thread of g (attached here). */
-static void wd_sample(struct cs_group *g, uint64_t now_ns) {
-  uint64_t dt = now_ns - g->wd_sample_ns;
-  for (uint32_t i = 0; i < g->n; i++) {
-    struct cs_task_sched st;
-    if (cs_task_schedstat(&g->tasks[i], &st) != 0) st = g->wd_last[i];
-    const struct cs_task_sched *was = &g->wd_last[i];
-    g->wd_idle[i] = 0;
-    if (g->wd_valid && dt > 0) {
-      uint64_t switched = st.switches - was->switches;
-      if (switched <= CS_WD_SWITCHES && (st.cpu_ns - was->cpu_ns) * 2 >= dt) {
-        if (!g->wd_run_since_ns[i]) g->wd_run_since_ns[i] = g->wd_sample_ns;
-      } else {
-        g->wd_run_since_ns[i] = 0;
-      }
-      g->wd_idle[i] = switched == 0;
-    } else {
-      g->wd_run_since_ns[i] = 0;
-    }
-    g->wd_last[i] = st;
+/* Returns 1 if the sgroup was cut off. An NF that holds its turn without
+ * running (blocked, or preempted by the kernel) does not take the core from
+ * anyone and is not cut off: the offender must also have used at least half
+ * of the CPU time since it came under suspicion at half the timeout. */
+static int watchdog(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
+  uint64_t busy = CS_LOAD(g->chain.w->busy_since_tsc);
+  if (busy == 0) {
+    g->wd_busy = 0;
+    return 0;
   }
-  g->wd_sample_ns = now_ns;
-  g->wd_valid = 1;
-}
-
-/* Returns 1 if a thread of this core's sgroups other than g's position pos
- * is runnable and was not switched in since the last look. */
-static int someone_waits(struct cs_sched *s, struct cs_enforcer *e, const struct cs_group *g,
-                         uint32_t pos) {
-  for (const struct cs_group *o = s->groups; o; o = o->next) {
-    if (!watched(o, e) || !o->wd_valid) continue;
-    for (uint32_t j = 0; j < o->n; j++)
-      if ((o != g || j != pos) && o->wd_idle[j] && cs_task_state(&o->tasks[j]) == 'R') return 1;
+  uint64_t now = cs_rdtsc();
+  if (now <= busy) return 0;
+  uint64_t age = now - busy, half = s->timeout_cycles / 2;
+  if (age < half) return 0;
+  uint32_t pos = CS_LOAD(g->chain.w->turn);
+  if (pos >= g->n) pos = 0;
+  if (g->wd_busy != busy) {
+    g->wd_busy = busy;
+    g->wd_tsc = now;
+    g->wd_cpu_ns = cs_task_cpu_ns(&g->tasks[pos]);
+    return 0;
   }
-  return 0;
-}
-
-/* Returns 1 if g was cut off. */
-static int watchdog(struct cs_sched *s, struct cs_enforcer *e, struct cs_group *g,
-                    uint64_t now_ns) {
-  uint64_t timeout_ns = s->opt.yield_timeout_us * 1000ull;
-  for (uint32_t i = 0; i < g->n; i++) {
-    uint64_t since = g->wd_run_since_ns[i];
-    if (!since || now_ns - since < timeout_ns || !someone_waits(s, e, g, i)) continue;
-    cut_off(s, g, i, (now_ns - since) / 1000, now_ns);
-    return 1;
+  if (age < s->timeout_cycles || now - g->wd_tsc < half) return 0;
+  uint64_t cpu = cs_task_cpu_ns(&g->tasks[pos]);
+  uint64_t wall_ns = (uint64_t)((double)(now - g->wd_tsc) * 1e9 / (double)s->tsc_hz);
+  uint64_t ran = cpu > g->wd_cpu_ns ? cpu - g->wd_cpu_ns : 0;
+  if (cpu != 0 && ran * 2 < wall_ns) {
+    g->wd_tsc = now;
+    g->wd_cpu_ns = cpu;
+    return 0;
   }
-  return 0;
+  cut_off(s, g, pos, (uint64_t)((double)age * 1e6 / (double)s->tsc_hz), now_ns);
+  return 1;
 }
 
 static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
@@ -248,21 +209,25 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
 }
 
 /* One pass over the sgroups of this core; returns how soon to look again:
- * fast while one is detaching, at the watchdog's tick while one runs here. */
+ * fast while one is detaching, at the watchdog's tick while one runs here,
+ * at the detached check while enforcer 0 has detached sgroups to watch. */
 static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
   enum cs_pace pace = CS_PACE_IDLE;
+  int detached_too = e == &s->enforcers[0] && now_ns >= e->next_detached_check_ns;
+  if (detached_too) e->next_detached_check_ns = now_ns + CS_DETACHED_CHECK_NS;
   for (struct cs_group *g = s->groups; g; g = g->next) {
+    if (e == &s->enforcers[0] && g->state == CS_DETACHED && pace < CS_PACE_DETACHED) pace = CS_PACE_DETACHED;
+    if (detached_too && g->state == CS_DETACHED && g->op == CS_OP_NONE) check_threads(s, g);
     if (g->op == CS_OP_ATTACH && !g->op_done && g->op_core == e->core) do_attach(s, e, g);
-    if (g->core != e->core || cs_group_check_threads(s, g)) continue;
-    if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) start_detach(s, g, now_ns);
-    if (watched(g, e)) wd_sample(g, now_ns);
-  }
-  for (struct cs_group *g = s->groups; g; g = g->next) {
-    if (g->core != e->core) continue;
+    if (g->core != e->core || check_threads(s, g)) continue;
     if (g->state == CS_ATTACHED || g->state == CS_DETACHING) pace = CS_PACE_WATCH;
-    if (watched(g, e) && watchdog(s, e, g, now_ns)) {
+    if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
+      start_detach(s, g, now_ns);
+    }
+    if ((g->state == CS_ATTACHED || (g->state == CS_DETACHING && g->phase == CS_PHASE_PARK)) &&
+        watchdog(s, g, now_ns)) {
       busy = 1;
       continue;
     }
@@ -278,6 +243,7 @@ static uint64_t pace_ns(enum cs_pace pace) {
   switch (pace) {
     case CS_PACE_FAST: return CS_FAST_TICK_NS;
     case CS_PACE_WATCH: return CS_TICK_NS;
+    case CS_PACE_DETACHED: return CS_DETACHED_CHECK_NS;
     default: return CS_IDLE_TICK_NS;
   }
 }

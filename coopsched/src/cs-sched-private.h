@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internals shared by the scheduler's table (cs-sched.c), its enforcers
- * (cs-enforcer.c) and its exit watcher (cs-watcher.c). One lock, s->mu,
- * guards the table and every sgroup's state; control requests are
- * serialised by s->ctl_mu so that the master thread can do slow work
- * (stopping threads) without holding s->mu. */
+/* Internals shared by the scheduler's table (cs-sched.c) and its enforcers
+ * (cs-enforcer.c). One lock, s->mu, guards the table and every sgroup's
+ * state; control requests are serialised by s->ctl_mu so that the master
+ * thread can do slow work (stopping threads) without holding s->mu. */
 #ifndef KEEL_CS_SCHED_PRIVATE_H_
 #define KEEL_CS_SCHED_PRIVATE_H_
 
@@ -28,7 +27,6 @@ enum cs_phase {
 
 struct cs_group {
   struct cs_group *next;
-  uint64_t serial; /* unique among the sgroups this process registered */
   char id[CS_GROUP_ID_MAX];
   char path[CS_PATH_MAX];
   uint32_t n;
@@ -50,14 +48,10 @@ struct cs_group {
   int cut;              /* stopping because the watchdog cut it off */
   uint64_t deadline_ns; /* of the current phase */
 
-  /* Watchdog: the kernel's account of each thread at the last look, and
-   * since when (0: not) a thread has held the core without switching. Kept
-   * here, in coopsched's memory: nothing the NFs can write is evidence. */
-  int wd_valid;
-  uint64_t wd_sample_ns;
-  struct cs_task_sched wd_last[KEEL_SCHED_MAX_NFS];
-  uint64_t wd_run_since_ns[KEEL_SCHED_MAX_NFS];
-  int wd_idle[KEEL_SCHED_MAX_NFS]; /* not switched in between the last two looks */
+  /* Watchdog: the turn under suspicion. */
+  uint64_t wd_busy;
+  uint64_t wd_tsc;
+  uint64_t wd_cpu_ns;
 };
 
 struct cs_enforcer {
@@ -66,12 +60,14 @@ struct cs_enforcer {
   pthread_t thread;
   pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
   int started;
+  uint64_t next_detached_check_ns; /* the first enforcer watches detached sgroups too */
 };
 
 struct cs_sched {
   struct cs_options opt;
   uint64_t tsc_hz;
   uint64_t handoff_cycles;
+  uint64_t timeout_cycles;
   pthread_mutex_t ctl_mu;
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* broadcast when a request completes */
@@ -80,11 +76,6 @@ struct cs_sched {
   struct cs_enforcer enforcers[CS_MAX_CORES];
   struct cs_events events;
   struct cs_announce *announces;
-  uint64_t last_serial;
-  int watch_fd;                /* eventfd: the set of watched threads changed */
-  pthread_t watcher;
-  int watcher_started;
-  struct cs_events_logger logger;
   int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
   int64_t rt_saved_us;
@@ -92,16 +83,6 @@ struct cs_sched {
 
 /* The enforcer thread of one managed core. */
 void *cs_enforcer_main(void *arg);
-
-/* Returns 1, having failed g, if one of its threads has exited (s->mu held). */
-int cs_group_check_threads(struct cs_sched *s, struct cs_group *g);
-
-/* The exit watcher: fails an sgroup as soon as a pidfd of its threads says
- * the thread has exited, whatever the sgroup's state. */
-void *cs_watcher_main(void *arg);
-
-/* Tells the exit watcher that sgroups came or went. */
-void cs_watcher_wake(struct cs_sched *s);
 
 /* Returns the enforcer of core, or NULL if the core is not managed. */
 struct cs_enforcer *cs_sched_enforcer(struct cs_sched *s, int core);

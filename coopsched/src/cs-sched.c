@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,22 +115,6 @@ static void stop_enforcers(struct cs_sched *s) {
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < s->opt.ncores; i++)
     if (s->enforcers[i].started) pthread_join(s->enforcers[i].thread, NULL);
-  if (s->watcher_started) {
-    cs_watcher_wake(s);
-    pthread_join(s->watcher, NULL);
-    s->watcher_started = 0;
-  }
-}
-
-/* The master's helpers, under CFS off the managed cores like the master:
- * the exit watcher and the event logger. */
-static enum cs_errclass start_helpers(struct cs_sched *s, struct cs_error *err) {
-  int rc = pthread_create(&s->watcher, NULL, cs_watcher_main, s);
-  if (rc == 0) s->watcher_started = 1;
-  if (rc == 0) rc = cs_events_logger_start(&s->logger, &s->events);
-  if (rc != 0)
-    return cs_error_set(err, CS_EINTERNAL, "cannot start a helper thread: %s", strerror(rc));
-  return CS_OK;
 }
 
 /* Reads the online CPUs from sysfs into *set. */
@@ -224,7 +207,6 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     return NULL;
   }
   s->opt = *opt;
-  s->watch_fd = -1;
   for (int i = 0; i < CS_MAX_CORES; i++) s->lock_fds[i] = -1;
   if (claim_host(s, err)) goto fail;
   /* The master, the RPC threads and everything they start stay off the managed cores. */
@@ -233,6 +215,7 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     goto fail;
   }
   s->tsc_hz = cs_tsc_measure_hz();
+  s->timeout_cycles = (uint64_t)((double)opt->yield_timeout_us * 1e-6 * (double)s->tsc_hz);
   if (opt->probe_handoff) {
     struct cs_error perr;
     s->handoff_cycles = cs_handoff_measure(opt->cores[0], opt->run_priority, &perr);
@@ -241,19 +224,8 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
       goto fail;
     }
   }
-  s->watch_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (s->watch_fd < 0) {
-    cs_error_set(err, CS_EINTERNAL, "eventfd: %s", strerror(errno));
-    goto fail;
-  }
   pthread_mutex_init(&s->ctl_mu, NULL);
-  /* Priority inheritance: an RPC thread under CFS holding the table while an
-   * enforcer (highest FIFO priority) waits for it runs at that priority. */
-  pthread_mutexattr_t ma;
-  pthread_mutexattr_init(&ma);
-  pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
-  pthread_mutex_init(&s->mu, &ma);
-  pthread_mutexattr_destroy(&ma);
+  pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -265,13 +237,12 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
   }
   pthread_condattr_destroy(&ca);
   cs_events_init(&s->events);
-  if (start_helpers(s, err) != CS_OK || start_enforcers(s, err) != CS_OK) {
+  if (start_enforcers(s, err) != CS_OK) {
     cs_sched_destroy(s);
     return NULL;
   }
   return s;
 fail:
-  if (s->watch_fd >= 0) close(s->watch_fd);
   release_host(s);
   free(s);
   return NULL;
@@ -416,11 +387,11 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
     }
   }
   pthread_mutex_lock(&s->mu);
-  g->serial = ++s->last_serial;
   g->next = s->groups;
   s->groups = g;
+  /* The first enforcer watches detached sgroups: from now on, at its detached pace. */
+  pthread_cond_signal(&s->enforcers[0].cv);
   pthread_mutex_unlock(&s->mu);
-  cs_watcher_wake(s);
   return CS_OK;
 fail:
   free_group(g, opened);
@@ -545,7 +516,6 @@ static void unregister_locked(struct cs_sched *s, struct cs_group *g) {
   while (*pp != g) pp = &(*pp)->next;
   *pp = g->next;
   pthread_mutex_unlock(&s->mu);
-  cs_watcher_wake(s);
   release_tasks(g);
   free_group(g, g->n);
 }
@@ -631,10 +601,8 @@ void cs_sched_destroy(struct cs_sched *s) {
   pthread_mutex_unlock(&s->ctl_mu);
   stop_enforcers(s);
   release_host(s);
-  cs_events_logger_stop(&s->logger);
   cs_events_wake(&s->events);
   cs_events_destroy(&s->events);
-  close(s->watch_fd);
   for (int i = 0; i < s->opt.ncores; i++) pthread_cond_destroy(&s->enforcers[i].cv);
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->mu);

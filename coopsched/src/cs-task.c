@@ -35,76 +35,34 @@ static pid_t tgid_of(pid_t tid) {
   return p ? (pid_t)strtol(p + 6, NULL, 10) : -1;
 }
 
-static int open_task_file(pid_t pid, pid_t tid, const char *name) {
-  char path[96];
-  snprintf(path, sizeof path, "/proc/%d/task/%d/%s", (int)pid, (int)tid, name);
-  return open(path, O_RDONLY | O_CLOEXEC);
-}
-
-/* Reads a file held open from its start. */
-static int pread_small(int fd, char *buf, size_t size) {
-  if (fd < 0) return -EBADF;
-  ssize_t n = pread(fd, buf, size - 1, 0);
-  if (n < 0) return -errno;
-  buf[n] = '\0';
-  return (int)n;
-}
-
-static int pidfd_exited(int fd) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  return poll(&p, 1, 0) == 1;
-}
-
 enum cs_errclass cs_task_open(struct cs_task *t, pid_t tid, struct cs_error *err) {
   memset(t, 0, sizeof *t);
-  t->pidfd = t->proc_pidfd = t->stat_fd = t->sched_fd = -1;
+  t->pidfd = -1;
   if (tid <= 0) return cs_error_set(err, CS_EINVAL, "tid %d is not a thread id", (int)tid);
   pid_t pid = tgid_of(tid);
   if (pid <= 0) return cs_error_set(err, CS_ENOENT, "thread %d does not exist", (int)tid);
   t->tid = tid;
   t->pid = pid;
-  t->proc_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (t->proc_pidfd < 0) {
-    int e = errno;
-    cs_task_close(t);
-    return cs_error_set(err, e == ESRCH ? CS_ENOENT : CS_EINTERNAL, "thread %d: pidfd_open(%d): %s",
-                        (int)tid, (int)pid, strerror(e));
-  }
-  t->pidfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
-  t->stat_fd = open_task_file(pid, tid, "stat");
-  t->sched_fd = open_task_file(pid, tid, "schedstat");
-  /* The descriptors were opened after the look-up: if the number was given
-   * to another thread in between, the process's pidfd names a process that
-   * the thread is not part of, or the thread is already gone. */
-  if (t->stat_fd < 0 || t->sched_fd < 0 || tgid_of(tid) != pid || cs_task_gone(t)) {
-    cs_task_close(t);
-    return cs_error_set(err, CS_ENOENT, "thread %d does not exist", (int)tid);
-  }
   struct sched_param sp;
   t->orig_policy = sched_getscheduler(tid);
   if (t->orig_policy < 0 || sched_getparam(tid, &sp) < 0 ||
-      sched_getaffinity(tid, sizeof t->orig_affinity, &t->orig_affinity) < 0) {
-    int e = errno;
-    cs_task_close(t);
-    return cs_error_set(err, CS_ENOENT, "thread %d: %s", (int)tid, strerror(e));
-  }
+      sched_getaffinity(tid, sizeof t->orig_affinity, &t->orig_affinity) < 0)
+    return cs_error_set(err, CS_ENOENT, "thread %d: %s", (int)tid, strerror(errno));
   t->orig_priority = sp.sched_priority;
+  t->pidfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
   return CS_OK;
 }
 
 void cs_task_close(struct cs_task *t) {
-  int *fds[] = {&t->pidfd, &t->proc_pidfd, &t->stat_fd, &t->sched_fd};
-  for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
-    if (*fds[i] >= 0) close(*fds[i]);
-    *fds[i] = -1;
-  }
+  if (t->pidfd >= 0) close(t->pidfd);
+  t->pidfd = -1;
 }
 
 int cs_task_gone(const struct cs_task *t) {
-  if (t->pidfd >= 0) return pidfd_exited(t->pidfd);
-  if (t->proc_pidfd < 0 || pidfd_exited(t->proc_pidfd)) return 1;
-  /* The process lives, so its id is not free for reuse and tgkill asks
-   * about a thread of that very process. */
+  if (t->pidfd >= 0) {
+    struct pollfd p = {.fd = t->pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+  }
   if (syscall(SYS_tgkill, t->pid, t->tid, 0) < 0 && errno == ESRCH) return 1;
   /* Only a process's main thread stays behind as a zombie. */
   if (t->tid != t->pid) return 0;
@@ -113,8 +71,9 @@ int cs_task_gone(const struct cs_task *t) {
 }
 
 char cs_task_state(const struct cs_task *t) {
-  char buf[1024];
-  if (pread_small(t->stat_fd, buf, sizeof buf) <= 0) return 0;
+  char path[96], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)t->pid, (int)t->tid);
+  if (read_small(path, buf, sizeof buf) < 0) return 0;
   const char *p = strrchr(buf, ')');
   return (p && p[1] == ' ') ? p[2] : 0;
 }
@@ -125,24 +84,15 @@ int cs_task_is_stopped(const struct cs_task *t) {
 }
 
 int cs_task_signal_stop(const struct cs_task *t, int stop) {
-  if (t->proc_pidfd < 0) return -EBADF;
-  return syscall(SYS_pidfd_send_signal, t->proc_pidfd, stop ? SIGSTOP : SIGCONT, NULL, 0) < 0
-             ? -errno
-             : 0;
-}
-
-int cs_task_is_fifo(const struct cs_task *t) {
-  return !cs_task_gone(t) && sched_getscheduler(t->tid) == SCHED_FIFO;
+  return kill(t->pid, stop ? SIGSTOP : SIGCONT) < 0 ? -errno : 0;
 }
 
 int cs_task_set_fifo(const struct cs_task *t, int priority) {
-  if (cs_task_gone(t)) return -ESRCH;
   struct sched_param sp = {.sched_priority = priority};
   return sched_setscheduler(t->tid, SCHED_FIFO, &sp) < 0 ? -errno : 0;
 }
 
 int cs_task_set_core(const struct cs_task *t, int core) {
-  if (cs_task_gone(t)) return -ESRCH;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(core, &set);
@@ -150,27 +100,20 @@ int cs_task_set_core(const struct cs_task *t, int core) {
 }
 
 int cs_task_demote(const struct cs_task *t) {
-  if (cs_task_gone(t)) return -ESRCH;
   struct sched_param sp = {.sched_priority = 0};
   if (sched_setscheduler(t->tid, SCHED_OTHER, &sp) < 0) return -errno;
   return sched_setaffinity(t->tid, sizeof t->orig_affinity, &t->orig_affinity) < 0 ? -errno : 0;
 }
 
 int cs_task_restore(const struct cs_task *t) {
-  if (cs_task_gone(t)) return -ESRCH;
   struct sched_param sp = {.sched_priority = t->orig_priority};
   if (sched_setscheduler(t->tid, t->orig_policy, &sp) < 0) return -errno;
   return sched_setaffinity(t->tid, sizeof t->orig_affinity, &t->orig_affinity) < 0 ? -errno : 0;
 }
 
-int cs_task_schedstat(const struct cs_task *t, struct cs_task_sched *out) {
-  char buf[128];
-  int n = pread_small(t->sched_fd, buf, sizeof buf);
-  if (n < 0) return n;
-  unsigned long long cpu, wait, switches;
-  if (sscanf(buf, "%llu %llu %llu", &cpu, &wait, &switches) != 3) return -ESRCH;
-  out->cpu_ns = cpu;
-  out->wait_ns = wait;
-  out->switches = switches;
-  return 0;
+uint64_t cs_task_cpu_ns(const struct cs_task *t) {
+  char path[96], buf[128];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)t->pid, (int)t->tid);
+  if (read_small(path, buf, sizeof buf) < 0) return 0;
+  return strtoull(buf, NULL, 10);
 }

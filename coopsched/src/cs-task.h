@@ -1,14 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A host thread under coopsched's control: what it was before (policy,
- * affinity) and the kernel operations coopsched applies to it.
- *
- * A thread is held by file descriptors, not by its number: its process's
- * pidfd (signals go through pidfd_send_signal), its own pidfd where the
- * kernel has thread pidfds (6.9), and its /proc stat and schedstat files.
- * Once the thread has exited, none of them reaches another thread that is
- * given the same number later. The calls that only take a number
- * (sched_setscheduler, sched_setaffinity) are made after a look at the
- * pidfd says the thread still lives. */
+ * affinity) and the kernel operations coopsched applies to it. */
 #ifndef KEEL_CS_TASK_H_
 #define KEEL_CS_TASK_H_
 
@@ -28,26 +20,22 @@ extern "C" {
 struct cs_task {
   pid_t tid;
   pid_t pid; /* the thread's process (thread group) */
-  int pidfd;      /* of the thread itself, -1 if the kernel has none (before 6.9) */
-  int proc_pidfd; /* of its process: what signals go through */
-  int stat_fd;    /* /proc/PID/task/TID/stat, opened once */
-  int sched_fd;   /* /proc/PID/task/TID/schedstat, opened once */
+  int pidfd; /* of the thread itself, -1 if the kernel has none (before 6.9) */
   int orig_policy;
   int orig_priority;
   cpu_set_t orig_affinity;
 };
 
-/* Looks tid up in /proc, opens the descriptors that hold it and saves its
- * policy and affinity; CS_ENOENT if it does not exist (or exits meanwhile). */
+/* Looks tid up in /proc and saves its policy and affinity; CS_ENOENT if it
+ * does not exist. */
 enum cs_errclass cs_task_open(struct cs_task *t, pid_t tid, struct cs_error *err);
 
 /* Releases what cs_task_open holds; the thread is not touched. */
 void cs_task_close(struct cs_task *t);
 
 /* Returns nonzero if the thread has exited, zombie or reaped. Cheap enough
- * for every tick: one poll of its pidfd (of its process's pidfd, a tgkill
- * and, for a process's main thread, its /proc state on kernels without
- * thread pidfds). */
+ * for every tick: one poll of its pidfd (a tgkill and, for a process's main
+ * thread, its /proc state on kernels without thread pidfds). */
 int cs_task_gone(const struct cs_task *t);
 
 /* Returns the /proc state letter of the thread (R, S, T, ...), or 0 if it is gone. */
@@ -56,8 +44,7 @@ char cs_task_state(const struct cs_task *t);
 /* Returns nonzero if the thread is stopped by a signal (or traced). */
 int cs_task_is_stopped(const struct cs_task *t);
 
-/* Sends SIGSTOP (stop != 0) or SIGCONT to the thread's process through its
- * pidfd; -errno on failure (-ESRCH once the process has exited). */
+/* Sends SIGSTOP (stop != 0) or SIGCONT to the thread's process; -errno on failure. */
 int cs_task_signal_stop(const struct cs_task *t, int stop);
 
 /* Sets SCHED_FIFO at the given priority; -errno on failure. */
@@ -72,19 +59,8 @@ int cs_task_demote(const struct cs_task *t);
 /* Gives back the original policy, priority and affinity. */
 int cs_task_restore(const struct cs_task *t);
 
-/* Returns nonzero if the thread runs under SCHED_FIFO (0 if it is gone). */
-int cs_task_is_fifo(const struct cs_task *t);
-
-/* The kernel's account of a thread's time (schedstat): CPU time used, time
- * spent runnable waiting for a CPU, and how many times it was switched in. */
-struct cs_task_sched {
-  uint64_t cpu_ns;
-  uint64_t wait_ns;
-  uint64_t switches;
-};
-
-/* Reads the thread's schedstat into *out; -errno (-ESRCH once it is gone). */
-int cs_task_schedstat(const struct cs_task *t, struct cs_task_sched *out);
+/* Returns the CPU time the thread has used, in ns (schedstat), or 0 if unknown. */
+uint64_t cs_task_cpu_ns(const struct cs_task *t);
 
 #ifdef __cplusplus
 }

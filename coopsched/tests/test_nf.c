@@ -3,15 +3,13 @@
  * coopsched_test_nf: one position of a test chain that follows the
  * keel/chain_sched.h protocol on a buffer file laid out as test_chain.h says.
  *
- *   coopsched_test_nf PKTBUF POSITION [--spin | --spin-hidden] [--trace FILE --tag C]
+ *   coopsched_test_nf PKTBUF POSITION [--spin] [--trace FILE --tag C]
  *
  * Position 0 "receives" a batch by starting a round in the slot and
  * "transmits" it at its next turn, checking that positions 0..N-1 stamped it
  * in order. Every position checks that it sees each round exactly once.
  * --spin makes this position spin forever, busy, in its first turn after the
- * test sets spin_req in the area. --spin-hidden spins the same way but keeps
- * writing busy_since_tsc = 0 and counting handoffs, as an NF that hides from
- * a watchdog reading the shared words would.
+ * test sets spin_req in the area.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -48,15 +46,9 @@ static void *map_file(const char *path, size_t len) {
   return p;
 }
 
-static void spin_forever(struct keel_chain_sched *w, struct tc_area *a, int hidden) {
+static void spin_forever(struct tc_area *a) {
   STORE(a->spin_tsc, rdtsc());
-  for (;;) {
-    if (hidden) {
-      STORE(w->busy_since_tsc, 0ull);
-      STORE(w->handoffs, LOAD(w->handoffs) + 1);
-    }
-    __asm__ __volatile__("pause");
-  }
+  for (;;) __asm__ __volatile__("pause");
 }
 
 /* Position 0's turn: transmit the finished round, then park or receive. */
@@ -104,17 +96,16 @@ static void member_turn(struct tc_area *a, uint32_t k) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s PKTBUF POSITION [--spin | --spin-hidden] [--trace FILE --tag C]\n",
+    fprintf(stderr, "usage: %s PKTBUF POSITION [--spin] [--trace FILE --tag C]\n",
             argv[0]);
     return 2;
   }
   uint32_t k = (uint32_t)atoi(argv[2]);
-  int spin = 0, hidden = 0;
+  int spin = 0;
   struct tc_trace *trace = NULL;
   uint8_t tag = '?';
   for (int i = 3; i < argc; i++) {
     if (!strcmp(argv[i], "--spin")) spin = 1;
-    else if (!strcmp(argv[i], "--spin-hidden")) spin = hidden = 1;
     else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
       trace = map_file(argv[++i], sizeof *trace);
     else if (!strcmp(argv[i], "--tag") && i + 1 < argc)
@@ -136,7 +127,7 @@ int main(int argc, char **argv) {
     }
     if (LOAD(w->busy_since_tsc) != 0) a->overlap++;
     STORE(w->busy_since_tsc, rdtsc() | 1);
-    if (spin && LOAD(a->spin_req)) spin_forever(w, a, hidden);
+    if (spin && LOAD(a->spin_req)) spin_forever(a);
     if (k == 0) head_turn(w, a, n, trace, tag);
     else member_turn(a, k);
     STORE(w->busy_since_tsc, 0ull);
