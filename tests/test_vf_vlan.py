@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """An NF on a server that tags packets itself keeps its tag on the way out (`make up`, real
-stack): `NAT -> Tunnel(vlan=9)` runs both NFs in the instance (the placer puts a chain that
-starts with a stateful NF on the worker), so the Tunnel's VLAN 9 is on the packets when they
-leave vf0. The instance's VF port carries them inside the instance VLAN (OVS dot1q-tunnel
+stack): `NAT -> Tunnel(vlan=9) -> Limiter` runs all three NFs in the instance (NAT and Limiter
+run on servers only, and a switch NF between them would cost a bounce; `NAT -> Tunnel` alone
+now has its Tunnel on the switch), so the Tunnel's VLAN 9 is on the packets when they leave
+vf0. The instance's VF port carries them inside the instance VLAN (OVS dot1q-tunnel
 port); as an access port it dropped every tagged packet, and stack.yml's chain1 lost its VLAN
 whenever the placer ran it on a server. keel-trafgen's sink checks VLAN 9 and the NATed
 source on every packet."""
@@ -27,7 +28,7 @@ functions:
     labels:
       com.keel.kind: chain
     annotations:
-      com.keel.chain: "NAT(external_ip='198.18.100.6', port_range=[1024, 65535]) -> Tunnel(vlan=9)"
+      com.keel.chain: "NAT(external_ip='198.18.100.6', port_range=[1024, 65535]) -> Tunnel(vlan=9) -> Limiter(rate_bps=1000000000, burst_bytes=10000000)"
       com.keel.filter: "dst net 198.18.6.0/24"
       com.keel.slo: "p99=1ms,t_min=10Mbps"
 """
@@ -67,7 +68,7 @@ def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
             # faas-cli logs reads the instance's NF containers through the worker's agent.
             logs = faas("logs", "tunsrv", "--tail=false", "--instance")
             assert logs.returncode == 0, logs.stdout + logs.stderr
-            for nf in ("nat", "tunnel"):
+            for nf in ("nat", "tunnel", "limiter"):
                 assert f"{nf} running under keel-coopsched" in logs.stdout, logs.stdout
         finally:
             r = faas("remove", "tunsrv")

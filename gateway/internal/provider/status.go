@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package provider
+
+// What faas-cli list and describe show, and the chain gauges.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/openfaas/faas-provider/types"
+)
+
+// UpdateChainMetrics recomputes a chain's keel_* gauges from its instances in the store.
+func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
+	f, err := p.Store.Get(ctx, name)
+	if err != nil || f.Chain == nil {
+		return
+	}
+	insts, err := p.Store.Instances(ctx, name)
+	if err != nil {
+		return
+	}
+	p.SetChainMetrics(f, insts)
+}
+
+// SetChainMetrics sets a chain's keel_* gauges from its record and instances as the caller
+// has just read or written them (AssignFlow: no second read of the store per new flow).
+func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
+	if f == nil || f.Chain == nil {
+		return
+	}
+	name := f.Deployment.Service
+	var pooled, attached, flows float64
+	var packets, drops, rate, p99 float64
+	for _, in := range insts {
+		if in.State == store.Attached {
+			attached++
+		} else {
+			pooled++
+		}
+		flows += float64(in.Flows)
+		packets += float64(in.Packets)
+		drops += float64(in.Drops)
+		rate += in.RateGbps
+		if in.P99us > p99 {
+			p99 = in.P99us
+		}
+	}
+	cores := 0
+	for _, s := range f.Chain.Placement.Subgroups {
+		cores += s.Cores
+	}
+	m := p.Metrics
+	m.ChainInstances.WithLabelValues(name, store.Pooled).Set(pooled)
+	m.ChainInstances.WithLabelValues(name, store.Attached).Set(attached)
+	m.ChainFlows.WithLabelValues(name).Set(flows)
+	m.ChainPackets.Set(packets, name)
+	m.ChainDrops.Set(drops, name)
+	m.ChainRate.WithLabelValues(name).Set(rate * 1e9)
+	m.ChainP99.WithLabelValues(name).Set(p99 / 1e6)
+	m.ChainCores.WithLabelValues(name).Set(float64(cores * len(insts)))
+	m.Services.WithLabelValues(name).Set(float64(len(insts)))
+}
+
+// Status describes one function as faas-cli shows it; a chain's NFs, placement and
+// instances are in annotations com.keel.*.
+func (p *Provider) Status(ctx context.Context, name string) (*types.FunctionStatus, error) {
+	f, err := p.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return p.status(ctx, f)
+}
+
+// List describes every function.
+func (p *Provider) List(ctx context.Context) ([]types.FunctionStatus, error) {
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.FunctionStatus, 0, len(all))
+	for _, f := range all {
+		st, err := p.status(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *st)
+	}
+	return out, nil
+}
+
+func (p *Provider) status(ctx context.Context, f *store.Function) (*types.FunctionStatus, error) {
+	fd := f.Deployment
+	labels := map[string]string{}
+	if fd.Labels != nil {
+		for k, v := range *fd.Labels {
+			labels[k] = v
+		}
+	}
+	ann := map[string]string{}
+	if fd.Annotations != nil {
+		for k, v := range *fd.Annotations {
+			ann[k] = v
+		}
+	}
+	st := &types.FunctionStatus{Name: fd.Service, Image: fd.Image, Namespace: fd.Namespace, EnvProcess: fd.EnvProcess,
+		EnvVars: fd.EnvVars, Constraints: fd.Constraints, Secrets: fd.Secrets, Labels: &labels, Annotations: &ann,
+		Limits: fd.Limits, Requests: fd.Requests, ReadOnlyRootFilesystem: fd.ReadOnlyRootFilesystem,
+		Replicas: f.Replicas, CreatedAt: f.CreatedAt, InvocationCount: p.Invocations(ctx, fd.Service)}
+	switch f.Kind {
+	case "":
+		if p.Runtime != nil {
+			st.AvailableReplicas = uint64(p.Runtime.Running(fd.Service))
+		}
+	case chain.KindNF:
+		// A packet function has no process of its own: its image was checked at deploy and
+		// chains run it. faas-cli shows it Ready with one replica, the image chains can use.
+		st.Replicas, st.AvailableReplicas = 1, 1
+		users, err := p.chainsUsing(ctx, fd.Service)
+		if err != nil {
+			return nil, err
+		}
+		ann["com.keel.packet-function"] = fmt.Sprintf("an NF for chains, not an HTTP function: it runs inside the chains "+
+			"that name it in %s; used by: %s", chain.AnnotationChain, orNone(users))
+	case chain.KindChain:
+		insts, err := p.Store.Instances(ctx, fd.Service)
+		if err != nil {
+			return nil, err
+		}
+		describeChain(f.Chain, insts, ann)
+		st.Image = f.Chain.Summary()
+		// What an OpenFaaS user expects: replicas are the instances serving flows (attached),
+		// available ones are those running; the idle pool is described apart.
+		st.Replicas = 0
+		idle, idleReady := 0, 0
+		for _, in := range insts {
+			switch {
+			case in.State == store.Attached:
+				st.Replicas++
+				if in.Phase == "ready" {
+					st.AvailableReplicas++
+				}
+			case in.Phase == "ready":
+				idle++
+				idleReady++
+			default:
+				idle++
+			}
+		}
+		ann["com.keel.pool"] = fmt.Sprintf("%d idle instance(s), %d ready", idle, idleReady)
+		if len(f.Chain.Placement.Subgroups) == 0 {
+			// Every NF runs on the ToR: one replica, the switch's program, always there.
+			st.Replicas, st.AvailableReplicas = 1, 1
+			ann["com.keel.runs"] = "on the ToR switch only: its rules apply the chain's NFs to every packet of a matching flow; no server instance is needed"
+		} else {
+			ann["com.keel.runs"] = fmt.Sprintf("on server cores: %d attached instance(s) carry flows, %d idle in the pool", st.Replicas, idle)
+		}
+	}
+	return st, nil
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none yet"
+	}
+	return strings.Join(names, ", ")
+}
+
+// describeChain writes the chain's NFs, placement, instances, rate and p99 into annotations.
+func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]string) {
+	ann["com.keel.nfs"] = strings.Join(c.NFs, " -> ")
+	ann["com.keel.placement"] = c.Summary()
+	var sgs []string
+	for _, s := range c.Placement.Subgroups {
+		sgs = append(sgs, fmt.Sprintf("%s: %d core(s) [%s]", s.Server, s.Cores, strings.Join(s.NFs, ", ")))
+	}
+	if len(sgs) == 0 {
+		sgs = []string{"none (switch only)"}
+	}
+	ann["com.keel.subgroups"] = strings.Join(sgs, "; ")
+	var parts []string
+	var rate, p99 float64
+	for _, in := range insts {
+		core := "-"
+		if in.Core >= 0 {
+			core = strconv.Itoa(int(in.Core))
+		}
+		phase := in.Phase
+		if phase == "" {
+			phase = "unseen"
+		}
+		if in.Reason != "" {
+			phase += " (" + in.Reason + ")"
+		}
+		line := fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d phase=%s", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows, phase)
+		if in.State == store.Attached {
+			line += fmt.Sprintf(" load=%.2f/%.2f batch=%d", in.Load, in.Threshold, in.Batch)
+			if in.Overloaded {
+				line += " overloaded"
+			}
+		}
+		if in.Why != "" {
+			line += " (" + in.Why + ")"
+		}
+		parts = append(parts, line)
+		rate += in.RateGbps
+		if in.P99us > p99 {
+			p99 = in.P99us
+		}
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	sort.Strings(parts)
+	ann["com.keel.instances"] = strings.Join(parts, "; ")
+	ann["com.keel.rate"] = fmt.Sprintf("%.3f Gbps (placed %.3f Gbps)", rate, c.Placement.RateGbps)
+	ann["com.keel.p99"] = fmt.Sprintf("%.1f us (placed latency %.1f us)", p99, c.Placement.LatencyUs)
+}
