@@ -17,6 +17,9 @@ import (
 // name the store does not know (the proxy answers those).
 func (p *Provider) CheckInvocable(ctx context.Context, name string) error {
 	name = strings.TrimSuffix(name, ".openfaas-fn")
+	if p.Runtime != nil && p.Runtime.Running(name) > 0 {
+		return nil // a normal function with replicas: no store read on the invoke path
+	}
 	f, err := p.Store.Get(ctx, name)
 	if errors.Is(err, store.ErrNotFound) || f == nil {
 		return nil

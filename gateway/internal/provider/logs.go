@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/dockerlog"
 	"github.com/openfaas/faas-provider/logs"
 )
@@ -24,32 +25,39 @@ import (
 // CheckLogs says why a function has no logs to show: ErrNotFound for an unknown name,
 // ErrInvalid for a packet function (it runs inside chains). nil: Query can read it.
 func (p *Provider) CheckLogs(ctx context.Context, name string) error {
+	_, err := p.loggable(ctx, name)
+	return err
+}
+
+// loggable reads the function and says why it has no logs (CheckLogs' errors), once for both
+// CheckLogs and Query.
+func (p *Provider) loggable(ctx context.Context, name string) (*store.Function, error) {
 	if name == "" {
-		return fmt.Errorf("%w: name: missing (faas-cli logs NAME)", ErrInvalid)
+		return nil, fmt.Errorf("%w: name: missing (faas-cli logs NAME)", ErrInvalid)
 	}
 	f, err := p.lookup(ctx, strings.TrimSuffix(name, ".openfaas-fn"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch f.Kind {
 	case chain.KindNF:
 		users, err := p.chainsUsing(ctx, f.Deployment.Service)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return fmt.Errorf("%w: %s is a packet function: it has no process of its own and logs inside the chains that "+
+		return nil, fmt.Errorf("%w: %s is a packet function: it has no process of its own and logs inside the chains that "+
 			"use it (%s); run faas-cli logs CHAIN", ErrInvalid, f.Deployment.Service, orNone(users))
 	case chain.KindChain:
 		if f.Chain == nil || len(f.Chain.Placement.Subgroups) == 0 {
-			return fmt.Errorf("%w: chain %s runs on the ToR switch only: it has no containers and so no logs "+
+			return nil, fmt.Errorf("%w: chain %s runs on the ToR switch only: it has no containers and so no logs "+
 				"(faas-cli describe %s shows where it runs)", ErrInvalid, f.Deployment.Service, f.Deployment.Service)
 		}
 	case "":
 		if p.Runtime == nil {
-			return fmt.Errorf("%w: no container engine: normal functions do not run here", ErrInvalid)
+			return nil, fmt.Errorf("%w: no container engine: normal functions do not run here", ErrInvalid)
 		}
 	}
-	return nil
+	return f, nil
 }
 
 // Query serves faas-cli logs (faas-provider's logs.Requester): a normal function's replicas
@@ -58,10 +66,7 @@ func (p *Provider) CheckLogs(ctx context.Context, name string) error {
 // req.Tail lines of all containers together, oldest first.
 func (p *Provider) Query(ctx context.Context, req logs.Request) (<-chan logs.Message, error) {
 	name := strings.TrimSuffix(req.Name, ".openfaas-fn")
-	if err := p.CheckLogs(ctx, name); err != nil {
-		return nil, err
-	}
-	f, err := p.lookup(ctx, name)
+	f, err := p.loggable(ctx, name)
 	if err != nil {
 		return nil, err
 	}
