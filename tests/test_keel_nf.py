@@ -389,3 +389,58 @@ def test_waiting_for_a_stopped_position_does_not_burn_a_core(tmp_path):
             assert exited_within(p, 2) and p.returncode == 0
     finally:
         kill_all(procs)
+
+
+def test_wait_futex_chain_keeps_chain_order_with_a_copy_per_hop(tmp_path):
+    # The NFVnice-style baseline of bench/chain_length.py: positions asleep
+    # on their semaphores, each hop copying; every packet still passes every
+    # NF in order, and each position counts where its turns' cycles went.
+    n = 3000
+    pkts = [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=1000 + i % 100, dport=5001) /
+            Raw(b"\xff" * 16) for i in range(n)]
+    nfs = [("stamp", {"index": k}) for k in range(3)]
+    procs, out, stats, _ = start_chain(tmp_path, "futex3", nfs, pkts, extra=("--wait-futex", "--copy-each-hop"))
+    wait_all(procs)
+    got = rdpcap(str(out))
+    assert len(got) == n
+    assert all(bytes(p[UDP].payload)[:3] == b"\x00\x01\x02" for p in got)
+    for k, st in enumerate(stats):
+        s = json.loads(st.read_text())
+        assert s["order_violations"] == 0
+        c = s["cycles"]
+        assert c["turns"] > 0 and c["nf"] > 0 and c["handoff"] > 0
+        parts = sum(c[x] for x in ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx"))
+        assert c["busy"] >= parts, f"position {k}: the parts of its turns exceed the turns: {c}"
+        if k > 0:
+            assert c["copy_in"] > 0 and c["view"] > 0 and c["rx"] == 0 and c["tx"] == 0, c
+    c0 = json.loads(stats[0].read_text())["cycles"]
+    assert c0["rx"] > 0 and c0["copy_in"] > 0 and c0["copy_out"] > 0 and c0["tx"] > 0, c0
+
+
+def test_one_nf_chain_sends_what_keel_chain_sends_without_buffer_or_handoff(tmp_path):
+    # Galleon §4.2's single-NF case: no isolation copy, no chain buffer
+    # views, no egress copy; the bytes out are keel-chain's.
+    pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") /
+            IP(src="198.18.0.1", dst="198.19.0.%d" % (1 + i % 50)) / UDP(sport=1000 + i, dport=5001) /
+            Raw(b"\xab" * (8 + i % 40)) for i in range(400)]
+    nf = ("tunnel", {"vlan": 7})
+    procs, out, stats, _ = start_chain(tmp_path, "solo1", [nf], pkts)
+    wait_all(procs)
+    ref = tmp_path / "ref.pcap"
+    r = subprocess.run([str(BIN / "keel-chain"), "--nf", f"{nf[0]}={json.dumps(nf[1])}", "--exit-when-idle", "300",
+                        "--", "--no-pci", "--no-huge", "-m", "256", "--log-level=error", "--no-telemetry",
+                        f"--file-prefix=keelsolo{os.getpid()}",
+                        "--vdev", f"net_pcap0,rx_pcap={tmp_path / 'in.pcap'},tx_pcap={ref}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [bytes(p) for p in rdpcap(str(out))] == [bytes(p) for p in rdpcap(str(ref))]
+    c = json.loads(stats[0].read_text())["cycles"]
+    assert c["copy_in"] == 0 and c["view"] == 0 and c["copy_out"] == 0, c
+    assert c["nf"] > 0 and c["tx"] > 0, c
+
+
+def test_wait_futex_is_refused_under_coopsched():
+    r = subprocess.run([str(BIN / "keel-nf"), "--nf", "stamp={\"index\":0}", "--chain-id", "x", "--position", "0",
+                        "--of", "1", "--coopsched", "unix:/nonexistent", "--wait-futex"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--wait-futex" in r.stderr, r.stderr

@@ -3,8 +3,12 @@
 
 #include <rte_ethdev.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <cerrno>
 #include <chrono>
@@ -29,6 +33,10 @@ static constexpr uint64_t kLivenessCheckMs = 100;
 static constexpr uint64_t kSpinMs = 1;
 static constexpr auto kBackoffSleep = std::chrono::microseconds(200);
 static constexpr uint64_t kStopGraceMs = 500;
+/* A one-NF chain hands off to no one (Galleon §4.2's single-NF case): it
+ * yields only this often, so that other sgroups on its core still get
+ * their turns, and not after every turn. */
+static constexpr uint64_t kSoloYieldUs = 20;
 /* Position 0's turns between NIC queue-length samples. */
 static constexpr uint64_t kQueueSampleTurns = 64;
 
@@ -38,6 +46,19 @@ template <class T>
 static void Store(T* p, T v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 static uint64_t MsToCycles(uint64_t ms) { return TscHz() / 1000 * ms; }
+
+/* --wait futex: sleeps while *word == seen, at most 100 ms (liveness checks). */
+static void FutexWait(uint32_t* word, uint32_t seen) {
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+static void FutexWake(uint32_t* word, int n) { syscall(SYS_futex, word, FUTEX_WAKE, n, nullptr, nullptr, 0); }
+
+void Member::Charge(int kind, uint64_t cycles) {
+  /* This position is the only writer of its row: no locked add needed. */
+  uint64_t* c = &cycles_[kind];
+  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + cycles, __ATOMIC_RELAXED);
+}
 
 Member::Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt)
     : chain_(chain), pool_(pool), opt_(opt) {}
@@ -106,6 +127,7 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
   }
   err->clear(); /* what failed while waiting for the buffer no longer matters */
   if (!m->HoldPosition(err)) return nullptr;
+  m->cycles_ = m->buf_->sched()->cycles[opt.position];
   Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));
   Member* raw = m.get();
   m->stats_ = std::make_unique<StatsFile>(opt.stats_path, opt.stats_interval_ms,
@@ -115,6 +137,7 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
 }
 
 void Member::Egress() {
+  uint64_t t0 = Rdtsc();
   while (uint32_t used = buf_->used()) {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
     Packet views[kMaxBurst];
@@ -124,10 +147,17 @@ void Member::Egress() {
       buf_->View(i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
+    uint64_t t1 = Rdtsc();
     rte_mbuf* out[kMaxBurst];
     int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    uint64_t t2 = Rdtsc();
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.port, out, nout, &port_);
+    uint64_t t3 = Rdtsc();
+    Charge(KEEL_CYCLES_VIEW, t1 - t0);
+    Charge(KEEL_CYCLES_COPY_OUT, t2 - t1);
+    Charge(KEEL_CYCLES_TX, t3 - t2);
+    t0 = t3;
   }
 }
 
@@ -145,19 +175,29 @@ bool Member::HeadTurn(keel_chain_sched* s) {
   if (bursts < 1) bursts = 1;
   if (bursts > kMaxBatchBursts) bursts = kMaxBatchBursts;
   uint64_t now = Rdtsc();
+  uint64_t t = now;
   uint32_t received = 0;
   for (uint32_t b = 0; b < bursts; b++) {
     rte_mbuf* mbufs[kMaxBurst];
     uint16_t n = rte_eth_rx_burst(opt_.port, 0, mbufs, kMaxBurst);
-    if (n == 0) break;
+    if (n == 0) {
+      Charge(KEEL_CYCLES_RX_IDLE, Rdtsc() - t);
+      break;
+    }
     received += n;
     Packet views[kMaxBurst];
     PacketBatch batch;
     ReceiveBurst(mbufs, n, views, &batch, &port_);
+    uint64_t t1 = Rdtsc();
     chain_->Run(&batch, 0, 1);
+    uint64_t t2 = Rdtsc();
+    Charge(KEEL_CYCLES_RX, t1 - t);
+    Charge(KEEL_CYCLES_NF, t2 - t1);
     if (opt_.count == 1) {
       rte_mbuf* out[kMaxBurst];
       TransmitBurst(opt_.port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+      t = Rdtsc();
+      Charge(KEEL_CYCLES_TX, t - t2);
       continue;
     }
     uint32_t copied = 0;
@@ -165,7 +205,10 @@ bool Member::HeadTurn(keel_chain_sched* s) {
     port_.copied.Add(copied);
     port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
     rte_pktmbuf_free_bulk(mbufs, n);
+    t = Rdtsc();
+    Charge(KEEL_CYCLES_COPY_IN, t - t2);
   }
+  last_received_ = received;
   if (received) {
     __atomic_add_fetch(&s->rounds, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->packets, received, __ATOMIC_RELAXED);
@@ -179,6 +222,7 @@ bool Member::HeadTurn(keel_chain_sched* s) {
 void Member::InPlaceTurn() {
   const uint16_t k = static_cast<uint16_t>(opt_.position);
   uint32_t used = buf_->used();
+  uint64_t t0 = Rdtsc();
   for (uint32_t first = 0; first < used; first += kMaxBurst) {
     uint32_t n = used - first < static_cast<uint32_t>(kMaxBurst) ? used - first : kMaxBurst;
     Packet views[kMaxBurst];
@@ -190,12 +234,18 @@ void Member::InPlaceTurn() {
       buf_->View(first + i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
+    uint64_t t1 = Rdtsc();
     if (opt_.copy_each_hop) {
-      RunOnPrivateCopies(&batch);
+      RunOnPrivateCopies(&batch); /* charges its copies and the NF itself */
     } else {
       chain_->Run(&batch, 0, 1);
+      Charge(KEEL_CYCLES_NF, Rdtsc() - t1);
     }
+    uint64_t t2 = Rdtsc();
     for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], k);
+    uint64_t t3 = Rdtsc();
+    Charge(KEEL_CYCLES_VIEW, (t1 - t0) + (t3 - t2));
+    t0 = t3;
   }
 }
 
@@ -204,6 +254,7 @@ void Member::RunOnPrivateCopies(PacketBatch* batch) {
    * this process's own pool, the way a copying message bus hands a packet
    * to the next NF (Galleon §7.1, Fig. 7: allocation plus copy), and copied
    * back into the chain's buffer once the NF is done with it. */
+  uint64_t t0 = Rdtsc();
   rte_mbuf* mbufs[kMaxBurst];
   Packet copies[kMaxBurst];
   PacketBatch copied;
@@ -220,7 +271,9 @@ void Member::RunOnPrivateCopies(PacketBatch* batch) {
     copies[i].Reset(static_cast<uint8_t*>(m->buf_addr), p->headroom(), p->len(), m->buf_len);
     copied.Add(&copies[i]);
   }
+  uint64_t t1 = Rdtsc();
   chain_->Run(&copied, 0, 1);
+  uint64_t t2 = Rdtsc();
   int i = 0;
   for (Packet* p : *batch) {
     if (p->dropped()) continue; /* no buffer was left for it above */
@@ -233,6 +286,8 @@ void Member::RunOnPrivateCopies(PacketBatch* batch) {
     }
     rte_pktmbuf_free(mbufs[i++]);
   }
+  Charge(KEEL_CYCLES_NF, t2 - t1);
+  Charge(KEEL_CYCLES_COPY_IN, (t1 - t0) + (Rdtsc() - t2));
 }
 
 bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
@@ -240,7 +295,11 @@ bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
   const uint64_t start = Rdtsc();
   uint64_t next_check = start + MsToCycles(kLivenessCheckMs);
   uint32_t turn;
-  while ((turn = Load(&s->turn)) != k) {
+  for (;;) {
+    /* The semaphore's value before the turn is read: a wake in between
+     * changes it, so FutexWait below returns at once instead of missing it. */
+    const uint32_t seen = opt_.wait_futex ? Load(&s->wake[k]) : 0;
+    if ((turn = Load(&s->turn)) == k) break;
     if (Load(&s->closing)) return false;
     uint64_t now = Rdtsc();
     if (stop_.load(std::memory_order_relaxed) && (k > 0 || now - start > MsToCycles(kStopGraceMs))) {
@@ -254,7 +313,9 @@ bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
         return false;
       }
     }
-    if (!opt_.coopsched && now - start > MsToCycles(kSpinMs)) {
+    if (opt_.wait_futex) {
+      FutexWait(&s->wake[k], seen);
+    } else if (!opt_.coopsched && now - start > MsToCycles(kSpinMs)) {
       std::this_thread::sleep_for(kBackoffSleep);
     } else {
       sched_yield();
@@ -270,9 +331,15 @@ bool Member::Run(std::string* err) {
   const uint32_t next = (k + 1) % static_cast<uint32_t>(opt_.count);
   idle_cycles_ = MsToCycles(static_cast<uint64_t>(opt_.exit_when_idle_ms));
   last_rx_ = Rdtsc();
+  const bool solo = opt_.count == 1;
+  const uint64_t solo_yield_cycles = TscHz() / 1000000 * kSoloYieldUs;
+  uint64_t last_yield = last_rx_;
   bool running = true;
   while (running && AwaitTurn(s, err)) {
-    Store(&s->busy_since_tsc, Rdtsc());
+    const uint64_t start = Rdtsc();
+    const uint64_t passed = Load(&s->handoff_tsc);
+    if (passed && start > passed) Charge(KEEL_CYCLES_HANDOFF, start - passed);
+    Store(&s->busy_since_tsc, start);
     if (k == 0) {
       if (stop_.load(std::memory_order_relaxed)) {
         Egress(); /* what the last NF finished goes out; nothing new comes in */
@@ -289,14 +356,34 @@ bool Member::Run(std::string* err) {
     turns_.Add(1);
     chain_->SyncState(false);
     Store<uint64_t>(&s->busy_since_tsc, 0);
+    const uint64_t end = Rdtsc();
+    Charge(KEEL_CYCLES_BUSY, end - start);
+    Charge(KEEL_CYCLES_TURNS, 1);
+    Store(&s->handoff_tsc, end);
     Store(&s->turn, next);
     __atomic_add_fetch(&s->handoffs, 1, __ATOMIC_RELAXED);
-    sched_yield();
+    if (opt_.wait_futex) {
+      __atomic_add_fetch(&s->wake[next], 1, __ATOMIC_RELEASE);
+      FutexWake(&s->wake[next], 1);
+      if (!running) /* closing: the others may sleep on their own semaphores */
+        for (uint32_t j = 0; j < static_cast<uint32_t>(opt_.count); j++) FutexWake(&s->wake[j], INT_MAX);
+    } else if (!solo || !running || end - last_yield >= solo_yield_cycles) {
+      sched_yield();
+      last_yield = end;
+    }
   }
   chain_->SyncState(true);
   stats_->Stop();
   stats_->Write(StatsJson(true));
   return err->empty();
+}
+
+Json Member::CyclesJson() const {
+  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx", "rx_idle", "nf", "copy_in", "view",
+                                                        "copy_out", "tx", "busy", "handoff", "turns"};
+  Json j = Json::object();
+  for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&cycles_[i], __ATOMIC_RELAXED);
+  return j;
 }
 
 Json Member::StatsJson(bool final) const {
@@ -313,6 +400,7 @@ Json Member::StatsJson(bool final) const {
              * wrote the descriptors it finds: that NF is to blame. */
             {"bad_descriptors", {{"written_by", (opt_.position + opt_.count - 1) % opt_.count},
                                  {"count", buf_->bad_descriptors()}}},
+            {"cycles", CyclesJson()},
             {"nfs", chain_->StatsJson(final)}};
   if (opt_.position == 0) {
     uint64_t batches = port_.batches.Get();

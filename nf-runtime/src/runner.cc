@@ -30,11 +30,15 @@ std::unique_ptr<Runner> Runner::Create(Chain* chain, rte_mempool* pool, const Ru
 }
 
 /* One received burst through the chain (Galleon Fig. 2 steps 1-6). */
-void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
+void Runner::ProcessBurst(rte_mbuf** mbufs, int n, uint64_t t) {
   Packet views[kMaxBurst];
   PacketBatch batch;
   ReceiveBurst(mbufs, n, views, &batch, &port_);
+  uint64_t t1 = Rdtsc();
   chain_->Run(&batch, 0, pktbuf_ ? 1 : chain_->size());
+  uint64_t t2 = Rdtsc();
+  Charge(KEEL_CYCLES_RX, t1 - t);
+  Charge(KEEL_CYCLES_NF, t2 - t1);
 
   if (pktbuf_) {
     /* The spatial-isolation copy: only survivors of NF 1 enter the chain's
@@ -44,27 +48,37 @@ void Runner::ProcessBurst(rte_mbuf** mbufs, int n) {
     port_.copied.Add(copied);
     port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
     rte_pktmbuf_free_bulk(mbufs, n);
+    Charge(KEEL_CYCLES_COPY_IN, Rdtsc() - t2);
     RunFromChainBuffer();
     return;
   }
   rte_mbuf* out[kMaxBurst];
   TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+  Charge(KEEL_CYCLES_TX, Rdtsc() - t2);
 }
 
 /* NFs 2..N over the chain's buffer in place, then the egress copy. */
 void Runner::RunFromChainBuffer() {
   while (uint32_t used = pktbuf_->used()) {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
+    uint64_t t0 = Rdtsc();
     Packet views[kMaxBurst];
     PacketBatch batch;
     for (int i = 0; i < n; i++)
       if (pktbuf_->View(i, &views[i])) batch.Add(&views[i]);
+    uint64_t t1 = Rdtsc();
     chain_->Run(&batch, 1, chain_->size());
+    uint64_t t2 = Rdtsc();
     rte_mbuf* out[kMaxBurst];
     int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    uint64_t t3 = Rdtsc();
     pktbuf_->Release(static_cast<uint32_t>(n));
     pktbuf_->Rewind();
     TransmitBurst(opt_.tx_port, out, nout, &port_);
+    Charge(KEEL_CYCLES_VIEW, t1 - t0);
+    Charge(KEEL_CYCLES_NF, t2 - t1);
+    Charge(KEEL_CYCLES_COPY_OUT, t3 - t2);
+    Charge(KEEL_CYCLES_TX, Rdtsc() - t3);
   }
 }
 
@@ -79,7 +93,9 @@ void Runner::Run() {
   uint64_t last_rx = Rdtsc();
   uint32_t polls = 0;
   rte_mbuf* mbufs[kMaxBurst];
+  uint64_t t = Rdtsc();
   while (!stop_.load(std::memory_order_relaxed)) {
+    const uint64_t loop = t;
     uint16_t n = rte_eth_rx_burst(opt_.rx_port, 0, mbufs, static_cast<uint16_t>(opt_.burst));
     uint64_t now = Rdtsc();
     if (++polls == kHousekeepingPolls) {
@@ -88,13 +104,19 @@ void Runner::Run() {
       chain_->SyncState(false);
     }
     if (n == 0) {
+      Charge(KEEL_CYCLES_RX_IDLE, now - loop);
+      t = Rdtsc();
+      Charge(KEEL_CYCLES_BUSY, t - loop);
       if (idle_cycles && now - last_rx > idle_cycles) break;
       continue;
     }
     last_rx = now;
-    ProcessBurst(mbufs, n);
+    ProcessBurst(mbufs, n, loop);
+    t = Rdtsc();
     port_.batches.Add(1);
-    port_.batch_cycles.Add(Rdtsc() - now);
+    port_.batch_cycles.Add(t - now);
+    Charge(KEEL_CYCLES_BUSY, t - loop);
+    Charge(KEEL_CYCLES_TURNS, 1);
   }
   end_tsc_ = Rdtsc();
   chain_->SyncState(true);
@@ -115,6 +137,14 @@ Json Runner::PeriodicStats() {
   return StatsJson();
 }
 
+Json Runner::CyclesJson() const {
+  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx", "rx_idle", "nf", "copy_in", "view",
+                                                        "copy_out", "tx", "busy", "handoff", "bursts"};
+  Json j = Json::object();
+  for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&cycles_[i], __ATOMIC_RELAXED);
+  return j;
+}
+
 Json Runner::StatsJson() const {
   uint64_t hz = TscHz();
   uint64_t end = end_tsc_.load() ? end_tsc_.load() : Rdtsc();
@@ -129,6 +159,7 @@ Json Runner::StatsJson() const {
           {"batches", batches},
           {"cycles_per_batch", batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0},
           {"port", ports},
+          {"cycles", CyclesJson()},
           {"nfs", chain_->StatsJson(done_.load())}};
 }
 

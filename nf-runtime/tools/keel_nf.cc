@@ -86,6 +86,10 @@ const char kUsage[] =
     "                       (default 300000; 0: never)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
+    "  --wait-futex         without --coopsched: wait for a turn asleep on a semaphore\n"
+    "                       (a futex in the chain buffer) that the previous NF posts,\n"
+    "                       as NFVnice's NFs do under the normal scheduler (a baseline\n"
+    "                       for benchmarks; default: sched_yield, then 200 us sleeps)\n"
     "  --list [--json]      list the NFs (with --load: the tenant's too) and exit;\n"
     "                       with --json print the NF catalogue as JSON\n"
     "  --check              run each --nf's Init on its configuration, without ports\n"
@@ -100,6 +104,10 @@ const char kUsage[] =
     "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
     "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
     "   the descriptor position J, the one before this, left pointing outside its slot),\n"
+    "   \"cycles\": {\"rx\", \"rx_idle\", \"nf\", \"copy_in\", \"view\", \"copy_out\", \"tx\",\n"
+    "              \"busy\", \"handoff\": cycles, \"turns\": n} (where this position's turns\n"
+    "   went; busy is all of them, handoff the cycles from the previous position\n"
+    "   passing the turn to this one starting),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
     "            \"batches\": n, \"cycles_per_packet\": x, \"flows\": {\"count\", \"capacity\",\n"
     "            \"evictions\" (idle), \"refusals\" (full)}, \"stats\": {..} (final only)}],\n"
@@ -235,6 +243,7 @@ int main(int argc, char** argv) {
       {"stats-interval", required_argument, nullptr, 'I'},
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
+      {"wait-futex", no_argument, nullptr, 'W'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
@@ -264,6 +273,7 @@ int main(int argc, char** argv) {
         return 0;
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
+      case 'W': opt.wait_futex = true; break;
       case 'r': redis = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
@@ -292,6 +302,8 @@ int main(int argc, char** argv) {
     UsageError("DPDK EAL arguments are for position 0 only: the others never open the port");
   if (!wait_iface.empty() && opt.position != 0)
     UsageError("--wait-iface is for position 0 only: the others never open the port");
+  if (opt.wait_futex && opt.coopsched)
+    UsageError("--wait-futex is for chains without --coopsched (coopsched hands the core on itself)");
   if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
   if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT or unix:PATH");
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)

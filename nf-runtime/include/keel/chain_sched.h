@@ -29,6 +29,16 @@
  *    sched_yield for 1 ms, then in 200 us sleeps.
  *  - The watchdog: busy_since_tsc != 0 for longer than the yield timeout
  *    means position `turn` does not yield.
+ *  - Without coopsched, with keel-nf --wait futex (the NFVnice-style
+ *    baseline of bench/chain_length.py), a position sleeps on wake[k] until
+ *    its predecessor increments it and wakes it (a semaphore per NF).
+ *  - Cycle accounting (issue 15, item 0): each position adds the TSC cycles
+ *    of its turns to cycles[k][...], by what they went to (enum
+ *    keel_cycles_kind), and stamps handoff_tsc as it passes the turn; the
+ *    next position counts the cycles from that stamp to its own start as
+ *    KEEL_CYCLES_HANDOFF (the yield, the context switch, the scheduler and
+ *    anything else the core ran in between). The words are statistics only:
+ *    nothing schedules by them.
  */
 #ifndef KEEL_CHAIN_SCHED_H_
 #define KEEL_CHAIN_SCHED_H_
@@ -36,6 +46,23 @@
 #include <stdint.h>
 
 #define KEEL_SCHED_OFFSET 2048u
+#define KEEL_SCHED_MAX_NFS 16
+
+/* What a position's cycles went to (cycles[k][kind]). BUSY is the whole of
+ * its turns; BUSY minus the kinds before it is the turn's own overhead. */
+enum keel_cycles_kind {
+  KEEL_CYCLES_RX = 0,     /* rte_eth_rx_burst returning packets, and parsing them */
+  KEEL_CYCLES_RX_IDLE,    /* rte_eth_rx_burst returning none */
+  KEEL_CYCLES_NF,         /* the NF's ProcessBatch */
+  KEEL_CYCLES_COPY_IN,    /* position 0: copying survivors into the chain buffer */
+  KEEL_CYCLES_VIEW,       /* reading and writing the chain buffer's descriptors */
+  KEEL_CYCLES_COPY_OUT,   /* egress: packets into transmit buffers */
+  KEEL_CYCLES_TX,         /* rte_eth_tx_burst */
+  KEEL_CYCLES_BUSY,       /* from the start of each turn to passing it on */
+  KEEL_CYCLES_HANDOFF,    /* from the predecessor's handoff_tsc to this turn's start */
+  KEEL_CYCLES_TURNS,      /* turns taken (a count, not cycles) */
+  KEEL_CYCLES_KINDS
+};
 #define KEEL_SCHED_MAGIC 0x6b65656c73636864ull /* "keelschd" */
 
 struct keel_chain_sched {
@@ -50,10 +77,11 @@ struct keel_chain_sched {
   uint64_t handoffs;       /* turns passed, all positions */
   uint64_t rounds;         /* batches position 0 started */
   uint64_t packets;        /* packets position 0 received */
-  uint64_t tids[16];       /* thread id of each position's packet thread, in its own
-                              PID namespace; nonzero once the position is there */
+  uint64_t tids[KEEL_SCHED_MAX_NFS]; /* thread id of each position's packet thread, in its
+                                        own PID namespace; nonzero once the position is there */
+  uint64_t handoff_tsc;    /* TSC when the last turn was passed on */
+  uint32_t wake[KEEL_SCHED_MAX_NFS]; /* --wait futex: position k's semaphore */
+  uint64_t cycles[KEEL_SCHED_MAX_NFS][KEEL_CYCLES_KINDS]; /* accounting, see above */
 };
-
-#define KEEL_SCHED_MAX_NFS 16
 
 #endif  // KEEL_CHAIN_SCHED_H_

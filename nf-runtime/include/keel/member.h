@@ -42,6 +42,10 @@ struct MemberOptions {
   /* keel-coopsched schedules the chain: waiting for a turn yields (FIFO
    * order hands the core on) and never sleeps. */
   bool coopsched = false;
+  /* Without coopsched: wait for a turn asleep on this position's semaphore
+   * (a futex in the chain's scheduling words) and wake the next position's,
+   * the way NFVnice's NFs wait on semaphores (the benchmark baseline). */
+  bool wait_futex = false;
 };
 
 class Member {
@@ -63,6 +67,8 @@ class Member {
    * --help describes them). |final|: the packet loop has ended, so the
    * NF's own figures (NF::Stats) are included. */
   Json StatsJson(bool final) const;
+  /* Where this position's cycles went (chain_sched.h, keel_cycles_kind). */
+  Json CyclesJson() const;
 
  private:
   Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt);
@@ -79,6 +85,8 @@ class Member {
   void InPlaceTurn();
   /* copy_each_hop: runs the NF on private copies of |batch|, copies back. */
   void RunOnPrivateCopies(PacketBatch* batch);
+  /* Adds |cycles| to this position's row of the cycle accounting. */
+  void Charge(int kind, uint64_t cycles);
 
   Chain* chain_;
   rte_mempool* pool_; /* position 0: the port's; others: private (copy_each_hop) */
@@ -93,6 +101,8 @@ class Member {
   int lock_fd_ = -1; /* holds this position's lock (HoldPosition) */
   uint64_t idle_cycles_ = 0;
   uint64_t last_rx_ = 0;
+  uint32_t last_received_ = 0;  /* position 0: packets its last turn received */
+  uint64_t* cycles_ = nullptr;  /* this position's row of the cycle accounting */
 };
 
 }  // namespace keel

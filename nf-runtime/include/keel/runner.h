@@ -21,6 +21,7 @@
 #include <string>
 
 #include "keel/chain.h"
+#include "keel/chain_sched.h"
 #include "keel/monitor.h"
 #include "keel/pktbuf.h"
 
@@ -52,10 +53,13 @@ class Runner {
   /* Everything measured so far, as written to the statistics file; the
    * NFs' own figures only once the packet loop has ended. */
   Json StatsJson() const;
+  /* Where the packet loop's cycles went (keel-chain --help). */
+  Json CyclesJson() const;
 
  private:
   Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt);
-  void ProcessBurst(rte_mbuf** mbufs, int n);
+  /* |t| is the TSC at the start of the receive that got the burst. */
+  void ProcessBurst(rte_mbuf** mbufs, int n, uint64_t t);
   void RunFromChainBuffer();
   /* The statistics with the receive rate since the last call (service thread). */
   Json PeriodicStats();
@@ -69,6 +73,12 @@ class Runner {
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};
   uint64_t start_tsc_ = 0;
+  /* Where the loop's cycles went, by keel_cycles_kind (chain_sched.h);
+   * written by the packet thread only, read by the statistics thread. */
+  uint64_t cycles_[KEEL_CYCLES_KINDS] = {};
+  void Charge(int kind, uint64_t c) {
+    __atomic_store_n(&cycles_[kind], __atomic_load_n(&cycles_[kind], __ATOMIC_RELAXED) + c, __ATOMIC_RELAXED);
+  }
   std::atomic<uint64_t> end_tsc_{0};
   std::atomic<double> rx_pps_{0};
   uint64_t rate_rx_ = 0;                            /* service thread only */
