@@ -90,7 +90,7 @@ FIXED_BATCH = 32    # keel_b32's bursts per turn
 # keel_cycles_kind (nf-runtime/include/keel/chain_sched.h), in order.
 CYCLE_KINDS = ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx", "busy", "handoff", "turns")
 # Offsets in struct keel_chain_sched, at KEEL_SCHED_OFFSET in the buffer file.
-SCHED_OFFSET, SCHED_ROUNDS, SCHED_PACKETS, SCHED_CYCLES = 2048, 48, 56, 264
+SCHED_OFFSET, SCHED_ROUNDS, SCHED_PACKETS, SCHED_CYCLES = 2048, 48, 56, 272
 
 
 def adaptive_batch(n_nfs, handoff_cycles, chain_cycles, copy_cycles, burst, p):

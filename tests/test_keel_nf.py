@@ -157,20 +157,61 @@ def udp_frame(size, sport=7):
     return head / Raw(b"\xab" * (size - len(head)))
 
 
-def test_growing_nfs_never_crash_the_egress_on_the_longest_frame(tmp_path):
+@pytest.mark.parametrize("egress", ["copy", "zero-copy"])
+def test_growing_nfs_never_crash_the_egress_on_the_longest_frame(tmp_path, egress):
     # The chain buffer takes frames of up to 2048 bytes: a 2044-byte frame
-    # enters it after the first tunnel and leaves the third at 2056 bytes,
-    # more than one egress mbuf holds. net_pcap does not offer multi-segment
-    # TX, so the runtime drops and counts it; the other frames go out.
+    # enters it after the first tunnel and leaves the third at 2056 bytes.
+    # Copying out, that is more than one egress mbuf holds and net_pcap does
+    # not offer multi-segment TX, so the runtime drops and counts it;
+    # transmitting from the chain buffer, the slot holds it whole and it goes
+    # out. The other frames go out either way, and nothing crashes.
     pkts = [udp_frame(100), udp_frame(2044, sport=8), udp_frame(100)]
     nfs = [("tunnel", {"vlan": 10 + k}) for k in range(3)]
-    procs, out, stats, _ = start_chain(tmp_path, "grow3", nfs, pkts)
+    extra = ("--egress-copy",) if egress == "copy" else ()
+    procs, out, stats, _ = start_chain(tmp_path, f"grow3{egress}", nfs, pkts, extra=extra)
     wait_all(procs, timeout=30)
     got = rdpcap(str(out))
-    assert [len(p) for p in got] == [112, 112]
     assert [got[0][Dot1Q:k].vlan for k in (1, 2, 3)] == [12, 11, 10]
-    port = json.loads(stats[0].read_text())["port"]
-    assert (port["tx_packets"], port["tx_too_long"], port["tx_dropped"]) == (2, 1, 0)
+    s = json.loads(stats[0].read_text())
+    port = s["port"]
+    if egress == "copy":
+        assert [len(p) for p in got] == [112, 112]
+        assert (port["tx_packets"], port["tx_too_long"], port["tx_dropped"]) == (2, 1, 0)
+        assert s["egress"]["zero_copy_packets"] == 0
+    else:
+        assert [len(p) for p in got] == [112, 2056, 112]
+        assert (port["tx_packets"], port["tx_too_long"], port["tx_dropped"]) == (3, 0, 0)
+        assert s["egress"] == {"zero_copy": True, "zero_copy_packets": 3, "fallbacks": 0}
+
+
+def test_egress_from_the_chain_buffer_sends_the_bytes_egress_copies_send(tmp_path):
+    # Issue 15 item 2: transmitting from the chain buffer (DPDK external
+    # buffers) must send exactly what copying out sends, and what keel-chain
+    # sends with every NF in one process.
+    pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") /
+            IP(src="198.18.0.1", dst="198.19.0.%d" % (1 + i % 50)) / UDP(sport=1000 + i, dport=5001) /
+            Raw(b"\xcd" * (8 + i % 600)) for i in range(3000)]
+    nfs = [("tunnel", {"vlan": 7}), ("macswap", {}), ("tunnel", {"vlan": 9})]
+    outs = {}
+    for egress, extra in (("zero-copy", ()), ("copy", ("--egress-copy",))):
+        d = tmp_path / egress
+        d.mkdir()
+        procs, out, stats, _ = start_chain(d, f"eq{egress}", nfs, pkts, extra=extra)
+        wait_all(procs)
+        outs[egress] = [bytes(p) for p in rdpcap(str(out))]
+        zc = json.loads(stats[0].read_text())["egress"]["zero_copy_packets"]
+        assert (zc == len(pkts)) == (egress == "zero-copy"), zc
+    ref = tmp_path / "ref.pcap"
+    args = [str(BIN / "keel-chain")]
+    for name, cfg in nfs:
+        args += ["--nf", f"{name}={json.dumps(cfg)}"]
+    r = subprocess.run(args + ["--exit-when-idle", "300", "--", "--no-pci", "--no-huge", "-m", "256",
+                               "--log-level=error", "--no-telemetry", f"--file-prefix=keeleq{os.getpid()}",
+                               "--vdev", f"net_pcap0,rx_pcap={tmp_path / 'zero-copy' / 'in.pcap'},tx_pcap={ref}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert len(outs["zero-copy"]) == len(pkts)
+    assert outs["zero-copy"] == outs["copy"] == [bytes(p) for p in rdpcap(str(ref))]
 
 
 def service_threads(pid, name):

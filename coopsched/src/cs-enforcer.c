@@ -236,6 +236,13 @@ static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
       busy |= g->state == CS_DETACHING;
     }
   }
+  /* A one-NF chain yields only while it shares its core (chain_sched.h). */
+  uint32_t here = 0;
+  for (struct cs_group *g = s->groups; g; g = g->next)
+    here += g->core == e->core && (g->state == CS_ATTACHED || g->state == CS_DETACHING);
+  for (struct cs_group *g = s->groups; g; g = g->next)
+    if (g->core == e->core && (g->state == CS_ATTACHED || g->state == CS_DETACHING))
+      CS_STORE(g->chain.w->core_shared, here > 1 ? 1u : 0u);
   return busy ? CS_PACE_FAST : pace;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -33,10 +34,6 @@ static constexpr uint64_t kLivenessCheckMs = 100;
 static constexpr uint64_t kSpinMs = 1;
 static constexpr auto kBackoffSleep = std::chrono::microseconds(200);
 static constexpr uint64_t kStopGraceMs = 500;
-/* A one-NF chain hands off to no one (Galleon §4.2's single-NF case): it
- * yields only this often, so that other sgroups on its core still get
- * their turns, and not after every turn. */
-static constexpr uint64_t kSoloYieldUs = 20;
 /* Position 0's turns between NIC queue-length samples. */
 static constexpr uint64_t kQueueSampleTurns = 64;
 
@@ -105,6 +102,15 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
     s->batch = 1;
     Store<uint64_t>(&s->magic, KEEL_SCHED_MAGIC);
     m->tx_chains_ = PortTxChains(opt.port);
+    if (opt.egress_zero_copy && opt.count > 1) {
+      m->zero_copy_ = true;
+      m->shinfo_.resize(m->buf_->nslots());
+      for (auto& sh : m->shinfo_) {
+        sh.free_cb = &Member::OnTxDone;
+        sh.fcb_opaque = m.get();
+        rte_mbuf_ext_refcnt_set(&sh, 0);
+      }
+    }
     m->port_.rx_queue_len_known.Set(PortRxQueueLen(opt.port) >= 0);
   } else {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
@@ -136,6 +142,49 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
   return m;
 }
 
+void Member::OnTxDone(void*, void* opaque) {
+  /* Called by the mbuf's last free, in this thread (inside tx_burst or a
+   * later cleanup of the port's transmit ring). */
+  static_cast<Member*>(opaque)->in_flight_--;
+}
+
+int Member::AttachOut(PacketBatch* batch, rte_mbuf** out) {
+  if (batch->cnt() == 0) return 0;
+  if (rte_pktmbuf_alloc_bulk(pool_, out, static_cast<unsigned>(batch->cnt())) != 0) {
+    port_.tx_dropped.Add(batch->cnt());
+    return 0;
+  }
+  const bool va = rte_eal_iova_mode() == RTE_IOVA_VA;
+  int i = 0;
+  for (Packet* p : *batch) {
+    rte_mbuf* m = out[i++];
+    uint8_t* slot = p->data() - p->headroom();
+    rte_mbuf_ext_shared_info* sh = &shinfo_[buf_->SlotIndex(slot)];
+    rte_mbuf_ext_refcnt_set(sh, 1);
+    /* IOVA: the virtual address where DPDK runs IOVA as VA (vdevs, and a
+     * VF whose IOMMU maps the chain file: rte_extmem_register plus
+     * rte_dev_dma_map on a real NIC); unknown otherwise. */
+    rte_pktmbuf_attach_extbuf(m, slot, va ? reinterpret_cast<rte_iova_t>(slot) : RTE_BAD_IOVA,
+                              static_cast<uint16_t>(kSlotSize), sh);
+    m->data_off = p->headroom();
+    m->data_len = p->len();
+    m->pkt_len = p->len();
+    in_flight_++;
+  }
+  zero_copy_packets_.Add(static_cast<uint64_t>(i));
+  return i;
+}
+
+bool Member::SlotsReleased() {
+  if (in_flight_ == 0) return true;
+  /* A PMD that copies on transmit (memif, AF_XDP, pcap) has freed them
+   * inside tx_burst; a NIC frees them once its DMA is done. */
+  const uint64_t deadline = Rdtsc() + MsToCycles(1);
+  while (in_flight_ != 0 && Rdtsc() < deadline) rte_eth_tx_done_cleanup(opt_.port, 0, 0);
+  if (in_flight_ == 0) return true;
+  return false;
+}
+
 void Member::Egress() {
   uint64_t t0 = Rdtsc();
   while (uint32_t used = buf_->used()) {
@@ -149,7 +198,7 @@ void Member::Egress() {
     }
     uint64_t t1 = Rdtsc();
     rte_mbuf* out[kMaxBurst];
-    int nout = CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    int nout = zero_copy_ ? AttachOut(&batch, out) : CopyOut(&batch, pool_, tx_chains_, out, &port_);
     uint64_t t2 = Rdtsc();
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.port, out, nout, &port_);
@@ -163,7 +212,14 @@ void Member::Egress() {
 
 bool Member::HeadTurn(keel_chain_sched* s) {
   Egress();
-  buf_->Rewind();
+  if (zero_copy_ && !SlotsReleased()) {
+    /* The port holds slots longer than a turn can wait: copy from now on,
+     * into slots after the ones it holds (the ring is not rewound). */
+    zero_copy_ = false;
+    zero_copy_fallbacks_.Add(1);
+    std::fprintf(stderr, "keel-nf: port %u keeps transmitted buffers; egress copies from now on\n", opt_.port);
+  }
+  if (zero_copy_ || in_flight_ == 0) buf_->Rewind();
   if (Load(&s->detach_req)) {
     Store(&s->parked, 1u); /* a batch boundary: nothing is in flight */
     return true;
@@ -331,9 +387,9 @@ bool Member::Run(std::string* err) {
   const uint32_t next = (k + 1) % static_cast<uint32_t>(opt_.count);
   idle_cycles_ = MsToCycles(static_cast<uint64_t>(opt_.exit_when_idle_ms));
   last_rx_ = Rdtsc();
+  /* A one-NF chain hands off to no one (Galleon §4.2's single-NF case): it
+   * yields only while another sgroup shares its core (chain_sched.h). */
   const bool solo = opt_.count == 1;
-  const uint64_t solo_yield_cycles = TscHz() / 1000000 * kSoloYieldUs;
-  uint64_t last_yield = last_rx_;
   bool running = true;
   while (running && AwaitTurn(s, err)) {
     const uint64_t start = Rdtsc();
@@ -367,9 +423,8 @@ bool Member::Run(std::string* err) {
       FutexWake(&s->wake[next], 1);
       if (!running) /* closing: the others may sleep on their own semaphores */
         for (uint32_t j = 0; j < static_cast<uint32_t>(opt_.count); j++) FutexWake(&s->wake[j], INT_MAX);
-    } else if (!solo || !running || end - last_yield >= solo_yield_cycles) {
+    } else if (!solo || !running || Load(&s->core_shared)) {
       sched_yield();
-      last_yield = end;
     }
   }
   chain_->SyncState(true);
@@ -405,6 +460,9 @@ Json Member::StatsJson(bool final) const {
   if (opt_.position == 0) {
     uint64_t batches = port_.batches.Get();
     j["port"] = PortJson(port_);
+    j["egress"] = {{"zero_copy", zero_copy_},
+                   {"zero_copy_packets", zero_copy_packets_.Get()},
+                   {"fallbacks", zero_copy_fallbacks_.Get()}};
     j["bursts_per_turn"] = Load(&buf_->sched()->batch);
     j["batches"] = batches;
     j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;

@@ -86,6 +86,10 @@ const char kUsage[] =
     "                       (default 300000; 0: never)\n"
     "  --copy-each-hop      positions > 0: isolate by copying each packet in and out\n"
     "                       of private memory (a baseline for benchmarks)\n"
+    "  --egress-copy        position 0: copy each packet out of the chain buffer into\n"
+    "                       a transmit buffer (default: transmit from the chain\n"
+    "                       buffer itself, as DPDK external buffers, where the port\n"
+    "                       lets go of them within a turn)\n"
     "  --wait-futex         without --coopsched: wait for a turn asleep on a semaphore\n"
     "                       (a futex in the chain buffer) that the previous NF posts,\n"
     "                       as NFVnice's NFs do under the normal scheduler (a baseline\n"
@@ -115,6 +119,7 @@ const char kUsage[] =
     "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
     "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
     "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
+    "   \"egress\": {\"zero_copy\": true|false, \"zero_copy_packets\": n, \"fallbacks\": n},\n"
     "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
     "   received packets), \"cycles_per_batch\": x}\n";
 
@@ -244,6 +249,7 @@ int main(int argc, char** argv) {
       {"load", required_argument, nullptr, 'L'},
       {"copy-each-hop", no_argument, nullptr, 'C'},
       {"wait-futex", no_argument, nullptr, 'W'},
+      {"egress-copy", no_argument, nullptr, 'X'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
@@ -274,6 +280,7 @@ int main(int argc, char** argv) {
       case 'L': loads.push_back(optarg); break;
       case 'C': opt.copy_each_hop = true; break;
       case 'W': opt.wait_futex = true; break;
+      case 'X': opt.egress_zero_copy = false; break;
       case 'r': redis = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;

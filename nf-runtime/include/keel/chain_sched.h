@@ -29,7 +29,10 @@
  *    sched_yield for 1 ms, then in 200 us sleeps.
  *  - The watchdog: busy_since_tsc != 0 for longer than the yield timeout
  *    means position `turn` does not yield.
- *  - Without coopsched, with keel-nf --wait futex (the NFVnice-style
+ *  - A chain of one NF hands off to no one (Galleon §4.2's single-NF case):
+ *    it yields only while core_shared is 1, which coopsched sets while
+ *    another sgroup is attached to the same core.
+ *  - Without coopsched, with keel-nf --wait-futex (the NFVnice-style
  *    baseline of bench/chain_length.py), a position sleeps on wake[k] until
  *    its predecessor increments it and wakes it (a semaphore per NF).
  *  - Cycle accounting (issue 15, item 0): each position adds the TSC cycles
@@ -80,7 +83,9 @@ struct keel_chain_sched {
   uint64_t tids[KEEL_SCHED_MAX_NFS]; /* thread id of each position's packet thread, in its
                                         own PID namespace; nonzero once the position is there */
   uint64_t handoff_tsc;    /* TSC when the last turn was passed on */
-  uint32_t wake[KEEL_SCHED_MAX_NFS]; /* --wait futex: position k's semaphore */
+  uint32_t wake[KEEL_SCHED_MAX_NFS]; /* --wait-futex: position k's semaphore */
+  uint32_t core_shared;    /* coopsched: 1 = another sgroup is attached to this one's core */
+  uint32_t pad;
   uint64_t cycles[KEEL_SCHED_MAX_NFS][KEEL_CYCLES_KINDS]; /* accounting, see above */
 };
 

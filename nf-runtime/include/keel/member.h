@@ -46,6 +46,10 @@ struct MemberOptions {
    * (a futex in the chain's scheduling words) and wake the next position's,
    * the way NFVnice's NFs wait on semaphores (the benchmark baseline). */
   bool wait_futex = false;
+  /* Position 0 of a chain of 2+: transmit the packets from the chain buffer
+   * itself (DPDK external buffers) instead of copying each into a transmit
+   * mbuf; the slots are reused only once the port has let go of them. */
+  bool egress_zero_copy = true;
 };
 
 class Member {
@@ -85,6 +89,13 @@ class Member {
   void InPlaceTurn();
   /* copy_each_hop: runs the NF on private copies of |batch|, copies back. */
   void RunOnPrivateCopies(PacketBatch* batch);
+  /* Egress without a copy: mbufs attached to the chain buffer's slots. */
+  int AttachOut(PacketBatch* batch, rte_mbuf** out);
+  /* Before the slots are written again: waits (bounded) for the port to
+   * release every slot it transmits from; false if it did not, and then
+   * egress copies from now on. */
+  bool SlotsReleased();
+  static void OnTxDone(void* addr, void* opaque);
   /* Adds |cycles| to this position's row of the cycle accounting. */
   void Charge(int kind, uint64_t cycles);
 
@@ -103,6 +114,13 @@ class Member {
   uint64_t last_rx_ = 0;
   uint32_t last_received_ = 0;  /* position 0: packets its last turn received */
   uint64_t* cycles_ = nullptr;  /* this position's row of the cycle accounting */
+  /* Zero-copy egress: one shared-info per slot (its reference count and
+   * the callback the mbuf's last free calls), and the slots in flight. */
+  std::vector<rte_mbuf_ext_shared_info> shinfo_;
+  uint32_t in_flight_ = 0;
+  bool zero_copy_ = false;
+  Counter zero_copy_packets_;
+  Counter zero_copy_fallbacks_;
 };
 
 }  // namespace keel
