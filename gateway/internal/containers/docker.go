@@ -26,8 +26,8 @@ import (
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/keel-nfv/keel/internal/dockerlog"
-	"github.com/openfaas/faas-provider/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/openfaas/faas-provider/types"
 )
 
 // Container labels that mark a replica as the gateway's.

@@ -17,8 +17,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
-	"github.com/openfaas/faas-provider/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/openfaas/faas-provider/types"
 )
 
 // fakeEngine is an in-memory Docker engine: images by name, containers by id, each running
