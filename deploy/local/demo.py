@@ -54,9 +54,9 @@ def die(msg: str) -> None:
     sys.exit(f"demo: {msg}")
 
 
-def run(args, what: str, timeout=900, env=None, quiet=True) -> str:
-    """Runs a step; on failure, stops the demo with the step's output."""
-    r = subprocess.run([str(a) for a in args], capture_output=quiet, text=True, timeout=timeout, env=env, cwd=ROOT)
+def run(args, what: str, timeout=900, env=None, quiet=True, cwd=None) -> str:
+    """Runs a step (in the repository, or cwd); on failure, stops the demo with the step's output."""
+    r = subprocess.run([str(a) for a in args], capture_output=quiet, text=True, timeout=timeout, env=env, cwd=cwd or ROOT)
     if r.returncode != 0:
         out = ((r.stdout or "") + (r.stderr or ""))[-3000:]
         die(f"{what} failed (exit {r.returncode})\n{out}")
@@ -82,8 +82,8 @@ class Faas:
         self.env = {**os.environ, "HOME": str(RUN / "faas-home"), "DOCKER_BUILDKIT": "0"}
         self.password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
 
-    def __call__(self, *args, what=None, timeout=300) -> str:
-        return run([self.cli, *args], what or f"faas-cli {' '.join(args[:2])}", timeout=timeout, env=self.env)
+    def __call__(self, *args, what=None, timeout=300, cwd=None) -> str:
+        return run([self.cli, *args], what or f"faas-cli {' '.join(args[:2])}", timeout=timeout, env=self.env, cwd=cwd)
 
     def login(self) -> None:
         r = subprocess.run([self.cli, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"],
@@ -109,7 +109,7 @@ def ensure_images(faas: Faas, bin_dir: Path) -> None:
         run(["make", "--no-print-directory", "images", f"BUILD={bin_dir.parent}"], "make images")
     if not image_present("keel/nf-ttlguard:latest"):
         say("  images: building keel/nf-ttlguard from the packet-cpp template (faas-cli build)")
-        faas("build", "-f", "stack.yml", "--filter", "ttlguard", what="faas-cli build ttlguard", timeout=900)
+        faas("build", "-f", "stack.yml", what="faas-cli build ttlguard", timeout=900, cwd=ROOT / "functions")
     say("  images: keel/hello, keel/nf-ttlguard present")
 
 

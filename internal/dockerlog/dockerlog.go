@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
@@ -35,9 +34,14 @@ type Options struct {
 // Target is one container to read: its id and the name to report.
 type Target struct{ ID, Name string }
 
+// Source reads a container's log stream (Docker's client, or a fake in tests).
+type Source interface {
+	ContainerLogs(ctx context.Context, id string, o container.LogsOptions) (io.ReadCloser, error)
+}
+
 // Read streams the lines of every target on one channel, closed when all are read (or, with
 // Follow, when ctx ends). A container that cannot be read is skipped.
-func Read(ctx context.Context, cli *client.Client, targets []Target, o Options) <-chan Line {
+func Read(ctx context.Context, cli Source, targets []Target, o Options) <-chan Line {
 	out := make(chan Line, 64)
 	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Follow: o.Follow}
 	if o.Since != nil {

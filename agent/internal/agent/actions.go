@@ -55,7 +55,7 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 	a.busy[act.ID] = true
 	in, ch := a.instances[act.ID], (*pb.Chain)(nil)
 	if in != nil {
-		ch = a.chains[in.Chain]
+		ch = chainOf(a.chains, in)
 	}
 	var specs []runtime.Spec
 	if in != nil && ch != nil {

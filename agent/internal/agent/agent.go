@@ -155,7 +155,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	a.mu.Lock()
 	desired := map[string]reconcile.Desired{}
 	for id, in := range a.instances {
-		ch := a.chains[in.Chain]
+		ch := chainOf(a.chains, in)
 		if ch == nil || len(ch.Members) == 0 {
 			continue
 		}
@@ -194,6 +194,16 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	}
 }
 
+// chainOf is the chain an instance runs: the version it carries while it drains after a
+// redeploy (its containers keep running as they are, with their flows), else its chain's
+// current one.
+func chainOf(chains map[string]*pb.Chain, in *pb.ChainInstance) *pb.Chain {
+	if in.Runs != nil {
+		return in.Runs
+	}
+	return chains[in.Chain]
+}
+
 func coreOf(in *pb.ChainInstance) int32 {
 	if in.State == "attached" && in.Core >= 0 {
 		return in.Core
@@ -207,7 +217,7 @@ func (a *Agent) updateStatus(desired map[string]reconcile.Desired, obs *observed
 	for id, d := range desired {
 		st := a.status[id]
 		in := a.instances[id]
-		ch := a.chains[in.Chain]
+		ch := chainOf(a.chains, in)
 		if st == nil {
 			st = &instStatus{core: -1}
 			a.status[id] = st

@@ -100,3 +100,20 @@ func Test_Specs_without_Redis_socket_keep_no_NF_state(t *testing.T) {
 		t.Fatalf("spec %+v", s[0])
 	}
 }
+
+func Test_a_draining_instance_keeps_the_spec_of_the_version_it_runs(t *testing.T) {
+	old := testChain()
+	updated := testChain()
+	updated.Members[1].ConfigJson = `{"external_ip":"198.18.0.2"}`
+	chains := map[string]*pb.Chain{"c3": updated}
+	cfg := testSpecConfig()
+	draining := &pb.ChainInstance{Id: "c3/0", Chain: "c3", Vlan: 100, State: "attached", Core: 1, Draining: true, Runs: old}
+	before := cfg.Specs(draining, old)[0].Labels[LabelSpec]
+	if got := cfg.Specs(draining, chainOf(chains, draining))[0].Labels[LabelSpec]; got != before {
+		t.Fatalf("a draining instance's spec changed with the chain's new version (%s -> %s): it would be rebuilt under its flows", before, got)
+	}
+	fresh := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101}
+	if chainOf(chains, fresh) != updated {
+		t.Fatalf("an instance of the current version does not run the chain's current spec")
+	}
+}

@@ -187,7 +187,7 @@ func run(o *options) error {
 	v := &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo,
 		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF}}
 	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
-		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}}
+		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology))}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()

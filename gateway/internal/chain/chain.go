@@ -38,6 +38,10 @@ const (
 	AnnotationNF = "com.keel.nf"
 	// LibraryImage runs the library's NFs.
 	LibraryImage = "keel/nf-base:latest"
+	// RuntimeImage is what a chain's image field names (stack.yml: image: keel/chain:latest):
+	// keel's chain runtime, not an image of its own. Nothing of that name is built or pulled;
+	// a chain's NF containers run from LibraryImage and its packet functions' images.
+	RuntimeImage = "keel/chain"
 )
 
 // InvalidError is a deployment that cannot be accepted; Field names the label or annotation.
@@ -226,6 +230,25 @@ func Kind(fd *types.FunctionDeployment) (string, error) {
 	}
 }
 
+// CheckImage accepts a chain's image field when it is empty or names the chain runtime
+// (RuntimeImage, any tag or digest), and refuses anything else: an image there is most likely
+// a normal function or packet function labelled as a chain by mistake (issue 18 item 5).
+func CheckImage(image string) error {
+	repo := image
+	if i := strings.IndexByte(repo, '@'); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
+		repo = repo[:i]
+	}
+	if image == "" || repo == RuntimeImage {
+		return nil
+	}
+	return invalid("image", "%q is not keel's chain runtime: a chain (label %s=%s) names image %s:latest, which no build "+
+		"makes and nothing pulls (its NFs run from %s and its packet functions' images); to run %s as a normal function "+
+		"or a packet function, change the label", image, LabelKind, KindChain, RuntimeImage, LibraryImage, image)
+}
+
 var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate checks a chain deployment and places it together with the deployed chains
@@ -367,7 +390,7 @@ func (v *Validator) noRoom(ctx context.Context, c *Chain, others []*Chain, tenan
 		}
 	}
 	rack := ""
-	if total := serverCores(v.Topology); total > 0 {
+	if total := ServerCores(v.Topology); total > 0 {
 		rack = fmt.Sprintf(" of the rack's %d", total)
 	}
 	return invalid(field, "no room for %s beside the deployed chains: it needs at least %d server core(s) at t_min=%s "+
@@ -375,8 +398,8 @@ func (v *Validator) noRoom(ctx context.Context, c *Chain, others []*Chain, tenan
 		c.Name, need, c.SLO.TMinText(), used, rack, strings.Join(users, ", "), reason)
 }
 
-// serverCores is the number of server cores in a topology YAML; 0 if it does not parse.
-func serverCores(topology string) int {
+// ServerCores is the number of server cores in a topology YAML; 0 if it does not parse.
+func ServerCores(topology string) int {
 	var t struct {
 		Servers []struct {
 			Cores int `yaml:"cores"`

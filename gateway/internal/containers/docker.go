@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"sort"
 	"strconv"
@@ -18,11 +19,14 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/keel-nfv/keel/internal/dockerlog"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -38,6 +42,20 @@ const (
 // ErrImageMissing is returned when the image is not in the local Docker image store.
 var ErrImageMissing = errors.New("image not found in the local Docker image store")
 
+// Engine is the part of the Docker engine API the gateway uses: Docker's client implements
+// it, and unit tests put a fake behind it.
+type Engine interface {
+	ImageInspect(ctx context.Context, image string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ContainerList(ctx context.Context, o container.ListOptions) ([]container.Summary, error)
+	ContainerCreate(ctx context.Context, cfg *container.Config, host *container.HostConfig, net *network.NetworkingConfig,
+		platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, id string, o container.StartOptions) error
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerRemove(ctx context.Context, id string, o container.RemoveOptions) error
+	ContainerWait(ctx context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerLogs(ctx context.Context, id string, o container.LogsOptions) (io.ReadCloser, error)
+}
+
 // Docker manages function replicas on one Docker engine.
 type Docker struct {
 	// Cpuset confines every replica to these CPUs (Docker's --cpuset-cpus syntax, "" = any):
@@ -47,7 +65,7 @@ type Docker struct {
 	// /var/openfaas/secrets/NAME in the replicas of functions that name it; nil: none.
 	SecretPath func(name string) (string, error)
 
-	cli  *client.Client
+	cli  Engine
 	mu   sync.Mutex
 	urls map[string][]url.URL // running replicas by function
 	next atomic.Uint64

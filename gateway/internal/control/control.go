@@ -276,6 +276,9 @@ func (s *Server) release(ctx context.Context, key string) (bool, error) {
 	}
 	if in != nil {
 		s.Provider.UpdateChainMetrics(ctx, rec.Chain)
+		if in.Draining && in.Flows == 0 {
+			s.kick() // its last flow ended: the control loop removes it now
+		}
 	}
 	return true, nil
 }
@@ -507,6 +510,7 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	in.RateGbps, in.P99us, in.QueueLen = st.RateGbps, st.P99Us, st.QueueLen
 	in.Packets, in.Drops = st.Packets, st.Drops
 	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
+	in.ReportedAt = time.Now().UTC()
 	in.RatePps, in.FlowsAtStats = st.RatePps, in.Flows
 	// Keep the last cycles measured over real packets: an idle interval reports 0 and must not
 	// make the batch flap between the model's and the measured figure.

@@ -26,7 +26,7 @@ const (
 	KindAttach    = "attach"    // reason: no_instance_under_threshold | cold_start
 	KindPredeploy = "predeploy" // reason: pool_below_min
 	KindDetach    = "detach"    // reason: no_flows
-	KindRemove    = "remove"    // reason: pool_above_max
+	KindRemove    = "remove"    // reason: pool_above_max | drained | drain_timeout
 	KindOverload  = "overload"  // reason: load | queue | drops | shared_core
 	KindClear     = "clear"     // reason: below_threshold
 	KindPack      = "pack"      // reason: consolidate | split

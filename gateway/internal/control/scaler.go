@@ -92,6 +92,7 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 		if f.Deployment.Labels != nil {
 			pc.MaxFlows, _ = chain.ScaleTarget(*f.Deployment.Labels) // checked at deploy
 		}
+		pc.MinInstances = int(f.Replicas)
 		st.view.Chains[f.Deployment.Service] = pc
 		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
 		if err != nil {
@@ -109,7 +110,7 @@ func policyInstance(in *store.Instance) policy.Instance {
 	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
 		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
 		RatePps: in.RatePps, QueueLen: int(in.QueueLen), Overloaded: in.Overloaded, Batch: int(in.Batch),
-		IdleSince: in.IdleSince}
+		IdleSince: in.IdleSince, Draining: in.Draining}
 }
 
 // batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the NF cycles the
@@ -172,6 +173,11 @@ func (s *Server) Run(ctx context.Context, period time.Duration) {
 func (s *Server) Reconcile(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Drain: instances of a chain's previous version go once their flows have ended, or when
+	// their drain time is up (a rolling update, issue 18 item 3).
+	if err := s.removeDrained(ctx); err != nil {
+		return err
+	}
 	st, err := s.state(ctx)
 	if err != nil {
 		return err
@@ -250,6 +256,43 @@ func (s *Server) Reconcile(ctx context.Context) error {
 				return err
 			}
 			s.publish(in)
+		}
+	}
+	return nil
+}
+
+// removeDrained removes the draining instances whose flows have all ended or whose drain
+// time is up; the flows still assigned to one whose time is up are dropped with it.
+func (s *Server) removeDrained(ctx context.Context) error {
+	all, err := s.Store.List(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, f := range all {
+		if f.Kind != chain.KindChain {
+			continue
+		}
+		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+		if err != nil {
+			return err
+		}
+		for _, in := range insts {
+			if !in.Draining || (in.Flows > 0 && now.Before(in.DrainUntil)) {
+				continue
+			}
+			reason, why := "drained", "its flows have ended"
+			if in.Flows > 0 {
+				reason, why = "drain_timeout", fmt.Sprintf("drain time is up with %d flow(s) left", in.Flows)
+			}
+			removed, err := s.Provider.RemoveDrained(ctx, in)
+			if err != nil {
+				return fmt.Errorf("remove drained instance %s: %w", in.ID, err)
+			}
+			if removed {
+				s.decide(Decision{Kind: KindRemove, Reason: reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: -1},
+					"scale-in: chain %s instance %s of the previous version removed from worker %s (%s)", in.Chain, in.ID, in.Worker, why)
+			}
 		}
 	}
 	return nil

@@ -58,9 +58,13 @@ func (h *Hub) Publish(ev *pb.WatchEvent) {
 
 // InstanceProto converts a stored chain instance to its wire form.
 func InstanceProto(in *store.Instance) *pb.ChainInstance {
-	return &pb.ChainInstance{Id: in.ID, Chain: in.Chain, Worker: in.Worker, VfPort: in.VFPort, Vlan: in.VLAN,
+	pi := &pb.ChainInstance{Id: in.ID, Chain: in.Chain, Worker: in.Worker, VfPort: in.VFPort, Vlan: in.VLAN,
 		State: in.State, Core: in.Core, Flows: in.Flows, RateGbps: in.RateGbps, P99Us: in.P99us, Overloaded: in.Overloaded,
-		Phase: in.Phase, Reason: in.Reason, Batch: in.Batch}
+		Phase: in.Phase, Reason: in.Reason, Batch: in.Batch, Draining: in.Draining}
+	if in.Runs != nil {
+		pi.Runs = ChainProto(in.Runs)
+	}
+	return pi
 }
 
 // ChainProto converts a stored chain to its wire form.

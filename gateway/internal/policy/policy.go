@@ -75,6 +75,9 @@ type Chain struct {
 	// MaxFlows caps the flows of one instance (0: no cap): OpenFaaS's capacity target
 	// (com.openfaas.scale.target with com.openfaas.scale.type=capacity).
 	MaxFlows int
+	// MinInstances is how many instances (attached and idle) the chain keeps deployed at
+	// least, as faas-cli scale set it: the idle pool is kept large enough to make it up.
+	MinInstances int
 }
 
 // Instance is one chain instance (an sgroup) as the controller sees it.
@@ -91,6 +94,9 @@ type Instance struct {
 	Overloaded        bool
 	Batch             int
 	IdleSince         time.Time // attached and without flows since then (zero: it has flows)
+	// Draining: a redeploy replaced the chain's version; the instance keeps its flows, takes
+	// no new ones and is removed when they end (not detached back into the pool).
+	Draining bool
 }
 
 // Worker is a worker and the cores coopsched manages on it.
@@ -232,7 +238,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 	bestLoad := 0.0
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain != chain || !in.Attached || in.Overloaded || up[in.Worker] == nil {
+		if in.Chain != chain || !in.Attached || in.Overloaded || in.Draining || up[in.Worker] == nil {
 			continue
 		}
 		if ch.MaxFlows > 0 && in.Flows >= ch.MaxFlows {
@@ -259,7 +265,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 	var idle *Instance
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain != chain || in.Attached || up[in.Worker] == nil {
+		if in.Chain != chain || in.Attached || in.Draining || up[in.Worker] == nil {
 			continue
 		}
 		if v.freeCore(cfg, up[in.Worker], ch.Threshold) < 0 {
@@ -390,13 +396,14 @@ func (cfg Config) Overload(v *View) []Change {
 }
 
 // Reclaim returns the attached instances that give their core back (Galleon §5.3,
-// Listing 1's detach): no flow for ReclaimAfter. Instances of gone workers are left alone.
+// Listing 1's detach): no flow for ReclaimAfter. Instances of gone workers are left alone,
+// and draining ones too: they are removed, not detached (see Instance.Draining).
 func (cfg Config) Reclaim(v *View) []string {
 	var out []string
 	up := v.workerUp()
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if up[in.Worker] != nil && in.Attached && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
+		if up[in.Worker] != nil && in.Attached && !in.Draining && in.Flows == 0 && !in.IdleSince.IsZero() && v.Now.Sub(in.IdleSince) >= cfg.ReclaimAfter {
 			out = append(out, in.ID)
 		}
 	}
@@ -411,16 +418,19 @@ type PoolChange struct {
 }
 
 // Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
-// PoolHigh] (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
+// PoolHigh], both raised to what the chain's MinInstances needs beside its attached ones
+// (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
 // workers, and the idle ones with the highest IDs go first. A chain not in Chains (removed)
 // keeps no idle instance.
 func (cfg Config) Pool(v *View, chain string) PoolChange {
 	low, high := cfg.PoolLow, cfg.PoolHigh
-	if _, ok := v.Chains[chain]; !ok {
+	ch, ok := v.Chains[chain]
+	if !ok {
 		low, high = 0, 0
 	}
 	up := v.workerUp()
 	var idle []string
+	attached := 0
 	count := map[string]int{}
 	for i := range v.Instances {
 		in := &v.Instances[i]
@@ -428,9 +438,16 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 			continue
 		}
 		count[in.Worker]++
-		if in.Chain == chain && !in.Attached {
+		switch {
+		case in.Chain != chain || in.Draining:
+		case in.Attached:
+			attached++
+		default:
 			idle = append(idle, in.ID)
 		}
+	}
+	if ok {
+		low, high = max(low, ch.MinInstances-attached), max(high, ch.MinInstances-attached)
 	}
 	var pc PoolChange
 	if len(v.Workers) == 0 {

@@ -544,3 +544,28 @@ func Test_Config_Overload_queue_off(t *testing.T) {
 		t.Fatalf("QueueHigh 0 marked %+v", ch)
 	}
 }
+
+func Test_Pool_keeps_the_instances_faas_cli_scale_asked_for_and_ignores_draining_ones(t *testing.T) {
+	cfg := Keel() // idle pool 1..3
+	v := &View{Chains: map[string]Chain{"c": {Name: "c", Threshold: 0.9, MinInstances: 5}},
+		Workers: []Worker{{Name: "w", Cores: []int32{1, 2}}},
+		Instances: []Instance{
+			{ID: "c/0", Chain: "c", Worker: "w", Attached: true, Core: 1, Flows: 3},
+			{ID: "c/1", Chain: "c", Worker: "w", Attached: true, Core: 2, Flows: 1, Draining: true},
+			{ID: "c/2", Chain: "c", Worker: "w", Core: -1, Ready: true}}}
+	// 5 wanted: 1 attached of this version, so 4 idle; 1 is there.
+	if pc := cfg.Pool(v, "c"); len(pc.Create) != 3 || len(pc.Remove) != 0 {
+		t.Fatalf("pool change %+v, want 3 more idle instances", pc)
+	}
+	// A new flow never goes to the draining instance, even when it is the only attached one
+	// with room.
+	v.Instances[0].Overloaded = true
+	if a := cfg.Assign(v, "c"); a.Instance != "c/2" || !a.Attach {
+		t.Fatalf("assignment %+v, want the idle c/2 attached, not the draining c/1", a)
+	}
+	// Draining instances are removed by the gateway, not detached.
+	v.Instances[1].Flows, v.Instances[1].IdleSince = 0, v.Now.Add(-time.Hour)
+	if got := cfg.Reclaim(v); len(got) != 0 {
+		t.Fatalf("reclaim %v, want nothing", got)
+	}
+}

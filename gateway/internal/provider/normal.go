@@ -21,8 +21,8 @@ func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created 
 		return fmt.Errorf("%w: image: normal functions need a container engine (--docker)", ErrInvalid)
 	}
 	fd := &f.Deployment
-	if err := p.Runtime.CheckImage(ctx, fd.Image); err != nil {
-		return fmt.Errorf("%w: image: %v", ErrInvalid, err)
+	if err := p.checkImage(ctx, fd.Image); err != nil {
+		return err
 	}
 	if created {
 		f.Replicas = minReplicas(fd)
@@ -37,6 +37,18 @@ func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created 
 		return err
 	}
 	p.Metrics.Services.WithLabelValues(fd.Service).Set(float64(p.Runtime.Running(fd.Service)))
+	return nil
+}
+
+// checkImage refuses an image the container engine does not have (no registry is reachable
+// here), for normal functions and packet functions alike; without an engine it checks nothing.
+func (p *Provider) checkImage(ctx context.Context, image string) error {
+	if p.Runtime == nil {
+		return nil
+	}
+	if err := p.Runtime.CheckImage(ctx, image); err != nil {
+		return fmt.Errorf("%w: image: %v", ErrInvalid, err)
+	}
 	return nil
 }
 

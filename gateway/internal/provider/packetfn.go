@@ -30,6 +30,11 @@ func (p *Provider) deployNF(ctx context.Context, f *store.Function) error {
 	if v := label(fd, chain.LabelStateful); v != "" && v != "true" && v != "false" {
 		return fmt.Errorf("%w: labels.%s: %q is not true or false", ErrInvalid, chain.LabelStateful, v)
 	}
+	// As for a normal function: a packet function whose image is missing is refused at deploy,
+	// not when a chain that names it first starts an instance (issue 18 item 4).
+	if err := p.checkImage(ctx, fd.Image); err != nil {
+		return err
+	}
 	var err error
 	switch ann := annotation(fd, chain.AnnotationNF); {
 	case p.Images != nil:

@@ -8,16 +8,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *store.Function) error {
+	if err := chain.CheckImage(f.Deployment.Image); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	if f.Deployment.Labels != nil {
 		if _, err := chain.ScaleTarget(*f.Deployment.Labels); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -56,14 +62,16 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
-	if old == nil {
+	if old == nil || old.Replicas == 0 {
 		f.Replicas = uint64(p.PoolSize)
 	}
 	if len(c.Placement.Subgroups) == 0 {
 		f.Replicas = 0
 	}
-	if old != nil {
-		if err := p.releaseInstances(ctx, f.Deployment.Service); err != nil {
+	// A rolling update: the old version's instances that carry flows drain (told to the agents
+	// before the new version is), the others go at once; the new version's pool follows.
+	if old != nil && !sameInstances(old.Chain, c) {
+		if err := p.drainInstances(ctx, old); err != nil {
 			return err
 		}
 	}
@@ -79,24 +87,103 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 		}
 	}
 	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_ADDED, Chain: events.ChainProto(c)})
-	if err := p.resizePool(ctx, f, int(f.Replicas)); err != nil {
+	if _, err := p.resizePool(ctx, f, int(f.Replicas)); err != nil {
 		return err
 	}
 	p.UpdateChainMetrics(ctx, c.Name)
 	return nil
 }
 
-// resizePool adds pooled instances, or removes pooled ones, until the chain has n instances.
-func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) error {
-	c := f.Chain
-	insts, err := p.Store.Instances(ctx, c.Name)
+// sameInstances tells whether instances of chain a can serve chain b as they run: the same
+// NFs, arguments, images, filter and SLO as the agents and the ingress see them, on the same
+// subgroups. A redeploy that changes only labels (e.g. the scale target) keeps its instances.
+func sameInstances(a, b *chain.Chain) bool {
+	return a != nil && b != nil && proto.Equal(events.ChainProto(a), events.ChainProto(b)) &&
+		reflect.DeepEqual(a.Placement.Subgroups, b.Placement.Subgroups)
+}
+
+// drainInstances starts a rolling update of old's chain: its attached instances that carry
+// flows keep them and the version they run, take no new flows and are removed by the
+// controller when the flows end or after DrainTimeout; every other instance of the old
+// version is removed at once. Instances already draining from an earlier update keep their
+// own version and deadline.
+func (p *Provider) drainInstances(ctx context.Context, old *store.Function) error {
+	insts, err := p.Store.Instances(ctx, old.Deployment.Service)
 	if err != nil {
 		return err
+	}
+	until := time.Now().UTC().Add(p.drainTimeout())
+	for _, in := range insts {
+		switch {
+		case in.Draining:
+		case in.State == store.Attached && in.Flows > 0:
+			in.Draining, in.DrainUntil, in.Runs = true, until, old.Chain
+			in.Why = fmt.Sprintf("draining: the chain was redeployed; keeps its %d flow(s) on the previous version, takes no new ones, "+
+				"removed when they end or at %s", in.Flows, until.Format(time.TimeOnly))
+			if err := p.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+		default:
+			if err := p.Store.DeleteInstance(ctx, in); err != nil {
+				return err
+			}
+			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(in)})
+		}
+	}
+	return nil
+}
+
+func (p *Provider) drainTimeout() time.Duration {
+	if p.DrainTimeout > 0 {
+		return p.DrainTimeout
+	}
+	return DefaultDrainTimeout
+}
+
+// RemoveDrained removes a draining instance (the controller's end of a rolling update), with
+// the flows still assigned to it; it reports false when the instance is gone or no longer
+// draining.
+func (p *Provider) RemoveDrained(ctx context.Context, in *store.Instance) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	insts, err := p.Store.Instances(ctx, in.Chain)
+	if err != nil {
+		return false, err
+	}
+	for _, cur := range insts {
+		if cur.ID == in.ID && cur.Draining {
+			if err := p.Store.DeleteInstance(ctx, cur); err != nil {
+				return false, err
+			}
+			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(cur)})
+			p.UpdateChainMetrics(ctx, in.Chain)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// resizePool adds pooled instances, or removes pooled ones, until the chain has n instances
+// besides the draining ones (attached instances stay); it returns how many it has then.
+func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) (int, error) {
+	c := f.Chain
+	all, err := p.Store.Instances(ctx, c.Name)
+	if err != nil {
+		return 0, err
+	}
+	var insts []*store.Instance
+	for _, in := range all {
+		if !in.Draining {
+			insts = append(insts, in)
+		}
 	}
 	for len(insts) < n {
 		in, err := p.newInstance(ctx, f, "")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		insts = append(insts, in)
 	}
@@ -105,12 +192,12 @@ func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) err
 			continue
 		}
 		if err := p.Store.DeleteInstance(ctx, insts[i]); err != nil {
-			return err
+			return 0, err
 		}
 		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(insts[i])})
 		insts = append(insts[:i], insts[i+1:]...)
 	}
-	return nil
+	return len(insts), nil
 }
 
 // AddPooled pre-deploys one more idle instance of a chain on a worker (the controller's

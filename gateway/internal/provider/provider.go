@@ -13,7 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,15 @@ import (
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 )
+
+// DefaultDrainTimeout is how long a rolling update lets the previous version's instances
+// keep their flows: a few of the ToR's idle timeouts (10 s), so that flows that go quiet
+// end on their own first.
+const DefaultDrainTimeout = 60 * time.Second
+
+// DefaultReportStale is three of keel-agent's heartbeats (--heartbeat 10s): an instance whose
+// agent has said nothing for that long is not counted available, whatever it said last.
+const DefaultReportStale = 30 * time.Second
 
 // Errors the handlers map to HTTP status codes.
 var (
@@ -68,6 +79,15 @@ type Provider struct {
 	Secrets *secrets.Store
 	// PoolSize is the number of pooled instances a chain with server NFs gets on deploy.
 	PoolSize int
+	// DrainTimeout bounds a rolling update: an instance of a chain's previous version is
+	// removed this long after the redeploy even if flows remain (0: DefaultDrainTimeout).
+	DrainTimeout time.Duration
+	// RackCores is the server cores of the rack the placer places chains on (the topology's);
+	// faas-cli scale of a chain is checked against it as deploy is. 0: not checked.
+	RackCores int
+	// ReportStale is how old an agent's latest report of an instance may be for the instance
+	// to count as available (0: DefaultReportStale).
+	ReportStale time.Duration
 	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
 	// per-core load meets); its error is reported as invalid input.
 	CheckChain func(f *store.Function) error
@@ -227,12 +247,21 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 		if len(f.Chain.Placement.Subgroups) == 0 {
 			return fmt.Errorf("%w: replicas: chain %s runs on the switch only and has no instances", ErrInvalid, name)
 		}
-		if err := p.resizePool(ctx, f, int(replicas)); err != nil {
+		if err := p.checkCores(ctx, f, int(replicas)); err != nil {
 			return err
 		}
-		f.Replicas = replicas
+		n, err := p.resizePool(ctx, f, int(replicas))
+		if err != nil {
+			return err
+		}
+		// What is there now: only idle instances are removed, so instances that carry flows
+		// may keep the chain above the request until the controller detaches them.
+		f.Replicas = uint64(n)
 		if err := p.Store.Put(ctx, f); err != nil {
 			return err
+		}
+		if uint64(n) > replicas {
+			log.Printf("scale %s to %d: %d instance(s) carry flows and stay; the chain keeps %d", name, replicas, n, n)
 		}
 		p.UpdateChainMetrics(ctx, name)
 		return nil
@@ -249,6 +278,47 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 	}
 	p.Metrics.Services.WithLabelValues(name).Set(float64(p.Runtime.Running(name)))
 	return nil
+}
+
+// checkCores refuses to scale chain f to n instances when they would not fit in the rack's
+// server cores beside the other deployed chains, counted as deploy counts them (each chain's
+// placement holds its subgroups' cores; an instance of f needs all of f's).
+func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) error {
+	if p.RackCores <= 0 {
+		return nil
+	}
+	per := 0
+	for _, sg := range f.Chain.Placement.Subgroups {
+		per += sg.Cores
+	}
+	all, err := p.Store.List(ctx)
+	if err != nil {
+		return err
+	}
+	held, holders := 0, []string{}
+	for _, o := range all {
+		if o.Kind != chain.KindChain || o.Deployment.Service == f.Deployment.Service {
+			continue
+		}
+		c := 0
+		for _, sg := range o.Chain.Placement.Subgroups {
+			c += sg.Cores
+		}
+		if c > 0 {
+			held += c
+			holders = append(holders, fmt.Sprintf("%s %d", o.Deployment.Service, c))
+		}
+	}
+	free := max(0, p.RackCores-held)
+	if n*per <= free {
+		return nil
+	}
+	others := "no other chain holds any"
+	if len(holders) > 0 {
+		others = "the other chains hold " + strconv.Itoa(held) + " (" + strings.Join(holders, ", ") + ")"
+	}
+	return fmt.Errorf("%w: replicas: %d instance(s) of chain %s need %d server core(s) (%d each), but %d of the rack's %d are free: "+
+		"%s; nothing changed", ErrInvalid, n, f.Deployment.Service, n*per, per, free, p.RackCores, others)
 }
 
 // Adopt brings the container runtime in line with the store after a (re)start: existing

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
@@ -136,17 +137,22 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 		describeChain(f.Chain, insts, ann)
 		st.Image = f.Chain.Summary()
 		// What an OpenFaaS user expects: replicas are the instances serving flows (attached),
-		// available ones are those running; the idle pool is described apart.
+		// available ones are those their agent reports running, lately; the idle pool is
+		// described apart.
 		st.Replicas = 0
-		idle, idleReady := 0, 0
+		idle, idleReady, draining := 0, 0, 0
 		for _, in := range insts {
+			running := p.running(in)
 			switch {
 			case in.State == store.Attached:
 				st.Replicas++
-				if in.Phase == "ready" {
+				if running {
 					st.AvailableReplicas++
 				}
-			case in.Phase == "ready":
+				if in.Draining {
+					draining++
+				}
+			case running:
 				idle++
 				idleReady++
 			default:
@@ -160,9 +166,22 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 			ann["com.keel.runs"] = "on the ToR switch only: its rules apply the chain's NFs to every packet of a matching flow; no server instance is needed"
 		} else {
 			ann["com.keel.runs"] = fmt.Sprintf("on server cores: %d attached instance(s) carry flows, %d idle in the pool", st.Replicas, idle)
+			if draining > 0 {
+				ann["com.keel.runs"] += fmt.Sprintf("; %d of the attached run the previous version until their flows end (rolling update)", draining)
+			}
 		}
 	}
 	return st, nil
+}
+
+// running tells whether an instance's agent reports it running: phase ready in a report no
+// older than ReportStale (an agent that stopped reporting does not keep it available).
+func (p *Provider) running(in *store.Instance) bool {
+	stale := p.ReportStale
+	if stale <= 0 {
+		stale = DefaultReportStale
+	}
+	return in.Phase == "ready" && time.Since(in.ReportedAt) <= stale
 }
 
 func orNone(names []string) string {
@@ -198,7 +217,13 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		if in.Reason != "" {
 			phase += " (" + in.Reason + ")"
 		}
+		if !in.ReportedAt.IsZero() && time.Since(in.ReportedAt) > DefaultReportStale {
+			phase += fmt.Sprintf(" (no report for %s)", time.Since(in.ReportedAt).Round(time.Second))
+		}
 		line := fmt.Sprintf("%s %s worker=%s vlan=%d core=%s flows=%d phase=%s", in.ID, in.State, in.Worker, in.VLAN, core, in.Flows, phase)
+		if in.Draining {
+			line += " draining"
+		}
 		if in.State == store.Attached {
 			line += fmt.Sprintf(" load=%.2f/%.2f batch=%d", in.Load, in.Threshold, in.Batch)
 			if in.Overloaded {

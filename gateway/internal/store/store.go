@@ -47,25 +47,32 @@ type Function struct {
 
 // Instance is one instance of a chain on a worker (Galleon: an sgroup with its VF and VLAN).
 type Instance struct {
-	ID         string  `json:"id"`
-	Chain      string  `json:"chain"`
-	Worker     string  `json:"worker"`
-	VFPort     uint32  `json:"vf_port"`
-	VLAN       uint32  `json:"vlan"`
-	State      string  `json:"state"` // pooled | attached
-	Core       int32   `json:"core"`  // -1 while pooled
-	Cores      int     `json:"cores"`
-	Flows      uint32  `json:"flows"`
-	RateGbps   float64 `json:"rate_gbps"`
-	P99us      float64 `json:"p99_us"`
-	QueueLen   uint32  `json:"queue_len"`
-	Packets    uint64  `json:"packets"`
-	Drops      uint64  `json:"drops"`
-	Overloaded bool    `json:"overloaded"`
-	Batch      uint32  `json:"batch"`              // bursts per turn the gateway wants
-	Phase      string  `json:"phase,omitempty"`    // the agent's report: starting | ready | failed | removing
-	Reason     string  `json:"reason,omitempty"`   // why it failed
-	Restarts   uint64  `json:"restarts,omitempty"` // rebuilds after failures, as the agent counts them
+	ID         string    `json:"id"`
+	Chain      string    `json:"chain"`
+	Worker     string    `json:"worker"`
+	VFPort     uint32    `json:"vf_port"`
+	VLAN       uint32    `json:"vlan"`
+	State      string    `json:"state"` // pooled | attached
+	Core       int32     `json:"core"`  // -1 while pooled
+	Cores      int       `json:"cores"`
+	Flows      uint32    `json:"flows"`
+	RateGbps   float64   `json:"rate_gbps"`
+	P99us      float64   `json:"p99_us"`
+	QueueLen   uint32    `json:"queue_len"`
+	Packets    uint64    `json:"packets"`
+	Drops      uint64    `json:"drops"`
+	Overloaded bool      `json:"overloaded"`
+	Batch      uint32    `json:"batch"`                // bursts per turn the gateway wants
+	Phase      string    `json:"phase,omitempty"`      // the agent's report: starting | ready | failed | removing
+	Reason     string    `json:"reason,omitempty"`     // why it failed
+	Restarts   uint64    `json:"restarts,omitempty"`   // rebuilds after failures, as the agent counts them
+	ReportedAt time.Time `json:"reported_at,omitzero"` // the agent's latest report of it
+	// A rolling update (a redeploy that changed the chain) drains the attached instances of
+	// the old version: they keep their flows, take no new ones and are removed when the flows
+	// end or at DrainUntil. Runs is the old version of the chain they still run.
+	Draining   bool         `json:"draining,omitempty"`
+	DrainUntil time.Time    `json:"drain_until,omitzero"`
+	Runs       *chain.Chain `json:"runs,omitempty"`
 	// The controller's bookkeeping (gateway/internal/policy).
 	RatePps      float64   `json:"rate_pps,omitempty"`       // packets/s, as the agent last reported
 	FlowsAtStats uint32    `json:"flows_at_stats,omitempty"` // flows assigned when RatePps was measured
