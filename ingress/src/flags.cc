@@ -53,11 +53,12 @@ control plane:
   --gateway HOST:PORT      keel-gateway's gRPC address (Control)       [127.0.0.1:50051]
   --torctl HOST:PORT       keel-torctl's gRPC address (TorControl)     [127.0.0.1:50070]
   --ingress-id ID          this ingress's name in AssignFlow and stats [ingress-0]
-  --control-token-file FILE  the control-plane token: every call to the
+  --control-token-file FILE
+                           the control-plane token: every call to the
                            gateway and torctl carries "authorization:
                            Bearer TOKEN", TOKEN this file's content (the
-                           gateway makes the file at its first start; they
-                           refuse calls without it)
+                           first of keel's servers to start makes the
+                           file; they refuse calls without it)
                            [/var/lib/keel/secrets/control-token]
   --assign-timeout-ms MS   deadline of one AssignFlow                  [500]
   --assign-attempts N      AssignFlow calls per new flow: one that runs out

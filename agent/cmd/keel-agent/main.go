@@ -80,8 +80,9 @@ MAC; with --network none it reaches only the container's own netns); af_xdp
 adds BPF, PERFMON and an unlimited memlock.
 
 Control-plane token: every call to the gateway carries "authorization: Bearer
-TOKEN", TOKEN being the content of --control-token-file, the file the gateway
-created at its first start (a copy on every worker, mode 0600). The gateway
+TOKEN", TOKEN being the content of --control-token-file, the file the first of
+keel's servers to start created (the gateway, keel-place or keel-torctl; a copy
+on every worker, mode 0600). The gateway
 refuses an agent without it or with another token (UNAUTHENTICATED); the agent
 logs that as an error and keeps trying, leaving its running instances alone.
 
@@ -151,6 +152,10 @@ func run() int {
 	if *statsEvery < 10*time.Millisecond || *heartbeat < *statsEvery {
 		return bad("--stats-interval must be >= 10ms and --heartbeat at least as long")
 	}
+	token, err := controltoken.Read(*tokenFile)
+	if err != nil {
+		return bad("--control-token-file: %v (keel's servers create it at their first start; copy it to this worker)", err)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	var provider vf.Provider
@@ -188,10 +193,6 @@ func run() int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
 		return 1
-	}
-	token, err := controltoken.Read(*tokenFile)
-	if err != nil {
-		return bad("--control-token-file: %v (the gateway creates it at its first start; copy it to this worker)", err)
 	}
 	gw, err := grpc.NewClient(*gateway, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
