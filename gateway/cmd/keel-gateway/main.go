@@ -127,6 +127,13 @@ func parseFlags(args []string) (*options, error) {
 	return o, nil
 }
 
+// grpcServer is the server of keel.v1.Control: calls without the control-plane token are
+// refused, AssignFlow is timed and counted.
+func grpcServer(token string, m *metrics.Metrics) *grpc.Server {
+	return grpc.NewServer(grpc.ChainUnaryInterceptor(controltoken.UnaryServerInterceptor(token), m.AssignFlowInterceptor),
+		grpc.StreamInterceptor(controltoken.StreamServerInterceptor(token)))
+}
+
 // defaultKeelNF is the keel-nf beside this binary (both are in build/bin).
 func defaultKeelNF() string {
 	exe, err := os.Executable()
@@ -232,8 +239,7 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(controltoken.UnaryServerInterceptor(token), m.AssignFlowInterceptor),
-		grpc.StreamInterceptor(controltoken.StreamServerInterceptor(token)))
+	gs := grpcServer(token, m)
 	pol := policy.Keel()
 	pol.PoolLow, pol.PoolHigh = o.pool, o.poolMax
 	table, err := costs.Load(o.nfCosts, o.chainCosts)
