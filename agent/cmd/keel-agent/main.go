@@ -82,9 +82,10 @@ adds BPF, PERFMON and an unlimited memlock.
 Control-plane token: every call to the gateway carries "authorization: Bearer
 TOKEN", TOKEN being the content of --control-token-file, the file the first of
 keel's servers to start created (the gateway, keel-place or keel-torctl; a copy
-on every worker, mode 0600). The gateway
-refuses an agent without it or with another token (UNAUTHENTICATED); the agent
-logs that as an error and keeps trying, leaving its running instances alone.
+on every worker, mode 0600). The gateway refuses an agent without it or with
+another token (UNAUTHENTICATED); the agent logs that as an error and keeps
+trying, leaving its running instances alone. Without a readable token file the
+agent does not start (exit status 2).
 
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
 containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
