@@ -90,6 +90,7 @@ build: deps
 	$(PY) proto/genpy.py ingress/torctl/keel_torctl/gen control torctl
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(BUILD)/py --grpc_python_out=$(BUILD)/py \
 	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto proto/keel/v1/torctl.proto
+	cp proto/keel/v1/controltoken.py $(BUILD)/py/keel/v1/
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
 	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent

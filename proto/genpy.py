@@ -1,6 +1,7 @@
 """Generate a Python package's gRPC stubs from proto/keel/v1, into OUT (e.g. keel_placer/gen),
 with the stubs importing each other package-relatively (from . import x_pb2), so that the
-package works wherever it is installed.
+package works wherever it is installed. The control-plane token's helpers
+(proto/keel/v1/controltoken.py) are copied beside them.
 
     python proto/genpy.py OUT PROTO [PROTO ...]     e.g. placer/keel_placer/gen placer
 
@@ -10,6 +11,7 @@ Run at build time (`make build`); the generated code is not committed.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -37,6 +39,7 @@ def main(argv: list[str]) -> int:
     # protoc writes imports of the top-level package keel.v1; make them package-relative.
     for f in gen.glob("*_pb2*.py"):
         f.write_text(re.sub(r"^from keel\.v1 import", "from . import", f.read_text(), flags=re.M))
+    shutil.copyfile(PROTO_ROOT / "keel" / "v1" / "controltoken.py", gen / "controltoken.py")
     return 0
 
 

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Fixtures for the gateway tests: a private dockerd, redis-server, the placer service and
-keel-gateway, each started by the test and stopped by its PID."""
+keel-gateway, each started by the test and stopped by its PID; the placer and the gateway share
+a control-plane token of the test's own."""
 import os
 import shutil
 import signal
@@ -63,14 +64,20 @@ def redis_addr(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def placer_addr(tmp_path_factory):
+def control_token(tmp_path_factory) -> Path:
+    """The control-plane token file of the module's placer and gateway (keel-place makes it)."""
+    return tmp_path_factory.mktemp("secrets") / "control-token"
+
+
+@pytest.fixture(scope="module")
+def placer_addr(tmp_path_factory, control_token):
     exe = ROOT / ".venv" / "bin" / "keel-place"
     if not exe.exists():
         pytest.fail(f"{exe} is missing: run make build")
     port = free_port()
     log = open(tmp_path_factory.mktemp("placer") / "placer.log", "w")
-    proc = subprocess.Popen([str(exe), "serve", "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "KEEL_NF_PROFILE": "none"})
+    proc = subprocess.Popen([str(exe), "serve", "--listen", f"127.0.0.1:{port}", "--control-token-file", str(control_token)],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "KEEL_NF_PROFILE": "none"})
     wait_port(port, proc, "keel-place serve", 30)
     yield f"127.0.0.1:{port}"
     stop(proc)
@@ -129,8 +136,9 @@ def docker_engine():
 class Gateway:
     """keel-gateway on free loopback ports, restartable; faas-cli runs with its own HOME."""
 
-    def __init__(self, workdir: Path, redis: str, placer: str, docker: str):
+    def __init__(self, workdir: Path, redis: str, placer: str, docker: str, token_file: Path):
         self.workdir = workdir
+        self.token_file = token_file
         self.port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.grpc = f"127.0.0.1:{self.grpc_port}"
@@ -138,7 +146,7 @@ class Gateway:
         self.args = [str(BIN / "keel-gateway"), "--listen", f"127.0.0.1:{self.port}",
                      "--grpc-listen", self.grpc, "--redis", redis, "--placer", placer,
                      "--secrets", str(self.secrets), "--topology", str(ROOT / "deploy" / "local" / "topology.yaml"),
-                     "--docker", docker]
+                     "--docker", docker, "--control-token-file", str(token_file)]
         self.env = {**os.environ, "HOME": str(workdir / "home")}
         (workdir / "home").mkdir(exist_ok=True)
         self.proc = None
@@ -154,19 +162,22 @@ class Gateway:
     def password(self) -> str:
         return (self.secrets / "basic-auth-password").read_text().strip()
 
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
     def faas(self, *args, stdin=None, timeout=60) -> subprocess.CompletedProcess:
         return subprocess.run([FAAS_CLI, *args, "-g", self.url], input=stdin, capture_output=True, text=True,
                               env=self.env, cwd=ROOT, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, redis_addr, placer_addr, docker_engine):
+def gateway(tmp_path_factory, redis_addr, placer_addr, docker_engine, control_token):
     binary = BIN / "keel-gateway"
     if not binary.exists():
         pytest.fail(f"{binary} is missing: run make build")
     if not Path(FAAS_CLI).exists():
         pytest.skip("faas-cli is not installed")
-    gw = Gateway(tmp_path_factory.mktemp("gateway"), redis_addr, placer_addr, docker_engine.host)
+    gw = Gateway(tmp_path_factory.mktemp("gateway"), redis_addr, placer_addr, docker_engine.host, control_token)
     gw.start()
     yield gw
     gw.stop()

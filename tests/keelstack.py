@@ -161,13 +161,13 @@ def all_ready(name: str):
 
 @contextlib.contextmanager
 def control_stub():
-    """(control_pb2, a Control stub on the gateway)."""
+    """(control_pb2, a Control stub on the gateway, with the stack's control-plane token)."""
     sys.path.insert(0, str(ROOT / "build" / "py"))
     try:
-        import grpc
         pb = importlib.import_module("keel.v1.control_pb2")
         pb_grpc = importlib.import_module("keel.v1.control_pb2_grpc")
-        with grpc.insecure_channel(CONTROL) as ch:
+        controltoken = importlib.import_module("keel.v1.controltoken")
+        with controltoken.channel(CONTROL, controltoken.read(str(RUN / "secrets" / "control-token"))) as ch:
             yield pb, pb_grpc.ControlStub(ch)
     finally:
         sys.path.remove(str(ROOT / "build" / "py"))

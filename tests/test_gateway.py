@@ -6,6 +6,7 @@ import importlib
 import json
 import re
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from gateway_fixtures import ROOT, docker_engine, gateway, placer_addr, redis_addr  # noqa: F401  (fixtures)
+from gateway_fixtures import ROOT, control_token, docker_engine, gateway, placer_addr, redis_addr  # noqa: F401  (fixtures)
 
 STACK = ROOT / "stack.yml"
 CHAINS = ["chain1", "chain2", "chain3"]
@@ -232,17 +233,36 @@ def control_pb(tmp_path_factory):
     out = tmp_path_factory.mktemp("pb")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(ROOT / "proto"), f"--python_out={out}",
                     f"--grpc_python_out={out}", "keel/v1/control.proto"], check=True)
+    shutil.copyfile(ROOT / "proto" / "keel" / "v1" / "controltoken.py", out / "keel" / "v1" / "controltoken.py")
     sys.path.insert(0, str(out))
     try:
-        yield importlib.import_module("keel.v1.control_pb2"), importlib.import_module("keel.v1.control_pb2_grpc")
+        yield (importlib.import_module("keel.v1.control_pb2"), importlib.import_module("keel.v1.control_pb2_grpc"),
+               importlib.import_module("keel.v1.controltoken"))
     finally:
         sys.path.remove(str(out))
 
 
+def test_control_api_refuses_calls_without_the_control_token(gateway, control_pb):
+    import grpc
+    pb, pb_grpc, controltoken = control_pb
+    assert gateway.token_file.stat().st_mode & 0o777 == 0o600
+    for ch, why in ((grpc.insecure_channel(gateway.grpc), 'no "authorization: Bearer TOKEN"'),
+                    (controltoken.channel(gateway.grpc, "x" * 64), "wrong token")):
+        with ch:
+            stub = pb_grpc.ControlStub(ch)
+            for call in (lambda: stub.RegisterWorker(pb.RegisterWorkerRequest(worker="intruder", cores=1), timeout=10),
+                         lambda: next(stub.Watch(pb.WatchRequest(watcher="intruder"), timeout=10))):
+                with pytest.raises(grpc.RpcError) as e:
+                    call()
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and why in e.value.details()
+    with controltoken.channel(gateway.grpc, gateway.token()) as ch:  # the placer's token is the gateway's
+        pb_grpc.ControlStub(ch).ListFlows(pb.ListFlowsRequest(), timeout=10)
+
+
 def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
     import grpc
-    pb, pb_grpc = control_pb
-    with grpc.insecure_channel(gateway.grpc) as ch:
+    pb, pb_grpc, controltoken = control_pb
+    with controltoken.channel(gateway.grpc, gateway.token()) as ch:
         stub = pb_grpc.ControlStub(ch)
         watch = stub.Watch(pb.WatchRequest(watcher="test"), timeout=10)
         first = [next(watch) for _ in range(6)]

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """keel-ingress on its own: a real process on a veth pair into a network namespace of the
 test's own (DPDK net_af_packet on the host side), with small in-test gRPC servers standing
-in for the gateway (Control) and keel-torctl (TorControl). The test plays the ToR: it sends
-table-miss packets from the namespace side and reads what the ingress sends back."""
+in for the gateway (Control) and keel-torctl (TorControl); like the real ones they refuse calls
+without the control-plane token. The test plays the ToR: it sends table-miss packets from the
+namespace side and reads what the ingress sends back."""
 import asyncio
 import ctypes
 import json
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT / "build" / "py"))
 import grpc  # noqa: E402
 from keel.v1 import control_pb2 as cpb  # noqa: E402
 from keel.v1 import control_pb2_grpc as cgrpc  # noqa: E402
+from keel.v1 import controltoken  # noqa: E402
 from keel.v1 import torctl_pb2 as tpb  # noqa: E402
 from keel.v1 import torctl_pb2_grpc as tgrpc  # noqa: E402
 
@@ -36,6 +38,7 @@ CHAINS = {"a-udp": "udp dst portrange 5000-6999", "b-tcp": "tcp"}
 REFUSE, SLOW, TOR_FAILS, LATE_ONCE = 6001, 6002, 6003, 6004  # dst ports the fakes answer badly
 ASSIGN_TIMEOUT_MS = 300
 STAGE1_DELAY_S = 0.01
+TOKEN = "0123456789abcdef0123456789abcdef"  # the fakes' control-plane token
 
 
 def frame(sport: int, dport: int, seq: int, proto: int = 17) -> bytes:
@@ -112,8 +115,32 @@ class FakeTorctl(tgrpc.TorControlServicer):
         return tpb.InstallFlowResponse(cookie=1)
 
 
+class RequireToken(grpc.aio.ServerInterceptor):
+    """Refuses calls without TOKEN (UNAUTHENTICATED), as the gateway and keel-torctl do, and
+    records each refused call's method and reason in servicer.refused."""
+
+    def __init__(self, servicer):
+        self.refused = servicer.refused = []
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        why = controltoken.check(details.invocation_metadata, TOKEN)
+        if handler is None or not why:
+            return handler
+        self.refused.append((details.method, why))
+
+        async def refuse(_request, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+
+        ser = dict(request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(refuse, **ser)
+        return grpc.unary_unary_rpc_method_handler(refuse, **ser)
+
+
 class Server:
-    """A grpc.aio server for one servicer on 127.0.0.1, on an event loop thread of its own."""
+    """A grpc.aio server for one servicer on 127.0.0.1, on an event loop thread of its own,
+    wanting TOKEN."""
 
     def __init__(self, add, servicer):
         self.loop = asyncio.new_event_loop()
@@ -121,7 +148,7 @@ class Server:
         self.thread.start()
 
         async def start():
-            server = grpc.aio.server()
+            server = grpc.aio.server(interceptors=[RequireToken(servicer)])
             add(servicer, server)
             port = server.add_insecure_port("127.0.0.1:0")
             await server.start()
@@ -233,11 +260,14 @@ def drops(m: dict, reason: str) -> float:
 class Ingress:
     """A keel-ingress process on the veth `host`, talking to the fakes."""
 
-    def __init__(self, tmp_path, host, gateway, torctl, *extra):
+    def __init__(self, tmp_path, host, gateway, torctl, *extra, chains=len(CHAINS)):
         self.metrics_addr = f"127.0.0.1:{free_port()}"
         self.stats = tmp_path / "ingress.json"
+        token_file = tmp_path / "control-token"
+        token_file.write_text(TOKEN + "\n")
         self.proc = subprocess.Popen(
             [str(BIN / "keel-ingress"), "--gateway", gateway, "--torctl", torctl,
+             "--control-token-file", str(token_file),
              "--metrics", self.metrics_addr, "--stats-json", str(self.stats), "--report-interval-ms", "500",
              "--assign-timeout-ms", str(ASSIGN_TIMEOUT_MS), "--install-timeout-ms", "1000",
              "--retry-backoff-ms", "100", *extra, "--",
@@ -250,13 +280,13 @@ class Ingress:
         while time.time() < end:  # up, and the chains arrived
             assert self.proc.poll() is None, self.proc.stderr.read()
             try:
-                if metrics(self.metrics_addr).get("keel_ingress_chains") == len(CHAINS):
+                if metrics(self.metrics_addr).get("keel_ingress_chains") == chains:
                     return
             except OSError:
                 pass
             time.sleep(0.1)
         self.stop()
-        pytest.fail("keel-ingress did not load the chains within 10 s")
+        pytest.fail(f"keel-ingress did not have {chains} chains within 10 s")
 
     def metrics(self):
         return metrics(self.metrics_addr)
@@ -286,8 +316,8 @@ def rig(tmp_path):
     with netns.veth_into_netns("keel") as (ns, host, peer):
         wire = Wire(ns, peer)
 
-        def start(*extra):
-            ing = Ingress(tmp_path, host, gw_server.addr, tor_server.addr, *extra)
+        def start(*extra, **kw):
+            ing = Ingress(tmp_path, host, gw_server.addr, tor_server.addr, *extra, **kw)
             started.append(ing)
             return ing
 
@@ -346,6 +376,32 @@ def test_first_packets_of_1000_flows_come_back_in_order_after_stage1(rig):
     assert ing.stop() < 1.0
     st = json.loads(ing.stats.read_text())
     assert st["flows_installed"] == n_flows and st["install_p99_ms"] > 0
+
+
+def test_every_call_carries_the_control_token(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--report-interval-ms", "200")
+    sent = [frame(30000, 5001, s) for s in range(3)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent))
+    assert wire.wait_for(lambda: bool(gw.reports) and len(tor.stage2_asked) == 1, timeout=3)
+    assert gw.assigned and tor.stage1_ack  # Watch, AssignFlow, InstallFlow and stats all got through
+    assert gw.refused == [] and tor.refused == []
+    ing.stop()
+
+
+def test_a_wrong_control_token_is_refused_and_no_chain_is_loaded(rig, tmp_path):
+    start, wire, gw, tor, _ = rig
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("fedcba9876543210fedcba9876543210\n")
+    ing = start("--control-token-file", str(wrong), chains=0)
+    assert wire.wait_for(lambda: any(m.endswith("/Watch") for m, _ in gw.refused), timeout=5), gw.refused
+    assert all("wrong token" in why for _, why in gw.refused)
+    wire.send([frame(30001, 5001, 0)])  # no chain known yet: the no-chain path, no AssignFlow
+    time.sleep(0.3)
+    assert ing.metrics()["keel_ingress_chains"] == 0 and not gw.assigned
+    ing.stop()
+    assert "wrong token" in ing.proc.stderr.read()
 
 
 def test_no_chain_forward_drop_and_malformed(rig):

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""make up / make down: the local stack starts in the background and every part answers, a
-second make up is quick and changes nothing, and make down leaves no process, bridge, veth,
-netns or mount behind: after a normal run, after a crash, with stale PID files and when
-nothing runs. Holds /tmp/keel-core1.lock throughout (make up starts keel-coopsched on core 1)."""
+"""make up / make down: the local stack starts in the background and every part answers (its gRPC
+servers only to calls with the control-plane token), a second make up is quick and changes
+nothing, and make down leaves no process, bridge, veth, netns or mount behind: after a normal run,
+after a crash, with stale PID files and when nothing runs. Holds /tmp/keel-core1.lock throughout
+(make up starts keel-coopsched on core 1)."""
 import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -115,6 +117,29 @@ def sh(*args, check=True) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, check=check, timeout=30)
 
 
+def assert_token_required(method: str, port: int) -> None:
+    """The gRPC server on 127.0.0.1:port answers method (an empty request) with the stack's
+    control-plane token, and refuses it without (UNAUTHENTICATED) or with another token."""
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        import grpc
+        from keel.v1 import controltoken
+        token = controltoken.read(str(RUN / "secrets" / "control-token"))
+        addr = f"127.0.0.1:{port}"
+        with controltoken.channel(addr, token) as ch:
+            ch.unary_unary(method)(b"", timeout=10)
+        for ch in (grpc.insecure_channel(addr), controltoken.channel(addr, "0" * 64)):
+            with ch:
+                try:
+                    ch.unary_unary(method)(b"", timeout=10)
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.UNAUTHENTICATED, (method, e)
+                else:
+                    raise AssertionError(f"{method} on {addr} answered a call without the token")
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
 def link_exists(name: str) -> bool:
     return sh("ip", "link", "show", "dev", name, check=False).returncode == 0
 
@@ -166,6 +191,10 @@ def test_make_up_twice_then_make_down_leaves_nothing():
     assert os.path.exists("/run/keel/coopsched.sock")
     assert http_status("http://127.0.0.1:9101/healthz") == 200
     assert sh("mountpoint", "-q", PKTBUF, check=False).returncode == 0
+    assert (RUN / "secrets" / "control-token").stat().st_mode & 0o777 == 0o600
+    assert_token_required("/keel.v1.Control/ListFlows", 50051)
+    assert_token_required("/keel.v1.Placer/Parse", 50062)
+    assert_token_required("/keel.v1.TorControl/Status", 50070)
 
     again = up()
     assert pid_files() == pids, "a second make up restarted something"

@@ -21,6 +21,11 @@
 #   prometheus       http://127.0.0.1:9090, scraping all of the above (deploy/local/prometheus.yml),
 #                    its data in run/prometheus/ kept 2 hours
 #
+# Every gRPC call between keel's parts carries the control-plane token, run/secrets/control-token
+# (random, mode 0600; keel-place creates it at the first make up, every part gets
+# --control-token-file), and is refused without it. Like the basic-auth password beside it, it
+# survives make down.
+#
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
 # stack runs only checks that every part answers. Must run as root.
@@ -153,6 +158,7 @@ done
 
 start=$SECONDS
 mkdir -p "$RUN/redis" "$RUN/ovs" "$RUN/secrets"
+TOKEN=$RUN/secrets/control-token
 cd "$ROOT"
 say "starting keel's local stack (logs and PID files in $RUN)"
 
@@ -223,11 +229,12 @@ else
 fi
 
 alive keel-place > /dev/null || port_free 127.0.0.1:50062
-part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:50062
+part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:50062 \
+  --control-token-file "$TOKEN"
 
 for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
-  --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" \
+  --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
   --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
   --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
@@ -245,8 +252,8 @@ else
 fi
 
 alive keel-agent > /dev/null || port_free 127.0.0.1:9101
-part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --worker local \
-  --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" --cores "$MANAGED_CORES" \
+part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --control-token-file "$TOKEN" \
+  --worker local --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" --cores "$MANAGED_CORES" \
   --ovsdb "unix:$RUN/ovs/db.sock" --pktbuf-dir "$PKTBUF" --redis 127.0.0.1:6379 \
   --redis-socket "$RUN/redis.sock" --listen 127.0.0.1:9101
 
@@ -296,11 +303,12 @@ torctl_ok() {
 }
 alive keel-torctl > /dev/null || for addr in 127.0.0.1:6653 127.0.0.1:50070 127.0.0.1:9102; do port_free $addr; done
 part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:50070 --ofp-listen 127.0.0.1:6653 \
-  --gateway 127.0.0.1:50051 --ingress-port keel-ting --egress-port keel-tsink --metrics 127.0.0.1:9102
+  --gateway 127.0.0.1:50051 --control-token-file "$TOKEN" --ingress-port keel-ting --egress-port keel-tsink \
+  --metrics 127.0.0.1:9102
 
 ingress_ok() { http_ok http://127.0.0.1:9103/metrics; }
 alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
-part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 \
+part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 --control-token-file "$TOKEN" \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
@@ -326,6 +334,7 @@ keel is up ($((SECONDS - start)) s).
   metrics   http://127.0.0.1:9090 (Prometheus, scraping gateway, agent, torctl, ingress)
   password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
   log in    faas-cli login --password-stdin < $password
+  gRPC      every call carries the control-plane token in $TOKEN
   OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show
   ToR flows ovs-ofctl -O OpenFlow13 dump-flows unix:$RUN/ovs/keel-tor.mgmt
   traffic   ip netns exec keelsrc ...  (source, 198.18.0.1; sends through the ToR)

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "control_token.h"
 #include "filter_set.h"
 
 namespace keel::ingress {
@@ -109,6 +110,7 @@ template <class Resp, class Prepare, class Done>
 void Control::Issue(int timeout_ms, Prepare prepare, Done done) {
   auto* call = new TypedCall<Resp>;
   call->ctx.set_deadline(In(timeout_ms));
+  AddControlToken(&call->ctx, cfg_.token);
   /* A channel between reconnect attempts (the gateway or torctl restarted a
    * moment ago) would fail the call at once; the flow can wait its deadline. */
   call->ctx.set_wait_for_ready(true);
@@ -284,6 +286,7 @@ void Control::WatchLoop() {
   int backoff = kWatchBackoffMinMs;
   while (true) {
     grpc::ClientContext ctx;
+    AddControlToken(&ctx, cfg_.token);
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stopping_) return;
@@ -374,6 +377,7 @@ void Control::ReportLoop() {
 
     grpc::ClientContext ctx;
     ctx.set_deadline(In(kReportTimeoutMs));
+    AddControlToken(&ctx, cfg_.token);
     v1::ReportIngressStatsResponse resp;
     grpc::Status rs = gateway_->ReportIngressStats(&ctx, st, &resp);
     /* Say so when reporting starts or stops failing, not every interval. */

@@ -37,6 +37,7 @@ struct ControlConfig {
   std::string gateway = "127.0.0.1:50051";
   std::string torctl = "127.0.0.1:50070";
   std::string ingress_id = "ingress-0";
+  std::string token;  /* the control-plane token every call carries (control_token.h) */
   uint32_t idle_timeout_s = 0;
   int assign_timeout_ms = 500;
   /* AssignFlow is idempotent (a flow already assigned gets its assignment

@@ -53,6 +53,13 @@ control plane:
   --gateway HOST:PORT      keel-gateway's gRPC address (Control)       [127.0.0.1:50051]
   --torctl HOST:PORT       keel-torctl's gRPC address (TorControl)     [127.0.0.1:50070]
   --ingress-id ID          this ingress's name in AssignFlow and stats [ingress-0]
+  --control-token-file FILE
+                           the control-plane token: every call to the
+                           gateway and torctl carries "authorization:
+                           Bearer TOKEN", TOKEN this file's content (the
+                           first of keel's servers to start makes the
+                           file; they refuse calls without it)
+                           [/var/lib/keel/secrets/control-token]
   --assign-timeout-ms MS   deadline of one AssignFlow                  [500]
   --assign-attempts N      AssignFlow calls per new flow: one that runs out
                            of time or finds the gateway unavailable is
@@ -97,7 +104,7 @@ example (the ToR's ingress port is the veth keel-ing, read with AF_PACKET):
     --stats-json /tmp/ingress.json -- -l 0 --no-pci --no-huge -m 512 --no-shconf \
     --vdev net_af_packet0,iface=keel-ing
 
-SIGTERM or SIGINT: exits within a second. Exit status 2: bad flags.
+SIGTERM or SIGINT: exits within a second. Exit status 2: bad flags or no usable token file.
 )";
 }
 
@@ -106,6 +113,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--gateway", [&](const std::string& v) { f->control.gateway = v; return !v.empty(); }},
       {"--torctl", [&](const std::string& v) { f->control.torctl = v; return !v.empty(); }},
       {"--ingress-id", [&](const std::string& v) { f->control.ingress_id = v; return !v.empty(); }},
+      {"--control-token-file", [&](const std::string& v) { f->control_token_file = v; return !v.empty(); }},
       {"--metrics", [&](const std::string& v) { f->metrics = v; return true; }},
       {"--stats-json", [&](const std::string& v) { f->stats_json = v; return !v.empty(); }},
       {"--no-chain",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "control.h"
+#include "control_token.h"
 #include "dataplane.h"
 
 namespace keel::ingress {
@@ -14,6 +15,7 @@ namespace keel::ingress {
 struct Flags {
   ControlConfig control;
   DataPlaneConfig dataplane;
+  std::string control_token_file = kDefaultControlTokenFile;
   std::string metrics = "127.0.0.1:9103";
   std::string stats_json;
   std::vector<std::string> eal;  /* argv for rte_eal_init, program name first */

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "control.h"
+#include "control_token.h"
 #include "dataplane.h"
 #include "flags.h"
 #include "keel/port.h"
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
   if (flags.help) {
     std::fputs(Usage().c_str(), stdout);
     return 0;
+  }
+  if (!ReadControlToken(flags.control_token_file, &flags.control.token, &err)) {
+    std::fprintf(stderr, "keel-ingress: --control-token-file: %s\n", err.c_str());
+    return 2;
   }
   return Run(flags);
 }

@@ -133,6 +133,11 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     sp = sub.add_parser("serve", help="run the gRPC service (keel.v1.Placer: Parse, Place)",
                         description="Serve keel.v1.Placer over gRPC until interrupted.")
     sp.add_argument("--listen", default="127.0.0.1:50062", metavar="ADDR:PORT")
+    sp.add_argument("--control-token-file", metavar="FILE",
+                    help="the control-plane token: calls without \"authorization: Bearer TOKEN\" (TOKEN "
+                         "this file's content) are refused (UNAUTHENTICATED); created (random, mode "
+                         "0600) if missing; keel-gateway must be given the same file "
+                         "(default /var/lib/keel/secrets/control-token)")
     sp.add_argument("--nf-profile", metavar="FILE|none")
     catalog(sp)
     refine_cli.add_parsers(sub)
@@ -229,10 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser(argv).parse_args(argv)
     try:
         if args.cmd == "serve":
-            from .service import serve
+            from .service import controltoken, serve
             try:
-                serve(args.listen, _nf_profile(args.nf_profile))
-            except CatalogError as e:
+                serve(args.listen, args.control_token_file or controltoken.DEFAULT_FILE,
+                      _nf_profile(args.nf_profile))
+            except (CatalogError, controltoken.TokenError) as e:
                 raise BadInput(str(e)) from e
             return 0
         if args.cmd == "parse":

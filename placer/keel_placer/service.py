@@ -19,6 +19,7 @@ from .spec import parse_spec
 from .topology import TopologyError, parse_topology_text
 
 try:
+    from .gen.keel.v1 import controltoken
     from .gen.keel.v1 import placer_pb2 as pb
     from .gen.keel.v1 import placer_pb2_grpc as pb_grpc
 except ImportError as e:  # pragma: no cover - only without `make build`
@@ -109,11 +110,13 @@ class PlacerService(pb_grpc.PlacerServicer):
             os.unlink(f.name)
 
 
-def start(listen: str, nf_profile: str | None = None) -> tuple[grpc.Server, int]:
+def start(listen: str, token: str, nf_profile: str | None = None) -> tuple[grpc.Server, int]:
     """Start the server on `listen` (host:port, port 0 picks one); returns it and its port.
+    Calls without the control-plane token `token` are refused (UNAUTHENTICATED).
     The library's catalogue is loaded first, so a missing one stops the start (CatalogError)."""
     library()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         interceptors=[controltoken.ServerInterceptor(token)])
     pb_grpc.add_PlacerServicer_to_server(PlacerService(nf_profile), server)
     port = server.add_insecure_port(listen)
     if port == 0:
@@ -122,9 +125,12 @@ def start(listen: str, nf_profile: str | None = None) -> tuple[grpc.Server, int]
     return server, port
 
 
-def serve(listen: str, nf_profile: str | None = None) -> None:
-    """Serve until interrupted (keel-place serve)."""
-    server, port = start(listen, nf_profile)
+def serve(listen: str, token_file: str, nf_profile: str | None = None) -> None:
+    """Serve until interrupted (keel-place serve), creating the token file if it is missing."""
+    token, created = controltoken.ensure(token_file)
+    said = "generated the control-plane token in" if created else "control-plane token from"
+    print(f"keel-place: {said} {token_file}", flush=True)
+    server, port = start(listen, token, nf_profile)
     print(f"keel-place: serving keel.v1.Placer on {listen.rsplit(':', 1)[0]}:{port}", flush=True)
     try:
         server.wait_for_termination()

@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import grpc
 import pytest
 
 from keel_placer.catalog import load_profiles
 from keel_placer.pattern import Problem
-from keel_placer.service import pb_grpc, start
+from keel_placer.service import controltoken, pb_grpc, start
 from keel_placer.spec import parse_spec
 from keel_placer.topology import load_topology
 
 # Tests must not pick up a bench/results/nf_profile.json measured on some machine.
 os.environ["KEEL_NF_PROFILE"] = "none"
+
+# The control-plane token of the tests' keel-place services.
+TOKEN = "0123456789abcdef0123456789abcdef"
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -28,8 +30,8 @@ def examples() -> Path:
 @pytest.fixture
 def stub():
     """A PlacerStub on a keel-place gRPC service of the test's own (loopback, free port)."""
-    server, port = start("127.0.0.1:0")
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    server, port = start("127.0.0.1:0", TOKEN)
+    channel = controltoken.channel(f"127.0.0.1:{port}", TOKEN)
     try:
         yield pb_grpc.PlacerStub(channel)
     finally:

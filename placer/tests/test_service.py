@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
-from keel_placer.service import pb
+from conftest import TOKEN
+from keel_placer.service import controltoken, pb, pb_grpc, start
 
 
 def test_parse_returns_graph(stub, examples):
@@ -46,3 +48,37 @@ def test_place_bad_inputs(stub, examples):
     assert not r.ok and "switch: 'kind' must be pisa or openflow" in r.input_error
     r = stub.Place(pb.PlaceRequest(spec=spec, topology_yaml="x: 1", algo="fastest"), timeout=10)
     assert not r.ok and "unknown algo 'fastest'" in r.input_error
+
+
+@pytest.fixture
+def server():
+    """A keel-place gRPC service wanting conftest's TOKEN; yields its address."""
+    srv, port = start("127.0.0.1:0", TOKEN)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        srv.stop(grace=None)
+
+
+@pytest.mark.parametrize("token, why", [
+    (None, 'no "authorization: Bearer TOKEN" metadata'),
+    ("fedcba9876543210fedcba9876543210", "wrong token"),
+])
+def test_calls_without_the_control_token_are_refused(server, token, why):
+    channel = grpc.insecure_channel(server) if token is None else controltoken.channel(server, token)
+    with channel:
+        with pytest.raises(grpc.RpcError) as e:
+            pb_grpc.PlacerStub(channel).Parse(pb.ParseRequest(spec="flow f = []\n"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert why in e.value.details()
+
+
+def test_serve_creates_a_private_token_file_at_first_start(tmp_path):
+    path = tmp_path / "secrets" / "control-token"
+    token, created = controltoken.ensure(str(path))
+    assert created and len(token) == 64
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert controltoken.ensure(str(path)) == (token, False)
+    path.write_text("short\n")
+    with pytest.raises(controltoken.TokenError, match="at least 16"):
+        controltoken.ensure(str(path))

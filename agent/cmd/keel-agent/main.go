@@ -22,6 +22,7 @@ import (
 	"github.com/keel-nfv/keel/agent/internal/agent"
 	"github.com/keel-nfv/keel/agent/internal/runtime"
 	"github.com/keel-nfv/keel/agent/internal/vf"
+	"github.com/keel-nfv/keel/internal/controltoken"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -78,6 +79,14 @@ Position 0's container gets CAP_NET_ADMIN (DPDK sets vf0 promiscuous and its
 MAC; with --network none it reaches only the container's own netns); af_xdp
 adds BPF, PERFMON and an unlimited memlock.
 
+Control-plane token: every call to the gateway carries "authorization: Bearer
+TOKEN", TOKEN being the content of --control-token-file, the file the first of
+keel's servers to start created (the gateway, keel-place or keel-torctl; a copy
+on every worker, mode 0600). The gateway refuses an agent without it or with
+another token (UNAUTHENTICATED); the agent logs that as an error and keeps
+trying, leaving its running instances alone. Without a readable token file the
+agent does not start (exit status 2).
+
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
 containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
 
@@ -96,6 +105,7 @@ func run() int {
 	}
 	var (
 		gateway     = fs.String("gateway", "127.0.0.1:50051", "the gateway's keel.v1.Control gRPC address `HOST:PORT`")
+		tokenFile   = fs.String("control-token-file", controltoken.DefaultFile, "`FILE` holding the control-plane token (see above)")
 		worker      = fs.String("worker", "local", "this worker's `NAME`: the placer topology's server name (local for make up)")
 		dockerHost  = fs.String("docker", "unix:///var/run/docker.sock", "the Docker engine `URL`")
 		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
@@ -143,6 +153,10 @@ func run() int {
 	if *statsEvery < 10*time.Millisecond || *heartbeat < *statsEvery {
 		return bad("--stats-interval must be >= 10ms and --heartbeat at least as long")
 	}
+	token, err := controltoken.Read(*tokenFile)
+	if err != nil {
+		return bad("--control-token-file: %v (keel's servers create it at their first start; copy it to this worker)", err)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	var provider vf.Provider
@@ -181,7 +195,7 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
 		return 1
 	}
-	gw, err := grpc.NewClient(*gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	gw, err := grpc.NewClient(*gateway, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
 		return bad("--gateway: %v", err)
 	}

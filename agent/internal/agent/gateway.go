@@ -8,6 +8,8 @@ import (
 	"time"
 
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Reconnect backoff toward the gateway, Docker's and coopsched's event streams.
@@ -43,7 +45,12 @@ func (a *Agent) followGateway(ctx context.Context) {
 		if synced {
 			wait = backoffMin
 		}
-		a.Log.Warn("gateway: watch ended; reconnecting", "err", err, "in", wait.String())
+		if status.Code(err) == codes.Unauthenticated {
+			a.Log.Error("gateway: refused this agent's control-plane token (--control-token-file must hold "+
+				"the gateway's token); trying again", "err", err, "in", wait.String())
+		} else {
+			a.Log.Warn("gateway: watch ended; reconnecting", "err", err, "in", wait.String())
+		}
 		if !sleepCtx(ctx, wait) {
 			return
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
+	"github.com/keel-nfv/keel/internal/controltoken"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/auth"
 	"google.golang.org/grpc"
@@ -40,6 +41,7 @@ import (
 
 type options struct {
 	listen, grpcListen, redis, placer, torctl, secrets, topology, docker, algo, keelNF, cpuset string
+	controlToken                                                                               string
 	noAuth                                                                                     bool
 	pool, poolMax                                                                              int
 	scalePeriod, sample, history                                                               time.Duration
@@ -64,7 +66,12 @@ func parseFlags(args []string) (*options, error) {
 			"--docker). A packet function's schema is read from its image when it is deployed\n"+
 			"(IMAGE --list --json); without a container engine from its annotation com.keel.nf, a\n"+
 			"catalogue entry {\"name\": NF, \"args\": [...]}, else it takes no arguments. Its label\n"+
-			"com.keel.cycles gives the placer its cost (server cycles per packet, default 500).\n\n")
+			"com.keel.cycles gives the placer its cost (server cycles per packet, default 500).\n\n"+
+			"Control-plane token: every gRPC call between the gateway, keel-agent, keel-ingress,\n"+
+			"keel-place and keel-torctl carries \"authorization: Bearer TOKEN\"; keel.v1.Control refuses\n"+
+			"a call without it (UNAUTHENTICATED), and the gateway sends it to the placer and keel-torctl.\n"+
+			"TOKEN is the content of --control-token-file, created at first start (random, mode 0600)\n"+
+			"if it does not exist; give the same file to every other component.\n\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
@@ -75,6 +82,8 @@ func parseFlags(args []string) (*options, error) {
 		"(their instance's flow count drops); \"\" = no ToR")
 	fs.StringVar(&o.secrets, "secrets", "/var/lib/keel/secrets", "directory of basic-auth-user and basic-auth-password (created on first start)\n"+
 		"and, in functions/, the secrets of faas-cli secret create")
+	fs.StringVar(&o.controlToken, "control-token-file", "", "the control-plane token (see above), created if missing\n"+
+		"(default: control-token in --secrets)")
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
@@ -116,6 +125,13 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("--ui-sample must be positive and --ui-history at least one sample (got %v, %v)", o.sample, o.history)
 	}
 	return o, nil
+}
+
+// grpcServer is the server of keel.v1.Control: calls without the control-plane token are
+// refused, AssignFlow is timed and counted.
+func grpcServer(token string, m *metrics.Metrics) *grpc.Server {
+	return grpc.NewServer(grpc.ChainUnaryInterceptor(controltoken.UnaryServerInterceptor(token), m.AssignFlowInterceptor),
+		grpc.StreamInterceptor(controltoken.StreamServerInterceptor(token)))
 }
 
 // defaultKeelNF is the keel-nf beside this binary (both are in build/bin).
@@ -167,12 +183,26 @@ func run(o *options) error {
 			filepath.Join(abs, "basic-auth-password"), o.listen, creds.User)
 	}
 
+	tokenFile := o.controlToken
+	if tokenFile == "" {
+		tokenFile = filepath.Join(o.secrets, "control-token")
+	}
+	token, created, err := controltoken.Ensure(tokenFile)
+	if err != nil {
+		return fmt.Errorf("--control-token-file: %w", err)
+	}
+	if created {
+		log.Printf("generated the control-plane token in %s: give this file to keel-agent, keel-ingress, keel-place and keel-torctl (--control-token-file)", tokenFile)
+	} else {
+		log.Printf("control-plane token from %s", tokenFile)
+	}
+
 	st, err := store.New(ctx, o.redis)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	conn, err := grpc.NewClient(o.placer, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(o.placer, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
 		return fmt.Errorf("--placer %s: %w", o.placer, err)
 	}
@@ -209,7 +239,7 @@ func run(o *options) error {
 	if err != nil {
 		return fmt.Errorf("--grpc-listen: %w", err)
 	}
-	gs := grpc.NewServer(grpc.UnaryInterceptor(m.AssignFlowInterceptor))
+	gs := grpcServer(token, m)
 	pol := policy.Keel()
 	pol.PoolLow, pol.PoolHigh = o.pool, o.poolMax
 	table, err := costs.Load(o.nfCosts, o.chainCosts)
@@ -229,7 +259,7 @@ func run(o *options) error {
 	pb.RegisterControlServer(gs, cs)
 	go cs.Run(ctx, o.scalePeriod)
 	if o.torctl != "" {
-		tc, err := grpc.NewClient(o.torctl, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		tc, err := grpc.NewClient(o.torctl, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 		if err != nil {
 			return fmt.Errorf("--torctl %s: %w", o.torctl, err)
 		}

@@ -3,9 +3,19 @@
 package main
 
 import (
+	"context"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/internal/controltoken"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
@@ -41,5 +51,43 @@ func Test_parseFlags_rejects_stray_arguments(t *testing.T) {
 	o, err := parseFlags([]string{"--no-auth", "--listen", "127.0.0.1:9"})
 	if err != nil || !o.noAuth || o.listen != "127.0.0.1:9" {
 		t.Fatalf("got %+v %v", o, err)
+	}
+}
+
+func Test_grpcServer_refuses_Control_calls_without_the_token(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpcServer(token, metrics.New())
+	pb.RegisterControlServer(gs, pb.UnimplementedControlServer{})
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		opts []grpc.DialOption
+		want codes.Code // Unimplemented: past the token check
+	}{
+		{"no token", nil, codes.Unauthenticated},
+		{"wrong token", []grpc.DialOption{controltoken.WithToken("fedcba9876543210fedcba9876543210")}, codes.Unauthenticated},
+		{"the token", []grpc.DialOption{controltoken.WithToken(token)}, codes.Unimplemented},
+	} {
+		conn, err := grpc.NewClient(ln.Addr().String(), append(c.opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := pb.NewControlClient(conn)
+		_, uerr := cl.AssignFlow(ctx, &pb.AssignFlowRequest{})
+		w, serr := cl.Watch(ctx, &pb.WatchRequest{Watcher: "test"})
+		if serr == nil {
+			_, serr = w.Recv()
+		}
+		conn.Close()
+		if status.Code(uerr) != c.want || status.Code(serr) != c.want {
+			t.Errorf("%s: AssignFlow %v, Watch %v; want %v", c.name, uerr, serr, c.want)
+		}
 	}
 }

@@ -18,7 +18,7 @@ from .controller import Controller, Options
 from .gateway import Gateway
 from .metrics import Metrics
 from .nfs import CAPABILITIES_PATH, load_capabilities
-from .pb import torctl_pb2_grpc
+from .pb import controltoken, torctl_pb2_grpc
 from .service import TorControl
 from .switch import Switch
 
@@ -32,6 +32,11 @@ keeps forwarding). keel-ingress installs new flows' rules through its gRPC API
 switch NFs the placer put on the ToR (Chain.switch_nfs from the gateway's Watch) as OpenFlow
 tables, reports expired flows (WatchFlowRemoved) and, when the switch reconnects, installs its
 rules and every live flow (the gateway's ListFlows) again.
+
+Every gRPC call to and from keel-torctl carries the control-plane token ("authorization:
+Bearer TOKEN", TOKEN the content of --control-token-file): its TorControl API refuses calls
+without it (UNAUTHENTICATED), and it sends it to the gateway. The file is created (random,
+mode 0600) if it does not exist; keel-gateway and keel-ingress must be given the same file.
 """
 
 EPILOG = """\
@@ -76,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the gateway's Control API: chains and instances (Watch), live flows "
                         "after a switch reconnect (ListFlows); \"\" = none, then every chain is "
                         "taken to have no switch NFs (default %(default)s)")
+    p.add_argument("--control-token-file", default=controltoken.DEFAULT_FILE, metavar="FILE",
+                   help="the control-plane token (see above), created if missing (default %(default)s)")
     p.add_argument("--ingress-port", default="keel-ting", metavar="NAME",
                    help="switch port toward keel-ingress: table-miss goes there, re-injected "
                         "packets come from there (default %(default)s)")
@@ -122,6 +129,17 @@ def run_openflow(switch: Switch, host: str, port: int) -> None:
     mgr.instantiate_apps(**mgr.create_contexts())
 
 
+def grpc_server(listen: str, servicer: TorControl, token: str) -> grpc.Server:
+    """The TorControl API on `listen` (HOST:PORT), not started yet; it refuses calls without
+    `token`."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64),
+                         interceptors=[controltoken.ServerInterceptor(token)])
+    torctl_pb2_grpc.add_TorControlServicer_to_server(servicer, server)
+    if not server.add_insecure_port(listen):
+        raise OSError(f"--listen {listen}: cannot listen there")
+    return server
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _defaults_parsed(parser().parse_args(argv))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -130,17 +148,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"keel-torctl: --capabilities: {e}", file=sys.stderr)
         return 2
+    try:
+        token, created = controltoken.ensure(args.control_token_file)
+    except controltoken.TokenError as e:
+        print(f"keel-torctl: --control-token-file: {e}", file=sys.stderr)
+        return 2
+    LOG.info("%s %s", "generated the control-plane token in" if created else "control-plane token from",
+             args.control_token_file)
     metrics = Metrics()
     switch = Switch(metrics)
-    gw = Gateway(args.gateway) if args.gateway else None
+    gw = Gateway(args.gateway, token) if args.gateway else None
     opts = Options(args.ingress_port, args.egress_port, dict(args.worker_port), args.idle_timeout,
                    caps, gw is not None)
     ctl = Controller(opts, switch, metrics, gw.list_flows if gw else lambda: [])
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64))
-    torctl_pb2_grpc.add_TorControlServicer_to_server(TorControl(ctl, metrics), server)
     try:
-        if not server.add_insecure_port("%s:%d" % args.listen):
-            raise OSError("--listen %s:%d: cannot listen there" % args.listen)
+        server = grpc_server("%s:%d" % args.listen, TorControl(ctl, metrics), token)
         metrics.serve(*args.metrics)
     except (OSError, RuntimeError) as e:
         print(f"keel-torctl: {e}", file=sys.stderr)

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from .controller import Assignment, Controller
-from .pb import control_pb2, control_pb2_grpc
+from .pb import control_pb2, control_pb2_grpc, controltoken
 from .rules import FiveTuple
 
 LOG = logging.getLogger("keel_torctl.gateway")
@@ -18,11 +18,12 @@ _KIND = control_pb2.WatchEvent
 
 
 class Gateway:
-    """A Control client: one thread follows Watch (re-watching on errors, with back-off)."""
+    """A Control client whose calls carry the control-plane token: one thread follows Watch
+    (re-watching on errors, with back-off)."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, token: str):
         self.address = address
-        self.stub = control_pb2_grpc.ControlStub(grpc.insecure_channel(address))
+        self.stub = control_pb2_grpc.ControlStub(controltoken.channel(address, token))
 
     def list_flows(self) -> list[Assignment]:
         """Every live flow assignment the gateway knows."""
@@ -44,7 +45,12 @@ class Gateway:
                     backoff = 0.2
                 LOG.warning("the gateway ended the Watch stream; watching again")
             except grpc.RpcError as e:
-                LOG.warning("Watch on %s failed (%s); retrying in %.1f s", self.address, e.code(), backoff)
+                if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    LOG.error("the gateway at %s refused torctl's control-plane token (%s): "
+                              "--control-token-file must hold the gateway's token; retrying in %.1f s",
+                              self.address, e.details(), backoff)
+                else:
+                    LOG.warning("Watch on %s failed (%s); retrying in %.1f s", self.address, e.code(), backoff)
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 

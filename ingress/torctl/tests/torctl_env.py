@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from keel_torctl.pb import control_pb2, control_pb2_grpc, torctl_pb2, torctl_pb2_grpc
+from keel_torctl.pb import control_pb2, control_pb2_grpc, controltoken, torctl_pb2, torctl_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(os.environ.get("KEEL_BIN", ROOT / "build" / "bin"))
@@ -30,6 +30,8 @@ NETNS = f"keeltor{TAG}"
 PORTS = {"ingress": (f"keelti{TAG}", 1, f"keeltin{TAG}"), "egress": (f"keelte{TAG}", 2, f"keelten{TAG}"),
          "trunk": (f"keeltw{TAG}", 3, f"keeltwn{TAG}"), "source": (f"keelts{TAG}", 4, f"keeltsn{TAG}")}
 WORKER = "w1"
+# The control-plane token of the fake gateway and of the keel-torctl under test.
+TOKEN = "0123456789abcdef0123456789abcdef"
 
 
 def sh(*args, check=True, timeout=30):
@@ -240,7 +242,8 @@ class FakeGateway(control_pb2_grpc.ControlServicer):
 @pytest.fixture(scope="session")
 def gateway():
     gw = FakeGateway()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
+                         interceptors=[controltoken.ServerInterceptor(TOKEN)])
     control_pb2_grpc.add_ControlServicer_to_server(gw, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -257,12 +260,15 @@ class Torctl:
         self.grpc_port, self.ofp_port, self.metrics_port = free_port(), free_port(), free_port()
         self.gateway_address = gateway_address
         self.proc = None
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        self.token_file = log.parent / "control-token"
+        self.token_file.write_text(TOKEN + "\n")
+        self.channel = controltoken.channel(f"127.0.0.1:{self.grpc_port}", TOKEN)
         self.stub = torctl_pb2_grpc.TorControlStub(self.channel)
 
     def start(self) -> None:
         args = [sys.executable, "-m", "keel_torctl.cli", "--listen", f"127.0.0.1:{self.grpc_port}",
                 "--ofp-listen", f"127.0.0.1:{self.ofp_port}", "--gateway", self.gateway_address,
+                "--control-token-file", str(self.token_file),
                 "--ingress-port", PORTS["ingress"][0], "--egress-port", PORTS["egress"][0],
                 "--worker-port", f"{WORKER}={PORTS['trunk'][0]}", "--idle-timeout", "10",
                 "--metrics", f"127.0.0.1:{self.metrics_port}"]
