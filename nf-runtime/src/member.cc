@@ -148,7 +148,7 @@ void Member::OnTxDone(void*, void* opaque) {
   static_cast<Member*>(opaque)->in_flight_--;
 }
 
-int Member::AttachOut(PacketBatch* batch, rte_mbuf** out) {
+int Member::AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out) {
   if (batch->cnt() == 0) return 0;
   if (rte_pktmbuf_alloc_bulk(pool_, out, static_cast<unsigned>(batch->cnt())) != 0) {
     port_.tx_dropped.Add(batch->cnt());
@@ -159,7 +159,7 @@ int Member::AttachOut(PacketBatch* batch, rte_mbuf** out) {
   for (Packet* p : *batch) {
     rte_mbuf* m = out[i++];
     uint8_t* slot = p->data() - p->headroom();
-    rte_mbuf_ext_shared_info* sh = &shinfo_[buf_->SlotIndex(slot)];
+    rte_mbuf_ext_shared_info* sh = &shinfo_[slots[p - views]];
     rte_mbuf_ext_refcnt_set(sh, 1);
     /* IOVA: the virtual address where DPDK runs IOVA as VA (vdevs, and a
      * VF whose IOMMU maps the chain file: rte_extmem_register plus
@@ -190,15 +190,18 @@ void Member::Egress() {
   while (uint32_t used = buf_->used()) {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
     Packet views[kMaxBurst];
+    uint32_t slots[kMaxBurst];
     PacketBatch batch;
     for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
       if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
       buf_->View(i, &views[i]);
+      slots[i] = buf_->SlotIndex(i);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
     uint64_t t1 = Rdtsc();
     rte_mbuf* out[kMaxBurst];
-    int nout = zero_copy_ ? AttachOut(&batch, out) : CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    int nout = zero_copy_ ? AttachOut(&batch, views, slots, out)
+                          : CopyOut(&batch, pool_, tx_chains_, out, &port_);
     uint64_t t2 = Rdtsc();
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.port, out, nout, &port_);

@@ -90,7 +90,8 @@ class Member {
   /* copy_each_hop: runs the NF on private copies of |batch|, copies back. */
   void RunOnPrivateCopies(PacketBatch* batch);
   /* Egress without a copy: mbufs attached to the chain buffer's slots. */
-  int AttachOut(PacketBatch* batch, rte_mbuf** out);
+  /* |slots|: each packet's slot index, by its place among |batch|'s views. */
+  int AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out);
   /* Before the slots are written again: waits (bounded) for the port to
    * release every slot it transmits from; false if it did not, and then
    * egress copies from now on. */

@@ -106,12 +106,9 @@ class PktBuf {
   void Rewind();
 
   const std::string& path() const { return path_; }
-  /* The slots' memory (nslots() x kSlotSize bytes), for transmitting from
-   * it without a copy; and the index of the slot |slot_base| starts. */
-  uint8_t* slots() const { return slots_; }
-  uint32_t SlotIndex(const uint8_t* slot_base) const {
-    return static_cast<uint32_t>((slot_base - slots_) / kSlotSize);
-  }
+  /* The index of the |i|-th packet's slot after the tail (0 <= i < used()),
+   * for transmitting from it without a copy. */
+  uint32_t SlotIndex(uint32_t i) const { return static_cast<uint32_t>((tail() + i) & mask_); }
   /* Descriptors View refused in this process: written, since this process
    * last stored them, by the NF that ran before it. */
   uint64_t bad_descriptors() const { return bad_descriptors_.Get(); }
