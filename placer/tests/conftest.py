@@ -16,8 +16,7 @@ from keel_placer.topology import load_topology
 # Tests must not pick up a bench/results/nf_profile.json measured on some machine.
 os.environ["KEEL_NF_PROFILE"] = "none"
 
-# The control-plane token of the tests' keel-place services.
-TOKEN = "0123456789abcdef0123456789abcdef"
+from placer_env import TOKEN
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

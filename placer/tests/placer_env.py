@@ -8,6 +8,9 @@ from keel_placer.pattern import Problem
 from keel_placer.spec import parse_spec
 from keel_placer.topology import topology_from_dict
 
+# The control-plane token of the tests' keel-place services.
+TOKEN = "0123456789abcdef0123456789abcdef"
+
 
 def one_server(cores: int = 16, ghz: float = 1.7, gbps: float = 40, stages: int = 12,
                kind: str = "pisa", smartnic: dict | None = None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from conftest import TOKEN
+from placer_env import TOKEN
 from keel_placer.service import controltoken, pb, pb_grpc, start
 
 
@@ -52,7 +52,7 @@ def test_place_bad_inputs(stub, examples):
 
 @pytest.fixture
 def server():
-    """A keel-place gRPC service wanting conftest's TOKEN; yields its address."""
+    """A keel-place gRPC service wanting placer_env's TOKEN; yields its address."""
     srv, port = start("127.0.0.1:0", TOKEN)
     try:
         yield f"127.0.0.1:{port}"
