@@ -68,8 +68,6 @@ provider:
   gateway: http://127.0.0.1:8080
 functions:
   ttlguard:
-    lang: packet-cpp
-    handler: ./functions/template/packet-cpp/function
     image: keel/nf-ttlguard:latest
     labels:
       com.keel.kind: nf
