@@ -99,21 +99,21 @@ func NewKubernetes(cs kubernetes.Interface, cfg KubeConfig) (*Kubernetes, error)
 	return &Kubernetes{cs: cs, cfg: cfg}, nil
 }
 
-var notDNS = regexp.MustCompile(`[^a-z0-9.-]+`)
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // PodName is the Pod of the instance whose position 0 container is named name0
-// (keel-<group>-0): keel-<group> made a DNS subdomain, with a hash of the original
-// when that changed it, so two instances never share a name.
+// (keel-<group>-0): keel-<group> made a DNS label (the Pod's hostname), with a hash of
+// the original when that changed it, so two instances never share a name.
 func PodName(name0 string) string {
 	base := strings.TrimSuffix(name0, "-0")
-	n := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(base), "-"), "-.")
-	if n == base && len(n) <= 240 {
+	n := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(base), "-"), "-")
+	if n == base && len(n) <= validation.DNS1123LabelMaxLength {
 		return n
 	}
-	if len(n) > 230 {
-		n = n[:230]
+	if len(n) > 50 {
+		n = n[:50]
 	}
-	return strings.Trim(n, "-.") + "-" + shortHash(base)
+	return strings.Trim(n, "-") + "-" + shortHash(base)
 }
 
 func shortHash(s string) string {
@@ -143,8 +143,7 @@ func LabelValue(v string) string {
 // volumeName names the hostPath volume mounted at target after its file name
 // (/run/keel/coopsched.sock: coopsched-sock); the n-th such volume of the Pod.
 func volumeName(target string, n int) string {
-	v := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(filepath.Base(target)), "-"), "-.")
-	v = strings.ReplaceAll(v, ".", "-")
+	v := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(filepath.Base(target)), "-"), "-")
 	if v == "" || v == BufferVolume || len(v) > 50 {
 		v = "host"
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -53,7 +54,7 @@ func Test_Pod_is_guaranteed_pinned_and_shares_a_hugepages_buffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(validation.IsDNS1123Subdomain(p.Name)) > 0 || !strings.HasPrefix(p.Name, "keel-chain-1.3-") {
+	if len(validation.IsDNS1123Label(p.Name)) > 0 || !strings.HasPrefix(p.Name, "keel-chain-1-3-") {
 		t.Errorf("pod name %q", p.Name)
 	}
 	if len(p.Spec.Containers) != 2 || p.Spec.Containers[0].Name != "nf-0" || p.Spec.Containers[1].Image != "keel/nat:1" {
@@ -129,12 +130,12 @@ func Test_Pod_is_guaranteed_pinned_and_shares_a_hugepages_buffer(t *testing.T) {
 }
 
 func Test_PodName_never_shares_a_name(t *testing.T) {
-	a, b := PodName("keel-a_b.0-0"), PodName("keel-a-b.0-0")
-	if a == b || b != "keel-a-b.0" {
-		t.Errorf("%q %q", a, b)
+	a, b, c := PodName("keel-a_b.0-0"), PodName("keel-a-b.0-0"), PodName("keel-a-b-0-0")
+	if a == b || b == c || c != "keel-a-b-0" || len(validation.IsDNS1123Label(a)) > 0 {
+		t.Errorf("%q %q %q", a, b, c)
 	}
 	long := PodName("keel-" + strings.Repeat("x", 300) + ".1-0")
-	if len(validation.IsDNS1123Subdomain(long)) > 0 {
+	if len(validation.IsDNS1123Label(long)) > 0 {
 		t.Errorf("%q", long)
 	}
 	if v := LabelValue("c/0"); v == "c/0" || len(validation.IsValidLabelValue(v)) > 0 || v == LabelValue("c_0") {
@@ -144,7 +145,7 @@ func Test_PodName_never_shares_a_name(t *testing.T) {
 
 // kubelet plays the kubelet for one Pod of the fake clientset: it reports every container
 // in the given state once the Pod exists.
-func kubelet(t *testing.T, cs *fake.Clientset, ns string, state func(i int) corev1.ContainerState) {
+func kubelet(t *testing.T, cs kubernetes.Interface, ns string, state func(i int) corev1.ContainerState) {
 	t.Helper()
 	go func() {
 		for range 200 {
