@@ -3,7 +3,7 @@
 #
 #   make deps   install what is missing (Debian packages, Python venv)
 #   make build  build everything into build/ (binaries in build/bin/)
-#   make test   deps + build + every test (C++ unit tests, pytest)
+#   make test   deps + build + every test (C++ unit tests, Go tests with a real kube-apiserver, pytest)
 #   make bench  deps + build + benchmarks (bench/results/*.json), keel-sim's rack simulations
 #   make demo   deps + build + run the demo and print its report
 #   make fuzz   clang + libFuzzer: each fuzz harness for FUZZ_SECONDS (tests/fuzz)
@@ -36,7 +36,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test bench demo images up down clean \
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins bench demo images up down clean \
 	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
@@ -96,12 +96,19 @@ build: deps
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
 	$(GO) build -o $(BUILD)/bin/keel-sim ./gateway/cmd/keel-sim
 
-test: build
+test: build k8s-bins
 	$(MAKE) --no-print-directory unit-test py-test
 
 unit-test:
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(GO) test ./...
+	KEEL_K8S_BIN=$(abspath $(BUILD))/k8s $(GO) test ./...
+
+# etcd and kube-apiserver for the API-server-level tests (internal/testapiserver), built
+# from pinned modules into $(BUILD)/k8s once (minutes; cached after). If they cannot be
+# built (no module proxy), those tests skip and say why; nothing else depends on them.
+k8s-bins:
+	GO=$(GO) deploy/kubernetes/testcluster/build.sh $(abspath $(BUILD))/k8s || \
+	  echo "warning: etcd/kube-apiserver not built: the Kubernetes API-server tests will skip"
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:

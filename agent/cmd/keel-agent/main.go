@@ -29,6 +29,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 const usage = `usage: keel-agent [flags]
@@ -87,6 +91,22 @@ another token (UNAUTHENTICATED); the agent logs that as an error and keeps
 trying, leaving its running instances alone. Without a readable token file the
 agent does not start (exit status 2).
 
+--runtime kubernetes: the same instances as Pods in --namespace through the API
+server (--kubeconfig, or the Pod's service account): one Pod per instance,
+named keel-<group> (made a DNS name), one container nf-K per NF; every
+container Guaranteed with --k8s-nf-cpus whole cores (the kubelet's static CPU
+manager then gives it exclusive cores) and the chain's memory (else
+--k8s-nf-memory) as request and limit; the chain buffer on an emptyDir of
+medium HugePages-2Mi shared by the Pod's containers only (position 0 requests
+--k8s-buffer of hugepages-2Mi); coopsched's and redis' sockets through
+hostPath; required node affinity to --node; restartPolicy Never; the labels
+above (values made label-safe) with the exact values per container in the
+annotation keel.dev/container-labels; position 0 also requests one
+--sriov-resource from the SR-IOV device plugin when set, else the agent moves
+a veth in as under Docker (it finds position 0's host pid in --proc, so its
+Pod needs hostPID). The agent mounts no pktbuf tmpfs and sets no cgroup
+cpu.rt_runtime_us then: the emptyDir holds the buffer, the kubelet the cgroups.
+
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
 containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
 
@@ -108,6 +128,15 @@ func run() int {
 		tokenFile   = fs.String("control-token-file", controltoken.DefaultFile, "`FILE` holding the control-plane token (see above)")
 		worker      = fs.String("worker", "local", "this worker's `NAME`: the placer topology's server name (local for make up)")
 		dockerHost  = fs.String("docker", "unix:///var/run/docker.sock", "the Docker engine `URL`")
+		rtKind      = fs.String("runtime", "docker", "where NF containers run: docker (--docker) or kubernetes (one Pod per instance, see above)")
+		kubeconfig  = fs.String("kubeconfig", "", "with --runtime kubernetes: kubeconfig `FILE` (empty: the Pod's service account)")
+		namespace   = fs.String("namespace", "openfaas-fn", "with --runtime kubernetes: the `NAMESPACE` of instance Pods")
+		node        = fs.String("node", os.Getenv("NODE_NAME"), "with --runtime kubernetes: this worker's node `NAME` (default $NODE_NAME, else --worker)")
+		k8sCPUs     = fs.Int64("k8s-nf-cpus", 1, "with --runtime kubernetes: whole `CORES` each NF container requests and is limited to")
+		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
+		k8sBuffer   = fs.String("k8s-buffer", "4Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (position 0 requests it)")
+		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
+		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid")
 		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
 		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
 		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
@@ -173,27 +202,64 @@ func run() int {
 		return bad("--vf %q is not ovsveth or sriov", *vfKind)
 	}
 
-	rtOn, err := agent.EnsureRT("/sys/fs/cgroup/cpu", *rtRuntime)
-	if err != nil {
-		return bad("SCHED_FIFO for NF containers: %v", err)
-	}
-	if !rtOn {
-		*rtRuntime = 0
-	}
-	if mounted, err := agent.EnsurePktbufDir(*pktbufDir); err != nil {
-		return bad("--pktbuf-dir: %v", err)
-	} else if mounted {
-		log.Info("mounted the pktbuf tmpfs", "dir", *pktbufDir, "options", "huge=always,mode=0700")
+	if *rtKind != "docker" && *rtKind != "kubernetes" {
+		return bad("--runtime %q is not docker or kubernetes", *rtKind)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	docker, err := runtime.NewDocker(dctx, *dockerHost)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
-		return 1
+	var (
+		rt   runtime.Runtime
+		logs agent.LogSource
+	)
+	if *rtKind == "kubernetes" {
+		if *node == "" {
+			*node = *worker
+		}
+		mem, err := resource.ParseQuantity(*k8sMemory)
+		if err != nil {
+			return bad("--k8s-nf-memory: %v", err)
+		}
+		buf, err := resource.ParseQuantity(*k8sBuffer)
+		if err != nil {
+			return bad("--k8s-buffer: %v", err)
+		}
+		restCfg, err := kubeREST(*kubeconfig)
+		if err != nil {
+			return bad("--kubeconfig: %v", err)
+		}
+		cs, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return bad("--kubeconfig: %v", err)
+		}
+		k, err := runtime.NewKubernetes(cs, runtime.KubeConfig{Namespace: *namespace, Node: *node, CPUs: *k8sCPUs,
+			MemoryBytes: mem.Value(), BufferBytes: buf.Value(), SRIOVResource: *sriovRes, ProcRoot: *procRoot,
+			StartTimeout: *regTimeout})
+		if err != nil {
+			return bad("%v", err)
+		}
+		rt, logs = k, k
+	} else {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		docker, err := runtime.NewDocker(dctx, *dockerHost)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
+			return 1
+		}
+		rt, logs = docker, docker
+		rtOn, err := agent.EnsureRT("/sys/fs/cgroup/cpu", *rtRuntime)
+		if err != nil {
+			return bad("SCHED_FIFO for NF containers: %v", err)
+		}
+		if !rtOn {
+			*rtRuntime = 0
+		}
+		if mounted, err := agent.EnsurePktbufDir(*pktbufDir); err != nil {
+			return bad("--pktbuf-dir: %v", err)
+		} else if mounted {
+			log.Info("mounted the pktbuf tmpfs", "dir", *pktbufDir, "options", "huge=always,mode=0700")
+		}
 	}
 	gw, err := grpc.NewClient(*gateway, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
@@ -219,14 +285,14 @@ func run() int {
 		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
 	}
-	a := agent.New(cfg, agent.Deps{Runtime: docker, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
+	a := agent.New(cfg, agent.Deps{Runtime: rt, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
 		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(agent.NewMetrics(a))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/logs", agent.LogsHandler(*worker, docker))
+	mux.Handle("/logs", agent.LogsHandler(*worker, logs))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -244,13 +310,22 @@ func run() int {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
-	log.Info("keel-agent", "worker", *worker, "gateway", *gateway, "cores", joinCores(cores), "vf", *vfKind,
+	log.Info("keel-agent", "worker", *worker, "runtime", *rtKind, "gateway", *gateway, "cores", joinCores(cores), "vf", *vfKind,
 		"vf_driver", *vfDriver, "listen", *listen, "rt_runtime_us", *rtRuntime)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "keel-agent: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// kubeREST is the API server's client configuration: the kubeconfig file, or the Pod's
+// service account when file is empty.
+func kubeREST(file string) (*rest.Config, error) {
+	if file == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", file)
 }
 
 func parseCores(s string) ([]int32, error) {

@@ -176,7 +176,8 @@ func (a *Agent) failed(id, reason string) {
 }
 
 // create builds an instance: a fresh directory, position 0's container, its VF moved in,
-// then the other positions (pre-deployed detached: Galleon §5.3). keel-nf announces each
+// then the other positions (Docker; Kubernetes starts them together in one Pod; either
+// way pre-deployed detached: Galleon §5.3). keel-nf announces each
 // position to coopsched; the sgroup forms detached when all have.
 func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtime.Spec) error {
 	dir := a.cfg.InstanceDir(in.Id)
@@ -186,31 +187,10 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtim
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("directory of %s: %w", in.Id, err)
 	}
-	for k, s := range specs {
-		id, err := a.Runtime.Create(ctx, s)
-		if errors.Is(err, runtime.ErrImageMissing) {
-			return fmt.Errorf("NF %d (%s): %w", k, s.Image, err)
-		}
-		if err != nil {
-			return err
-		}
-		if err := a.Runtime.Start(ctx, id); err != nil {
-			return fmt.Errorf("NF %d: %w", k, err)
-		}
-		c, err := a.Runtime.Inspect(ctx, id)
-		if err != nil {
-			return err
-		}
-		if !c.Running || c.Pid <= 0 {
-			return fmt.Errorf("NF %d stopped at once: %s", k, runtime.Why(c))
-		}
-		if k == 0 {
-			if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
+		return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
+	})
+	return err
 }
 
 // awaitGroup waits (bounded by --register-timeout) until the instance's NFs have formed

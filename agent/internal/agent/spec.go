@@ -104,7 +104,7 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 			"--pktbuf", filepath.Join(dir, "pktbuf")}
 		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
 			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
-		mounts := []runtime.Mount{{Source: dir, Target: dir}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
+		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
 		if c.RedisSocket != "" {
 			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
 			mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})

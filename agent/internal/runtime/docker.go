@@ -5,6 +5,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -98,6 +99,38 @@ func (d *Docker) Create(ctx context.Context, s Spec) (string, error) {
 		return "", fmt.Errorf("create %s: %w", s.Name, err)
 	}
 	return resp.ID, nil
+}
+
+// CreateInstance creates and starts the instance's containers one by one, position 0 first;
+// first runs between position 0 and the others.
+func (d *Docker) CreateInstance(ctx context.Context, specs []Spec, first func(Container) error) ([]string, error) {
+	ids := make([]string, 0, len(specs))
+	for k, s := range specs {
+		id, err := d.Create(ctx, s)
+		if errors.Is(err, ErrImageMissing) {
+			return ids, fmt.Errorf("NF %d (%s): %w", k, s.Image, err)
+		}
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, id)
+		if err := d.Start(ctx, id); err != nil {
+			return ids, fmt.Errorf("NF %d: %w", k, err)
+		}
+		c, err := d.Inspect(ctx, id)
+		if err != nil {
+			return ids, err
+		}
+		if !c.Running || c.Pid <= 0 {
+			return ids, fmt.Errorf("NF %d stopped at once: %s", k, Why(c))
+		}
+		if k == 0 && first != nil {
+			if err := first(c); err != nil {
+				return ids, err
+			}
+		}
+	}
+	return ids, nil
 }
 
 // Start starts a created container.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package runtime is where keel-agent's NF containers run: one small interface, Runtime,
-// and its implementations beside it (Docker now; a Kubernetes backend creating pods
-// through client-go fills the same interface).
+// and its implementations beside it: Docker (one container per NF on the worker's engine)
+// and Kubernetes (one Pod per chain instance, one container per NF, through client-go).
 package runtime
 
 import (
@@ -18,6 +18,10 @@ var ErrImageMissing = errors.New("image not found on the worker")
 type Mount struct {
 	Source, Target string
 	ReadOnly       bool
+	// Instance marks the instance's own directory (chain buffer, stats files): a host
+	// directory under Docker, a hugepages-2Mi emptyDir of the instance's Pod under
+	// Kubernetes; shared by that instance's containers only either way.
+	Instance bool
 }
 
 // Spec is one NF container to create.
@@ -65,10 +69,11 @@ type Event struct {
 type Runtime interface {
 	// List returns the containers (running or not) that carry every label in match.
 	List(ctx context.Context, match map[string]string) ([]Container, error)
-	// Create creates a container (not started) and returns its id.
-	Create(ctx context.Context, s Spec) (string, error)
-	// Start starts a created container.
-	Start(ctx context.Context, id string) error
+	// CreateInstance creates and starts the containers of one chain instance (specs in
+	// chain order) and returns their ids in that order. first runs once position 0 runs,
+	// with its pid (the agent moves the VF into its netns there); Docker starts the other
+	// positions only after it returns. A missing image is an error wrapping ErrImageMissing.
+	CreateInstance(ctx context.Context, specs []Spec, first func(Container) error) ([]string, error)
 	// Inspect returns a container with its pid, or its exit status and last output line.
 	Inspect(ctx context.Context, id string) (Container, error)
 	// Remove kills and deletes a container; a container that is gone is no error.

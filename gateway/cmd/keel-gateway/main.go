@@ -25,6 +25,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/credentials"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
+	"github.com/keel-nfv/keel/gateway/internal/kube"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -48,6 +49,7 @@ type options struct {
 	nfCosts, chainCosts, profiles                                                              string
 	packetBytes                                                                                int
 	coreGHz                                                                                    float64
+	kube                                                                                       kube.Options
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -86,6 +88,7 @@ func parseFlags(args []string) (*options, error) {
 		"(default: control-token in --secrets)")
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
+	o.kube.Register(fs)
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
 	fs.StringVar(&o.keelNF, "keel-nf", defaultKeelNF(), "keel-nf binary: the NF catalogue (--list --json) and NF configuration checks (--check)")
 	fs.IntVar(&o.pool, "pool", 1, "idle (pre-deployed, detached) instances each chain keeps ready, so that a new\n"+
@@ -226,6 +229,11 @@ func run(o *options) error {
 	} else {
 		docker.Cpuset, docker.SecretPath = o.cpuset, p.Secrets.Path
 		p.Runtime, p.Images, v.Runner = docker, docker, docker
+	}
+	if k, err := o.kube.Open(ctx, p.Secrets.Path); err != nil {
+		return err
+	} else if k != nil {
+		p.Runtime = k
 	}
 	if err := p.Adopt(ctx); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/kube"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/internal/controltoken"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -27,7 +28,8 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		secrets: "/var/lib/keel/secrets", topology: "deploy/local/topology.yaml", docker: "unix:///var/run/docker.sock",
 		algo: "heuristic", pool: 1, poolMax: 2, scalePeriod: time.Second, keelNF: defaultKeelNF(),
 		sample: 2 * time.Second, history: 10 * time.Minute,
-		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024}
+		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024,
+		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}
