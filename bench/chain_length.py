@@ -359,9 +359,15 @@ class Group:
         self.page = ChainPage(pktbuf)
 
     def account(self):
-        """Cumulative cycles by kind over the chain's positions, with packets
-        and wall-clock cycles (TSC: the same clock as the stamps)."""
-        return dict(self.page.cycles(self.n), wall=rdtsc_now())
+        """Cumulative cycles by kind over the chain's positions, with packets,
+        wall-clock cycles (TSC: the same clock as the stamps) and what
+        coopsched's enforcer of the managed core spent (its ticks preempt the
+        NFs, so these cycles are inside the kinds above, not beside them)."""
+        a = dict(self.page.cycles(self.n), wall=rdtsc_now())
+        st = self.stub.Status(pb.StatusRequest()) if getattr(self, "stub", None) else None
+        if st is not None and len(st.enforcer_cycles):
+            a["sched"], a["sched_wakeups"] = st.enforcer_cycles[0], st.enforcer_wakeups[0]
+        return a
 
     def _start(self, tmp, gen, port, nfs, copy_each_hop):
         extra = ["--coopsched", self.stub.target] + (["--copy-each-hop"] if copy_each_hop else [])
@@ -530,7 +536,32 @@ def breakdown(accounts):
     if turns and any(a["handoff"] for a in turns):
         out["handoff_per_turn"] = round(statistics.median(a["handoff"] / a["turns"] for a in turns))
     out["accounted_share"] = round(statistics.median((a["busy"] + a["handoff"]) / a["wall"] for a in rows), 3)
+    if all("sched" in a for a in rows):
+        # coopsched's enforcer: its ticks' work a packet, and its wake-ups a
+        # million packets (each also costs two context switches).
+        out["scheduler"] = round(statistics.median(a["sched"] / a["packets"] for a in rows), 2)
+        out["scheduler_wakeups_per_mpkt"] = round(
+            statistics.median(a["sched_wakeups"] * 1e6 / a["packets"] for a in rows), 1)
     return out
+
+
+def explain(row):
+    """Why keel is where it is against single, from the row's breakdown: the
+    cycles a packet keel spends beyond single, by kind; the ratio keel would
+    reach without each (a measurement, not a model: the kinds add up to the
+    wall clock, accounted_share ~1); and what 0.95 would need."""
+    b = row.get("breakdown") or {}
+    k, s = b.get("keel"), b.get("single")
+    if not k or not s:
+        return None
+    kinds = ("rx", "nf", "copy_in", "view", "copy_out", "tx", "turn_overhead", "handoff")
+    extra = {x: round(k.get(x, 0) - s.get(x, 0), 1) for x in kinds}
+    wall_k, wall_s = k["wall"], s["wall"]
+    return {"keel_minus_single_cycles_per_pkt": extra,
+            "total_extra": round(wall_k - wall_s, 1),
+            "ratio_from_breakdown": round(wall_s / wall_k, 3),
+            "ratio_without": {x: round(wall_s / (wall_k - extra[x]), 3) for x in kinds if extra[x] > 0},
+            "cycles_to_cut_for_0.95": round(max(0.0, wall_k - wall_s / 0.95), 1)}
 
 
 def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
@@ -596,11 +627,16 @@ def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
             "min_burst_fill": {"single": round(min(single.fills), 3), "keel": round(min(keel.fills), 3),
                                "copy": round(min(copy.fills), 3), "nfvnice": round(min(nfv.fills), 3)},
             "rounds": {m: [round(x, 3) for x in v] for m, v in rates.items()}})
+        row["explain"] = explain(row)
         kb = per_mode.get("keel") or {}
         # Measured scheduling cost: what handing the turn on costs a packet
         # at the batch used (the handoffs' cycles over the packets).
         row["measured_handoff_per_turn"] = kb.get("handoff_per_turn", 0) if n > 1 else 0
-        row["measured_sched_cycles_per_pkt"] = kb.get("handoff", 0) if n > 1 else 0
+        # Scheduling cost a packet: the handoffs at the batch used, and the
+        # enforcer's own work (with two context switches per wake-up).
+        row["measured_sched_cycles_per_pkt"] = round(
+            (kb.get("handoff", 0) if n > 1 else 0) + kb.get("scheduler", 0) +
+            kb.get("scheduler_wakeups_per_mpkt", 0) * 2 * handoff / 1e6, 1)
         if min(row["min_burst_fill"].values()) < 0.95:
             print(f"warning: length {n}: the generator left receive bursts part-empty "
                   f"({row['min_burst_fill']}); the machine is busy", file=sys.stderr)

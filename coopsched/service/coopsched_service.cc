@@ -148,7 +148,13 @@ grpc::Status Service::Status(grpc::ServerContext*, const keel::v1::StatusRequest
   if (cs_rt_runtime_read(&rt_runtime_us, &err) != CS_OK) return ToStatus(err);
   out->set_rt_runtime_us(rt_runtime_us);
   const cs_options* opt = cs_sched_options(sched_);
-  for (int i = 0; i < opt->ncores; i++) out->add_cores(static_cast<uint32_t>(opt->cores[i]));
+  for (int i = 0; i < opt->ncores; i++) {
+    out->add_cores(static_cast<uint32_t>(opt->cores[i]));
+    uint64_t work, wakeups;
+    cs_sched_enforcer_cost(sched_, i, &work, &wakeups);
+    out->add_enforcer_cycles(work);
+    out->add_enforcer_wakeups(wakeups);
+  }
   out->set_tsc_hz(cs_sched_tsc_hz(sched_));
   out->set_handoff_cycles(cs_sched_handoff_cycles(sched_));
   out->set_yield_timeout_us(opt->yield_timeout_us);

@@ -260,7 +260,10 @@ void *cs_enforcer_main(void *arg) {
   struct cs_sched *s = e->s;
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
+    uint64_t t0 = cs_rdtsc();
     enum cs_pace pace = tick(s, e);
+    __atomic_store_n(&e->work_cycles, e->work_cycles + (cs_rdtsc() - t0), __ATOMIC_RELAXED);
+    __atomic_store_n(&e->wakeups, e->wakeups + 1, __ATOMIC_RELAXED);
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     uint64_t ns = (uint64_t)until.tv_nsec + pace_ns(pace);

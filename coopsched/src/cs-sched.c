@@ -588,6 +588,11 @@ uint64_t cs_sched_tsc_hz(const struct cs_sched *s) { return s->tsc_hz; }
 
 uint64_t cs_sched_handoff_cycles(const struct cs_sched *s) { return s->handoff_cycles; }
 
+void cs_sched_enforcer_cost(struct cs_sched *s, int i, uint64_t *work_cycles, uint64_t *wakeups) {
+  *work_cycles = __atomic_load_n(&s->enforcers[i].work_cycles, __ATOMIC_RELAXED);
+  *wakeups = __atomic_load_n(&s->enforcers[i].wakeups, __ATOMIC_RELAXED);
+}
+
 struct cs_events *cs_sched_events(struct cs_sched *s) { return &s->events; }
 
 void cs_sched_destroy(struct cs_sched *s) {

@@ -129,6 +129,9 @@ uint64_t cs_sched_tsc_hz(const struct cs_sched *s);
 
 /* The handoff cost measured at start-up, in TSC cycles (0 if not measured). */
 uint64_t cs_sched_handoff_cycles(const struct cs_sched *s);
+/* The enforcer of the i-th managed core: TSC cycles its ticks took and its
+ * wake-ups since start. */
+void cs_sched_enforcer_cost(struct cs_sched *s, int i, uint64_t *work_cycles, uint64_t *wakeups);
 
 /* The event log. */
 struct cs_events *cs_sched_events(struct cs_sched *s);
