@@ -42,7 +42,6 @@ type Source interface {
 // Read streams the lines of every target on one channel, closed when all are read (or, with
 // Follow, when ctx ends). A container that cannot be read is skipped.
 func Read(ctx context.Context, cli Source, targets []Target, o Options) <-chan Line {
-	out := make(chan Line, 64)
 	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true, Follow: o.Follow}
 	if o.Since != nil {
 		opts.Since = strconv.FormatInt(o.Since.Unix(), 10)
@@ -50,33 +49,61 @@ func Read(ctx context.Context, cli Source, targets []Target, o Options) <-chan L
 	if o.Tail > 0 {
 		opts.Tail = strconv.Itoa(o.Tail)
 	}
-	var wg sync.WaitGroup
+	var streams []Stream
 	for _, t := range targets {
 		rc, err := cli.ContainerLogs(ctx, t.ID, opts)
 		if err != nil {
 			continue
 		}
+		pr, pw := io.Pipe()
+		go func() {
+			// Containers without a TTY multiplex stdout and stderr in one stream.
+			_, err := stdcopy.StdCopy(pw, pw, rc)
+			pw.CloseWithError(err)
+		}()
+		streams = append(streams, Stream{Name: t.Name, R: demuxed{pr, rc}})
+	}
+	return Merge(ctx, streams)
+}
+
+// demuxed is a container's demultiplexed log: closing it ends the copy and the stream.
+type demuxed struct {
+	*io.PipeReader
+	raw io.Closer
+}
+
+func (d demuxed) Close() error {
+	d.PipeReader.Close()
+	return d.raw.Close()
+}
+
+// Stream is one opened log whose lines carry a timestamp (Parse), and the name to report.
+type Stream struct {
+	Name string
+	R    io.ReadCloser
+}
+
+// Merge streams the lines of every stream on one channel, closed when all are read (or
+// when ctx ends); each stream is closed once read. A trailing carriage return (a TTY's line
+// end) is not part of a line. Docker's logs (Read) and Kubernetes' pods/log both end here.
+func Merge(ctx context.Context, streams []Stream) <-chan Line {
+	out := make(chan Line, 64)
+	var wg sync.WaitGroup
+	for _, s := range streams {
 		wg.Add(1)
-		go func(t Target, rc io.ReadCloser) {
+		go func(s Stream) {
 			defer wg.Done()
-			defer rc.Close()
-			pr, pw := io.Pipe()
-			go func() {
-				// Containers without a TTY multiplex stdout and stderr in one stream.
-				_, err := stdcopy.StdCopy(pw, pw, rc)
-				pw.CloseWithError(err)
-			}()
-			sc := bufio.NewScanner(pr)
+			defer s.R.Close()
+			sc := bufio.NewScanner(s.R)
 			sc.Buffer(make([]byte, 64<<10), 1<<20)
 			for sc.Scan() {
 				select {
-				case out <- Parse(t.Name, sc.Text()):
+				case out <- Parse(s.Name, strings.TrimRight(sc.Text(), "\r")):
 				case <-ctx.Done():
-					pr.Close()
 					return
 				}
 			}
-		}(t, rc)
+		}(s)
 	}
 	go func() {
 		wg.Wait()

@@ -10,14 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/keel-nfv/keel/internal/dockerlog"
+	"github.com/keel-nfv/keel/internal/kubelog"
 )
 
 // Pod metadata the Kubernetes backend writes.
@@ -628,40 +627,10 @@ func (k *Kubernetes) Logs(ctx context.Context, match map[string]string, o docker
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan dockerlog.Line, 64)
-	var wg sync.WaitGroup
+	targets := make([]kubelog.Target, 0, len(list))
 	for _, c := range list {
 		pod, cname, _ := splitID(c.ID)
-		opts := &corev1.PodLogOptions{Container: cname, Timestamps: true, Follow: o.Follow}
-		if o.Since != nil {
-			opts.SinceTime = &metav1.Time{Time: *o.Since}
-		}
-		if o.Tail > 0 {
-			n := int64(o.Tail)
-			opts.TailLines = &n
-		}
-		rc, err := k.cs.CoreV1().Pods(k.cfg.Namespace).GetLogs(pod, opts).Stream(ctx)
-		if err != nil {
-			continue
-		}
-		wg.Add(1)
-		go func(name string, rc io.ReadCloser) {
-			defer wg.Done()
-			defer rc.Close()
-			sc := bufio.NewScanner(rc)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				select {
-				case out <- dockerlog.Parse(name, sc.Text()):
-				case <-ctx.Done():
-					return
-				}
-			}
-		}(c.Name, rc)
+		targets = append(targets, kubelog.Target{Pod: pod, Container: cname, Name: c.Name})
 	}
-	go func() {
-		wg.Wait()
-		close(out)
-	}()
-	return out, nil
+	return kubelog.Read(ctx, k.cs, k.cfg.Namespace, targets, o), nil
 }

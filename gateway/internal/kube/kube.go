@@ -6,20 +6,18 @@
 package kube
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/distribution/reference"
 	"github.com/keel-nfv/keel/internal/dockerlog"
+	"github.com/keel-nfv/keel/internal/kubelog"
 	"github.com/openfaas/faas-provider/types"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -373,39 +371,9 @@ func (k *Kubernetes) Logs(ctx context.Context, name string, o dockerlog.Options)
 	if err != nil {
 		return nil, fmt.Errorf("list pods of %s: %w", name, err)
 	}
-	out := make(chan dockerlog.Line, 64)
-	var wg sync.WaitGroup
+	targets := make([]kubelog.Target, 0, len(pods.Items))
 	for _, p := range pods.Items {
-		opts := &corev1.PodLogOptions{Container: name, Timestamps: true, Follow: o.Follow}
-		if o.Since != nil {
-			opts.SinceTime = &metav1.Time{Time: *o.Since}
-		}
-		if o.Tail > 0 {
-			n := int64(o.Tail)
-			opts.TailLines = &n
-		}
-		rc, err := k.cs.CoreV1().Pods(k.Namespace).GetLogs(p.Name, opts).Stream(ctx)
-		if err != nil {
-			continue
-		}
-		wg.Add(1)
-		go func(pod string, rc io.ReadCloser) {
-			defer wg.Done()
-			defer rc.Close()
-			sc := bufio.NewScanner(rc)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				select {
-				case out <- dockerlog.Parse(pod, strings.TrimRight(sc.Text(), "\r")):
-				case <-ctx.Done():
-					return
-				}
-			}
-		}(p.Name, rc)
+		targets = append(targets, kubelog.Target{Pod: p.Name, Container: name, Name: p.Name})
 	}
-	go func() {
-		wg.Wait()
-		close(out)
-	}()
-	return out, nil
+	return kubelog.Read(ctx, k.cs, k.Namespace, targets, o), nil
 }
