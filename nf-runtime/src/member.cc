@@ -51,11 +51,6 @@ static void FutexWait(uint32_t* word, uint32_t seen) {
 }
 static void FutexWake(uint32_t* word, int n) { syscall(SYS_futex, word, FUTEX_WAKE, n, nullptr, nullptr, 0); }
 
-void Member::Charge(int kind, uint64_t cycles) {
-  /* This position is the only writer of its row: no locked add needed. */
-  uint64_t* c = &cycles_[kind];
-  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + cycles, __ATOMIC_RELAXED);
-}
 
 Member::Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt)
     : chain_(chain), pool_(pool), opt_(opt) {}
@@ -436,14 +431,6 @@ bool Member::Run(std::string* err) {
   return err->empty();
 }
 
-Json Member::CyclesJson() const {
-  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx", "rx_idle", "nf", "copy_in", "view",
-                                                        "copy_out", "tx", "busy", "handoff", "turns"};
-  Json j = Json::object();
-  for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&cycles_[i], __ATOMIC_RELAXED);
-  return j;
-}
-
 Json Member::StatsJson(bool final) const {
   Json j = {{"position", opt_.position},
             {"of", opt_.count},
@@ -458,7 +445,7 @@ Json Member::StatsJson(bool final) const {
              * wrote the descriptors it finds: that NF is to blame. */
             {"bad_descriptors", {{"written_by", (opt_.position + opt_.count - 1) % opt_.count},
                                  {"count", buf_->bad_descriptors()}}},
-            {"cycles", CyclesJson()},
+            {"cycles", CyclesJson(cycles_, "turns")},
             {"nfs", chain_->StatsJson(final)}};
   if (opt_.position == 0) {
     uint64_t batches = port_.batches.Get();

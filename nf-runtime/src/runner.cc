@@ -137,14 +137,6 @@ Json Runner::PeriodicStats() {
   return StatsJson();
 }
 
-Json Runner::CyclesJson() const {
-  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx", "rx_idle", "nf", "copy_in", "view",
-                                                        "copy_out", "tx", "busy", "handoff", "bursts"};
-  Json j = Json::object();
-  for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&cycles_[i], __ATOMIC_RELAXED);
-  return j;
-}
-
 Json Runner::StatsJson() const {
   uint64_t hz = TscHz();
   uint64_t end = end_tsc_.load() ? end_tsc_.load() : Rdtsc();
@@ -159,7 +151,7 @@ Json Runner::StatsJson() const {
           {"batches", batches},
           {"cycles_per_batch", batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0},
           {"port", ports},
-          {"cycles", CyclesJson()},
+          {"cycles", CyclesJson(cycles_, "bursts")},
           {"nfs", chain_->StatsJson(done_.load())}};
 }
 

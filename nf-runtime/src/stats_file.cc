@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/stats_file.h"
 
+#include "keel/chain_sched.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -24,6 +26,15 @@ Json PortJson(const PortCounters& c) {
           {"copied", c.copied.Get()},
           {"copy_dropped", c.copy_dropped.Get()},
           {"rx_queue_len", c.rx_queue_len_known.Get() ? Json(c.rx_queue_len.Get()) : Json(nullptr)}};
+}
+
+Json CyclesJson(const uint64_t* row, const char* count_name) {
+  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx",       "rx_idle", "nf",   "copy_in", "view",
+                                                        "copy_out", "tx",      "busy", "handoff", nullptr};
+  Json j = Json::object();
+  for (int i = 0; i < KEEL_CYCLES_KINDS; i++)
+    j[kNames[i] ? kNames[i] : count_name] = __atomic_load_n(&row[i], __ATOMIC_RELAXED);
+  return j;
 }
 
 StatsFile::StatsFile(std::string path, int interval_ms, std::function<Json()> report)

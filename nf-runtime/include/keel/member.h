@@ -71,8 +71,6 @@ class Member {
    * --help describes them). |final|: the packet loop has ended, so the
    * NF's own figures (NF::Stats) are included. */
   Json StatsJson(bool final) const;
-  /* Where this position's cycles went (chain_sched.h, keel_cycles_kind). */
-  Json CyclesJson() const;
 
  private:
   Member(Chain* chain, rte_mempool* pool, const MemberOptions& opt);
@@ -98,7 +96,7 @@ class Member {
   bool SlotsReleased();
   static void OnTxDone(void* addr, void* opaque);
   /* Adds |cycles| to this position's row of the cycle accounting. */
-  void Charge(int kind, uint64_t cycles);
+  void Charge(int kind, uint64_t cycles) { ChargeCycles(cycles_, kind, cycles); }
 
   Chain* chain_;
   rte_mempool* pool_; /* position 0: the port's; others: private (copy_each_hop) */

@@ -24,6 +24,7 @@
 #include "keel/chain_sched.h"
 #include "keel/monitor.h"
 #include "keel/pktbuf.h"
+#include "keel/stats_file.h"
 
 namespace keel {
 
@@ -53,8 +54,6 @@ class Runner {
   /* Everything measured so far, as written to the statistics file; the
    * NFs' own figures only once the packet loop has ended. */
   Json StatsJson() const;
-  /* Where the packet loop's cycles went (keel-chain --help). */
-  Json CyclesJson() const;
 
  private:
   Runner(Chain* chain, rte_mempool* pool, const RunnerOptions& opt);
@@ -76,9 +75,7 @@ class Runner {
   /* Where the loop's cycles went, by keel_cycles_kind (chain_sched.h);
    * written by the packet thread only, read by the statistics thread. */
   uint64_t cycles_[KEEL_CYCLES_KINDS] = {};
-  void Charge(int kind, uint64_t c) {
-    __atomic_store_n(&cycles_[kind], __atomic_load_n(&cycles_[kind], __ATOMIC_RELAXED) + c, __ATOMIC_RELAXED);
-  }
+  void Charge(int kind, uint64_t c) { ChargeCycles(cycles_, kind, c); }
   std::atomic<uint64_t> end_tsc_{0};
   std::atomic<double> rx_pps_{0};
   uint64_t rate_rx_ = 0;                            /* service thread only */

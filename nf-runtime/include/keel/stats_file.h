@@ -25,6 +25,16 @@ namespace keel {
  * rx_queue_len is null where the PMD cannot tell. */
 Json PortJson(const PortCounters& c);
 
+/* Adds |c| to |row|[|kind|], a row of the cycle accounting (keel_cycles_kind,
+ * chain_sched.h). Only the packet thread writes a row, so no locked add; the
+ * statistics thread reads it. */
+inline void ChargeCycles(uint64_t* row, int kind, uint64_t c) {
+  __atomic_store_n(&row[kind], __atomic_load_n(&row[kind], __ATOMIC_RELAXED) + c, __ATOMIC_RELAXED);
+}
+/* |row| by kind, as the statistics files show it ("cycles"); the count of
+ * KEEL_CYCLES_TURNS is named |count_name| (keel-nf: turns, keel-chain: bursts). */
+Json CyclesJson(const uint64_t* row, const char* count_name);
+
 class StatsFile {
  public:
   /* Writes |report()| to |path| every |interval_ms| once started; an empty
