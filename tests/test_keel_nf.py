@@ -51,19 +51,43 @@ def wait_all(procs, timeout=120):
                 p.kill()
 
 
-def test_three_processes_stamp_every_packet_in_chain_order(tmp_path):
-    n = 5000
+def stamp_chain_in_order(tmp_path, chain_id, n, extra=()):
+    """n packets through three `stamp` NFs as three processes (with |extra|
+    options): every packet arrives, stamped by each NF in chain order, and no
+    position saw a packet before its predecessor was done. Returns the
+    positions' final statistics and the chain buffer's path."""
     pkts = [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=1000 + i % 100, dport=5001) /
             Raw(b"\xff" * 16) for i in range(n)]
     nfs = [("stamp", {"index": k}) for k in range(3)]
-    procs, out, stats, pktbuf = start_chain(tmp_path, "order3", nfs, pkts)
+    procs, out, stats, pktbuf = start_chain(tmp_path, chain_id, nfs, pkts, extra=extra)
     wait_all(procs)
     got = rdpcap(str(out))
     assert len(got) == n
     assert all(bytes(p[UDP].payload)[:3] == b"\x00\x01\x02" for p in got)
-    for k, st in enumerate(stats):
-        s = json.loads(st.read_text())
+    finals = [json.loads(st.read_text()) for st in stats]
+    for s in finals:
         assert s["order_violations"] == 0
+    return finals, pktbuf
+
+
+def keel_chain_output(tmp_path, nfs, in_pcap, tag):
+    """The frames keel-chain sends for |in_pcap| with |nfs| in one process."""
+    ref = tmp_path / f"ref-{tag}.pcap"
+    args = [str(BIN / "keel-chain")]
+    for name, cfg in nfs:
+        args += ["--nf", f"{name}={json.dumps(cfg)}"]
+    r = subprocess.run(args + ["--exit-when-idle", "300", "--", "--no-pci", "--no-huge", "-m", "256",
+                               "--log-level=error", "--no-telemetry", f"--file-prefix=keel{tag}{os.getpid()}",
+                               "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={ref}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [bytes(p) for p in rdpcap(str(ref))]
+
+
+def test_three_processes_stamp_every_packet_in_chain_order(tmp_path):
+    n = 5000
+    finals, pktbuf = stamp_chain_in_order(tmp_path, "order3", n)
+    for s in finals:
         assert s["nfs"][0]["stats"]["out_of_order"] == 0
         assert s["nfs"][0]["packets_in"] == n
     assert not pktbuf.exists(), "position 0 removes the chain buffer when it stops"
@@ -201,17 +225,8 @@ def test_egress_from_the_chain_buffer_sends_the_bytes_egress_copies_send(tmp_pat
         outs[egress] = [bytes(p) for p in rdpcap(str(out))]
         zc = json.loads(stats[0].read_text())["egress"]["zero_copy_packets"]
         assert (zc == len(pkts)) == (egress == "zero-copy"), zc
-    ref = tmp_path / "ref.pcap"
-    args = [str(BIN / "keel-chain")]
-    for name, cfg in nfs:
-        args += ["--nf", f"{name}={json.dumps(cfg)}"]
-    r = subprocess.run(args + ["--exit-when-idle", "300", "--", "--no-pci", "--no-huge", "-m", "256",
-                               "--log-level=error", "--no-telemetry", f"--file-prefix=keeleq{os.getpid()}",
-                               "--vdev", f"net_pcap0,rx_pcap={tmp_path / 'zero-copy' / 'in.pcap'},tx_pcap={ref}"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
     assert len(outs["zero-copy"]) == len(pkts)
-    assert outs["zero-copy"] == outs["copy"] == [bytes(p) for p in rdpcap(str(ref))]
+    assert outs["zero-copy"] == outs["copy"] == keel_chain_output(tmp_path, nfs, tmp_path / "zero-copy" / "in.pcap", "eq")
 
 
 def service_threads(pid, name):
@@ -436,25 +451,15 @@ def test_wait_futex_chain_keeps_chain_order_with_a_copy_per_hop(tmp_path):
     # The NFVnice-style baseline of bench/chain_length.py: positions asleep
     # on their semaphores, each hop copying; every packet still passes every
     # NF in order, and each position counts where its turns' cycles went.
-    n = 3000
-    pkts = [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=1000 + i % 100, dport=5001) /
-            Raw(b"\xff" * 16) for i in range(n)]
-    nfs = [("stamp", {"index": k}) for k in range(3)]
-    procs, out, stats, _ = start_chain(tmp_path, "futex3", nfs, pkts, extra=("--wait-futex", "--copy-each-hop"))
-    wait_all(procs)
-    got = rdpcap(str(out))
-    assert len(got) == n
-    assert all(bytes(p[UDP].payload)[:3] == b"\x00\x01\x02" for p in got)
-    for k, st in enumerate(stats):
-        s = json.loads(st.read_text())
-        assert s["order_violations"] == 0
+    finals, _ = stamp_chain_in_order(tmp_path, "futex3", 3000, extra=("--wait-futex", "--copy-each-hop"))
+    for k, s in enumerate(finals):
         c = s["cycles"]
         assert c["turns"] > 0 and c["nf"] > 0 and c["handoff"] > 0
         parts = sum(c[x] for x in ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx"))
         assert c["busy"] >= parts, f"position {k}: the parts of its turns exceed the turns: {c}"
         if k > 0:
             assert c["copy_in"] > 0 and c["view"] > 0 and c["rx"] == 0 and c["tx"] == 0, c
-    c0 = json.loads(stats[0].read_text())["cycles"]
+    c0 = finals[0]["cycles"]
     assert c0["rx"] > 0 and c0["copy_in"] > 0 and c0["copy_out"] > 0 and c0["tx"] > 0, c0
 
 
@@ -467,14 +472,7 @@ def test_one_nf_chain_sends_what_keel_chain_sends_without_buffer_or_handoff(tmp_
     nf = ("tunnel", {"vlan": 7})
     procs, out, stats, _ = start_chain(tmp_path, "solo1", [nf], pkts)
     wait_all(procs)
-    ref = tmp_path / "ref.pcap"
-    r = subprocess.run([str(BIN / "keel-chain"), "--nf", f"{nf[0]}={json.dumps(nf[1])}", "--exit-when-idle", "300",
-                        "--", "--no-pci", "--no-huge", "-m", "256", "--log-level=error", "--no-telemetry",
-                        f"--file-prefix=keelsolo{os.getpid()}",
-                        "--vdev", f"net_pcap0,rx_pcap={tmp_path / 'in.pcap'},tx_pcap={ref}"],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert [bytes(p) for p in rdpcap(str(out))] == [bytes(p) for p in rdpcap(str(ref))]
+    assert [bytes(p) for p in rdpcap(str(out))] == keel_chain_output(tmp_path, [nf], tmp_path / "in.pcap", "solo")
     c = json.loads(stats[0].read_text())["cycles"]
     assert c["copy_in"] == 0 and c["view"] == 0 and c["copy_out"] == 0, c
     assert c["nf"] > 0 and c["tx"] > 0, c
