@@ -10,6 +10,7 @@ Statements (one per line; brackets may span lines; // and /* */ comments):
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -49,11 +50,19 @@ MAX_DEPTH = 100
 _OPS = ("->", "=", "[", "]", "{", "}", "(", ")", ",", ":", "@", "-")
 
 
+def _unquote(quoted: str) -> str:
+    """The value of a quoted string token as Python reads it; an unknown escape such as '\\d'
+    keeps its backslash, without Python's DeprecationWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.literal_eval(quoted)
+
+
 def _bad_string(quoted: str) -> str | None:
     """Why a quoted string token is not a Python string literal (e.g. '\\x' is a truncated
-    escape), or None; the parser reads the token with ast.literal_eval."""
+    escape), or None; the tokenizer keeps only tokens that _unquote reads."""
     try:
-        ast.literal_eval(quoted)
+        _unquote(quoted)
     except (SyntaxError, ValueError) as e:
         msg = e.msg if isinstance(e, SyntaxError) else str(e)
         return msg.removeprefix("(unicode error) ")
@@ -392,13 +401,13 @@ class Parser:
             kt = self.tok
             if kt.kind != "string":
                 raise _Syntax(kt, f"expected a quoted arm key, found {_describe(kt)}")
-            key = ast.literal_eval(self.next().text)
+            key = _unquote(self.next().text)
             self.expect(":", "")
             vt = self.tok
             if key == "nfchain":
                 have_chain = True
                 if vt.kind == "string":
-                    name = ast.literal_eval(self.next().text)
+                    name = _unquote(self.next().text)
                     if name.strip():
                         chain = ChainExpr([NFCall(name.strip(), None, Pos(vt.line, vt.col))],
                                           Pos(vt.line, vt.col))
@@ -438,7 +447,7 @@ class Parser:
     def _literal(self) -> Any:
         t = self.next()
         if t.kind == "string":
-            return ast.literal_eval(t.text)
+            return _unquote(t.text)
         if t.kind == "number":
             try:
                 return int(t.text, 0)

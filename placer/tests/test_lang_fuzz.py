@@ -70,6 +70,13 @@ def test_token_soup_raises_only_spec_error(words, gaps):
     check("".join(w + (gaps[i] if i < len(gaps) else " ") for i, w in enumerate(words)))
 
 
+@bounded(150)
+@given(st.text(alphabet=st.sampled_from("\\xuUN{}0a9'\"\n\x00 "), max_size=12))
+def test_string_escapes_raise_only_spec_error(body):
+    # what a quoted string holds goes to ast.literal_eval: backslash escapes of every kind
+    check(f"flow f = [{{'k': '{body}'}}]\nchain c = Monitor\nf : c\n")
+
+
 # ----- grammar-shaped chains -----
 
 # Library NFs whose arguments are all optional, so a bare call is a valid chain element.
