@@ -137,7 +137,7 @@ class CatalogError(ValueError):
 _PROTOS = {"tcp", "udp", "icmp"}
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
-_PORTS = re.compile(r"^(\d+)-(\d+)$")
+_PORTS = re.compile(r"^([0-9]{1,5})-([0-9]{1,5})$")
 
 
 def _is_ipv4(v: Any) -> bool:
@@ -154,7 +154,8 @@ def _is_cidr(v: Any) -> bool:
     if not isinstance(v, str):
         return False
     addr, slash, length = v.partition("/")
-    return _is_ipv4(addr) and (not slash or (length.isdigit() and int(length) <= 32))
+    return _is_ipv4(addr) and (not slash or (re.fullmatch(r"[0-9]{1,2}", length) is not None
+                                             and int(length) <= 32))
 
 
 def check_value(schema: Mapping[str, Any], v: Any, path: str) -> str | None:

@@ -10,6 +10,7 @@ Statements (one per line; brackets may span lines; // and /* */ comments):
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -42,7 +43,30 @@ class Token:
     col: int
 
 
+# Brackets, branches and chain references nest at most this deep, so that no spec can make
+# the parser or the resolver run out of Python's recursion limit.
+MAX_DEPTH = 100
+
 _OPS = ("->", "=", "[", "]", "{", "}", "(", ")", ",", ":", "@", "-")
+
+
+def _unquote(quoted: str) -> str:
+    """The value of a quoted string token as Python reads it; an unknown escape such as '\\d'
+    keeps its backslash, without Python's DeprecationWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.literal_eval(quoted)
+
+
+def _bad_string(quoted: str) -> str | None:
+    """Why a quoted string token is not a Python string literal (e.g. '\\x' is a truncated
+    escape), or None; the tokenizer keeps only tokens that _unquote reads."""
+    try:
+        _unquote(quoted)
+    except (SyntaxError, ValueError) as e:
+        msg = e.msg if isinstance(e, SyntaxError) else str(e)
+        return msg.removeprefix("(unicode error) ")
+    return None
 
 
 def tokenize(text: str) -> tuple[list[Token], list[Diagnostic]]:
@@ -87,7 +111,10 @@ def tokenize(text: str) -> tuple[list[Token], list[Diagnostic]]:
             adv(j - i)
         elif c.isdigit() or (c == "." and i + 1 < n and text[i + 1].isdigit()):
             j = i
-            while j < n and (text[j].isalnum() or text[j] in "._"):
+            hexa = text.startswith(("0x", "0X"), i)
+            # a sign belongs to a decimal exponent: 1e-05, 2.5E+3 (Python's repr of floats)
+            while j < n and (text[j].isalnum() or text[j] in "._" or
+                             (text[j] in "+-" and not hexa and text[j - 1] in "eE")):
                 j += 1
             toks.append(Token("number", text[i:j], line, col))
             adv(j - i)
@@ -98,9 +125,13 @@ def tokenize(text: str) -> tuple[list[Token], list[Diagnostic]]:
             if j >= n or text[j] != c:
                 errs.append(Diagnostic(line, col, "unterminated string"))
                 adv(j - i)
+                continue
+            bad = _bad_string(text[i:j + 1])
+            if bad:
+                errs.append(Diagnostic(line, col, f"bad string literal: {bad}"))
             else:
                 toks.append(Token("string", text[i:j + 1], line, col))
-                adv(j + 1 - i)
+            adv(j + 1 - i)
         else:
             op = next((o for o in _OPS if text.startswith(o, i)), None)
             if op is None:
@@ -223,6 +254,7 @@ class Parser:
         self.i = 0
         self.tree = SpecTree()
         self.defining: str | None = None
+        self.depth = 0  # nesting of literals and chain expressions in the current statement
 
     @property
     def tok(self) -> Token:
@@ -257,6 +289,7 @@ class Parser:
                 self.next()
                 continue
             try:
+                self.depth = 0
                 self.statement()
                 if self.tok.kind not in ("newline", "eof"):
                     raise _Syntax(self.tok, f"unexpected {_describe(self.tok)} after statement")
@@ -303,11 +336,19 @@ class Parser:
             slo = v
         self.tree.bindings.append(Binding(t.text, ct.text, slo, pos, Pos(ct.line, ct.col), slo_pos))
 
+    def nest(self) -> None:
+        """Enter one more level of nesting; a syntax error past MAX_DEPTH."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Syntax(self.tok, f"nested more than {MAX_DEPTH} levels deep")
+
     def chain_expr(self) -> ChainExpr:
+        self.nest()
         t = self.tok
         elems: list[Element] = [self.element()]
         while self.accept("->"):
             elems.append(self.element())
+        self.depth -= 1
         return ChainExpr(elems, Pos(t.line, t.col))
 
     def element(self) -> Element:
@@ -360,13 +401,13 @@ class Parser:
             kt = self.tok
             if kt.kind != "string":
                 raise _Syntax(kt, f"expected a quoted arm key, found {_describe(kt)}")
-            key = ast.literal_eval(self.next().text)
+            key = _unquote(self.next().text)
             self.expect(":", "")
             vt = self.tok
             if key == "nfchain":
                 have_chain = True
                 if vt.kind == "string":
-                    name = ast.literal_eval(self.next().text)
+                    name = _unquote(self.next().text)
                     if name.strip():
                         chain = ChainExpr([NFCall(name.strip(), None, Pos(vt.line, vt.col))],
                                           Pos(vt.line, vt.col))
@@ -398,9 +439,15 @@ class Parser:
 
     def literal(self) -> Any:
         """Parse a Python-style literal: number, string, list, dict, True/False/None."""
+        self.nest()
+        v = self._literal()
+        self.depth -= 1
+        return v
+
+    def _literal(self) -> Any:
         t = self.next()
         if t.kind == "string":
-            return ast.literal_eval(t.text)
+            return _unquote(t.text)
         if t.kind == "number":
             try:
                 return int(t.text, 0)

@@ -97,6 +97,7 @@ def _smartchain(problem: Problem, pl: Placement, si: int, parts: list[_Part]) ->
     cpu_only: set[int] = set()
     lemur: list[int] = []
     index: dict[tuple[int, int], int] = {}
+    who: list[tuple[str, str]] = []  # (chain, NF) of each element
     for ci, p in enumerate(parts):
         chain = problem.chains[p.chain]
         for n in p.nodes:
@@ -112,6 +113,7 @@ def _smartchain(problem: Problem, pl: Placement, si: int, parts: list[_Part]) ->
             if not on_nic:
                 cpu_only.add(len(g.names))
             g.names.append(f"{chain.name}.{chain.nodes[n].name}")
+            who.append((chain.name, chain.nodes[n].name))
             g.kinds.append(el)
             g.chain.append(ci)
             lemur.append(sc.NIC_IG if pl.chains[p.chain].nfs[n].target == "smartnic" else sc.CPU)
@@ -126,7 +128,8 @@ def _smartchain(problem: Problem, pl: Placement, si: int, parts: list[_Part]) ->
         out.update({"after": None, "reason": res.reason})
         return out
     out.update({"after": round(res.benefit_us, 3), "round_trips": res.round_trips,
-                "nfs": [{"name": g.names[n], "target": "server" if res.positions[n] == sc.CPU else "smartnic",
+                "nfs": [{"name": g.names[n], "chain": who[n][0], "nf": who[n][1],
+                         "target": "server" if res.positions[n] == sc.CPU else "smartnic",
                          "position": sc.POSITIONS[res.positions[n]]} for n in res.order]})
     return out
 
@@ -138,6 +141,7 @@ def _uno(problem: Problem, pl: Placement, si: int, parts: list[_Part]) -> dict[s
     vs = [uno.Vertex("wire", "port", nic="smartnic")]
     traffic: dict[tuple[str, str], float] = {}
     lemur: dict[str, str] = {}
+    who: dict[str, tuple[str, str]] = {}  # vertex name -> (chain, NF)
     for p in parts:
         chain = problem.chains[p.chain]
         rate = pl.chains[p.chain].rate_gbps
@@ -152,6 +156,7 @@ def _uno(problem: Problem, pl: Placement, si: int, parts: list[_Part]) -> dict[s
                                  (kind.smartnic_cycles or 0.0) / (bits * nic.smartnic.ghz),
                                  host_only=not on_nic))
             lemur[name(n)] = "smartnic" if pl.chains[p.chain].nfs[n].target == "smartnic" else uno.HOST
+            who[name(n)] = (chain.name, chain.nodes[n].name)
         for a, b in p.edges:
             w = min(chain.nodes[x].weight for x in (a, b) if x >= 0) if (a >= 0 or b >= 0) else 1.0
             key = (name(a), name(b))
@@ -168,8 +173,9 @@ def _uno(problem: Problem, pl: Placement, si: int, parts: list[_Part]) -> dict[s
         return out
     out.update({"after": round(res.usage.host_cores, 4),
                 "pcie_gbps": round(res.usage.pcie_gbps["smartnic"], 4),
-                "nfs": [{"name": v, "target": "server" if w == uno.HOST else "smartnic"}
-                        for v, w in res.where.items()]})
+                "nfs": [{"name": v, "chain": who[v][0], "nf": who[v][1],
+                         "target": "server" if w == uno.HOST else "smartnic"}
+                        for v, w in res.where.items() if v in who]})
     return out
 
 
@@ -178,11 +184,12 @@ def _octans(problem: Problem, pl: Placement, si: int, parts: list[_Part], on_cpu
     srv = problem.topo.servers[si]
     per = srv.cores // srv.numa_nodes
     chains: list[oc.Chain] = []
+    sg_of: list[list[tuple[int, list[str]]]] = []  # per chain and piece: Lemur's subgroup id, its NFs
     models: dict[str, oc.NFModel] = {}
     for p in parts:
         ch = pl.chains[p.chain]
         prefix = problem.chains[p.chain].name
-        kinds, names, cores = [], [], []
+        kinds, names, cores, groups = [], [], [], []
         for sg in ch.subgroups:
             if sg.server != srv.name or sg.cores <= 0:
                 continue
@@ -209,9 +216,11 @@ def _octans(problem: Problem, pl: Placement, si: int, parts: list[_Part], on_cpu
                 kinds.append(key)
                 names.append(f"subgroup {sg.id}: {'+'.join(members)}" + (f" (part {k + 1})" if sg.cores > per else ""))
                 cores.append(w)
+                groups.append((sg.id, members))
                 left, k = left - w, k + 1
         if kinds:
             chains.append(oc.Chain(prefix, kinds, names, cores))
+            sg_of.append(groups)
     if not chains:
         return None
     machine = oc.Machine(tuple(tuple(range(k * per, (k + 1) * per)) for k in range(srv.numa_nodes)))
@@ -223,8 +232,9 @@ def _octans(problem: Problem, pl: Placement, si: int, parts: list[_Part], on_cpu
     cores_of = oc.cores_of(chains, res.assign, machine)
     return {"algo": "octans", "measure": "aggregate Mpps (model)", "baseline": "locality-first",
             "before": round(base.prediction.total, 4), "after": round(res.prediction.total, 4),
-            "subgroups": [{"chain": c.name, "name": c.names[j], "node": res.assign[i][j],
-                           "cores": cores_of[i][j]} for i, c in enumerate(chains) for j in range(len(c.kinds))]}
+            "subgroups": [{"chain": c.name, "name": c.names[j], "subgroup": sg_of[i][j][0],
+                           "nfs": sg_of[i][j][1], "node": res.assign[i][j], "cores": cores_of[i][j]}
+                          for i, c in enumerate(chains) for j in range(len(c.kinds))]}
 
 
 def refine(problem: Problem, pl: Placement, steps: list[str],

@@ -152,8 +152,10 @@ def add_refine_args(sp: argparse.ArgumentParser) -> None:
                     "smartchain (SmartNIC/CPU partition for chains with a d_max), uno (SmartNIC "
                     "offload saving host cores for the others) and octans (NUMA nodes and cores "
                     "of the CPU's subgroups on servers with numa_nodes > 1); adds \"refine\": "
-                    "{steps, servers: [{server, nic: [{algo, measure, before, after, nfs}], "
-                    "numa: {algo, measure, before, after, subgroups}}]} to --json")
+                    "{steps, servers: [{server, nic: [{algo, measure, before, after, nfs: [{name, "
+                    "chain, nf, target, position (smartchain: nic-ingress, cpu or nic-egress)}]}], "
+                    "numa: {algo, measure, before, after, subgroups: [{chain, name, subgroup, nfs, "
+                    "node, cores}]}}]} to --json")
     sp.add_argument("--octans-profile", metavar="FILE",
                     help="Octans NF models for --refine octans (keel-place octans --help); "
                     "default: derived from the NFs' cycles")

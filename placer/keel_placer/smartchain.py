@@ -240,38 +240,53 @@ class Result:
     nic_load: float = 0.0
     cpu_load: float = 0.0
     reason: str | None = None
+    migrations: int = 0  # elements moved by push_aside
 
 
 def loads(g: Graph, positions: list[int]) -> tuple[float, float]:
-    """Resource shares used on SmartNIC and CPU (eq. 8): sum of theta^est / theta_e."""
+    """Resource shares used on SmartNIC and CPU (eq. 8): sum of theta^est / theta_e, summed
+    over every server of a multi-server placement (see server_loads)."""
     nic = cpu = 0.0
+    for s_nic, s_cpu in server_loads(g, positions):
+        nic, cpu = nic + s_nic, cpu + s_cpu
+    return nic, cpu
+
+
+def server_loads(g: Graph, positions: list[int]) -> list[tuple[float, float]]:
+    """Each server's SmartNIC and CPU shares (eq. 8). Position p is part p % 3 (NIC_IG, CPU,
+    NIC_EG) of server p // 3 (§IV-B3: P extended to several servers; one server: p < 3)."""
+    out = [[0.0, 0.0] for _ in range(max(positions, default=0) // 3 + 1)]
     for n, p in enumerate(positions):
         rate = g.rate_gbps[g.chain[n]]
-        if p == CPU:
-            cpu += rate / g.kinds[n].cap_cpu_gbps
+        if p % 3 == CPU:
+            out[p // 3][1] += rate / g.kinds[n].cap_cpu_gbps
         else:
-            nic += rate / g.kinds[n].cap_nic_gbps
-    return nic, cpu
+            out[p // 3][0] += rate / g.kinds[n].cap_nic_gbps
+    return [(a, b) for a, b in out]
 
 
 def score(g: Graph, positions: list[int], order: list[int], t_trans: float) -> tuple[float, int]:
     """Latency benefit (us) over the all-CPU graph and the worst path's PCIe round trips.
     A packet enters and leaves through the SmartNIC; each maximal run of CPU elements on its
-    path costs one round trip (t_trans), and the all-CPU graph pays exactly one."""
+    path (on one server) costs one round trip (t_trans), and the all-CPU graph pays exactly one."""
     rank = {n: i for i, n in enumerate(order)}
     worst = [0] * len(g.chain_names)
     for path in g.paths():
-        on_cpu = [positions[n] == CPU for n in sorted(path, key=rank.__getitem__)]
-        trips = sum(1 for k, c in enumerate(on_cpu) if c and (k == 0 or not on_cpu[k - 1]))
+        at = [positions[n] for n in sorted(path, key=rank.__getitem__)]
+        trips = sum(1 for k, p in enumerate(at)
+                    if p % 3 == CPU and (k == 0 or at[k - 1] != p))
         if path:
             worst[g.chain[path[0]]] = max(worst[g.chain[path[0]]], trips)
-    proc = sum(g.kinds[n].suitability for n, p in enumerate(positions) if p != CPU)
+    proc = sum(g.kinds[n].suitability for n, p in enumerate(positions) if p % 3 != CPU)
     return proc + t_trans * sum(1 - w for w in worst), max(worst, default=0)
 
 
 def _finish(g: Graph, res: Result, t_trans: float, nic_share: float, cpu_cores: float) -> Result:
     res.nic_load, res.cpu_load = loads(g, res.positions)
     res.benefit_us, res.round_trips = score(g, res.positions, res.order, t_trans)
+    per = server_loads(g, res.positions)
+    if len(per) > 1:  # report the busiest server's shares, which the capacities bound
+        res.nic_load, res.cpu_load = max(a for a, _ in per), max(b for _, b in per)
     if res.feasible and (res.nic_load > nic_share + 1e-9 or res.cpu_load > cpu_cores + 1e-9):
         res.feasible = False
         res.reason = "over capacity: SmartNIC %.3f of %.3g, CPU %.3f of %.3g" % (
@@ -281,7 +296,7 @@ def _finish(g: Graph, res: Result, t_trans: float, nic_share: float, cpu_cores: 
 
 def solve_ilp(g: Graph, deps: Iterable[Dependency], t_trans: float = T_TRANS_US,
               nic_share: float = 1.0, cpu_cores: float = 1.0,
-              cpu_only: frozenset[int] = frozenset()) -> Result:
+              cpu_only: frozenset[int] = frozenset(), servers: int = 1) -> Result:
     """SmartChain's 0-1 ILP (Fig. 6). x[e][p] = 1 places element e at position p; y[c] = 1
     when chain c keeps any element on the CPU (eq. 3, one per chain so that several chains
     form one big graph, §IV-B3). Maximise t_trans*(1-y) + sum_e s_e*(x_e^ig + x_e^eg)
@@ -293,38 +308,118 @@ def solve_ilp(g: Graph, deps: Iterable[Dependency], t_trans: float = T_TRANS_US,
       C5  y >= x_e^C
     The element graph is then rebuilt: each path runs its elements ordered by (position,
     original order), so an element moves only across positions, never past a dependency.
-    Nodes in cpu_only cannot run on the SmartNIC."""
+    Nodes in cpu_only cannot run on the SmartNIC.
+
+    servers > 1 is §IV-B3/§V-D's multi-server case, "extend the placement destination set
+    P": P = {S_ig^1, C^1, S_eg^1, ..., S_ig^k, C^k, S_eg^k}, position p being part p % 3 of
+    server p // 3, in the order a packet visits them (our reading: the paper gives no
+    formulation), so C1 keeps its form; C2 and C3 hold per server (each with nic_share and
+    cpu_cores), C5 over every server's CPU."""
     t0 = time.perf_counter()
     m = LinearModel()
     n = len(g.names)
-    x = [[m.var(0, 0 if (p != CPU and e in cpu_only) else 1,
-                 g.kinds[e].suitability if p != CPU else 0.0, integer=True) for p in range(3)]
+    P = 3 * servers
+    x = [[m.var(0, 0 if (p % 3 != CPU and e in cpu_only) else 1,
+                 g.kinds[e].suitability if p % 3 != CPU else 0.0, integer=True) for p in range(P)]
          for e in range(n)]
     y = [m.var(0, 1, -t_trans, integer=True) for _ in g.chain_names]
     for d in deps:  # C1
         coefs: dict[int, float] = {}
-        for p in range(3):
+        for p in range(P):
             coefs[x[d.after][p]] = coefs.get(x[d.after][p], 0.0) + p
             coefs[x[d.before][p]] = coefs.get(x[d.before][p], 0.0) - p
         m.row({k: v for k, v in coefs.items() if v}, lb=0.0)
-    m.row({x[e][p]: g.rate_gbps[g.chain[e]] / g.kinds[e].cap_nic_gbps
-           for e in range(n) for p in (NIC_IG, NIC_EG)}, ub=nic_share)  # C2
-    m.row({x[e][CPU]: g.rate_gbps[g.chain[e]] / g.kinds[e].cap_cpu_gbps for e in range(n)},
-          ub=cpu_cores)  # C3
+    for s in range(servers):
+        ig, c, eg = 3 * s + NIC_IG, 3 * s + CPU, 3 * s + NIC_EG
+        m.row({x[e][p]: g.rate_gbps[g.chain[e]] / g.kinds[e].cap_nic_gbps
+               for e in range(n) for p in (ig, eg)}, ub=nic_share)  # C2
+        m.row({x[e][c]: g.rate_gbps[g.chain[e]] / g.kinds[e].cap_cpu_gbps for e in range(n)},
+              ub=cpu_cores)  # C3
     for e in range(n):
-        m.row({x[e][p]: 1.0 for p in range(3)}, lb=1.0, ub=1.0)  # C4
-        m.row({y[g.chain[e]]: 1.0, x[e][CPU]: -1.0}, lb=0.0)  # C5
+        m.row({x[e][p]: 1.0 for p in range(P)}, lb=1.0, ub=1.0)  # C4
+        m.row({y[g.chain[e]]: 1.0, **{x[e][3 * s + CPU]: -1.0 for s in range(servers)}}, lb=0.0)  # C5
     sol = m.solve()
     secs = time.perf_counter() - t0
     if not sol.optimal:
         return Result("smartchain", False, [], [], seconds=secs,
                       reason=f"no feasible partition ({sol.status}): relax the rate estimate "
                              "or add CPU cores / SmartNIC capacity (§IV-B2)")
-    pos = [max(range(3), key=lambda p: sol.values[x[e][p]]) for e in range(n)]
+    pos = [max(range(P), key=lambda p: sol.values[x[e][p]]) for e in range(n)]
     topo = {v: i for i, v in enumerate(g.topo_order())}
     order = sorted(range(n), key=lambda e: (pos[e], topo[e]))
     res = Result("smartchain", True, pos, order, seconds=secs)
     return _finish(g, res, t_trans, nic_share, cpu_cores)
+
+
+def push_aside(g: Graph, res: Result, t_trans: float = T_TRANS_US, nic_share: float = 1.0,
+               cpu_cores: float = 1.0) -> Result:
+    """Repair a one-server placement that overloads a device under the true capacities with
+    push-aside migration, as SmartChain's sensitivity analysis does (§V-E, after CoCo [14]):
+    while the SmartNIC or the CPU is over its capacity (eq. 8), move one of its elements to
+    the other device. A candidate borders the other device in the processing order (or ends
+    the order when the other device holds nothing), so the order stays as it was (every
+    dependency still holds) and no element is pulled out of the middle of a run; of the
+    candidates that fit on the other device, the one whose move keeps the most benefit
+    (score) goes. The result records the moves in `migrations`; it is infeasible, with a
+    reason, when both devices are over capacity or no candidate fits."""
+    pos = list(res.positions)
+    order = list(res.order)
+    moves = 0
+    while True:
+        nic, cpu = loads(g, pos)
+        over_nic, over_cpu = nic > nic_share + 1e-9, cpu > cpu_cores + 1e-9
+        if not (over_nic or over_cpu):
+            break
+        if over_nic and over_cpu:
+            return _pushed(g, res, pos, order, moves, t_trans, "SmartNIC and CPU both over capacity")
+        on_cpu = [pos[e] == CPU for e in order]
+        src_cpu = over_cpu
+        others = [k for k, c in enumerate(on_cpu) if c != src_cpu]
+        if others:
+            cand = [k for k, c in enumerate(on_cpu) if c == src_cpu and
+                    ((k > 0 and on_cpu[k - 1] != src_cpu) or (k + 1 < len(order) and on_cpu[k + 1] != src_cpu))]
+        else:
+            cand = sorted({0, len(order) - 1})
+        best: tuple[float, list[int]] | None = None
+        for k in cand:
+            e = order[k]
+            trial = list(pos)
+            trial[e] = NIC_IG if src_cpu else CPU
+            trial = _label_by_order(g, trial, order)
+            t_nic, t_cpu = loads(g, trial)
+            if (t_nic > nic_share + 1e-9) if src_cpu else (t_cpu > cpu_cores + 1e-9):
+                continue
+            q, _ = score(g, trial, order, t_trans)
+            if best is None or q > best[0] + 1e-12:
+                best = (q, trial)
+        if best is None:
+            return _pushed(g, res, pos, order, moves, t_trans,
+                           f"no element can be pushed aside from the {'CPU' if src_cpu else 'SmartNIC'}")
+        pos, moves = best[1], moves + 1
+    return _pushed(g, res, pos, order, moves, t_trans, None)
+
+
+def _label_by_order(g: Graph, pos: list[int], order: list[int]) -> list[int]:
+    """SmartNIC elements after a CPU element on one of their paths (in the given order) run
+    at the egress part, the others at the ingress part."""
+    rank = {n: i for i, n in enumerate(order)}
+    eg: set[int] = set()
+    for path in g.paths():
+        seen_cpu = False
+        for n in sorted(path, key=rank.__getitem__):
+            if pos[n] == CPU:
+                seen_cpu = True
+            elif seen_cpu:
+                eg.add(n)
+    return [CPU if p == CPU else (NIC_EG if n in eg else NIC_IG) for n, p in enumerate(pos)]
+
+
+def _pushed(g: Graph, res: Result, pos: list[int], order: list[int], moves: int, t_trans: float,
+            reason: str | None) -> Result:
+    out = Result(res.algo, reason is None, pos, order, seconds=res.seconds, migrations=moves, reason=reason)
+    out.nic_load, out.cpu_load = loads(g, pos)
+    out.benefit_us, out.round_trips = score(g, pos, order, t_trans)
+    return out
 
 
 def _label_egress(g: Graph, pos: list[int]) -> list[int]:

@@ -7,9 +7,13 @@ import re
 from typing import Any
 
 from . import catalog
-from .lang import (Branch, ChainDef, ChainExpr, Diagnostic, NFCall, Pos, SpecError, SpecTree,
-                   parse_tree)
+from .lang import (MAX_DEPTH, Branch, ChainDef, ChainExpr, Diagnostic, NFCall, Pos, SpecError,
+                   SpecTree, parse_tree)
 from .model import EGRESS, INGRESS, SLO, ChainGraph, Edge, NFNode, Spec
+
+# A chain expands to at most this many NFs (chain references may repeat a sub-chain, and a
+# sub-chain that names another twice doubles at each level).
+MAX_NODES = 4096
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]?)(bps|b/s)\s*$", re.I)
 _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(ns|us|µs|ms|s)\s*$", re.I)
@@ -68,6 +72,7 @@ class _Resolver:
     def build(self, name: str, flow: str, flowspec: list, slo: SLO, expr: ChainExpr) -> ChainGraph | None:
         g = ChainGraph(name, flow, flowspec, slo, [], [])
         self.used: dict[str, int] = {}
+        self.depth, self.too_big = 0, False
         n_err = len(self.errors)
         tails = self.expr(g, expr, [(INGRESS, 1.0)], [name])
         if len(self.errors) > n_err:
@@ -79,11 +84,20 @@ class _Resolver:
 
     def expr(self, g: ChainGraph, expr: ChainExpr, preds: list[tuple[int, float]],
              stack: list[str]) -> list[tuple[int, float]]:
+        if self.too_big:
+            return preds
+        if self.depth >= MAX_DEPTH:
+            self.err(expr.pos, f"chain {g.name} nests branches and chain references more than "
+                               f"{MAX_DEPTH} levels deep")
+            self.too_big = True
+            return preds
+        self.depth += 1
         for el in expr.elements:
             if isinstance(el, Branch):
                 preds = self.branch(g, el, preds, stack)
             else:
                 preds = self.call(g, el, preds, stack)
+        self.depth -= 1
         return preds
 
     def branch(self, g: ChainGraph, br: Branch, preds: list[tuple[int, float]],
@@ -120,6 +134,10 @@ class _Resolver:
             if kind is None:
                 return preds
             base, args = kind.name, dict(call.args or {})
+        if len(g.nodes) >= MAX_NODES:
+            self.err(call.pos, f"chain {g.name} expands to more than {MAX_NODES} NFs")
+            self.too_big = True
+            return preds
         k = self.used.get(base, 0) + 1
         self.used[base] = k
         node = NFNode(len(g.nodes), base if k == 1 else f"{base}_{k}", kind.name, args,
@@ -132,7 +150,7 @@ class _Resolver:
         pos = b.slo_pos or b.pos
         unknown = set(b.slo) - {"t_min", "t_max", "d_max"}
         if unknown:
-            self.err(pos, f"unknown SLO key '{sorted(unknown)[0]}' (expected t_min, t_max, d_max)")
+            self.err(pos, f"unknown SLO key '{sorted(unknown, key=str)[0]}' (expected t_min, t_max, d_max)")
             return None
         t_min = parse_rate(b.slo.get("t_min", 0))
         t_max = parse_rate(b.slo["t_max"]) if "t_max" in b.slo else math.inf

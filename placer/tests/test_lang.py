@@ -136,3 +136,52 @@ def test_bad_slo_and_arm():
 def test_unterminated_string():
     errs = errors("flow f = [{'a': 'b}]\nchain c = ACL\nf : c\n")
     assert errs[0][:2] == (1, 17) and errs[0][2] == "unterminated string"
+
+
+# Crashes the fuzzer (test_lang_fuzz.py) or a review of what it feeds found: each input
+# raised something other than SpecError before its fix.
+
+def test_a_bad_escape_in_a_string_is_a_spec_error():
+    # ast.literal_eval raised SyntaxError on '\x' (found by the fuzzer) and ValueError on a NUL
+    assert errors("flow f = ['\\x']\nchain c = ACL\nf : c\n") == [
+        (1, 11, "bad string literal: 'unicodeescape' codec can't decode bytes in position 0-1: "
+                "truncated \\xXX escape")]
+    assert errors("flow f = ['a\x00']\nchain c = ACL\nf : c\n")[0][2] == (
+        "bad string literal: source code string cannot contain null bytes")
+
+
+def test_numbers_take_a_signed_exponent():
+    # Python writes 1e-05 and 1e+16; the '-' and '+' used to end the number (found by the fuzzer)
+    spec = parse_spec("flow f = [{'a': 1e-05, 'b': 1e+16, 'c': 2.5E-3, 'd': 0x1e}]\nchain c = ACL\nf : c\n")
+    assert spec.chains[0].flowspec == [{"a": 1e-05, "b": 1e+16, "c": 2.5e-3, "d": 30}]
+    assert errors("flow f = [0x1e-1]\nchain c = ACL\nf : c\n")[0][2] == "expected closing ']', found '-'"
+
+
+def test_deep_nesting_is_a_spec_error_not_a_recursion_error():
+    deep_literal = "[" * 3000 + "]" * 3000
+    assert errors(f"flow f = {deep_literal}\nchain c = ACL\nf : c\n") == [(1, 110, "nested more than 100 levels deep")]
+    arm = "[{'flowspec': [], 'nfchain': "
+    assert errors(f"flow f = []\nchain c = {arm * 400}ACL{'}]' * 400}\nf : c\n")[0][2] == (
+        "nested more than 100 levels deep")
+    refs = "".join(f"chain c{i} = c{i + 1}\n" for i in range(150)) + "chain c150 = ACL\n"
+    assert errors(f"flow f = []\n{refs}f : c0\n")[0][2] == (
+        "chain c0 nests branches and chain references more than 100 levels deep")
+
+
+def test_a_chain_that_doubles_at_each_reference_is_cut_off():
+    refs = "".join(f"chain c{i} = c{i + 1} -> c{i + 1}\n" for i in range(20)) + "chain c20 = ACL\n"
+    # c0 would be 2^20 NFs; the 4097th (an ACL of c20, line 22) stops c0, and c1 ... c7 too
+    errs = errors(f"flow f = []\n{refs}f : c0\n")
+    assert errs[0] == (22, 13, "chain c0 expands to more than 4096 NFs") and len(errs) == 8
+
+
+def test_odd_slo_keys_and_argument_values_are_spec_errors():
+    # sorted() of an int and a str key raised TypeError
+    assert errors("flow f = []\nchain c = ACL\nf : c @ {1: 2, 'x': 3}\n") == [
+        (3, 9, "unknown SLO key '1' (expected t_min, t_max, d_max)")]
+    # int() of a superscript digit (str.isdigit accepts it) and of 5000 digits raised ValueError
+    for prefix in ("198.18.0.0/\u00b2", "198.18.0.0/" + "9" * 5000):
+        (err,) = errors(f"flow f = []\nchain c = ACL(rules=[{{'dst_ip': '{prefix}'}}])\nf : c\n")
+        assert "expected an IPv4 prefix 'A.B.C.D/N'" in err[2]
+    (err,) = errors(f"flow f = []\nchain c = ACL(rules=[{{'dst_port': '1-{'9' * 5000}'}}])\nf : c\n")
+    assert "expected a port 0-65535 or a range 'lo-hi'" in err[2]

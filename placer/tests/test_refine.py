@@ -110,3 +110,21 @@ def test_octans_profile_replaces_derived_models(tmp_path, examples, capsys):
     # with the profile's 0.2 Mpps per core the chain can do at most 16 x 0.2 Mpps
     (enc,) = {g["name"].split(" (")[0] for g in numa["subgroups"] if "encrypt" in g["name"]}
     assert numa["after"] <= 16 * 0.2 and numa["after"] != numa0["after"]
+
+
+def test_report_names_each_nfs_chain_and_subgroup(tmp_path, examples, capsys):
+    # What the gateway reads to show a chain's refined placement: each NIC-step NF by chain
+    # and NF name (no "wire" port), each Octans piece by Lemur's subgroup id and its NFs.
+    spec = tmp_path / "lat.conf"
+    spec.write_text(LATENCY_SPEC)
+    out = _place(capsys, "--spec", str(spec), "--topology", str(examples / "topology.yaml"), "--refine", "all")
+    (nic,) = out["refine"]["servers"][0]["nic"]
+    assert all(n["name"] == f"{n['chain']}.{n['nf']}" and n["chain"] == "chain_5" for n in nic["nfs"])
+    out = _place(capsys, "--spec", str(examples / "chain_0_1_2_3.conf"), "--topology",
+                 str(examples / "topology.yaml"), "--refine", "all")
+    servers = {s["server"]: s for s in out["refine"]["servers"]}
+    assert "wire" not in {n["name"] for n in servers["worker-b"]["nic"][0]["nfs"]}
+    subgroups = {(c["name"], s["id"]): s["nfs"] for c in out["chains"] for s in c["subgroups"]}
+    for g in servers["worker-a"]["numa"]["subgroups"]:
+        assert g["name"].startswith(f"subgroup {g['subgroup']}: ")
+        assert set(g["nfs"]) <= set(subgroups[(g["chain"], g["subgroup"])])

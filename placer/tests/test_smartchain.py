@@ -206,3 +206,93 @@ def test_cli_smartchain_bad_input_exits_2(tmp_path, examples, capsys):
     assert main(["smartchain", "--spec", str(spec), "--elements",
                  str(examples / "smartchain_elements.json")]) == 2
     assert f"{spec}:2:21: error: unknown NF or chain 'Frob'" in capsys.readouterr().err
+
+
+def _el(name: str, s: float, nic_share: float, cpu_share: float = 0.1) -> Element:
+    # at 1 Gbps: suitability s (t_cpu - t_nic), shares 1/cap of the SmartNIC and of a core
+    return Element(name, 100.0, 100.0 - s, 1 / cpu_share, 1 / nic_share)
+
+
+def _chain(*els: Element) -> Graph:
+    n = len(els)
+    return Graph([e.name for e in els], list(els),
+                 [(INGRESS, 0)] + [(i, i + 1) for i in range(n - 1)] + [(n - 1, EGRESS)])
+
+
+def test_push_aside_moves_the_bordering_element_that_loses_least_off_the_nic():
+    # A B | C | D on ingress, CPU, egress; the true NIC shares .4 each overload it (1.2).
+    # B and D border the CPU; D's move loses 5 us, B's 100: D goes, and the order stays.
+    g = _chain(_el("A", 10, .4), _el("B", 100, .4), _el("C", -20, .4), _el("D", 5, .4))
+    placed = sc.Result("smartchain", True, [NIC_IG, NIC_IG, CPU, NIC_EG], [0, 1, 2, 3])
+    r = sc.push_aside(g, placed)
+    assert r.feasible and r.migrations == 1
+    assert r.positions == [NIC_IG, NIC_IG, CPU, CPU] and r.order == [0, 1, 2, 3]
+    assert r.benefit_us == pytest.approx(110) and r.nic_load == pytest.approx(.8)
+
+
+def test_push_aside_pulls_the_most_suitable_bordering_element_onto_the_nic():
+    # B and C on one core at .6 each (1.2 of 1): B (s 100) moves to the SmartNIC's ingress
+    # part rather than C (s -20); the SmartNIC has room (.2 + .2 + .2)
+    g = _chain(_el("A", 10, .2), _el("B", 100, .2, .6), _el("C", -20, .2, .6), _el("D", 5, .2))
+    placed = sc.Result("sequential", True, [NIC_IG, CPU, CPU, NIC_EG], [0, 1, 2, 3])
+    r = sc.push_aside(g, placed)
+    assert r.feasible and r.migrations == 1
+    assert r.positions == [NIC_IG, NIC_IG, CPU, NIC_EG]
+    assert r.benefit_us == pytest.approx(115)
+
+
+def test_push_aside_gives_up_when_nothing_fits_and_leaves_a_fitting_placement_alone():
+    g = _chain(_el("A", 10, .7, 1.5), _el("B", 100, .7, 1.5))
+    r = sc.push_aside(g, sc.Result("smartchain", True, [NIC_IG, NIC_IG], [0, 1]))
+    assert not r.feasible and "no element can be pushed aside from the SmartNIC" in r.reason
+    both = sc.push_aside(g, sc.Result("smartchain", True, [NIC_IG, CPU], [0, 1]), cpu_cores=1.0, nic_share=.5)
+    assert not both.feasible and "both over capacity" in both.reason
+    fine = sc.Result("smartchain", True, [NIC_IG, CPU], [0, 1])
+    r = sc.push_aside(g, fine, cpu_cores=2.0)
+    assert r.feasible and r.migrations == 0 and r.positions == [NIC_IG, CPU]
+
+
+def test_ilp_over_several_servers_uses_each_servers_smartnic():
+    # Two 4 Gbps graphs of one Payload Analyzer: .8 of a SmartNIC each, 20 cores on a CPU.
+    # One server (6 cores) cannot hold them; two can, one on each SmartNIC: 2 x (735 + 26) us.
+    pa = T["PayloadAnalyzer"]
+    g = Graph(["a", "b"], [pa, pa], [(INGRESS, 0), (0, EGRESS), (INGRESS, 1), (1, EGRESS)],
+              chain=[0, 1], chain_names=["x", "y"], rate_gbps=[4.0, 4.0])
+    assert not sc.solve_ilp(g, [], cpu_cores=6.0).feasible
+    r = sc.solve_ilp(g, [], cpu_cores=6.0, servers=2)
+    assert r.feasible and r.benefit_us == pytest.approx(2 * (735 + 26))
+    assert {p // 3 for p in r.positions} == {0, 1} and all(p % 3 != CPU for p in r.positions)
+    assert r.nic_load == pytest.approx(.8)  # the busiest server's share
+    # one server is the paper's model unchanged
+    one = linear("HeaderClassifier", "Logger", "PayloadAnalyzer", "Monitor", "LoadBalancer")
+    a, b = sc.solve_ilp(one, sc.dependencies(one)), sc.solve_ilp(one, sc.dependencies(one), servers=1)
+    assert a.positions == b.positions and a.benefit_us == b.benefit_us == pytest.approx(763)
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench_smartchain.py"
+    spec = importlib.util.spec_from_file_location("bench_smartchain", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_scaling_servers_reports_each_graphs_x_servers_cell():
+    cells = _bench().scaling_servers(17, graphs=(1, 2), servers=(1, 2), reps=1)
+    assert list(cells) == ["1 graphs x 1 servers", "1 graphs x 2 servers", "2 graphs x 1 servers",
+                           "2 graphs x 2 servers"]
+    c = cells["2 graphs x 2 servers"]
+    assert c["elements"] == 16 and c["variables"] == 16 * 6 + 2 and c["feasible_pct"] == 100
+    assert 0 < c["solve_ms_median"] <= c["solve_ms_p90"] and c["cpu_ms_p90"] > 0
+
+
+def test_bench_capacity_sensitivity_reports_the_ratio_per_error():
+    out = _bench().sensitivity_capacity(3, 17)
+    assert list(out) == ["-50%", "-25%", "-10%", "+10%", "+25%", "+50%"]
+    for row in out.values():
+        assert set(row) == set(sc.ALGOS)
+        s = row["smartchain"]
+        assert s["min"] <= s["mean"] <= s["max"] <= 1 + 1e-9
+        assert set(s) == {"mean", "min", "max", "migrated_pct", "failed_pct"}

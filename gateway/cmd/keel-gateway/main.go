@@ -86,7 +86,7 @@ func parseFlags(args []string) (*options, error) {
 		"and, in functions/, the secrets of faas-cli secret create")
 	fs.StringVar(&o.controlToken, "control-token-file", "", "the control-plane token (see above), created if missing\n"+
 		"(default: control-token in --secrets)")
-	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs)")
+	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs); with a SmartNIC or numa_nodes > 1 the gateway also asks the placer to refine (SmartChain/UNO, Octans) and faas-cli describe shows it")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	o.kube.Register(fs)
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")

@@ -79,6 +79,9 @@ type Placement struct {
 	LatencyUs float64    `json:"latency_us"`
 	NFs       []PlacedNF `json:"nfs"`
 	Subgroups []Subgroup `json:"subgroups"`
+	// Refined is the placer's refinement on servers with a SmartNIC or several NUMA nodes;
+	// nil when the topology has neither (WantsRefine).
+	Refined *Refined `json:"refined,omitempty"`
 }
 
 // Member is one server-placed NF of a chain and how a worker runs it as a keel-nf process.
@@ -318,7 +321,11 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	for i, o := range all {
 		b.WriteString(chainSpec(i, o))
 	}
-	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
+	refine := ""
+	if WantsRefine(v.Topology) {
+		refine = RefineAll
+	}
+	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON, Refine: refine})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Place: %w", err)
 	}
@@ -331,13 +338,19 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	if !pl.Feasible {
 		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, userNames(pl.Reason, all))
 	}
+	report, err := parseRefine(pl.RefineJson)
+	if err != nil {
+		return nil, nil, err
+	}
 	placements := map[string]Placement{}
 	for _, pc := range pl.Chains {
 		var idx int
 		if _, err := fmt.Sscanf(pc.Name, "c%d", &idx); err != nil || idx >= len(all) {
 			return nil, nil, fmt.Errorf("placer returned unknown chain %q", pc.Name)
 		}
-		placements[all[idx].Name] = fromProto(pc)
+		p := fromProto(pc)
+		p.Refined = report.refinedFor(pc.Name, p)
+		placements[all[idx].Name] = p
 	}
 	c.SetPlacement(placements[c.Name])
 	if nf := c.SwitchBetweenServers(); nf != "" {

@@ -22,6 +22,7 @@ type fakePlacer struct {
 	placeFn func(spec string) *pb.PlaceResponse // when set, answers Place instead of place
 	specs   []string
 	tenants []string // tenant_nfs_json of each request
+	refines []string // refine of each Place request
 	called  int
 }
 
@@ -35,6 +36,7 @@ func (f *fakePlacer) Parse(_ context.Context, in *pb.ParseRequest, _ ...grpc.Cal
 func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.CallOption) (*pb.PlaceResponse, error) {
 	f.specs = append(f.specs, in.Spec)
 	f.tenants = append(f.tenants, in.TenantNfsJson)
+	f.refines = append(f.refines, in.Refine)
 	f.called++
 	if f.placeFn != nil {
 		return f.placeFn(in.Spec), nil

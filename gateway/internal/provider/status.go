@@ -191,7 +191,8 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// describeChain writes the chain's NFs, placement, instances, rate and p99 into annotations.
+// describeChain writes the chain's NFs, placement (and its refinement, if any), instances, rate
+// and p99 into annotations.
 func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]string) {
 	ann["com.keel.nfs"] = strings.Join(c.NFs, " -> ")
 	ann["com.keel.placement"] = c.Summary()
@@ -203,6 +204,11 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		sgs = []string{"none (switch only)"}
 	}
 	ann["com.keel.subgroups"] = strings.Join(sgs, "; ")
+	// On a rack with SmartNICs or several NUMA nodes: the placer's refinement (issue 17)
+	if r := c.RefinedSummary(); r != "" {
+		ann["com.keel.refined"] = r
+		ann["com.keel.refined-gains"] = c.RefineGains()
+	}
 	var parts []string
 	var rate, p99 float64
 	for _, in := range insts {

@@ -57,3 +57,51 @@ func Test_Status_says_where_a_chain_runs_and_what_a_packet_function_is(t *testin
 		t.Errorf("packet function: replicas %d/%d, %q", s.AvailableReplicas, s.Replicas, (*s.Annotations)["com.keel.packet-function"])
 	}
 }
+
+func Test_Status_shows_the_refined_placement_of_a_chain_on_a_SmartNIC_rack(t *testing.T) {
+	st := testredis.Store(t)
+	ctx := context.Background()
+	after := 14.5
+	before := 0.0
+	placement := chain.Placement{
+		NFs: []chain.PlacedNF{{Name: "acl", NF: "acl", Target: "server", Server: "w1"}, {Name: "nat", NF: "nat", Target: "server", Server: "w1"},
+			{Name: "tunnel", NF: "tunnel", Target: "server", Server: "w1"}},
+		Subgroups: []chain.Subgroup{{ID: 0, Server: "w1", Cores: 2, NFs: []string{"acl", "nat", "tunnel"}}}}
+	plain := &chain.Chain{Name: "plain", NFs: []string{"acl", "nat", "tunnel"}, Placement: placement}
+	refined := &chain.Chain{Name: "refined", NFs: []string{"acl", "nat", "tunnel"}, Placement: placement}
+	refined.Placement.Refined = &chain.Refined{
+		NFs: []chain.RefinedNF{{Name: "acl", Server: "w1", Target: "smartnic", Position: "nic-ingress", Algo: "smartchain"},
+			{Name: "nat", Server: "w1", Target: "server", Position: "cpu", Algo: "smartchain"},
+			{Name: "tunnel", Server: "w1", Target: "smartnic", Position: "nic-egress", Algo: "smartchain"}},
+		Subgroups: []chain.RefinedSubgroup{{Subgroup: 0, Server: "w1", NFs: []string{"nat"}, Node: 1, Cores: []int{8, 9}}},
+		Steps:     []chain.RefineStep{{Server: "w1", Algo: "smartchain", Measure: "latency benefit over all-CPU, us", Before: &before, After: &after}}}
+	for _, c := range []*chain.Chain{plain, refined} {
+		if err := st.Put(ctx, &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: c.Name}, Chain: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &Provider{Store: st}
+	s, err := p.Status(ctx, "refined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := *s.Annotations
+	if got, want := ann["com.keel.refined"], "acl@smartnic-ingress:w1 -> nat@server:w1 node=1 cores=8-9 -> tunnel@smartnic-egress:w1"; got != want {
+		t.Errorf("com.keel.refined %q, want %q", got, want)
+	}
+	if got, want := ann["com.keel.refined-gains"], "smartchain on w1: latency benefit over all-CPU, us 0 -> 14.5"; got != want {
+		t.Errorf("com.keel.refined-gains %q, want %q", got, want)
+	}
+	if ann["com.keel.placement"] != "acl@server:w1 -> nat@server:w1 -> tunnel@server:w1" || ann["com.keel.subgroups"] != "w1: 2 core(s) [acl, nat, tunnel]" {
+		t.Errorf("the existing fields changed: %q, %q", ann["com.keel.placement"], ann["com.keel.subgroups"])
+	}
+	s, err = p.Status(ctx, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"com.keel.refined", "com.keel.refined-gains"} {
+		if v, ok := (*s.Annotations)[k]; ok {
+			t.Errorf("a chain placed without refinement shows %s=%q", k, v)
+		}
+	}
+}
