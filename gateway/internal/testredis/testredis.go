@@ -9,10 +9,12 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // Store starts redis-server on a free loopback port with no persistence, stops it when the
@@ -52,5 +54,47 @@ func Store(t testing.TB) *store.Store {
 			t.Fatalf("redis-server on %s did not answer within 10 s: %v", addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Counter is a go-redis hook that counts round trips (one per command sent alone, one per
+// pipeline or transaction) and the commands in them.
+type Counter struct {
+	trips, commands atomic.Int64
+}
+
+// Counted is Store with a Counter on its client.
+func Counted(t testing.TB) (*store.Store, *Counter) {
+	t.Helper()
+	s := Store(t)
+	c := &Counter{}
+	s.AddHook(c)
+	return s, c
+}
+
+// Trips returns the round trips counted so far.
+func (c *Counter) Trips() int64 { return c.trips.Load() }
+
+// Commands returns the commands counted so far.
+func (c *Counter) Commands() int64 { return c.commands.Load() }
+
+// DialHook implements redis.Hook.
+func (c *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		c.commands.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		c.commands.Add(int64(len(cmds)))
+		return next(ctx, cmds)
 	}
 }
