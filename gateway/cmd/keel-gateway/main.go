@@ -205,6 +205,9 @@ func run(o *options) error {
 		return err
 	}
 	defer st.Close()
+	// The store's cache follows every write of this gateway; the recheck catches Redis
+	// changing under it (a FLUSHALL, another writer) within a second.
+	go st.RecheckEvery(ctx, time.Second, log.Printf)
 	conn, err := grpc.NewClient(o.placer, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
 		return fmt.Errorf("--placer %s: %w", o.placer, err)

@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
@@ -115,18 +118,27 @@ func FlowKey(proto uint8, src netip.Addr, sport uint16, dst netip.Addr, dport ui
 	return fmt.Sprintf("%d %s %s", proto, netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport))
 }
 
-// Store is the Redis-backed state of one gateway.
+// Store is the Redis-backed state of one gateway, read through a write-through cache of it
+// (cache.go).
 type Store struct {
 	rdb *redis.Client
+
+	wmu   sync.Mutex   // held by each write across its Redis call and its cache update
+	mu    sync.RWMutex // guards c, gen, runID
+	c     *cache
+	gen   uint64
+	runID string // the Redis server the cache was filled from
 }
 
 // New connects to Redis at addr (HOST:PORT) and checks that it answers.
 func New(ctx context.Context, addr string) (*Store, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	s := &Store{c: newCache()}
+	s.rdb = redis.NewClient(&redis.Options{Addr: addr, OnConnect: s.connected})
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.rdb.Close()
 		return nil, fmt.Errorf("redis %s: %w", addr, err)
 	}
-	return &Store{rdb: rdb}, nil
+	return s, nil
 }
 
 // Close closes the Redis connection.
@@ -142,25 +154,36 @@ func (s *Store) Put(ctx context.Context, f *Function) error {
 		return err
 	}
 	name := f.Deployment.Service
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyFunction+name, b, 0)
 		p.SAdd(ctx, keyFunctions, name)
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("store %s: %w", name, err)
 	}
+	s.update(c, func(c *cache) {
+		if c.functions != nil {
+			c.functions[name] = b
+		}
+		s.gen++
+	})
 	return nil
 }
 
 // Get returns one function or ErrNotFound.
 func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
-	b, err := s.rdb.Get(ctx, keyFunction+name).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
+	var b []byte
+	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) { b = c.functions[name] })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if b == nil {
+		return nil, ErrNotFound
 	}
 	var f Function
 	if err := json.Unmarshal(b, &f); err != nil {
@@ -169,33 +192,24 @@ func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
 	return &f, nil
 }
 
-// List returns every function, sorted by name: two round trips (the set, then one MGET),
-// whatever the number of functions; the controller reads it for every new flow.
+// List returns every function, sorted by name, each decoded for the caller (see Generation
+// for a caller that reads them often).
 func (s *Store) List(ctx context.Context) ([]*Function, error) {
-	names, err := s.rdb.SMembers(ctx, keyFunctions).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list functions: %w", err)
-	}
-	sort.Strings(names)
-	out := make([]*Function, 0, len(names))
-	if len(names) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(names))
-	for i, n := range names {
-		keys[i] = keyFunction + n
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read functions: %w", err)
-	}
-	for i, v := range vals {
-		b, ok := v.(string)
-		if !ok {
-			continue // removed since the set was read
+	var names []string
+	var recs [][]byte
+	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) {
+		names = slices.Sorted(maps.Keys(c.functions))
+		for _, n := range names {
+			recs = append(recs, c.functions[n])
 		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Function, 0, len(names))
+	for i, b := range recs {
 		var f Function
-		if err := json.Unmarshal([]byte(b), &f); err != nil {
+		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", names[i], err)
 		}
 		out = append(out, &f)
@@ -205,14 +219,17 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 
 // Delete removes a function with its instances and flows and releases their VLANs.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	insts, err := s.Instances(ctx, name)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	insts, err := s.instances(ctx, true, name)
 	if err != nil {
 		return err
 	}
-	flows, err := s.Flows(ctx, name)
+	flows, err := s.chainFlows(ctx, true, name)
 	if err != nil {
 		return err
 	}
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, in := range insts {
 			p.SRem(ctx, keyVLANs, in.VLAN)
@@ -226,8 +243,17 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
+	s.update(c, func(c *cache) {
+		delete(c.functions, name)
+		for _, f := range flows {
+			delete(c.flows, f.Key)
+		}
+		c.instances[name] = map[string]*Instance{}
+		s.gen++
+	})
 	return nil
 }
 
@@ -252,28 +278,53 @@ func (s *Store) PutInstance(ctx context.Context, in *Instance) error {
 	if err != nil {
 		return err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	if err := s.rdb.HSet(ctx, keyInstances+in.Chain, in.ID, b).Err(); err != nil {
+		s.drop(c)
 		return fmt.Errorf("store instance %s: %w", in.ID, err)
 	}
+	s.update(c, func(c *cache) { c.putInstance(in) })
 	return nil
+}
+
+// putInstance records a copy of in, if its chain's instances are cached.
+func (c *cache) putInstance(in *Instance) {
+	if insts, ok := c.instances[in.Chain]; ok {
+		insts[in.ID] = cloneInstance(in)
+	}
 }
 
 // Instances returns a chain's instances sorted by id.
 func (s *Store) Instances(ctx context.Context, chainName string) ([]*Instance, error) {
-	m, err := s.rdb.HGetAll(ctx, keyInstances+chainName).Result()
-	if err != nil {
-		return nil, fmt.Errorf("instances of %s: %w", chainName, err)
-	}
-	out := make([]*Instance, 0, len(m))
-	for _, v := range m {
-		var in Instance
-		if err := json.Unmarshal([]byte(v), &in); err != nil {
-			return nil, fmt.Errorf("decode instance of %s: %w", chainName, err)
+	return s.instances(ctx, false, chainName)
+}
+
+func (s *Store) instances(ctx context.Context, held bool, chainName string) ([]*Instance, error) {
+	var out []*Instance
+	err := s.read(ctx, held, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
+		out = make([]*Instance, 0, len(c.instances[chainName]))
+		for _, in := range c.instances[chainName] {
+			out = append(out, cloneInstance(in))
 		}
-		out = append(out, &in)
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return instanceLess(out[i].ID, out[j].ID) })
 	return out, nil
+}
+
+// Instance returns one instance of a chain, or nil if it has none with that id.
+func (s *Store) Instance(ctx context.Context, chainName, id string) (*Instance, error) {
+	var out *Instance
+	err := s.read(ctx, false, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
+		if in := c.instances[chainName][id]; in != nil {
+			out = cloneInstance(in)
+		}
+	})
+	return out, err
 }
 
 func instanceLess(a, b string) bool {
@@ -300,35 +351,42 @@ func (s *Store) PutWorker(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	if err := s.rdb.HSet(ctx, keyWorkers, w.Name, b).Err(); err != nil {
+		s.drop(c)
 		return fmt.Errorf("store worker %s: %w", w.Name, err)
 	}
+	s.update(c, func(c *cache) {
+		if c.workers != nil {
+			c.workers[w.Name] = cloneWorker(w)
+		}
+	})
 	return nil
 }
 
 // Workers returns the registered workers.
 func (s *Store) Workers(ctx context.Context) (map[string]*Worker, error) {
-	m, err := s.rdb.HGetAll(ctx, keyWorkers).Result()
-	if err != nil {
-		return nil, fmt.Errorf("workers: %w", err)
-	}
-	out := map[string]*Worker{}
-	for k, v := range m {
-		var w Worker
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, fmt.Errorf("decode worker %s: %w", k, err)
+	var out map[string]*Worker
+	err := s.read(ctx, false, hasWorkers, s.fetchWorkers, func(c *cache) {
+		out = make(map[string]*Worker, len(c.workers))
+		for k, w := range c.workers {
+			out[k] = cloneWorker(w)
 		}
-		out[k] = &w
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // DeleteInstance removes one chain instance with its flows and releases its VLAN.
 func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
-	flows, err := s.Flows(ctx, in.Chain)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	flows, err := s.chainFlows(ctx, true, in.Chain)
 	if err != nil {
 		return err
 	}
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, f := range flows {
 			if f.Instance == in.ID {
@@ -340,8 +398,17 @@ func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("delete instance %s: %w", in.ID, err)
 	}
+	s.update(c, func(c *cache) {
+		for _, f := range flows {
+			if f.Instance == in.ID {
+				delete(c.flows, f.Key)
+			}
+		}
+		delete(c.instances[in.Chain], in.ID)
+	})
 	return nil
 }
 
@@ -389,33 +456,50 @@ func (s *Store) UpdateInstance(ctx context.Context, in *Instance) error {
 // PutFlow records a flow assignment and, in the same step, the instance it was assigned to
 // (nil for a switch-only chain); ErrGone, and no flow recorded, if the instance was deleted.
 func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in == nil {
-		b, err := json.Marshal(f)
-		if err != nil {
-			return err
-		}
-		if err := s.rdb.HSet(ctx, keyFlows, f.Key, b).Err(); err != nil {
-			return fmt.Errorf("assign flow %s: %w", f.Key, err)
-		}
-		return nil
+	if in != nil {
+		return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
 	}
-	return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	if err := s.rdb.HSet(ctx, keyFlows, f.Key, b).Err(); err != nil {
+		s.drop(c)
+		return fmt.Errorf("assign flow %s: %w", f.Key, err)
+	}
+	s.update(c, func(c *cache) { c.putFlow(f) })
+	return nil
+}
+
+func (c *cache) putFlow(f *Flow) {
+	if c.flows != nil {
+		cp := *f
+		c.flows[f.Key] = &cp
+	}
 }
 
 // DeleteFlow removes a flow assignment and, in the same step, stores its instance (nil for a
 // switch-only chain) with the flow count the caller lowered, if the instance still exists.
 func (s *Store) DeleteFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in == nil {
-		if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
-			return fmt.Errorf("release flow %s: %w", f.Key, err)
+	if in != nil {
+		err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
+		if errors.Is(err, ErrGone) {
+			return nil // the flow is gone with its instance's other keys
 		}
-		return nil
+		return err
 	}
-	err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
-	if errors.Is(err, ErrGone) {
-		return nil // the flow is gone with its instance's other keys
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
+		s.drop(c)
+		return fmt.Errorf("release flow %s: %w", f.Key, err)
 	}
-	return err
+	s.update(c, func(c *cache) { delete(c.flows, f.Key) })
+	return nil
 }
 
 func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op string, f *Flow) error {
@@ -430,48 +514,66 @@ func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op st
 			return err
 		}
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows}, in.ID, ib, op, flowKey, fb).Int()
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if op == "release" {
+		s.update(c, func(c *cache) { delete(c.flows, flowKey) })
+	}
 	if n == 0 {
+		s.gone(c, in)
 		return fmt.Errorf("%s: %s: %w", what, in.ID, ErrGone)
 	}
+	s.update(c, func(c *cache) {
+		c.putInstance(in)
+		if op == "assign" {
+			c.putFlow(f)
+		}
+	})
 	return nil
 }
 
 // Flow returns the assignment of the flow with key, or nil if it has none.
 func (s *Store) Flow(ctx context.Context, key string) (*Flow, error) {
-	b, err := s.rdb.HGet(ctx, keyFlows, key).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	var out *Flow
+	err := s.read(ctx, false, hasFlows, s.fetchFlows, func(c *cache) {
+		if f := c.flows[key]; f != nil {
+			cp := *f
+			out = &cp
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: %w", key, err)
 	}
-	var f Flow
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("decode flow %s: %w", key, err)
-	}
-	return &f, nil
+	return out, nil
 }
 
 // Flows returns the live flow assignments of chainName ("" = every chain), sorted by key.
 func (s *Store) Flows(ctx context.Context, chainName string) ([]*Flow, error) {
-	m, err := s.rdb.HGetAll(ctx, keyFlows).Result()
+	return s.chainFlows(ctx, false, chainName)
+}
+
+func (s *Store) chainFlows(ctx context.Context, held bool, chainName string) ([]*Flow, error) {
+	var out []*Flow
+	err := s.read(ctx, held, hasFlows, s.fetchFlows, func(c *cache) {
+		for _, f := range c.flows {
+			if chainName == "" || f.Chain == chainName {
+				cp := *f
+				out = append(out, &cp)
+			}
+		}
+	})
 	if err != nil {
-		return nil, fmt.Errorf("flows: %w", err)
-	}
-	out := make([]*Flow, 0, len(m))
-	for k, v := range m {
-		var f Flow
-		if err := json.Unmarshal([]byte(v), &f); err != nil {
-			return nil, fmt.Errorf("decode flow %s: %w", k, err)
-		}
-		if chainName == "" || f.Chain == chainName {
-			out = append(out, &f)
-		}
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if out == nil {
+		out = []*Flow{}
+	}
 	return out, nil
 }

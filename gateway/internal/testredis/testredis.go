@@ -17,9 +17,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Store starts redis-server on a free loopback port with no persistence, stops it when the
-// test ends, and returns a store on it. It skips the test when redis-server is not installed.
-func Store(t testing.TB) *store.Store {
+// Server is a throw-away redis-server on a loopback port, without persistence.
+type Server struct {
+	Addr     string
+	bin, dir string
+	port     int
+	cmd      *exec.Cmd
+}
+
+// Start starts redis-server on a free loopback port and stops it when the test ends. It skips
+// the test when redis-server is not installed.
+func Start(t testing.TB) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -31,30 +39,71 @@ func Store(t testing.TB) *store.Store {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin, dir: t.TempDir(), port: port}
+	s.run(t)
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *Server) run(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
+		"--dir", s.dir)
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+func (s *Server) stop() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// Restart stops the server and starts it again on the same port, empty: a Redis that lost
+// its data (restarted without persistence, or with an AOF behind its writes). It returns
+// once the new server accepts connections.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.stop()
+	s.run(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s, err := store.New(ctx, addr)
-		cancel()
+		c, err := net.Dial("tcp", s.Addr)
 		if err == nil {
-			t.Cleanup(func() { s.Close() })
-			return s
+			c.Close()
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer within 10 s: %v", addr, err)
+			t.Fatalf("redis-server on %s did not come back within 10 s: %v", s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Store returns a new store on the server (each has its own cache), closed when the test
+// ends; it waits up to 10 s for the server to answer.
+func (s *Server) Store(t testing.TB) *store.Store {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := store.New(ctx, s.Addr)
+		cancel()
+		if err == nil {
+			t.Cleanup(func() { st.Close() })
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer within 10 s: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Store starts a redis-server (Start) and returns a store on it.
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	return Start(t).Store(t)
 }
 
 // Counter is a go-redis hook that counts round trips (one per command sent alone, one per
