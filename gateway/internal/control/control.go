@@ -163,12 +163,11 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 			}
 		}
 	}
+	// PutFlow counts the flow as one invocation of the chain (faas-cli's invocation count of a
+	// chain is the flows assigned to it), in the same round trip.
 	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
 	if switchOnly(c) {
 		if err := s.Store.PutFlow(ctx, rec, nil); err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-		if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
@@ -201,10 +200,6 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		// The chain was removed or redeployed since state() read it: the ingress asks again.
 		return nil, status.Errorf(codes.Unavailable, "instance %s was removed while the flow was assigned to it; ask again", in.ID)
 	} else if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
-	// faas-cli's invocation count of a chain is the flows assigned to it.
-	if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)

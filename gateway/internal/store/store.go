@@ -432,14 +432,16 @@ func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
 var ErrGone = errors.New("instance no longer exists")
 
 // instanceWrite writes an instance only if it still exists, together with one change to the
-// flows hash, in one step (Redis runs a script atomically). KEYS: instances hash, flows hash.
-// ARGV: instance id, instance JSON, "assign" | "release" | "none", flow key, flow JSON.
+// flows hash, in one step (Redis runs a script atomically); an assignment also counts one
+// invocation of the chain. KEYS: instances hash, flows hash, invocations hash. ARGV: instance
+// id, instance JSON, "assign" | "release" | "none", flow key, flow JSON, chain name.
 // Returns 1 if the instance existed (and was written), else 0; a release happens either way.
 var instanceWrite = redis.NewScript(`
 local exists = redis.call('HEXISTS', KEYS[1], ARGV[1])
 if ARGV[3] == 'assign' then
   if exists == 0 then return 0 end
   redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+  redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
 elseif ARGV[3] == 'release' then
   redis.call('HDEL', KEYS[2], ARGV[4])
 end
@@ -454,7 +456,9 @@ func (s *Store) UpdateInstance(ctx context.Context, in *Instance) error {
 }
 
 // PutFlow records a flow assignment and, in the same step, the instance it was assigned to
-// (nil for a switch-only chain); ErrGone, and no flow recorded, if the instance was deleted.
+// (nil for a switch-only chain) and one invocation of the flow's chain (faas-cli's invocation
+// count of a chain is the flows assigned to it); ErrGone, and nothing recorded, if the
+// instance was deleted.
 func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
 	if in != nil {
 		return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
@@ -466,7 +470,12 @@ func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.current()
-	if err := s.rdb.HSet(ctx, keyFlows, f.Key, b).Err(); err != nil {
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keyFlows, f.Key, b)
+		p.HIncrBy(ctx, keyCalls, f.Chain, 1)
+		return nil
+	})
+	if err != nil {
 		s.drop(c)
 		return fmt.Errorf("assign flow %s: %w", f.Key, err)
 	}
@@ -507,9 +516,9 @@ func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op st
 	if err != nil {
 		return err
 	}
-	flowKey, fb := "", []byte(nil)
+	flowKey, chainName, fb := "", "", []byte(nil)
 	if f != nil {
-		flowKey = f.Key
+		flowKey, chainName = f.Key, f.Chain
 		if fb, err = json.Marshal(f); err != nil {
 			return err
 		}
@@ -517,7 +526,8 @@ func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op st
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.current()
-	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows}, in.ID, ib, op, flowKey, fb).Int()
+	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows, keyCalls},
+		in.ID, ib, op, flowKey, fb, chainName).Int()
 	if err != nil {
 		s.drop(c)
 		return fmt.Errorf("%s: %w", what, err)
