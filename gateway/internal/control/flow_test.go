@@ -4,7 +4,10 @@ package control
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -171,4 +174,185 @@ func BenchmarkReleaseFlow(b *testing.B) {
 		}
 	}
 	m.stop()
+}
+
+// trips returns the Redis round trips call makes.
+func trips(n *testredis.Counter, call func()) int64 {
+	before := n.Trips()
+	call()
+	return n.Trips() - before
+}
+
+// A new flow costs the store one Redis round trip (the script that records the flow, its
+// instance and the chain's invocation), a release one, a retried flow none, and neither
+// decodes a function record: the controller's index of the chains stays as it was.
+func Test_AssignFlow_and_ReleaseFlow_make_one_Redis_round_trip_each(t *testing.T) {
+	srv, st, n := flowRack(t)
+	ctx := context.Background()
+	assign(t, srv, 0) // reads Redis into the store's cache and builds the index
+	ix := srv.index.Load()
+	for i := 1; i <= 20; i++ {
+		if got := trips(n, func() { assign(t, srv, i) }); got > 1 {
+			t.Fatalf("AssignFlow of a new flow made %d round trips, want 1", got)
+		}
+	}
+	if got := trips(n, func() { assign(t, srv, 7) }); got != 0 {
+		t.Fatalf("AssignFlow of a flow already assigned (the ingress retries) made %d round trips, want 0", got)
+	}
+	// chain2's idle instance attaches for its first flow (a scale decision): still one.
+	var a *pb.AssignFlowResponse
+	got := trips(n, func() {
+		var err error
+		a, err = srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.2.1",
+			SrcPort: 1024, DstPort: 80, Proto: 6}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got > 1 || !a.Assigned || a.Chain != "chain2" {
+		t.Fatalf("a flow of chain2: %v with %d round trips, want it assigned with 1", a, got)
+	}
+	got = trips(n, func() {
+		if a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.1.1",
+			SrcPort: 1024, DstPort: 80, Proto: 6}}); err != nil || !a.SwitchOnly {
+			t.Fatalf("a flow of chain1: %v, %v, want it switch-only", a, err)
+		}
+	})
+	if got > 1 {
+		t.Fatalf("AssignFlow of a switch-only chain's flow made %d round trips, want 1", got)
+	}
+	for i := 1; i <= 20; i++ {
+		got := trips(n, func() {
+			if r, err := srv.ReleaseFlow(ctx, &pb.ReleaseFlowRequest{Flow: tuple(i)}); err != nil || !r.Released {
+				t.Fatalf("release %d: %v, %v", i, r, err)
+			}
+		})
+		if got > 1 {
+			t.Fatalf("ReleaseFlow made %d round trips, want 1", got)
+		}
+	}
+	if srv.index.Load() != ix {
+		t.Fatal("the index of the chains was rebuilt, though no function changed")
+	}
+	if calls, _ := st.Invocations(ctx, "chain3"); calls != 21 {
+		t.Fatalf("chain3 has %d invocations, want one per flow assigned: 21", calls)
+	}
+	if in, _ := st.Instance(ctx, "chain3", "chain3/0"); in.Flows != 1 || in.State != store.Attached {
+		t.Fatalf("chain3/0 after 21 flows and 20 releases: %+v, want attached with 1 flow", in)
+	}
+}
+
+// onServer places every NF of a chain (the spec's words between arrows) on worker local, in
+// one subgroup of one core.
+type onServer struct{}
+
+func (onServer) Validate(_ context.Context, fd *types.FunctionDeployment, _ []*chain.Chain, _ []chain.TenantNF) (*chain.Chain, map[string]chain.Placement, error) {
+	ann := *fd.Annotations
+	c := &chain.Chain{Name: fd.Service, Spec: ann[chain.AnnotationChain], Filter: ann[chain.AnnotationFilter]}
+	var placed []chain.PlacedNF
+	for _, nf := range strings.Split(c.Spec, "->") {
+		nf = strings.ToLower(strings.TrimSpace(nf))
+		c.NFs = append(c.NFs, nf)
+		c.NFConfigs = append(c.NFConfigs, chain.Member{Name: nf, NF: nf, Image: chain.LibraryImage})
+		placed = append(placed, chain.PlacedNF{Name: nf, NF: nf, Target: "server", Server: "local"})
+	}
+	pl := chain.Placement{NFs: placed, Subgroups: []chain.Subgroup{{Server: "local", Cores: 1, NFs: c.NFs}}}
+	c.SetPlacement(pl)
+	return c, map[string]chain.Placement{fd.Service: pl}, nil
+}
+
+func chainDeployment(spec, filter string) *types.FunctionDeployment {
+	return &types.FunctionDeployment{Service: "chain3", Labels: &map[string]string{chain.LabelKind: chain.KindChain},
+		Annotations: &map[string]string{chain.AnnotationChain: spec, chain.AnnotationFilter: filter}}
+}
+
+// storeContents is what a store reads of chain3 and of the flows, as JSON.
+func storeContents(t *testing.T, st *store.Store) string {
+	t.Helper()
+	ctx := context.Background()
+	fns, err1 := st.List(ctx)
+	insts, err2 := st.Instances(ctx, "chain3")
+	flows, err3 := st.Flows(ctx, "")
+	calls, err4 := st.Invocations(ctx, "chain3")
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal([]any{fns, insts, flows, calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The controller's reads come from the store's cache and its index of the chains: each
+// change of the deployment between flows (faas-cli deploy, scale, deploy of a new version,
+// remove) shows in the next flow's assignment, and the cache reads what Redis holds.
+func Test_flows_follow_deploy_scale_redeploy_and_remove(t *testing.T) {
+	redis := testredis.Start(t)
+	st := redis.Store(t)
+	ctx := context.Background()
+	hub := events.NewHub()
+	p := &provider.Provider{Store: st, Validator: onServer{}, Metrics: metrics.New(), Hub: hub, PoolSize: 2, RackCores: 8}
+	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(), Provider: p}
+	if _, err := srv.RegisterWorker(ctx, &pb.RegisterWorkerRequest{Worker: "local", CoreIds: []uint32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	flow := func(dst string, port uint32) *pb.FiveTuple {
+		return &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: dst, SrcPort: port, DstPort: 80, Proto: 6}
+	}
+	assignTo := func(step string, ft *pb.FiveTuple, want string) {
+		t.Helper()
+		a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: ft, Chain: "chain3"})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if got := a.GetInstance().GetId(); got != want || a.Assigned != (want != "") {
+			t.Fatalf("%s: the flow went to %q (%s), want %q", step, got, a.Reason, want)
+		}
+		if got, want := storeContents(t, st), storeContents(t, redis.Store(t)); got != want {
+			t.Fatalf("%s: the cache reads\n%s\nbut Redis holds\n%s", step, got, want)
+		}
+	}
+
+	if err := p.Deploy(ctx, chainDeployment("NAT", "dst net 198.18.3.0/24"), false); err != nil {
+		t.Fatal(err)
+	}
+	assignTo("deploy", flow("198.18.3.1", 4000), "chain3/0")
+	if err := p.Scale(ctx, "chain3", 3); err != nil {
+		t.Fatal(err)
+	}
+	if insts, _ := st.Instances(ctx, "chain3"); len(insts) != 3 {
+		t.Fatalf("scale to 3: %d instances", len(insts))
+	}
+	assignTo("scale", flow("198.18.3.1", 4001), "chain3/0")
+	// A new version on another filter: chain3/0 drains with its flows and takes no new one;
+	// the old filter matches nothing any more.
+	if err := p.Deploy(ctx, chainDeployment("ACL -> NAT", "dst net 198.18.4.0/24"), true); err != nil {
+		t.Fatal(err)
+	}
+	assignTo("redeploy, old filter", flow("198.18.3.1", 4002), "")
+	// the idle chain3/1 and chain3/2 went at once; the new version's pool took their numbers
+	assignTo("redeploy, new filter", flow("198.18.4.1", 4003), "chain3/1")
+	if in, _ := st.Instance(ctx, "chain3", "chain3/0"); in == nil || !in.Draining || in.Flows != 2 {
+		t.Fatalf("chain3/0 after the redeploy: %+v, want it draining with its 2 flows", in)
+	}
+	if in, _ := st.Instance(ctx, "chain3", "chain3/1"); in == nil || in.Draining || in.Flows != 1 {
+		t.Fatalf("chain3/1 after the redeploy: %+v, want the new version's with the new flow", in)
+	}
+	if r, err := srv.ReleaseFlow(ctx, &pb.ReleaseFlowRequest{Flow: flow("198.18.3.1", 4000)}); err != nil || !r.Released {
+		t.Fatalf("release: %v, %v", r, err)
+	}
+	if in, _ := st.Instance(ctx, "chain3", "chain3/0"); in.Flows != 1 {
+		t.Fatalf("chain3/0 after a release: %d flows, want 1", in.Flows)
+	}
+	if err := p.Delete(ctx, "chain3"); err != nil {
+		t.Fatal(err)
+	}
+	assignTo("remove", flow("198.18.4.1", 4004), "")
+	if r, err := srv.ReleaseFlow(ctx, &pb.ReleaseFlowRequest{Flow: flow("198.18.3.1", 4001)}); err != nil || r.Released {
+		t.Fatalf("release of a flow of the removed chain: %v, %v, want nothing released", r, err)
+	}
+	if fl, _ := st.Flows(ctx, ""); len(fl) != 0 {
+		t.Fatalf("flows left after the remove: %+v", fl)
+	}
 }
