@@ -305,10 +305,12 @@ func (s *Store) Recheck(ctx context.Context) (bool, error) {
 }
 
 // RecheckEvery runs Recheck every period until ctx ends; logf (nil: quiet) tells of each
-// drop and error.
+// drop, and of an error when it is not the one the previous pass logged (Redis down says so
+// once, not every second).
 func (s *Store) RecheckEvery(ctx context.Context, period time.Duration, logf func(format string, args ...any)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
+	last := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -319,10 +321,15 @@ func (s *Store) RecheckEvery(ctx context.Context, period time.Duration, logf fun
 		if logf == nil || ctx.Err() != nil {
 			continue
 		}
-		if err != nil {
+		switch {
+		case err != nil && err.Error() != last:
 			logf("store: %v", err)
-		} else if dropped {
+		case dropped:
 			logf("store: Redis's keys no longer match what the gateway wrote (flushed, or written by another process): cache dropped, read again from Redis")
+		}
+		last = ""
+		if err != nil {
+			last = err.Error()
 		}
 	}
 }
