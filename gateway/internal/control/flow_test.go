@@ -26,11 +26,17 @@ import (
 // flowRack is the embedded rack as make up deploys it, in the store: worker local with managed
 // core 1; chain1 on the switch only, chain2 (ACL on the switch, NAT on the server) with one
 // attached and one idle instance, chain3 (ACL -> NAT on the server) with two idle instances,
-// all ready; a normal function and a packet function beside them. The counter counts the
-// store's Redis round trips.
-func flowRack(tb testing.TB) (*Server, *store.Store, *testredis.Counter) {
+// all ready; a normal function and a packet function beside them. The store reaches Redis
+// over loopback TCP, or its Unix socket if unix; the counter counts its round trips.
+func flowRack(tb testing.TB, unix bool) (*Server, *store.Store, *testredis.Counter) {
 	tb.Helper()
-	st, n := testredis.Counted(tb)
+	redis := testredis.Start(tb)
+	addr := redis.Addr
+	if unix {
+		addr = redis.Socket
+	}
+	st := redis.StoreAt(tb, addr)
+	n := testredis.Count(st)
 	ctx := context.Background()
 	hub := events.NewHub()
 	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(),
@@ -148,32 +154,43 @@ func (m *meter) stop() {
 	m.b.ReportMetric(per(float64(m.n.Commands()-m.commands)), "cmds/op")
 }
 
+// overTCPAndUnix runs bench with the store on Redis's loopback TCP port (keel-gateway's
+// default, --redis 127.0.0.1:6379) and on its Unix socket (--redis unix:PATH).
+func overTCPAndUnix(b *testing.B, bench func(b *testing.B, unix bool)) {
+	b.Run("tcp", func(b *testing.B) { bench(b, false) })
+	b.Run("unix", func(b *testing.B) { bench(b, true) })
+}
+
 // BenchmarkAssignFlow assigns new flows of chain3 as keel-ingress asks for them, after the
 // first has attached an instance.
 func BenchmarkAssignFlow(b *testing.B) {
-	srv, _, n := flowRack(b)
-	assign(b, srv, 0)
-	m := startMeter(b, n)
-	for i := 1; i <= b.N; i++ {
-		assign(b, srv, i)
-	}
-	m.stop()
+	overTCPAndUnix(b, func(b *testing.B, unix bool) {
+		srv, _, n := flowRack(b, unix)
+		assign(b, srv, 0)
+		m := startMeter(b, n)
+		for i := 1; i <= b.N; i++ {
+			assign(b, srv, i)
+		}
+		m.stop()
+	})
 }
 
 // BenchmarkReleaseFlow releases assigned flows of chain3 as their ToR rules expire.
 func BenchmarkReleaseFlow(b *testing.B) {
-	srv, _, n := flowRack(b)
-	for i := 0; i <= b.N; i++ {
-		assign(b, srv, i)
-	}
-	m := startMeter(b, n)
-	for i := 1; i <= b.N; i++ {
-		r, err := srv.ReleaseFlow(context.Background(), &pb.ReleaseFlowRequest{Flow: tuple(i)})
-		if err != nil || !r.Released {
-			b.Fatalf("release %d: %v %v", i, r, err)
+	overTCPAndUnix(b, func(b *testing.B, unix bool) {
+		srv, _, n := flowRack(b, unix)
+		for i := 0; i <= b.N; i++ {
+			assign(b, srv, i)
 		}
-	}
-	m.stop()
+		m := startMeter(b, n)
+		for i := 1; i <= b.N; i++ {
+			r, err := srv.ReleaseFlow(context.Background(), &pb.ReleaseFlowRequest{Flow: tuple(i)})
+			if err != nil || !r.Released {
+				b.Fatalf("release %d: %v %v", i, r, err)
+			}
+		}
+		m.stop()
+	})
 }
 
 // trips returns the Redis round trips call makes.
@@ -187,7 +204,7 @@ func trips(n *testredis.Counter, call func()) int64 {
 // instance and the chain's invocation), a release one, a retried flow none, and neither
 // decodes a function record: the controller's index of the chains stays as it was.
 func Test_AssignFlow_and_ReleaseFlow_make_one_Redis_round_trip_each(t *testing.T) {
-	srv, st, n := flowRack(t)
+	srv, st, n := flowRack(t, false)
 	ctx := context.Background()
 	assign(t, srv, 0) // reads Redis into the store's cache and builds the index
 	ix := srv.index.Load()

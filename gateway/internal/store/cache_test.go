@@ -400,3 +400,16 @@ func Test_racing_writers_leave_the_cache_as_Redis_is(t *testing.T) {
 	}
 	sameAsRedis(t, srv, st, "racing writers")
 }
+
+func Test_New_reaches_Redis_on_its_Unix_socket(t *testing.T) {
+	srv := testredis.Start(t)
+	st := srv.StoreAt(t, srv.Socket)
+	ctx := context.Background()
+	if err := st.Put(ctx, chainFunction("chain3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutInstance(ctx, &store.Instance{ID: "chain3/0", Chain: "chain3", VLAN: 100}); err != nil {
+		t.Fatal(err)
+	}
+	sameAsRedis(t, srv, st, "writes over the Unix socket")
+}

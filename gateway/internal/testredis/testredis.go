@@ -7,8 +7,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +22,8 @@ import (
 
 // Server is a throw-away redis-server on a loopback port, without persistence.
 type Server struct {
-	Addr     string
+	Addr     string // HOST:PORT
+	Socket   string // unix:PATH, the same server
 	bin, dir string
 	port     int
 	cmd      *exec.Cmd
@@ -39,7 +43,15 @@ func Start(t testing.TB) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin, dir: t.TempDir(), port: port}
+	// The socket's directory is short: a Unix socket's path has at most 107 bytes, and
+	// t.TempDir is named after the test.
+	sock, err := os.MkdirTemp("", "keel-redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Socket: "unix:" + filepath.Join(sock, "redis.sock"),
+		bin: bin, dir: t.TempDir(), port: port}
 	s.run(t)
 	t.Cleanup(s.stop)
 	return s
@@ -48,7 +60,7 @@ func Start(t testing.TB) *Server {
 func (s *Server) run(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
-		"--dir", s.dir)
+		"--dir", s.dir, "--unixsocket", strings.TrimPrefix(s.Socket, "unix:"), "--unixsocketperm", "700")
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,21 +92,27 @@ func (s *Server) Restart(t testing.TB) {
 	}
 }
 
-// Store returns a new store on the server (each has its own cache), closed when the test
-// ends; it waits up to 10 s for the server to answer.
+// Store returns a new store on the server over TCP (each has its own cache), closed when the
+// test ends; it waits up to 10 s for the server to answer.
 func (s *Server) Store(t testing.TB) *store.Store {
+	t.Helper()
+	return s.StoreAt(t, s.Addr)
+}
+
+// StoreAt is Store at addr: s.Addr or s.Socket.
+func (s *Server) StoreAt(t testing.TB, addr string) *store.Store {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := store.New(ctx, s.Addr)
+		st, err := store.New(ctx, addr)
 		cancel()
 		if err == nil {
 			t.Cleanup(func() { st.Close() })
 			return st
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer within 10 s: %v", s.Addr, err)
+			t.Fatalf("redis-server on %s did not answer within 10 s: %v", addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -116,9 +134,14 @@ type Counter struct {
 func Counted(t testing.TB) (*store.Store, *Counter) {
 	t.Helper()
 	s := Store(t)
+	return s, Count(s)
+}
+
+// Count puts a Counter on a store's client.
+func Count(s *store.Store) *Counter {
 	c := &Counter{}
 	s.AddHook(c)
-	return s, c
+	return c
 }
 
 // Trips returns the round trips counted so far.
