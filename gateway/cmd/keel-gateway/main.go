@@ -78,7 +78,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:50051", "keel.v1.Control gRPC address")
-	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address that keeps functions, chains and placements; "+
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address (HOST:PORT, or unix:PATH for its Unix socket: cheaper per round trip) that keeps functions, chains and placements; "+
 		"the gateway caches what it writes there, so nothing else may write its keel:* keys (NF state, keel:state:*, aside)")
 	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
 	fs.StringVar(&o.torctl, "torctl", "", "keel-torctl address (keel.v1.TorControl): flows whose ToR rules expire are released\n"+
