@@ -206,8 +206,30 @@ func trips(n *testredis.Counter, call func()) int64 {
 func Test_AssignFlow_and_ReleaseFlow_make_one_Redis_round_trip_each(t *testing.T) {
 	srv, st, n := flowRack(t, false)
 	ctx := context.Background()
-	assign(t, srv, 0) // reads Redis into the store's cache and builds the index
+	var logged []string
+	srv.Logf = func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) }
+	watch, cancel := srv.Hub.Subscribe()
+	defer cancel()
+	// A flow of chain2 goes to its attached instance; it reads Redis into the store's cache
+	// and builds the index.
+	a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.2.1",
+		SrcPort: 1024, DstPort: 80, Proto: 6}})
+	if err != nil || a.GetInstance().GetId() != "chain2/0" {
+		t.Fatalf("a flow of chain2: %v, %v, want it on chain2/0", a, err)
+	}
 	ix := srv.index.Load()
+	// chain3's first flow attaches an idle instance (a scale decision, told to the watchers
+	// and logged): still one round trip.
+	if got := trips(n, func() { a = assign(t, srv, 0) }); got > 1 || a.Instance.Id != "chain3/0" || a.Instance.State != store.Attached {
+		t.Fatalf("chain3's first flow: %v with %d round trips, want chain3/0 attached with 1", a, got)
+	}
+	if ev := <-watch; ev.Kind != pb.WatchEvent_INSTANCE_CHANGED || ev.Instance.Id != "chain3/0" || ev.Instance.State != store.Attached {
+		t.Fatalf("watchers heard %v, want chain3/0 attached", ev)
+	}
+	lines := len(logged) // the chains' missing cost models, then the attach
+	if lines == 0 || !strings.HasPrefix(logged[lines-1], "scale-out: chain chain3 instance chain3/0 attached on worker local core 1") {
+		t.Fatalf("logged %q, want the attach last", logged)
+	}
 	for i := 1; i <= 20; i++ {
 		if got := trips(n, func() { assign(t, srv, i) }); got > 1 {
 			t.Fatalf("AssignFlow of a new flow made %d round trips, want 1", got)
@@ -216,20 +238,10 @@ func Test_AssignFlow_and_ReleaseFlow_make_one_Redis_round_trip_each(t *testing.T
 	if got := trips(n, func() { assign(t, srv, 7) }); got != 0 {
 		t.Fatalf("AssignFlow of a flow already assigned (the ingress retries) made %d round trips, want 0", got)
 	}
-	// chain2's idle instance attaches for its first flow (a scale decision): still one.
-	var a *pb.AssignFlowResponse
-	got := trips(n, func() {
-		var err error
-		a, err = srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.2.1",
-			SrcPort: 1024, DstPort: 80, Proto: 6}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
-	if got > 1 || !a.Assigned || a.Chain != "chain2" {
-		t.Fatalf("a flow of chain2: %v with %d round trips, want it assigned with 1", a, got)
+	if len(watch) != 0 || len(logged) != lines {
+		t.Fatalf("flows to an attached instance were told to watchers (%d events) or logged (%q)", len(watch), logged)
 	}
-	got = trips(n, func() {
+	got := trips(n, func() {
 		if a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.1.1",
 			SrcPort: 1024, DstPort: 80, Proto: 6}}); err != nil || !a.SwitchOnly {
 			t.Fatalf("a flow of chain1: %v, %v, want it switch-only", a, err)
