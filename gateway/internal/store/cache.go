@@ -17,8 +17,11 @@ package store
 //     it exists) drops it: Redis lost data;
 //   - a new connection to a Redis server whose run_id is not the one the cache was filled
 //     from drops it: Redis restarted, and with AOF (appendfsync everysec) it may have lost the
-//     last second of writes; every command after a restart runs on a new connection, whose
-//     OnConnect drops the cache before the command is sent;
+//     last second of writes. The first command after a restart runs on a new connection,
+//     whose OnConnect drops the cache before the command is sent; with Recheck sending one
+//     every second, reads served from memory alone are stale for a second at most. A write
+//     already computed from the old cache still goes out, as one in flight during any restart
+//     would, and an instance write still only lands if Redis has the instance (ErrGone);
 //   - Recheck, run every second by the gateway (RecheckEvery), compares the number of
 //     functions, workers, flows and each cached chain's instances with Redis's and drops the
 //     cache when one differs: a FLUSHALL, or a writer that is not this gateway. It is a
