@@ -78,7 +78,8 @@ func parseFlags(args []string) (*options, error) {
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:50051", "keel.v1.Control gRPC address")
-	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address that keeps functions, chains and placements")
+	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address (HOST:PORT, or unix:PATH for its Unix socket: cheaper per round trip) that keeps functions, chains and placements; "+
+		"the gateway caches what it writes there, so nothing else may write its keel:* keys (NF state, keel:state:*, aside)")
 	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
 	fs.StringVar(&o.torctl, "torctl", "", "keel-torctl address (keel.v1.TorControl): flows whose ToR rules expire are released\n"+
 		"(their instance's flow count drops); \"\" = no ToR")
@@ -205,6 +206,9 @@ func run(o *options) error {
 		return err
 	}
 	defer st.Close()
+	// The store's cache follows every write of this gateway; the recheck catches Redis
+	// changing under it (a FLUSHALL, another writer) within a second.
+	go st.RecheckEvery(ctx, time.Second, log.Printf)
 	conn, err := grpc.NewClient(o.placer, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 	if err != nil {
 		return fmt.Errorf("--placer %s: %w", o.placer, err)

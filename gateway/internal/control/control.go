@@ -12,9 +12,9 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -42,6 +42,7 @@ type Server struct {
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter
 	ingress   sync.Map   // ingress id -> latest *pb.IngressStats
 	models    sync.Map   // chain name + spec -> *Model
+	index     atomic.Pointer[chainIndex]
 	kickOnce  sync.Once
 	kicks     chan struct{}
 	decisions decisionLog
@@ -81,48 +82,29 @@ func flowKey(f pcapfilter.Flow) string {
 
 // classify returns the chain whose filter matches the flow: the ingress's choice (hint) if its
 // filter does match, else the first chain in name order whose filter does; nil if none.
-func (s *Server) classify(ctx context.Context, flow pcapfilter.Flow, hint string) (*chain.Chain, error) {
-	if hint != "" {
-		f, err := s.Store.Get(ctx, hint)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-		if f != nil && f.Kind == chain.KindChain {
-			if ok, err := s.matches(f.Chain, flow); err != nil || ok {
-				return f.Chain, err
-			}
+func classify(ix *chainIndex, flow pcapfilter.Flow, hint string) (*indexedChain, error) {
+	if e := ix.byName[hint]; e != nil {
+		if ok, err := matches(e, flow); err != nil || ok {
+			return e, err
 		}
 	}
-	all, err := s.Store.List(ctx)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
-	for _, f := range all {
-		if f.Kind != chain.KindChain {
-			continue
-		}
-		if ok, err := s.matches(f.Chain, flow); err != nil || ok {
-			return f.Chain, err
+	for _, e := range ix.chains {
+		if ok, err := matches(e, flow); err != nil || ok {
+			return e, err
 		}
 	}
 	return nil, nil
 }
 
-func (s *Server) matches(c *chain.Chain, flow pcapfilter.Flow) (bool, error) {
-	flt, err := s.filter(c.Filter)
-	if err != nil {
-		return false, nil // refused at deploy; a stored chain with a bad filter matches nothing
+func matches(e *indexedChain, flow pcapfilter.Flow) (bool, error) {
+	if e.filter == nil {
+		return false, nil
 	}
-	ok, err := flt.Match(flow)
+	ok, err := e.filter.Match(flow)
 	if err != nil {
 		return false, status.Errorf(codes.InvalidArgument, "flow: %v", err)
 	}
 	return ok, nil
-}
-
-// switchOnly: the chain has no NF on a server, so its flows need no instance.
-func switchOnly(c *chain.Chain) bool {
-	return len(c.Members) == 0 && len(c.Placement.Subgroups) == 0
 }
 
 // AssignFlow classifies a new flow to a chain (the ingress's choice, checked) and assigns it
@@ -135,13 +117,18 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.classify(ctx, flow, req.Chain)
+	ix, err := s.chains(ctx)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	e, err := classify(ix, flow, req.Chain)
 	if err != nil {
 		return nil, err
 	}
-	if c == nil {
+	if e == nil {
 		return &pb.AssignFlowResponse{Reason: "no chain's filter matches the flow"}, nil
 	}
+	c := e.fn.Chain
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := flowKey(flow)
@@ -149,26 +136,23 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	insts, err := s.Store.Instances(ctx, c.Name)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
 	if prev != nil && prev.Chain == c.Name {
 		if prev.Instance == "" {
 			return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
 		}
-		for _, in := range insts {
-			if in.ID == prev.Instance {
-				return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: events.InstanceProto(in)}, nil
-			}
-		}
-	}
-	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
-	if switchOnly(c) {
-		if err := s.Store.PutFlow(ctx, rec, nil); err != nil {
+		in, err := s.Store.Instance(ctx, c.Name, prev.Instance)
+		if err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
-		if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
+		if in != nil {
+			return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: events.InstanceProto(in)}, nil
+		}
+	}
+	// PutFlow counts the flow as one invocation of the chain (faas-cli's invocation count of a
+	// chain is the flows assigned to it), in the same round trip.
+	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
+	if e.switchOnly {
+		if err := s.Store.PutFlow(ctx, rec, nil); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
 		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
@@ -201,10 +185,6 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 		// The chain was removed or redeployed since state() read it: the ingress asks again.
 		return nil, status.Errorf(codes.Unavailable, "instance %s was removed while the flow was assigned to it; ask again", in.ID)
 	} else if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
-	// faas-cli's invocation count of a chain is the flows assigned to it.
-	if err := s.Store.CountInvocation(ctx, c.Name); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	pi := events.InstanceProto(in)
@@ -255,14 +235,8 @@ func (s *Server) release(ctx context.Context, key string) (bool, error) {
 	}
 	var in *store.Instance
 	if rec.Instance != "" {
-		insts, err := s.Store.Instances(ctx, rec.Chain)
-		if err != nil {
+		if in, err = s.Store.Instance(ctx, rec.Chain, rec.Instance); err != nil {
 			return false, err
-		}
-		for _, x := range insts {
-			if x.ID == rec.Instance {
-				in = x
-			}
 		}
 		if in != nil && in.Flows > 0 {
 			in.Flows--
@@ -275,7 +249,7 @@ func (s *Server) release(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	if in != nil {
-		s.Provider.UpdateChainMetrics(ctx, rec.Chain)
+		s.chainMetrics(ctx, rec.Chain)
 		if in.Draining && in.Flows == 0 {
 			s.kick() // its last flow ended: the control loop removes it now
 		}
@@ -432,16 +406,13 @@ func (s *Server) RegisterWorker(ctx context.Context, req *pb.RegisterWorkerReque
 }
 
 func (s *Server) workerInstances(ctx context.Context, worker string) ([]*store.Instance, error) {
-	all, err := s.Store.List(ctx)
+	ix, err := s.chains(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []*store.Instance
-	for _, f := range all {
-		if f.Kind != chain.KindChain {
-			continue
-		}
-		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+	for _, e := range ix.chains {
+		insts, err := s.Store.Instances(ctx, e.name())
 		if err != nil {
 			return nil, err
 		}
@@ -484,24 +455,18 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 		return status.Errorf(codes.InvalidArgument, "instance: %q is not CHAIN/N", st.Instance)
 	}
 	chainName := st.Instance[:i]
-	_, err := s.Store.Get(ctx, chainName)
-	if errors.Is(err, store.ErrNotFound) {
-		return status.Errorf(codes.NotFound, "instance %s: no chain %s", st.Instance, chainName)
-	}
+	ix, err := s.chains(ctx)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
+	}
+	if ix.byName[chainName] == nil {
+		return status.Errorf(codes.NotFound, "instance %s: no chain %s", st.Instance, chainName)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	insts, err := s.Store.Instances(ctx, chainName)
+	in, err := s.Store.Instance(ctx, chainName, st.Instance)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
-	}
-	var in *store.Instance
-	for _, x := range insts {
-		if x.ID == st.Instance {
-			in = x
-		}
 	}
 	if in == nil {
 		return status.Errorf(codes.NotFound, "instance %s: unknown", st.Instance)
@@ -550,7 +515,7 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	s.publish(in)
-	s.Provider.UpdateChainMetrics(ctx, chainName)
+	s.chainMetrics(ctx, chainName)
 	return nil
 }
 
@@ -587,17 +552,14 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Control_WatchServer) erro
 }
 
 func (s *Server) snapshot(ctx context.Context) ([]*pb.WatchEvent, error) {
-	all, err := s.Store.List(ctx)
+	ix, err := s.chains(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []*pb.WatchEvent
-	for _, f := range all {
-		if f.Kind != chain.KindChain {
-			continue
-		}
-		out = append(out, &pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_ADDED, Chain: events.ChainProto(f.Chain)})
-		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+	for _, e := range ix.chains {
+		out = append(out, &pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_ADDED, Chain: events.ChainProto(e.fn.Chain)})
+		insts, err := s.Store.Instances(ctx, e.name())
 		if err != nil {
 			return nil, err
 		}

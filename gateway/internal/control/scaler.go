@@ -55,13 +55,13 @@ func (s *Server) model(f *store.Function) (*Model, error) {
 // View and the store records behind it.
 type state struct {
 	view   *policy.View
-	insts  map[string]*store.Instance // by ID
+	insts  map[string]*store.Instance // by ID: the caller's copies
 	models map[string]*Model          // by chain
-	chains map[string]*store.Function
+	chains map[string]*store.Function // the index's records: read, never changed
 }
 
 func (s *Server) state(ctx context.Context) (*state, error) {
-	all, err := s.Store.List(ctx)
+	ix, err := s.chains(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -78,23 +78,14 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 		}
 		st.view.Workers = append(st.view.Workers, pw)
 	}
-	for _, f := range all {
-		if f.Kind != chain.KindChain || switchOnly(f.Chain) {
+	for _, e := range ix.chains {
+		if e.switchOnly {
 			continue
 		}
-		m, err := s.model(f)
-		if err != nil {
-			return nil, err
-		}
-		st.chains[f.Deployment.Service] = f
-		st.models[f.Deployment.Service] = m
-		pc := m.Chain
-		if f.Deployment.Labels != nil {
-			pc.MaxFlows, _ = chain.ScaleTarget(*f.Deployment.Labels) // checked at deploy
-		}
-		pc.MinInstances = int(f.Replicas)
-		st.view.Chains[f.Deployment.Service] = pc
-		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+		st.chains[e.name()] = e.fn
+		st.models[e.name()] = e.model
+		st.view.Chains[e.name()] = e.policy
+		insts, err := s.Store.Instances(ctx, e.name())
 		if err != nil {
 			return nil, err
 		}
@@ -264,16 +255,13 @@ func (s *Server) Reconcile(ctx context.Context) error {
 // removeDrained removes the draining instances whose flows have all ended or whose drain
 // time is up; the flows still assigned to one whose time is up are dropped with it.
 func (s *Server) removeDrained(ctx context.Context) error {
-	all, err := s.Store.List(ctx)
+	ix, err := s.chains(ctx)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	for _, f := range all {
-		if f.Kind != chain.KindChain {
-			continue
-		}
-		insts, err := s.Store.Instances(ctx, f.Deployment.Service)
+	for _, e := range ix.chains {
+		insts, err := s.Store.Instances(ctx, e.name())
 		if err != nil {
 			return err
 		}

@@ -9,9 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
@@ -115,22 +119,39 @@ func FlowKey(proto uint8, src netip.Addr, sport uint16, dst netip.Addr, dport ui
 	return fmt.Sprintf("%d %s %s", proto, netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport))
 }
 
-// Store is the Redis-backed state of one gateway.
+// Store is the Redis-backed state of one gateway, read through a write-through cache of it
+// (cache.go).
 type Store struct {
 	rdb *redis.Client
+
+	wmu   sync.Mutex   // held by each write across its Redis call and its cache update
+	mu    sync.RWMutex // guards c, gen, runID
+	c     *cache
+	gen   uint64
+	runID string // the Redis server the cache was filled from
 }
 
-// New connects to Redis at addr (HOST:PORT) and checks that it answers.
+// New connects to Redis at addr, HOST:PORT or unix:PATH (a Unix socket: a round trip costs
+// the gateway less CPU than over loopback TCP), and checks that it answers.
 func New(ctx context.Context, addr string) (*Store, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	s := &Store{c: newCache()}
+	opt := &redis.Options{Network: "tcp", Addr: addr, OnConnect: s.connected}
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		opt.Network, opt.Addr = "unix", path
+	}
+	s.rdb = redis.NewClient(opt)
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.rdb.Close()
 		return nil, fmt.Errorf("redis %s: %w", addr, err)
 	}
-	return &Store{rdb: rdb}, nil
+	return s, nil
 }
 
 // Close closes the Redis connection.
 func (s *Store) Close() error { return s.rdb.Close() }
+
+// AddHook instruments the Redis client (tests count the round trips a call makes with it).
+func (s *Store) AddHook(h redis.Hook) { s.rdb.AddHook(h) }
 
 // Put creates or replaces a function.
 func (s *Store) Put(ctx context.Context, f *Function) error {
@@ -139,25 +160,36 @@ func (s *Store) Put(ctx context.Context, f *Function) error {
 		return err
 	}
 	name := f.Deployment.Service
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, keyFunction+name, b, 0)
 		p.SAdd(ctx, keyFunctions, name)
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("store %s: %w", name, err)
 	}
+	s.update(c, func(c *cache) {
+		if c.functions != nil {
+			c.functions[name] = b
+		}
+		s.gen++
+	})
 	return nil
 }
 
 // Get returns one function or ErrNotFound.
 func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
-	b, err := s.rdb.Get(ctx, keyFunction+name).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
+	var b []byte
+	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) { b = c.functions[name] })
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if b == nil {
+		return nil, ErrNotFound
 	}
 	var f Function
 	if err := json.Unmarshal(b, &f); err != nil {
@@ -166,33 +198,24 @@ func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
 	return &f, nil
 }
 
-// List returns every function, sorted by name: two round trips (the set, then one MGET),
-// whatever the number of functions; the controller reads it for every new flow.
+// List returns every function, sorted by name, each decoded for the caller (see Generation
+// for a caller that reads them often).
 func (s *Store) List(ctx context.Context) ([]*Function, error) {
-	names, err := s.rdb.SMembers(ctx, keyFunctions).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list functions: %w", err)
-	}
-	sort.Strings(names)
-	out := make([]*Function, 0, len(names))
-	if len(names) == 0 {
-		return out, nil
-	}
-	keys := make([]string, len(names))
-	for i, n := range names {
-		keys[i] = keyFunction + n
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read functions: %w", err)
-	}
-	for i, v := range vals {
-		b, ok := v.(string)
-		if !ok {
-			continue // removed since the set was read
+	var names []string
+	var recs [][]byte
+	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) {
+		names = slices.Sorted(maps.Keys(c.functions))
+		for _, n := range names {
+			recs = append(recs, c.functions[n])
 		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Function, 0, len(names))
+	for i, b := range recs {
 		var f Function
-		if err := json.Unmarshal([]byte(b), &f); err != nil {
+		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", names[i], err)
 		}
 		out = append(out, &f)
@@ -202,14 +225,17 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 
 // Delete removes a function with its instances and flows and releases their VLANs.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	insts, err := s.Instances(ctx, name)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	insts, err := s.instances(ctx, true, name)
 	if err != nil {
 		return err
 	}
-	flows, err := s.Flows(ctx, name)
+	flows, err := s.chainFlows(ctx, true, name)
 	if err != nil {
 		return err
 	}
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, in := range insts {
 			p.SRem(ctx, keyVLANs, in.VLAN)
@@ -223,8 +249,17 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
+	s.update(c, func(c *cache) {
+		delete(c.functions, name)
+		for _, f := range flows {
+			delete(c.flows, f.Key)
+		}
+		c.instances[name] = map[string]*Instance{}
+		s.gen++
+	})
 	return nil
 }
 
@@ -249,28 +284,53 @@ func (s *Store) PutInstance(ctx context.Context, in *Instance) error {
 	if err != nil {
 		return err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	if err := s.rdb.HSet(ctx, keyInstances+in.Chain, in.ID, b).Err(); err != nil {
+		s.drop(c)
 		return fmt.Errorf("store instance %s: %w", in.ID, err)
 	}
+	s.update(c, func(c *cache) { c.putInstance(in) })
 	return nil
+}
+
+// putInstance records a copy of in, if its chain's instances are cached.
+func (c *cache) putInstance(in *Instance) {
+	if insts, ok := c.instances[in.Chain]; ok {
+		insts[in.ID] = cloneInstance(in)
+	}
 }
 
 // Instances returns a chain's instances sorted by id.
 func (s *Store) Instances(ctx context.Context, chainName string) ([]*Instance, error) {
-	m, err := s.rdb.HGetAll(ctx, keyInstances+chainName).Result()
-	if err != nil {
-		return nil, fmt.Errorf("instances of %s: %w", chainName, err)
-	}
-	out := make([]*Instance, 0, len(m))
-	for _, v := range m {
-		var in Instance
-		if err := json.Unmarshal([]byte(v), &in); err != nil {
-			return nil, fmt.Errorf("decode instance of %s: %w", chainName, err)
+	return s.instances(ctx, false, chainName)
+}
+
+func (s *Store) instances(ctx context.Context, held bool, chainName string) ([]*Instance, error) {
+	var out []*Instance
+	err := s.read(ctx, held, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
+		out = make([]*Instance, 0, len(c.instances[chainName]))
+		for _, in := range c.instances[chainName] {
+			out = append(out, cloneInstance(in))
 		}
-		out = append(out, &in)
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return instanceLess(out[i].ID, out[j].ID) })
 	return out, nil
+}
+
+// Instance returns one instance of a chain, or nil if it has none with that id.
+func (s *Store) Instance(ctx context.Context, chainName, id string) (*Instance, error) {
+	var out *Instance
+	err := s.read(ctx, false, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
+		if in := c.instances[chainName][id]; in != nil {
+			out = cloneInstance(in)
+		}
+	})
+	return out, err
 }
 
 func instanceLess(a, b string) bool {
@@ -297,35 +357,42 @@ func (s *Store) PutWorker(ctx context.Context, w *Worker) error {
 	if err != nil {
 		return err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
 	if err := s.rdb.HSet(ctx, keyWorkers, w.Name, b).Err(); err != nil {
+		s.drop(c)
 		return fmt.Errorf("store worker %s: %w", w.Name, err)
 	}
+	s.update(c, func(c *cache) {
+		if c.workers != nil {
+			c.workers[w.Name] = cloneWorker(w)
+		}
+	})
 	return nil
 }
 
 // Workers returns the registered workers.
 func (s *Store) Workers(ctx context.Context) (map[string]*Worker, error) {
-	m, err := s.rdb.HGetAll(ctx, keyWorkers).Result()
-	if err != nil {
-		return nil, fmt.Errorf("workers: %w", err)
-	}
-	out := map[string]*Worker{}
-	for k, v := range m {
-		var w Worker
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, fmt.Errorf("decode worker %s: %w", k, err)
+	var out map[string]*Worker
+	err := s.read(ctx, false, hasWorkers, s.fetchWorkers, func(c *cache) {
+		out = make(map[string]*Worker, len(c.workers))
+		for k, w := range c.workers {
+			out[k] = cloneWorker(w)
 		}
-		out[k] = &w
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // DeleteInstance removes one chain instance with its flows and releases its VLAN.
 func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
-	flows, err := s.Flows(ctx, in.Chain)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	flows, err := s.chainFlows(ctx, true, in.Chain)
 	if err != nil {
 		return err
 	}
+	c := s.current()
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, f := range flows {
 			if f.Instance == in.ID {
@@ -337,8 +404,17 @@ func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
 		return nil
 	})
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("delete instance %s: %w", in.ID, err)
 	}
+	s.update(c, func(c *cache) {
+		for _, f := range flows {
+			if f.Instance == in.ID {
+				delete(c.flows, f.Key)
+			}
+		}
+		delete(c.instances[in.Chain], in.ID)
+	})
 	return nil
 }
 
@@ -362,14 +438,16 @@ func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
 var ErrGone = errors.New("instance no longer exists")
 
 // instanceWrite writes an instance only if it still exists, together with one change to the
-// flows hash, in one step (Redis runs a script atomically). KEYS: instances hash, flows hash.
-// ARGV: instance id, instance JSON, "assign" | "release" | "none", flow key, flow JSON.
+// flows hash, in one step (Redis runs a script atomically); an assignment also counts one
+// invocation of the chain. KEYS: instances hash, flows hash, invocations hash. ARGV: instance
+// id, instance JSON, "assign" | "release" | "none", flow key, flow JSON, chain name.
 // Returns 1 if the instance existed (and was written), else 0; a release happens either way.
 var instanceWrite = redis.NewScript(`
 local exists = redis.call('HEXISTS', KEYS[1], ARGV[1])
 if ARGV[3] == 'assign' then
   if exists == 0 then return 0 end
   redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+  redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
 elseif ARGV[3] == 'release' then
   redis.call('HDEL', KEYS[2], ARGV[4])
 end
@@ -384,35 +462,59 @@ func (s *Store) UpdateInstance(ctx context.Context, in *Instance) error {
 }
 
 // PutFlow records a flow assignment and, in the same step, the instance it was assigned to
-// (nil for a switch-only chain); ErrGone, and no flow recorded, if the instance was deleted.
+// (nil for a switch-only chain) and one invocation of the flow's chain (faas-cli's invocation
+// count of a chain is the flows assigned to it); ErrGone, and nothing recorded, if the
+// instance was deleted.
 func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in == nil {
-		b, err := json.Marshal(f)
-		if err != nil {
-			return err
-		}
-		if err := s.rdb.HSet(ctx, keyFlows, f.Key, b).Err(); err != nil {
-			return fmt.Errorf("assign flow %s: %w", f.Key, err)
-		}
-		return nil
+	if in != nil {
+		return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
 	}
-	return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, keyFlows, f.Key, b)
+		p.HIncrBy(ctx, keyCalls, f.Chain, 1)
+		return nil
+	})
+	if err != nil {
+		s.drop(c)
+		return fmt.Errorf("assign flow %s: %w", f.Key, err)
+	}
+	s.update(c, func(c *cache) { c.putFlow(f) })
+	return nil
+}
+
+func (c *cache) putFlow(f *Flow) {
+	if c.flows != nil {
+		cp := *f
+		c.flows[f.Key] = &cp
+	}
 }
 
 // DeleteFlow removes a flow assignment and, in the same step, stores its instance (nil for a
 // switch-only chain) with the flow count the caller lowered, if the instance still exists.
 func (s *Store) DeleteFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in == nil {
-		if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
-			return fmt.Errorf("release flow %s: %w", f.Key, err)
+	if in != nil {
+		err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
+		if errors.Is(err, ErrGone) {
+			return nil // the flow is gone with its instance's other keys
 		}
-		return nil
+		return err
 	}
-	err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
-	if errors.Is(err, ErrGone) {
-		return nil // the flow is gone with its instance's other keys
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
+		s.drop(c)
+		return fmt.Errorf("release flow %s: %w", f.Key, err)
 	}
-	return err
+	s.update(c, func(c *cache) { delete(c.flows, f.Key) })
+	return nil
 }
 
 func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op string, f *Flow) error {
@@ -420,55 +522,74 @@ func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op st
 	if err != nil {
 		return err
 	}
-	flowKey, fb := "", []byte(nil)
+	flowKey, chainName, fb := "", "", []byte(nil)
 	if f != nil {
-		flowKey = f.Key
+		flowKey, chainName = f.Key, f.Chain
 		if fb, err = json.Marshal(f); err != nil {
 			return err
 		}
 	}
-	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows}, in.ID, ib, op, flowKey, fb).Int()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows, keyCalls},
+		in.ID, ib, op, flowKey, fb, chainName).Int()
 	if err != nil {
+		s.drop(c)
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if op == "release" {
+		s.update(c, func(c *cache) { delete(c.flows, flowKey) })
+	}
 	if n == 0 {
+		s.gone(c, in)
 		return fmt.Errorf("%s: %s: %w", what, in.ID, ErrGone)
 	}
+	s.update(c, func(c *cache) {
+		c.putInstance(in)
+		if op == "assign" {
+			c.putFlow(f)
+		}
+	})
 	return nil
 }
 
 // Flow returns the assignment of the flow with key, or nil if it has none.
 func (s *Store) Flow(ctx context.Context, key string) (*Flow, error) {
-	b, err := s.rdb.HGet(ctx, keyFlows, key).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	var out *Flow
+	err := s.read(ctx, false, hasFlows, s.fetchFlows, func(c *cache) {
+		if f := c.flows[key]; f != nil {
+			cp := *f
+			out = &cp
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: %w", key, err)
 	}
-	var f Flow
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("decode flow %s: %w", key, err)
-	}
-	return &f, nil
+	return out, nil
 }
 
 // Flows returns the live flow assignments of chainName ("" = every chain), sorted by key.
 func (s *Store) Flows(ctx context.Context, chainName string) ([]*Flow, error) {
-	m, err := s.rdb.HGetAll(ctx, keyFlows).Result()
+	return s.chainFlows(ctx, false, chainName)
+}
+
+func (s *Store) chainFlows(ctx context.Context, held bool, chainName string) ([]*Flow, error) {
+	var out []*Flow
+	err := s.read(ctx, held, hasFlows, s.fetchFlows, func(c *cache) {
+		for _, f := range c.flows {
+			if chainName == "" || f.Chain == chainName {
+				cp := *f
+				out = append(out, &cp)
+			}
+		}
+	})
 	if err != nil {
-		return nil, fmt.Errorf("flows: %w", err)
-	}
-	out := make([]*Flow, 0, len(m))
-	for k, v := range m {
-		var f Flow
-		if err := json.Unmarshal([]byte(v), &f); err != nil {
-			return nil, fmt.Errorf("decode flow %s: %w", k, err)
-		}
-		if chainName == "" || f.Chain == chainName {
-			out = append(out, &f)
-		}
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if out == nil {
+		out = []*Flow{}
+	}
 	return out, nil
 }

@@ -72,3 +72,32 @@ func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
 		t.Fatalf("release brought the instance back: %v", insts)
 	}
 }
+
+// faas-cli's invocation count of a chain is the flows assigned to it: PutFlow counts each in
+// the same step, and a flow refused with ErrGone is not counted.
+func Test_PutFlow_counts_one_invocation_of_the_flow_s_chain(t *testing.T) {
+	st := testredis.Store(t)
+	ctx := context.Background()
+	in := &store.Instance{ID: "chain3/0", Chain: "chain3", VLAN: 100, State: store.Attached, Core: 1}
+	if err := st.PutInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	in.Flows++
+	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.1.1:5001", Chain: "chain1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteInstance(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); !errors.Is(err, store.ErrGone) {
+		t.Fatalf("PutFlow on a removed instance: %v, want ErrGone", err)
+	}
+	for name, want := range map[string]int64{"chain3": 1, "chain1": 1} {
+		if n, err := st.Invocations(ctx, name); n != want || err != nil {
+			t.Errorf("%s: %d invocations (%v), want %d", name, n, err, want)
+		}
+	}
+}
