@@ -234,7 +234,7 @@ part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:
 
 for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
-  --redis 127.0.0.1:6379 --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
+  --redis "unix:$RUN/redis.sock" --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
   --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
   --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
