@@ -6,8 +6,10 @@ script started it), deploys chain 3 of stack.yml (ACL on the switch -> NAT in a 
 with faas-cli, and for each rate opens new flows from the source netns for --seconds, a
 few packets per flow, UDP and TCP alternating, while the sink netns counts every packet per
 flow. Per row: packets sent/received, lost, reordered, the ingress's install latency
-(first held packet -> rule acknowledged; p50/p99 from its histogram's increase over the
-row), the most packets it held at once and its CPU use.
+(a flow's first packet -> its own rule acknowledged by the switch, after which its packets
+bypass the ingress; p50/p99 from its histogram's increase over the row), its hold latency
+(first packet -> held packets sent back toward the chain), the most packets it held at once,
+its CPU use, and the CPU each of the stack's processes spent per new flow.
 
     python bench/flow_setup.py --out bench/results/flow_setup.json [--rates 100,500,...]
 """
@@ -80,13 +82,24 @@ def gauge_max(stop: threading.Event, out: list) -> None:
         stop.wait(0.05)
 
 
+def stack_cpu() -> dict[str, float]:
+    """CPU seconds so far of each process make up started (run/*.pid)."""
+    out = {}
+    for f in RUN.glob("*.pid"):
+        try:
+            out[f.stem] = cpu_seconds(int(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
 def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
     pid = int((RUN / "keel-ingress.pid").read_text())
     recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
                              "--duration", str(seconds + 1), "--quiet", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert recv.stderr.readline().strip() == "ready", "the sink did not start"
-    before, cpu0, t0 = scrape(), cpu_seconds(pid), time.monotonic()
+    before, cpu0, t0, stack0 = scrape(), cpu_seconds(pid), time.monotonic(), stack_cpu()
     held: list[float] = []
     stop = threading.Event()
     sampler = threading.Thread(target=gauge_max, args=(stop, held))
@@ -97,20 +110,28 @@ def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
                          "--first-flow", str(first_flow)).stdout)
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
     out, err = recv.communicate(timeout=seconds + 120)
+    stack1 = stack_cpu()
+    flows = rate * seconds
     stop.set()
     sampler.join()
     got = json.loads(out)
     after = scrape()
     name = "keel_ingress_install_latency_seconds"
+    hold = "keel_ingress_hold_latency_seconds"
     max_before, max_after = before.get("keel_ingress_buffered_max", 0), after.get("keel_ingress_buffered_max", 0)
     return {"new_flows_per_s": rate, "packets_sent": sent["packets"], "packets_received": got["packets"],
             "lost": sent["packets"] - got["packets"], "reordered": got["reordered"],
             "install_p50_ms": round(quantile(0.50, before, after, name), 3),
             "install_p99_ms": round(quantile(0.99, before, after, name), 3),
+            "hold_p50_ms": round(quantile(0.50, before, after, hold), 3),
+            "hold_p99_ms": round(quantile(0.99, before, after, hold), 3),
             "buffered_max": int(max_after if max_after > max_before else max(held, default=0)),
             "ingress_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
             "new_flows_seen": int(after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0)),
-            "sender_late_max_ms": sent["late_max_ms"]}
+            "sender_late_max_ms": sent["late_max_ms"],
+            # until the sink went quiet, so setups still in progress after the last send count
+            "cpu_ms_per_new_flow": {k: round(1000 * (stack1[k] - stack0[k]) / flows, 3)
+                                    for k in sorted(stack1) if k in stack0 and stack1[k] - stack0[k] >= 0.005}}
 
 
 def idle_cpu(seconds: float = 10) -> float:

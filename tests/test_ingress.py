@@ -36,6 +36,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
 
 CHAINS = {"a-udp": "udp dst portrange 5000-6999", "b-tcp": "tcp"}
 REFUSE, SLOW, TOR_FAILS, LATE_ONCE = 6001, 6002, 6003, 6004  # dst ports the fakes answer badly
+SWITCH_ONLY = 6005  # a dst port the gateway fake assigns to a chain that runs on the switch only
+INSTANCE_VLAN = 100  # the VLAN of the fake gateway's instances
 ASSIGN_TIMEOUT_MS = 300
 STAGE1_DELAY_S = 0.01
 TOKEN = "0123456789abcdef0123456789abcdef"  # the fakes' control-plane token
@@ -52,8 +54,15 @@ def frame(sport: int, dport: int, seq: int, proto: int = 17) -> bytes:
     return bytes.fromhex("020000000002020000000001") + b"\x08\x00" + ip + l4 + payload
 
 
+def vlan_of(fr: bytes) -> int:
+    """The frame's VLAN id, 0 if untagged."""
+    return struct.unpack_from("!H", fr, 14)[0] & 0xFFF if fr[12:14] == b"\x81\x00" else 0
+
+
 def flow_of(fr: bytes):
-    """(sport, dport, seq) of a frame made by frame()."""
+    """(sport, dport, seq) of a frame made by frame() (tagged or not)."""
+    if vlan_of(fr) or fr[12:14] == b"\x81\x00":
+        fr = fr[:12] + fr[16:]
     sport, dport = struct.unpack_from("!HH", fr, 34)
     l4 = 8 if fr[23] == 17 else 20
     return sport, dport, struct.unpack_from("!I", fr, 34 + l4)[0]
@@ -83,7 +92,9 @@ class FakeGateway(cgrpc.ControlServicer):
             sum(1 for r in self.assigned if r.flow.src_port == request.flow.src_port) == 1
         if request.flow.dst_port == SLOW or late_once:
             await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
-        inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=100)
+        if request.flow.dst_port in (SWITCH_ONLY, TOR_FAILS):
+            return cpb.AssignFlowResponse(assigned=True, chain=request.chain, switch_only=True)
+        inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=INSTANCE_VLAN)
         return cpb.AssignFlowResponse(assigned=True, chain=request.chain, instance=inst)
 
     async def ReleaseFlow(self, request, context):
@@ -96,8 +107,9 @@ class FakeGateway(cgrpc.ControlServicer):
 
 
 class FakeTorctl(tgrpc.TorControlServicer):
-    """TorControl: InstallFlow answers after STAGE1_DELAY_S (stage 1) and records when it
-    acknowledged stage 1 and when stage 2 was asked, per flow (sport, dport)."""
+    """TorControl: InstallFlow answers after STAGE1_DELAY_S (stage 1, which only flows of
+    switch-only chains ask for) and records when it acknowledged stage 1 and when stage 2 was
+    asked, per flow (sport, dport)."""
 
     def __init__(self):
         self.stage1_ack, self.stage2_asked = {}, {}
@@ -340,7 +352,7 @@ def by_flow(got):
     return flows
 
 
-def test_first_packets_of_1000_flows_come_back_in_order_after_stage1(rig):
+def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instance_vlan(rig):
     start, wire, gw, tor, _ = rig
     # The Python fakes answer ~1000 calls/s here: give a thousand simultaneous setups the
     # time the fakes (not the ingress) need.
@@ -351,31 +363,66 @@ def test_first_packets_of_1000_flows_come_back_in_order_after_stage1(rig):
     sent = [frame(10000 + f, 5001, s) for f in range(n_flows) for s in range(per_flow)]
     wire.send(sent)
     assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=15), f"{len(wire.got)} {json.dumps({k: v for k, v in ing.metrics().items() if v and 'bucket' not in k})}"
-    time.sleep(0.3)  # stage 2 calls land
-    flows = by_flow(wire.take())
+    got = wire.take()
+    # Every held packet goes back tagged with its instance's VLAN (the ToR's reinject rule for
+    # the instance steers it): no per-flow switch round trip before the release.
+    assert {vlan_of(fr) for fr, _ in got} == {INSTANCE_VLAN}
+    assert tor.stage1_ack == {}
+    assert wire.wait_for(lambda: len(tor.stage2_asked) == n_flows, timeout=10), len(tor.stage2_asked)
+    flows = by_flow(got)
     assert len(flows) == n_flows
     for key, pkts in flows.items():
         assert [s for s, _ in pkts] == list(range(per_flow)), key  # zero loss, in order
-        # Re-injected only after the stage-1 ack, and stage 2 asked only after the release.
-        assert min(ts for _, ts in pkts) >= tor.stage1_ack[key], key
+        # The flow's own rule (which lets its later packets bypass the ingress) is asked for
+        # only after its held packets are out.
         assert tor.stage2_asked[key] >= max(ts for _, ts in pkts), key
-    m = ing.metrics()
+    m = None
+
+    def installed():
+        nonlocal m
+        m = ing.metrics()
+        return m["keel_ingress_install_latency_seconds_count"] == n_flows
+
+    assert wire.wait_for(installed, timeout=5), m
     assert m["keel_ingress_new_flows_total"] == n_flows
     assert m["keel_ingress_flows_installed_total"] == n_flows
+    assert m["keel_ingress_stage2_installed_total"] == n_flows
     assert m["keel_ingress_packets_reinjected_total"] == len(sent)
-    assert m["keel_ingress_install_latency_seconds_count"] == n_flows
+    assert m["keel_ingress_hold_latency_seconds_count"] == n_flows
+    # install (first packet -> rule acknowledged) includes hold (first packet -> released)
+    assert m["keel_ingress_install_latency_seconds_sum"] >= m["keel_ingress_hold_latency_seconds_sum"]
     assert {r.chain for r in gw.assigned} == {"a-udp"}
     assert all(r.ingress_id == "ingress-0" for r in gw.assigned)
 
-    # A later packet of an installed flow that still reaches the ingress goes straight out.
+    # A later packet of an installed flow that still reaches the ingress goes straight out,
+    # tagged like the first ones.
     wire.send([frame(10000, 5001, 3)])
     assert wire.wait_for(lambda: len(wire.got) == 1)
+    assert vlan_of(wire.got[0][0]) == INSTANCE_VLAN and flow_of(wire.got[0][0]) == (10000, 5001, 3)
     # the lcore counts the packet after it sent it: the counter may trail the wire by a moment
     assert wire.wait_for(lambda: ing.metrics()["keel_ingress_packets_forwarded_total"] == 1, timeout=3)
     assert wire.wait_for(lambda: gw.reports and gw.reports[-1].flows_installed == n_flows, timeout=3)
     assert ing.stop() < 1.0
     st = json.loads(ing.stats.read_text())
-    assert st["flows_installed"] == n_flows and st["install_p99_ms"] > 0
+    assert st["flows_installed"] == n_flows and st["install_p99_ms"] > 0 and st["hold_count"] == n_flows
+
+
+def test_a_switch_only_chains_packets_come_back_untagged_after_their_stage1_rule(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start()
+    n_flows, per_flow = 20, 3
+    sent = [frame(11000 + f, SWITCH_ONLY, s) for f in range(n_flows) for s in range(per_flow)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=10), len(wire.got)
+    assert wire.wait_for(lambda: len(tor.stage2_asked) == n_flows, timeout=5), len(tor.stage2_asked)
+    got = wire.take()
+    assert {vlan_of(fr) for fr, _ in got} == {0}
+    for key, pkts in by_flow(got).items():
+        assert [s for s, _ in pkts] == list(range(per_flow)), key
+        # re-injected only after the stage-1 ack; stage 2 asked only after the release
+        assert min(ts for _, ts in pkts) >= tor.stage1_ack[key], key
+        assert tor.stage2_asked[key] >= max(ts for _, ts in pkts), key
+    assert wire.wait_for(lambda: ing.metrics()["keel_ingress_install_latency_seconds_count"] == n_flows, timeout=3)
 
 
 def test_every_call_carries_the_control_token(rig):
@@ -385,7 +432,7 @@ def test_every_call_carries_the_control_token(rig):
     wire.send(sent)
     assert wire.wait_for(lambda: len(wire.got) >= len(sent))
     assert wire.wait_for(lambda: bool(gw.reports) and len(tor.stage2_asked) == 1, timeout=3)
-    assert gw.assigned and tor.stage1_ack  # Watch, AssignFlow, InstallFlow and stats all got through
+    assert gw.assigned and tor.stage2_asked  # Watch, AssignFlow, InstallFlow and stats all got through
     assert gw.refused == [] and tor.refused == []
     ing.stop()
 

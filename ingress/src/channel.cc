@@ -28,7 +28,8 @@ bool Channel::Init(unsigned size, std::string* err) {
     return false;
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
+  lcore_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0 || lcore_wake_fd_ < 0) {
     *err = std::string("eventfd: ") + std::strerror(errno);
     return false;
   }
@@ -39,6 +40,7 @@ Channel::~Channel() {
   rte_ring_free(to_control_);
   rte_ring_free(to_lcore_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (lcore_wake_fd_ >= 0) close(lcore_wake_fd_);
 }
 
 /* rte_ring_enqueue_elem only reads the element; its pointer is not const in 22.11. */
@@ -47,7 +49,10 @@ bool Channel::ToControl(const Msg& m) {
 }
 bool Channel::FromControl(Msg* m) { return rte_ring_dequeue_elem(to_lcore_, m, sizeof(Msg)) == 0; }
 bool Channel::ToLcore(const Msg& m) {
-  return rte_ring_enqueue_elem(to_lcore_, const_cast<Msg*>(&m), sizeof(Msg)) == 0;
+  if (rte_ring_enqueue_elem(to_lcore_, const_cast<Msg*>(&m), sizeof(Msg)) != 0) return false;
+  uint64_t one = 1;
+  (void)!write(lcore_wake_fd_, &one, sizeof(one));
+  return true;
 }
 bool Channel::FromLcore(Msg* m) { return rte_ring_dequeue_elem(to_control_, m, sizeof(Msg)) == 0; }
 
@@ -60,6 +65,11 @@ void Channel::WakeControl() {
 void Channel::DrainWake() {
   uint64_t n;
   (void)!read(wake_fd_, &n, sizeof(n));
+}
+
+void Channel::DrainLcoreWake() {
+  uint64_t n;
+  (void)!read(lcore_wake_fd_, &n, sizeof(n));
 }
 
 }  // namespace keel::ingress

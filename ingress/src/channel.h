@@ -23,12 +23,12 @@ class FilterSet;
 struct Msg {
   enum class Kind : uint32_t {
     /* lcore -> control */
-    kNewFlow,        /* key, req_id, chain: start AssignFlow + stage-1 InstallFlow */
-    kReleased,       /* req_id: held packets are out, install stage 2 */
+    kNewFlow,        /* key, req_id, chain: start AssignFlow (+ stage 1 for a switch-only chain) */
+    kReleased,       /* req_id, since_ns: held packets are out, install the flow's rule */
     kAbandoned,      /* req_id: the lcore gave up on the setup; release the flow */
     kFilterSetDone,  /* filters: the lcore no longer uses it, free it */
     /* control -> lcore */
-    kDecision,       /* key, req_id, failure (kCount = success) */
+    kDecision,       /* key, req_id, failure (kCount = success), vlan (0: untagged) */
     kFilterSet,      /* filters: use this set from now on */
   };
   explicit Msg(Kind k = Kind::kNewFlow) : kind(k) {}
@@ -37,6 +37,11 @@ struct Msg {
   DropReason failure = DropReason::kCount;
   FlowKey key;
   uint64_t req_id = 0;
+  /* kDecision: the instance VLAN the flow's packets are tagged with when the
+   * ingress sends them back (its instance's reinject rule on the ToR steers
+   * them); 0 for a switch-only chain (its stage-1 rule does). */
+  uint16_t vlan = 0;
+  uint64_t since_ns = 0;  /* kReleased: the flow's first packet (CLOCK_MONOTONIC) */
   FilterSet* filters = nullptr;
   char chain[64] = {};  /* chain names are OpenFaaS function names (at most 63 characters) */
 
@@ -55,8 +60,13 @@ class Channel {
   bool FromControl(Msg* m);
   /* Wakes the control thread after one or more ToControl calls. */
   void WakeControl();
+  /* The descriptor that becomes readable after ToLcore (the lcore naps on it
+   * when idle, so a decision ends its nap); DrainLcoreWake resets it. */
+  int lcore_wake_fd() const { return lcore_wake_fd_; }
+  void DrainLcoreWake();
 
-  /* control side: ToLcore may be called from several threads. */
+  /* control side: ToLcore may be called from several threads; it wakes a
+   * napping lcore. */
   bool ToLcore(const Msg& m);
   bool FromLcore(Msg* m);
   /* The descriptor that becomes readable after WakeControl; Drain resets it. */
@@ -67,6 +77,7 @@ class Channel {
   rte_ring* to_control_ = nullptr;
   rte_ring* to_lcore_ = nullptr;
   int wake_fd_ = -1;
+  int lcore_wake_fd_ = -1;
 };
 
 }  // namespace keel::ingress

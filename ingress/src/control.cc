@@ -2,6 +2,7 @@
 #include "control.h"
 
 #include <poll.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,13 @@ constexpr int kWatchBackoffMinMs = 100;
 constexpr int kWatchBackoffMaxMs = 5000;
 constexpr int kReleaseTimeoutMs = 1000;
 constexpr int kReportTimeoutMs = 500;
+
+/* CLOCK_MONOTONIC in ns: the clock the lcore stamps a flow's first packet with. */
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
 
 std::chrono::system_clock::time_point In(int ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
@@ -159,7 +167,7 @@ void Control::HandleLcoreMsg(const Msg& m) {
     case Msg::Kind::kNewFlow:
       return Assign(m);
     case Msg::Kind::kReleased:
-      return InstallStage2(m.req_id);
+      return InstallStage2(m.req_id, m.since_ns);
     case Msg::Kind::kAbandoned: {
       std::lock_guard<std::mutex> lk(mu_);
       if (setups_.erase(m.req_id) == 0) return;
@@ -216,14 +224,27 @@ void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& ch
     a.set_vlan(resp.instance().vlan());
     a.set_worker(resp.instance().worker());
   }
-  v1::InstallFlowRequest install;
-  *install.mutable_assignment() = a;
-  install.set_idle_timeout_s(cfg_.idle_timeout_s);
-  install.set_reinject_only(true);
+  const uint32_t vlan = a.vlan();
   {
     std::lock_guard<std::mutex> lk(mu_);
     setups_[req] = std::move(setup);
   }
+  if (vlan != 0) {
+    /* The flow has an instance: its packets go back tagged with the
+     * instance's VLAN, which the ToR's reinject rule for that instance
+     * (installed with the instance, not per flow) steers through the chain.
+     * No switch round trip stands between the assignment and the release. */
+    return Decide(key, req, DropReason::kCount, static_cast<uint16_t>(vlan));
+  }
+  /* A switch-only chain has no instance VLAN to steer by: its held packets
+   * wait for a stage-1 rule that matches them coming back from the ingress. */
+  v1::InstallFlowRequest install;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    *install.mutable_assignment() = setups_[req].assignment;
+  }
+  install.set_idle_timeout_s(cfg_.idle_timeout_s);
+  install.set_reinject_only(true);
   Issue<v1::InstallFlowResponse>(
       cfg_.install_timeout_ms,
       [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
@@ -238,7 +259,7 @@ void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& ch
       });
 }
 
-void Control::InstallStage2(uint64_t req) {
+void Control::InstallStage2(uint64_t req, uint64_t since_ns) {
   v1::InstallFlowRequest install;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -249,13 +270,17 @@ void Control::InstallStage2(uint64_t req) {
   }
   install.set_idle_timeout_s(cfg_.idle_timeout_s);
   install.set_reinject_only(false);
-  /* A failed stage 2 leaves the stage-1 rule: the flow's packets keep
-   * reaching the ingress, which forwards them, so none is lost; count it. */
+  /* A failed stage 2 leaves the flow on the ingress: its packets keep
+   * reaching it, and it forwards them (tagged, or behind the stage-1 rule),
+   * so none is lost; count it. */
   Issue<v1::InstallFlowResponse>(
       cfg_.install_timeout_ms,
       [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
-      [this](const grpc::Status& st, const v1::InstallFlowResponse&) {
-        (st.ok() ? counters_->stage2_installed : counters_->stage2_failed).Add(1);
+      [this, since_ns](const grpc::Status& st, const v1::InstallFlowResponse&) {
+        if (!st.ok()) return counters_->stage2_failed.Add(1);
+        counters_->stage2_installed.Add(1);
+        /* Runs on the completion-queue thread, install_latency's one writer. */
+        counters_->install_latency.Observe(MonotonicNs() - since_ns);
       });
 }
 
@@ -271,11 +296,12 @@ void Control::Release(const FlowKey& key, const char* reason) {
       });
 }
 
-void Control::Decide(const FlowKey& key, uint64_t req, DropReason failure) {
+void Control::Decide(const FlowKey& key, uint64_t req, DropReason failure, uint16_t vlan) {
   Msg m{Msg::Kind::kDecision};
   m.key = key;
   m.req_id = req;
   m.failure = failure;
+  m.vlan = vlan;
   /* The lcore empties its ring every loop; a full ring means a burst of decisions. */
   while (!channel_->ToLcore(m)) {
     if (!Pause(1)) return;
@@ -370,8 +396,8 @@ void Control::ReportLoop() {
     st.set_packets_reinjected(s.counters["packets_reinjected"]);
     st.set_packets_normal_path(s.counters["packets_normal_path"]);
     for (const auto& [reason, n] : s.drops) (*st.mutable_drops())[reason] = n;
-    st.set_install_p50_ms(s.InstallQuantileMs(0.5));
-    st.set_install_p99_ms(s.InstallQuantileMs(0.99));
+    st.set_install_p50_ms(s.install.QuantileMs(0.5));
+    st.set_install_p99_ms(s.install.QuantileMs(0.99));
     last_flows = s.counters["new_flows"];
     last = now;
 

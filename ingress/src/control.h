@@ -5,8 +5,10 @@
  *  - keel-ing-req: sleeps on the Channel's eventfd, takes the lcore's
  *    messages and starts the calls they need (AssignFlow, stage 2, release).
  *  - keel-ing-cq: runs the completion queue of those asynchronous calls and
- *    chains each setup's next step: AssignFlow -> InstallFlow(reinject_only)
- *    -> decision to the lcore.
+ *    chains each setup's next step: AssignFlow -> decision to the lcore
+ *    (release tagged with the instance's VLAN; a switch-only chain first
+ *    has InstallFlow(reinject_only) put in a stage-1 rule), and after the
+ *    lcore released the held packets, InstallFlow of the flow's own rule.
  *  - keel-ing-watch: follows the gateway's chains (Control.Watch) and hands
  *    the lcore a freshly compiled FilterSet on every change; re-watches
  *    with backoff when the stream ends.
@@ -85,9 +87,11 @@ class Control {
   void AssignAttempt(const FlowKey& key, uint64_t req, const std::string& chain, int attempt);
   void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt, const grpc::Status& st,
                   const keel::v1::AssignFlowResponse& resp);
-  void InstallStage2(uint64_t req);
+  /* Installs the flow's rule (its held packets are out); |since_ns| is its first packet. */
+  void InstallStage2(uint64_t req, uint64_t since_ns);
   void Release(const FlowKey& key, const char* reason);
-  void Decide(const FlowKey& key, uint64_t req, DropReason failure);
+  /* Tells the lcore: release the flow's packets tagged |vlan| (0: untagged), or drop them (|failure|). */
+  void Decide(const FlowKey& key, uint64_t req, DropReason failure, uint16_t vlan = 0);
 
   void WatchLoop();
   /* Reads one Watch stream to its end; true if it got as far as SYNCED. */

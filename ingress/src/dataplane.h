@@ -3,8 +3,11 @@
  * The ingress's lcore loop: receive a burst, parse, look the flow up,
  * classify new flows against the chains' filters, hold the packets of
  * flows in setup and send them back out, in order, once the control thread
- * says their stage-1 rule is in. It never blocks: everything that waits
- * (gRPC) happens on the control side, reached through the Channel.
+ * says where they go: tagged with their instance's VLAN (the ToR's
+ * per-instance reinject rule steers them), or, for a chain that runs on the
+ * switch only, untagged behind the flow's stage-1 rule. It never blocks:
+ * everything that waits (gRPC) happens on the control side, reached through
+ * the Channel.
  */
 #ifndef KEEL_INGRESS_DATAPLANE_H_
 #define KEEL_INGRESS_DATAPLANE_H_
@@ -22,10 +25,11 @@ namespace keel::ingress {
 
 /* The VLAN the ingress tags its normal path (flows of no chain) with; the ToR
  * pops it and sends the frame to its egress (keel-torctl, rules.py
- * NORMAL_VLAN). Untagged frames from the ingress are re-injected packets of
- * flows being set up, each matched by its flow's own stage-1 rule: a software
- * ToR never caches one wide "from the ingress -> egress" entry that a new
- * flow's first packets could take before its rule is seen. */
+ * NORMAL_VLAN). Frames tagged with an instance's VLAN go to that instance;
+ * untagged frames from the ingress are re-injected packets of switch-only
+ * flows, each matched by its flow's own stage-1 rule: a software ToR never
+ * caches one wide "from the ingress -> egress" entry that a new flow's first
+ * packets could take before its rule is seen. */
 constexpr uint16_t kNormalPathVlan = 4094;
 
 struct DataPlaneConfig {
@@ -53,8 +57,8 @@ class DataPlane {
   void FlushBacklog();
   void HandlePacket(rte_mbuf* m, uint64_t now);
   void StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now);
-  /* Sends |m| on the normal path: tagged with kNormalPathVlan. */
-  void SendNormal(rte_mbuf* m);
+  /* Sends |m| tagged with |vlan| (kNormalPathVlan: the normal path; 0: untagged). */
+  void SendTagged(rte_mbuf* m, uint16_t vlan);
   void Send(rte_mbuf* m) { tx_.push_back(m); }
   void FlushTx();
   void Drop(rte_mbuf* m, DropReason why);

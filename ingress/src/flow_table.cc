@@ -19,7 +19,7 @@ PacketVerdict FlowTable::OnPacket(const FlowKey& key, Packet pkt, uint64_t now) 
       return Hold(&f, pkt);
     case State::kForwarding:
       f.since = now;
-      return {Verdict::kForward, DropReason::kCount};
+      return {Verdict::kForward, DropReason::kCount, f.vlan};
     case State::kBackoff:
       if (now - f.since < cfg_.retry_backoff_ns) return {Verdict::kDrop, f.failure};
       flows_.erase(it);
@@ -32,13 +32,13 @@ uint64_t FlowTable::Start(const FlowKey& key, Packet pkt, uint64_t now, PacketVe
   if (flows_.size() >= cfg_.max_flows) return 0;
   uint64_t id = next_req_++;
   Flow& f = flows_[key];
-  f = Flow{State::kPending, DropReason::kCount, id, now, kNil, kNil, 0};
+  f = Flow{State::kPending, DropReason::kCount, 0, id, now, kNil, kNil, 0};
   *first = Hold(&f, pkt);
   return id;
 }
 
-Resolution FlowTable::Resolve(const FlowKey& key, uint64_t req_id, DropReason failure, uint64_t now,
-                              std::vector<Packet>* packets, uint64_t* since) {
+Resolution FlowTable::Resolve(const FlowKey& key, uint64_t req_id, DropReason failure, uint16_t vlan,
+                              uint64_t now, std::vector<Packet>* packets, uint64_t* since) {
   auto it = flows_.find(key);
   if (it == flows_.end() || it->second.req_id != req_id || it->second.state != State::kPending) {
     return Resolution::kStale;
@@ -51,6 +51,7 @@ Resolution FlowTable::Resolve(const FlowKey& key, uint64_t req_id, DropReason fa
   }
   TakeHeld(&f, packets);
   f.state = State::kForwarding;
+  f.vlan = vlan;
   f.since = now;
   return Resolution::kReleased;
 }

@@ -6,8 +6,9 @@
  * decision: its packets are held, in order, up to |hold_per_flow| per flow
  * and |hold_max| in all (one pool of slots, so one busy flow cannot stall
  * the others beyond its own share). On success the held packets are
- * released in order and the flow is Forwarding: later packets that still
- * reach the ingress go straight back out, until the flow has been quiet for
+ * released in order and the flow is Forwarding (with the VLAN the decision
+ * gave, which its packets are tagged with on the way out): later packets
+ * that still reach the ingress go straight back out, until the flow has been quiet for
  * |retire_ns|. On failure or after |hold_timeout_ns| the held packets are
  * dropped and the flow backs off for |retry_backoff_ns|, dropping its
  * packets, before a new packet may start a new setup.
@@ -51,6 +52,7 @@ enum class Verdict {
 struct PacketVerdict {
   Verdict verdict;
   DropReason reason;
+  uint16_t vlan = 0;  /* kForward: the VLAN to tag the packet with (0: none) */
 };
 
 /* How a decision applied to its flow. */
@@ -74,10 +76,11 @@ class FlowTable {
   uint64_t Start(const FlowKey& key, Packet pkt, uint64_t now, PacketVerdict* first);
 
   /* Applies the decision for setup |req_id| of flow |key|: |failure| is the
-   * reason it failed, or DropReason::kCount for success. Appends the flow's
+   * reason it failed, or DropReason::kCount for success (then the flow's
+   * packets are sent tagged with |vlan|, 0 for none). Appends the flow's
    * held packets to |*packets| (to send on kReleased, to drop on kFailed)
    * and sets |*since| to when the setup started. */
-  Resolution Resolve(const FlowKey& key, uint64_t req_id, DropReason failure, uint64_t now,
+  Resolution Resolve(const FlowKey& key, uint64_t req_id, DropReason failure, uint16_t vlan, uint64_t now,
                      std::vector<Packet>* packets, uint64_t* since);
 
   /* Times out setups older than hold_timeout_ns (their packets are appended
@@ -96,6 +99,7 @@ class FlowTable {
   struct Flow {
     State state;
     DropReason failure;    /* why it backs off */
+    uint16_t vlan;         /* forwarding: the tag its packets leave with */
     uint64_t req_id;
     uint64_t since;        /* setup start (pending), last packet (forwarding), failure (backoff) */
     uint32_t head, tail;   /* held packets, a list through next_ */

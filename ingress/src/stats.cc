@@ -21,14 +21,19 @@ std::array<uint64_t, LatencyHistogram::kBoundsS.size() + 1> LatencyHistogram::Bu
   return b;
 }
 
-double Snapshot::InstallQuantileMs(double q) const {
+uint64_t HistogramSnapshot::Count() const {
   uint64_t total = 0;
-  for (uint64_t n : install_buckets) total += n;
+  for (uint64_t n : buckets) total += n;
+  return total;
+}
+
+double HistogramSnapshot::QuantileMs(double q) const {
+  uint64_t total = Count();
   if (total == 0) return 0;
   double want = q * static_cast<double>(total), seen = 0, lo = 0;
   const auto& bounds = LatencyHistogram::kBoundsS;
-  for (size_t i = 0; i < install_buckets.size(); i++) {
-    double n = static_cast<double>(install_buckets[i]);
+  for (size_t i = 0; i < buckets.size(); i++) {
+    double n = static_cast<double>(buckets[i]);
     double hi = i < bounds.size() ? bounds[i] : bounds.back();
     if (n > 0 && seen + n >= want) return 1e3 * (lo + (hi - lo) * (want - seen) / n);
     seen += n;
@@ -57,10 +62,35 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
   s.buffered_max = c.buffered_max.Get();
   s.flows_active = c.flows_active.Get();
   s.chains = c.chains.Get();
-  s.install_buckets = c.install_latency.Buckets();
-  s.install_sum_ns = c.install_latency.SumNs();
+  s.install = {c.install_latency.Buckets(), c.install_latency.SumNs()};
+  s.hold = {c.hold_latency.Buckets(), c.hold_latency.SumNs()};
   return s;
 }
+
+namespace {
+
+void HistogramText(const std::string& name, const char* help, const HistogramSnapshot& h, std::string* out) {
+  auto line = [&](const std::string& l) { *out += l + "\n"; };
+  line("# HELP " + name + " " + help);
+  line("# TYPE " + name + " histogram");
+  uint64_t cum = 0;
+  char le[32];
+  for (size_t i = 0; i < h.buckets.size(); i++) {
+    cum += h.buckets[i];
+    if (i < LatencyHistogram::kBoundsS.size()) {
+      std::snprintf(le, sizeof(le), "%g", LatencyHistogram::kBoundsS[i]);
+    } else {
+      std::snprintf(le, sizeof(le), "+Inf");
+    }
+    line(name + "_bucket{le=\"" + le + "\"} " + std::to_string(cum));
+  }
+  char sum[48];
+  std::snprintf(sum, sizeof(sum), "%.9f", static_cast<double>(h.sum_ns) * 1e-9);
+  line(name + "_sum " + sum);
+  line(name + "_count " + std::to_string(cum));
+}
+
+}  // namespace
 
 std::string PrometheusText(const Snapshot& s) {
   std::string out;
@@ -80,23 +110,11 @@ std::string PrometheusText(const Snapshot& s) {
     line(std::string("# TYPE keel_ingress_") + name + " gauge");
     line(std::string("keel_ingress_") + name + " " + std::to_string(v));
   }
-  line("# HELP keel_ingress_install_latency_seconds First held packet to stage-1 rule acknowledged.");
-  line("# TYPE keel_ingress_install_latency_seconds histogram");
-  uint64_t cum = 0;
-  char le[32];
-  for (size_t i = 0; i < s.install_buckets.size(); i++) {
-    cum += s.install_buckets[i];
-    if (i < LatencyHistogram::kBoundsS.size()) {
-      std::snprintf(le, sizeof(le), "%g", LatencyHistogram::kBoundsS[i]);
-    } else {
-      std::snprintf(le, sizeof(le), "+Inf");
-    }
-    line(std::string("keel_ingress_install_latency_seconds_bucket{le=\"") + le + "\"} " + std::to_string(cum));
-  }
-  char sum[48];
-  std::snprintf(sum, sizeof(sum), "%.9f", static_cast<double>(s.install_sum_ns) * 1e-9);
-  line(std::string("keel_ingress_install_latency_seconds_sum ") + sum);
-  line("keel_ingress_install_latency_seconds_count " + std::to_string(cum));
+  HistogramText("keel_ingress_install_latency_seconds",
+                "A new flow's first packet to its rule acknowledged by the switch (later packets bypass the ingress).",
+                s.install, &out);
+  HistogramText("keel_ingress_hold_latency_seconds",
+                "A new flow's first packet to its held packets sent back toward their chain.", s.hold, &out);
   return out;
 }
 
@@ -109,12 +127,14 @@ std::string StatsJson(const Snapshot& s, const std::string& ingress_id) {
   j["buffered_max"] = s.buffered_max;
   j["flows_in_table"] = s.flows_active;
   j["chains"] = s.chains;
-  j["install_p50_ms"] = s.InstallQuantileMs(0.5);
-  j["install_p99_ms"] = s.InstallQuantileMs(0.99);
-  uint64_t n = 0;
-  for (uint64_t b : s.install_buckets) n += b;
-  j["install_count"] = n;
-  j["install_mean_ms"] = n ? static_cast<double>(s.install_sum_ns) * 1e-6 / static_cast<double>(n) : 0.0;
+  for (const auto& [what, h] : {std::pair{"install", &s.install}, std::pair{"hold", &s.hold}}) {
+    const std::string w = what;
+    uint64_t n = h->Count();
+    j[w + "_p50_ms"] = h->QuantileMs(0.5);
+    j[w + "_p99_ms"] = h->QuantileMs(0.99);
+    j[w + "_count"] = n;
+    j[w + "_mean_ms"] = n ? static_cast<double>(h->sum_ns) * 1e-6 / static_cast<double>(n) : 0.0;
+  }
   return j.dump(2) + "\n";
 }
 

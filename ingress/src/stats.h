@@ -18,8 +18,8 @@
 
 namespace keel::ingress {
 
-/* Install latency (first held packet -> stage-1 rule acknowledged), in
- * fixed buckets so the lcore records it with two relaxed stores. */
+/* A latency in fixed buckets, so its one writer records it with two relaxed
+ * stores. */
 class LatencyHistogram {
  public:
   static constexpr std::array<double, 14> kBoundsS = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -39,15 +39,16 @@ struct IngressCounters {
   Counter packets_in;
   Counter new_flows;
   Counter flows_installed;      /* setups whose held packets were released */
-  Counter packets_reinjected;   /* held packets sent after their flow's stage-1 rule */
+  Counter packets_reinjected;   /* held packets sent back once their flow was decided */
   Counter packets_forwarded;    /* later packets of an installed flow that still reached the ingress */
   Counter packets_normal_path;  /* matched no chain, sent back tagged 4094 */
   Counter buffered;
   Counter buffered_max;
   Counter flows_active;
   std::array<Counter, static_cast<size_t>(DropReason::kCount)> drops;
-  LatencyHistogram install_latency;
-  /* control thread */
+  LatencyHistogram hold_latency;     /* first packet -> held packets sent back */
+  /* control thread (its completion-queue thread writes install_latency) */
+  LatencyHistogram install_latency;  /* first packet -> the flow's own rule acknowledged by the switch */
   Counter stage2_installed;
   Counter stage2_failed;
   Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
@@ -56,17 +57,22 @@ struct IngressCounters {
   Counter watch_restarts;
 };
 
+/* A copy of one LatencyHistogram. */
+struct HistogramSnapshot {
+  std::array<uint64_t, LatencyHistogram::kBoundsS.size() + 1> buckets{};
+  uint64_t sum_ns = 0;
+
+  uint64_t Count() const;
+  /* The |q| quantile in ms (within its bucket, interpolated), or 0 without samples. */
+  double QuantileMs(double q) const;
+};
+
 /* A consistent copy of the counters, with the derived figures. */
 struct Snapshot {
   std::map<std::string, uint64_t> counters;  /* name (without _total) -> value */
   std::map<std::string, uint64_t> drops;     /* reason -> packets */
   uint64_t buffered = 0, buffered_max = 0, flows_active = 0, chains = 0;
-  std::array<uint64_t, LatencyHistogram::kBoundsS.size() + 1> install_buckets{};
-  uint64_t install_sum_ns = 0;
-
-  /* The |q| quantile of the install latency in ms (the bucket's upper bound,
-   * interpolated), or 0 without samples. */
-  double InstallQuantileMs(double q) const;
+  HistogramSnapshot install, hold;
 };
 
 Snapshot TakeSnapshot(const IngressCounters& c);

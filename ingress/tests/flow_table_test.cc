@@ -34,9 +34,10 @@ class FlowTableTest : public ::testing::Test {
     EXPECT_EQ(first.verdict, Verdict::kHeld);
     return id;
   }
-  Resolution Resolve(uint16_t sport, uint64_t id, DropReason why, uint64_t now, std::vector<Packet>* out) {
+  Resolution Resolve(uint16_t sport, uint64_t id, DropReason why, uint64_t now, std::vector<Packet>* out,
+                     uint16_t vlan = 0) {
     uint64_t since;
-    return t.Resolve(Flow(sport), id, why, now, out, &since);
+    return t.Resolve(Flow(sport), id, why, vlan, now, out, &since);
   }
 
   FlowTable t{Config()};
@@ -51,7 +52,23 @@ TEST_F(FlowTableTest, HoldsThenReleasesInOrderThenForwards) {
   EXPECT_EQ(out, (std::vector<Packet>{P(10), P(11), P(12), P(13)}));
   EXPECT_EQ(t.held(), 0u);
   EXPECT_EQ(t.held_max(), 4u);
-  EXPECT_EQ(t.OnPacket(Flow(1), P(14), 6 * kMs).verdict, Verdict::kForward);
+  PacketVerdict later = t.OnPacket(Flow(1), P(14), 6 * kMs);
+  EXPECT_EQ(later.verdict, Verdict::kForward);
+  EXPECT_EQ(later.vlan, 0);
+}
+
+TEST_F(FlowTableTest, AForwardingFlowKeepsTheVlanItsDecisionGave) {
+  uint64_t a = Start(1, 10);
+  uint64_t b = Start(2, 20);
+  std::vector<Packet> out;
+  ASSERT_EQ(Resolve(1, a, kOk, kMs, &out, 117), Resolution::kReleased);
+  ASSERT_EQ(Resolve(2, b, kOk, kMs, &out), Resolution::kReleased);
+  PacketVerdict v1 = t.OnPacket(Flow(1), P(11), 2 * kMs);
+  PacketVerdict v2 = t.OnPacket(Flow(2), P(21), 2 * kMs);
+  EXPECT_EQ(v1.verdict, Verdict::kForward);
+  EXPECT_EQ(v1.vlan, 117);
+  EXPECT_EQ(v2.verdict, Verdict::kForward);
+  EXPECT_EQ(v2.vlan, 0);
 }
 
 TEST_F(FlowTableTest, PerFlowOverflowDropsOnlyThatFlowsPackets) {

@@ -18,6 +18,19 @@ TEST(Stats, PrometheusNamesAndHistogram) {
   EXPECT_NE(t.find("keel_ingress_install_latency_seconds_bucket{le=\"0.0005\"} 1\n"), std::string::npos);
   EXPECT_NE(t.find("keel_ingress_install_latency_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("keel_ingress_install_latency_seconds_count 2\n"), std::string::npos);
+  EXPECT_NE(t.find("keel_ingress_hold_latency_seconds_count 0\n"), std::string::npos);
+}
+
+TEST(Stats, HoldAndInstallAreSeparateHistograms) {
+  IngressCounters c;
+  c.hold_latency.Observe(200'000);       /* 0.2 ms */
+  c.install_latency.Observe(4'000'000);  /* 4 ms */
+  Snapshot s = TakeSnapshot(c);
+  EXPECT_LE(s.hold.QuantileMs(0.99), 0.25);
+  EXPECT_GT(s.install.QuantileMs(0.99), 2.5);
+  std::string j = StatsJson(s, "ingress-0");
+  EXPECT_NE(j.find("\"hold_count\": 1"), std::string::npos);
+  EXPECT_NE(j.find("\"install_count\": 1"), std::string::npos);
 }
 
 TEST(Stats, QuantilesComeFromTheBuckets) {
@@ -25,11 +38,11 @@ TEST(Stats, QuantilesComeFromTheBuckets) {
   for (int i = 0; i < 99; i++) c.install_latency.Observe(800'000);  /* (0.5, 1] ms */
   c.install_latency.Observe(40'000'000);                             /* (25, 50] ms */
   Snapshot s = TakeSnapshot(c);
-  EXPECT_GT(s.InstallQuantileMs(0.5), 0.5);
-  EXPECT_LE(s.InstallQuantileMs(0.5), 1.0);
-  EXPECT_LE(s.InstallQuantileMs(0.99), 1.0);
-  EXPECT_GT(s.InstallQuantileMs(1.0), 25.0);
-  EXPECT_EQ(TakeSnapshot(IngressCounters()).InstallQuantileMs(0.99), 0.0);
+  EXPECT_GT(s.install.QuantileMs(0.5), 0.5);
+  EXPECT_LE(s.install.QuantileMs(0.5), 1.0);
+  EXPECT_LE(s.install.QuantileMs(0.99), 1.0);
+  EXPECT_GT(s.install.QuantileMs(1.0), 25.0);
+  EXPECT_EQ(TakeSnapshot(IngressCounters()).install.QuantileMs(0.99), 0.0);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """torctl's state and its reconcile loop: chains, instances and flows to switch rules.
 
 Level-triggered like a Kubernetes controller: the rules the switch should hold (base,
-chain programs, instance return rules) are computed from the chains and instances the
+chain programs, instance reinject and return rules) are computed from the chains and instances the
 gateway's Watch reported, compared with the rules read back from the switch (by cookie),
 and the difference is committed. Flow rules are the exception: they come from InstallFlow,
 and after the switch lost them, from the gateway's Control.ListFlows.
@@ -19,14 +19,15 @@ from typing import Any, Callable, Mapping
 from . import ofp
 from .metrics import Metrics
 from .nfs import ChainError, Program, SwitchNf, compile_program
-from .rules import (KIND_BASE, KIND_FLOW, KIND_MASK, KIND_PROGRAM, KIND_REINJECT, KIND_RETURN,
-                    PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK, FiveTuple, Rule, base_rules,
-                    chain_tag, cookie, cookie_detail, cookie_kind, cookie_tag, flow_rule, return_rule)
+from .rules import (KIND_BASE, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK, KIND_PROGRAM,
+                    KIND_REINJECT, KIND_RETURN, PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK,
+                    FiveTuple, Rule, base_rules, chain_tag, cookie, cookie_detail, cookie_kind,
+                    cookie_tag, flow_rule, instance_reinject_rule, return_rule)
 from .switch import Switch
 
 LOG = logging.getLogger("keel_torctl.controller")
 _FLOW_KINDS_VALUE, _FLOW_KINDS_MASK = cookie(KIND_FLOW), 0xE << 60  # kinds 4 and 5
-_PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN)
+_PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT)  # follow chains and instances
 
 
 @dataclass(frozen=True)
@@ -240,13 +241,21 @@ class Controller:
             rules += p.rules
         for inst in instances:
             p = programs.get(inst.chain)
-            if p is None or p.first_post is None or not inst.vlan:
+            if p is None or not inst.vlan:
                 continue
             try:
-                rules.append(return_rule(port, self.trunk(inst.worker), self.opts.egress_port,
-                                         inst.chain, inst.vlan, p.first_post))
+                rules += self._instance_rules(p, inst.chain, inst.vlan, inst.worker)
             except LookupError as e:
-                LOG.warning("no return rule for %s VLAN %d yet: %s", inst.chain, inst.vlan, e)
+                LOG.warning("no rules for %s VLAN %d yet: %s", inst.chain, inst.vlan, e)
+        return rules
+
+    def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str) -> list[Rule]:
+        """An instance's own rules: the ingress's tagged re-injections in, its return traffic out
+        (through the chain's after-server switch NFs, if it has any)."""
+        port, trunk = self.switch.port, self.trunk(worker)
+        rules = [instance_reinject_rule(port, self.opts.ingress_port, trunk, chain, vlan, p.first_pre)]
+        if p.first_post is not None:
+            rules.append(return_rule(port, trunk, self.opts.egress_port, chain, vlan, p.first_post))
         return rules
 
     def reconcile(self) -> None:
@@ -297,7 +306,7 @@ class Controller:
 
     def _delete_chain(self, tag: int) -> None:
         """Delete every rule of a chain (program, return rules, flows) by its cookie tag."""
-        kinds = (KIND_PROGRAM, KIND_RETURN, KIND_FLOW, KIND_REINJECT)
+        kinds = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT, KIND_FLOW, KIND_REINJECT)
         if self.switch.dp is not None:
             self.switch.commit(lambda dp: [ofp.delete_cookie(dp, cookie(k, tag), KIND_MASK | TAG_MASK)
                                            for k in kinds])
@@ -308,7 +317,7 @@ class Controller:
 
     def _delete_instance(self, tag: int, vlan: int) -> None:
         full = 2**64 - 1
-        cookies = [cookie(k, tag, vlan) for k in (KIND_RETURN, KIND_FLOW, KIND_REINJECT)]
+        cookies = [cookie(k, tag, vlan) for k in (KIND_RETURN, KIND_INSTANCE_REINJECT, KIND_FLOW, KIND_REINJECT)]
         if self.switch.dp is not None:
             self.switch.commit(lambda dp: [ofp.delete_cookie(dp, c, full) for c in cookies])
         with self._lock:
@@ -337,9 +346,8 @@ class Controller:
         idle = idle_timeout or self.opts.idle_timeout
         rule = flow_rule(a.flow, a.chain, a.vlan, out, prog.first_pre if prog else None, idle, ingress)
         needed = list(prog.rules) if prog else []
-        if prog and prog.first_post is not None and a.vlan:
-            needed.append(return_rule(port, self.trunk(a.worker), self.opts.egress_port, a.chain,
-                                      a.vlan, prog.first_post))
+        if prog and a.vlan:
+            needed += self._instance_rules(prog, a.chain, a.vlan, a.worker)
         with self._lock:
             needed = [r for r in needed if r.key not in self._installed]
         self.switch.commit(lambda dp: [ofp.add(dp, r) for r in needed + [rule]])

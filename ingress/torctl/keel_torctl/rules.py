@@ -11,7 +11,11 @@ Table 0 steers (priorities low to high):
   2   in_port=ingress, no VLAN, IPv4    -> drop (a re-injected packet whose stage-1 rule is gone)
   100 5-tuple (stage 2)                 -> metadata=chain|pre, action set: push instance VLAN,
                                            output trunk (or egress), goto the first pre-server NF
-  110 5-tuple, in_port=ingress (stage 1)   the same, for the packets the ingress re-injects
+  110 in_port=ingress, vlan_vid=instance -> the same for every flow of the instance: pop_vlan,
+                                           metadata=chain|pre, action set: push instance VLAN,
+                                           output trunk, goto the first pre-server NF
+  110 5-tuple, in_port=ingress (stage 1)   the same, for the untagged packets the ingress
+                                           re-injects for a chain that runs on the switch only
   120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
   130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
                                            egress, goto the chain's first after-server NF table
@@ -22,6 +26,11 @@ untransformed until OVS revalidated it (the barrier reply does not wait for that
 untagged IPv4 packet from the ingress matches its flow's own 5-tuple rule, so the cache entries
 they make are exact; the drops are split so that one made by other traffic (priority 1) keeps
 the EtherType and cannot catch IPv4.
+A flow with an instance needs no rule of its own before its first packets can go: the ingress
+sends them back tagged with the instance's VLAN, and the instance's reinject rule (installed
+with the instance, like its return rule) steers them. So one flow-mod per flow (stage 2) is
+on the switch's books, not two; only switch-only chains, which have no VLAN to steer by, keep
+a per-flow stage-1 rule.
 Return traffic outranks the flow rules: a chain that leaves the 5-tuple unchanged (ACL,
 UrlFilter, Encrypt) sends back packets that the flow's own rule also matches (eth_type and
 the IPv4 fields match behind the instance's VLAN tag), and that rule would send them out the
@@ -55,6 +64,7 @@ PROTO_TCP, PROTO_UDP = 6, 17
 # for flows and return rules, program hash (12) | rule index (16) for NF table rules and
 # the rule index for base rules. A restarted torctl reads its state back from it.
 KIND_BASE, KIND_PROGRAM, KIND_RETURN, KIND_FLOW, KIND_REINJECT = 1, 2, 3, 4, 5
+KIND_INSTANCE_REINJECT = 6  # not 4 or 5: the flow kinds are told apart by mask 0xE (controller.py)
 _KIND_SHIFT, _TAG_SHIFT = 60, 28
 KIND_MASK = 0xF << _KIND_SHIFT
 TAG_MASK = 0xFFFFFFFF << _TAG_SHIFT
@@ -196,6 +206,26 @@ def return_rule(ports: Ports, trunk: str, egress: str, chain: str, vlan: int,
                 (("apply", (("pop_vlan",),)), ("meta", metadata(tag, True), META_MASK),
                  ("write", (("output", ports(egress)),)), *goto(first_post_table)),
                 cookie(KIND_RETURN, tag, vlan))
+
+
+def instance_reinject_rule(ports: Ports, ingress: str, trunk: str, chain: str, vlan: int,
+                           first_pre_table: int | None) -> Rule:
+    """The packets the ingress sends back tagged with an instance's VLAN (the first packets of
+    the instance's flows, until each flow's stage-2 rule is in) -> through the chain's
+    pre-server switch NFs to the instance, as its flows' stage-2 rules send them."""
+    tag = chain_tag(chain)
+    match = (("in_port", ports(ingress)), ("vlan_vid", VLAN_PRESENT | vlan))
+    out = ports(trunk)
+    if first_pre_table is None:
+        # Already tagged with the instance's VLAN: only the way out is left.
+        instructions: tuple[Instruction, ...] = (("apply", (("output", out),)),)
+    else:
+        # Untagged for the NF tables, as from the source; the action set tags it again last.
+        instructions = (("apply", (("pop_vlan",),)), ("meta", metadata(tag, False), META_MASK),
+                        ("write", (("push_vlan", TPID_8021Q), ("set", "vlan_vid", VLAN_PRESENT | vlan),
+                                   ("output", out))),
+                        ("goto", first_pre_table))
+    return Rule(STEER_TABLE, PRIO_REINJECT, match, instructions, cookie(KIND_INSTANCE_REINJECT, tag, vlan))
 
 
 def flow_rule(flow: FiveTuple, chain: str, vlan: int, out_port: int, first_pre_table: int | None,

@@ -94,6 +94,34 @@ def test_stage1_matches_only_reinjected_packets(torctl, bridge):
     assert "priority=110,udp,in_port=" in dump and "tp_src=2000" in dump
 
 
+def test_packets_the_ingress_tags_with_an_instance_vlan_reach_its_worker_without_a_flow_rule(torctl, bridge):
+    """The first packets of a flow with an instance need no per-flow rule: the ingress tags them
+    with the instance's VLAN and the instance's reinject rule (from the Watch) steers them."""
+    net = bridge[1]
+    net.drain()
+    tagged = [Ether(**MACS) / Dot1Q(vlan=42) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=s, dport=53)
+              / Raw(b"i" * 16) for s in (2100, 2101, 2102)]
+    for p in tagged:
+        net.socks["ingress"].send(p)
+    got = net.recv("trunk")
+    assert [(p[Dot1Q].vlan, p[UDP].sport) for p in got] == [(42, 2100), (42, 2101), (42, 2102)]
+    dump = flows(torctl.ovs, bridge[0])
+    assert "tp_src=2100" not in dump  # no per-flow rule was needed
+    assert [x for x in dump.splitlines() if "priority=110" in x and "dl_vlan=42" in x], dump
+    # a VLAN no instance has is not steered anywhere (the ingress's other chatter is dropped)
+    net.socks["ingress"].send(Ether(**MACS) / Dot1Q(vlan=43) / IP(src="198.18.0.1", dst="198.19.0.1")
+                              / UDP(sport=2103, dport=53))
+    assert net.recv("trunk", 0.3) == [] and net.recv("egress", 0.1) == []
+
+
+def test_an_instance_reinject_rule_goes_with_its_instance(torctl, gateway, bridge):
+    gateway.add_instance("mon/1", "mon", 44)
+    wait_for(lambda: any("priority=110" in x and "dl_vlan=44" in x for x in flows(torctl.ovs, bridge[0]).splitlines()),
+             what="mon/1's reinject rule")
+    gateway.remove_instance("mon/1")
+    wait_for(lambda: "dl_vlan=44" not in flows(torctl.ovs, bridge[0]), what="mon/1's rules removed")
+
+
 def test_return_traffic_runs_the_after_server_monitor_then_leaves_untagged(torctl, bridge):
     net = bridge[1]
     net.drain()
