@@ -260,27 +260,60 @@ void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& ch
 }
 
 void Control::InstallStage2(uint64_t req, uint64_t since_ns) {
-  v1::InstallFlowRequest install;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = setups_.find(req);
     if (it == setups_.end()) return;
-    *install.mutable_assignment() = it->second.assignment;
+    Stage2 s{{}, since_ns};
+    *s.request.mutable_assignment() = it->second.assignment;
+    s.request.set_idle_timeout_s(cfg_.idle_timeout_s);
+    s.request.set_reinject_only(false);
     setups_.erase(it);
+    stage2_queue_.push_back(std::move(s));
   }
-  install.set_idle_timeout_s(cfg_.idle_timeout_s);
-  install.set_reinject_only(false);
-  /* A failed stage 2 leaves the flow on the ingress: its packets keep
+  FlushStage2();
+}
+
+void Control::FlushStage2() {
+  /* Group commit from this side: while kStage2InFlight calls are out, the
+   * flows that become ready queue up and go together in the next call, so at
+   * a low rate each flow has its own call and under load one call, one
+   * torctl commit and one switch barrier serve many. */
+  auto batch = std::make_shared<std::vector<Stage2>>();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stage2_queue_.empty() || stage2_in_flight_ >= kStage2InFlight) return;
+    size_t n = std::min(stage2_queue_.size(), kStage2MaxBatch);
+    batch->assign(std::make_move_iterator(stage2_queue_.begin()),
+                  std::make_move_iterator(stage2_queue_.begin() + static_cast<long>(n)));
+    stage2_queue_.erase(stage2_queue_.begin(), stage2_queue_.begin() + static_cast<long>(n));
+    stage2_in_flight_++;
+  }
+  v1::InstallFlowsRequest req;
+  for (const Stage2& s : *batch) *req.add_flows() = s.request;
+  /* A flow whose stage 2 fails stays on the ingress: its packets keep
    * reaching it, and it forwards them (tagged, or behind the stage-1 rule),
    * so none is lost; count it. */
-  Issue<v1::InstallFlowResponse>(
+  Issue<v1::InstallFlowsResponse>(
       cfg_.install_timeout_ms,
-      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
-      [this, since_ns](const grpc::Status& st, const v1::InstallFlowResponse&) {
-        if (!st.ok()) return counters_->stage2_failed.Add(1);
-        counters_->stage2_installed.Add(1);
-        /* Runs on the completion-queue thread, install_latency's one writer. */
-        counters_->install_latency.Observe(MonotonicNs() - since_ns);
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlows(ctx, req, cq); },
+      [this, batch](const grpc::Status& st, const v1::InstallFlowsResponse& resp) {
+        const uint64_t now = MonotonicNs();
+        for (size_t i = 0; i < batch->size(); i++) {
+          bool ok = st.ok() && i < static_cast<size_t>(resp.results_size()) && resp.results(static_cast<int>(i)).error().empty();
+          if (!ok) {
+            counters_->stage2_failed.Add(1);
+            continue;
+          }
+          counters_->stage2_installed.Add(1);
+          /* Runs on the completion-queue thread, install_latency's one writer. */
+          counters_->install_latency.Observe(now - (*batch)[i].since_ns);
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          stage2_in_flight_--;
+        }
+        FlushStage2();
       });
 }
 

@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "channel.h"
 #include "keel/v1/control.grpc.pb.h"
@@ -75,6 +76,13 @@ class Control {
     FlowKey key;
     keel::v1::FlowAssignment assignment;
   };
+  /* A flow whose stage-2 rule is queued or on its way. */
+  struct Stage2 {
+    keel::v1::InstallFlowRequest request;
+    uint64_t since_ns;  /* its first packet, for install_latency */
+  };
+  static constexpr int kStage2InFlight = 2;
+  static constexpr size_t kStage2MaxBatch = 256;
 
   template <class Resp, class Prepare, class Done>
   void Issue(int timeout_ms, Prepare prepare, Done done);
@@ -87,8 +95,12 @@ class Control {
   void AssignAttempt(const FlowKey& key, uint64_t req, const std::string& chain, int attempt);
   void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt, const grpc::Status& st,
                   const keel::v1::AssignFlowResponse& resp);
-  /* Installs the flow's rule (its held packets are out); |since_ns| is its first packet. */
+  /* Queues the flow's own rule for installation (its held packets are out);
+   * |since_ns| is its first packet. */
   void InstallStage2(uint64_t req, uint64_t since_ns);
+  /* Sends the queued rules in one InstallFlows call unless kStage2InFlight
+   * calls are out already (the last one's completion sends the rest). */
+  void FlushStage2();
   void Release(const FlowKey& key, const char* reason);
   /* Tells the lcore: release the flow's packets tagged |vlan| (0: untagged), or drop them (|failure|). */
   void Decide(const FlowKey& key, uint64_t req, DropReason failure, uint16_t vlan = 0);
@@ -114,6 +126,8 @@ class Control {
   bool stopping_ = false;
   std::set<Call*> live_;                /* calls in flight, cancelled by Stop */
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
+  std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
+  int stage2_in_flight_ = 0;            /* InstallFlows calls out */
   grpc::ClientContext* watch_ctx_ = nullptr;
 
   std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */

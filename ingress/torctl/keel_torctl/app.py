@@ -7,6 +7,7 @@ from typing import Any
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
 from .switch import Switch
@@ -21,6 +22,11 @@ class TorApp(app_manager.OSKenApp):
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     switch: Switch
+
+    def start(self) -> None:
+        super().start()
+        # Everything torctl's threads send reaches os-ken through this green thread.
+        self.threads.append(hub.spawn(self.switch.pump))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 from . import ofp
 from .metrics import Metrics
 from .nfs import ChainError, Program, SwitchNf, compile_program
-from .rules import (KIND_BASE, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK, KIND_PROGRAM,
+from .rules import (KIND_BASE, MissingPort, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK, KIND_PROGRAM,
                     KIND_REINJECT, KIND_RETURN, PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK,
                     FiveTuple, Rule, base_rules, chain_tag, cookie, cookie_detail, cookie_kind,
                     cookie_tag, flow_rule, instance_reinject_rule, return_rule)
@@ -249,10 +249,11 @@ class Controller:
                 LOG.warning("no rules for %s VLAN %d yet: %s", inst.chain, inst.vlan, e)
         return rules
 
-    def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str) -> list[Rule]:
+    def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str,
+                        port: Callable[[str], int] | None = None) -> list[Rule]:
         """An instance's own rules: the ingress's tagged re-injections in, its return traffic out
         (through the chain's after-server switch NFs, if it has any)."""
-        port, trunk = self.switch.port, self.trunk(worker)
+        port, trunk = port or self.switch.port, self.trunk(worker)
         rules = [instance_reinject_rule(port, self.opts.ingress_port, trunk, chain, vlan, p.first_pre)]
         if p.first_post is not None:
             rules.append(return_rule(port, trunk, self.opts.egress_port, chain, vlan, p.first_post))
@@ -292,12 +293,16 @@ class Controller:
         if not self.opts.has_gateway:
             return
         missing = [a for a in self.list_gateway_flows() if not self._has_stage2(a.flow)]
-        for a in missing:
-            try:
-                self.install(a, 0, False)
-            except Exception as e:  # noqa: BLE001 - one bad flow must not stop the others
-                LOG.warning("re-installing %s failed: %s", a.flow, e)
-        LOG.info("re-installed %d flows from the gateway", len(missing))
+        failed = 0
+        for i in range(0, len(missing), self.REINSTALL_BATCH):  # a few barriers, not one per flow
+            chunk = missing[i:i + self.REINSTALL_BATCH]
+            for a, res in zip(chunk, self.install_many([(a, 0, False) for a in chunk])):
+                if isinstance(res, Exception):  # one bad flow must not stop the others
+                    failed += 1
+                    LOG.warning("re-installing %s failed: %s", a.flow, res)
+        LOG.info("re-installed %d flows from the gateway (%d failed)", len(missing) - failed, failed)
+
+    REINSTALL_BATCH = 512
 
     def _has_stage2(self, flow: FiveTuple) -> bool:
         with self._lock:
@@ -336,31 +341,73 @@ class Controller:
         return p
 
     def install(self, a: Assignment, idle_timeout: int, reinject_only: bool) -> int:
-        """Install a flow's rule (and its chain's program and return rule if missing) and
+        """Install a flow's rule (and its chain's program and instance rules if missing) and
         return its cookie once the switch's barrier reply confirms it."""
-        a.flow.check()
-        prog = self._program_for(a.chain)
-        port = self.switch.port
-        out = port(self.trunk(a.worker)) if a.vlan else port(self.opts.egress_port)
-        ingress = port(self.opts.ingress_port) if reinject_only else None
-        idle = idle_timeout or self.opts.idle_timeout
-        rule = flow_rule(a.flow, a.chain, a.vlan, out, prog.first_pre if prog else None, idle, ingress)
-        needed = list(prog.rules) if prog else []
-        if prog and a.vlan:
-            needed += self._instance_rules(prog, a.chain, a.vlan, a.worker)
+        cookie_or_error = self.install_many([(a, idle_timeout, reinject_only)])[0]
+        if isinstance(cookie_or_error, Exception):
+            raise cookie_or_error
+        return cookie_or_error
+
+    def install_many(self, flows: list[tuple[Assignment, int, bool]]) -> list[int | Exception]:
+        """Install several flows' rules behind one barrier: per flow its cookie, or the
+        exception that kept it out (a flow torctl cannot build fails alone; the switch
+        refusing or losing the batch fails every flow in it)."""
+        results: list[int | Exception] = []
+        rules: list[Rule] = []
+        needed: dict[tuple[int, int, int], Rule] = {}
+        built: list[tuple[int, Assignment, Rule, int, bool]] = []
+        ports = self._port_lookup()
+        for i, (a, idle_timeout, reinject_only) in enumerate(flows):
+            try:
+                a.flow.check()
+                prog = self._program_for(a.chain)
+                out = ports(self.trunk(a.worker)) if a.vlan else ports(self.opts.egress_port)
+                ingress = ports(self.opts.ingress_port) if reinject_only else None
+                idle = idle_timeout or self.opts.idle_timeout
+                rule = flow_rule(a.flow, a.chain, a.vlan, out, prog.first_pre if prog else None, idle, ingress)
+                extra = list(prog.rules) if prog else []
+                if prog and a.vlan:
+                    extra += self._instance_rules(prog, a.chain, a.vlan, a.worker, ports)
+            except Exception as e:  # noqa: BLE001 - this flow's own failure, reported for it alone
+                results.append(e)
+                continue
+            results.append(rule.cookie)
+            for r in extra:
+                needed.setdefault(r.key, r)
+            rules.append(rule)
+            built.append((i, a, rule, idle, reinject_only))
+        if not built:
+            return results
         with self._lock:
-            needed = [r for r in needed if r.key not in self._installed]
-        self.switch.commit(lambda dp: [ofp.add(dp, r) for r in needed + [rule]])
+            missing = [r for k, r in needed.items() if k not in self._installed]
+        try:
+            self.switch.commit(lambda dp: [ofp.add(dp, r) for r in missing + rules])
+        except Exception as e:  # noqa: BLE001 - the batch's common fate
+            for i, *_ in built:
+                results[i] = e
+            return results
         with self._lock:
-            self._installed.update(r.key for r in needed)
-            f = self._flows.get(a.flow)
-            if f is None or f.assignment != a:
-                f = self._flows[a.flow] = Flow(a)
-            f.stage1 |= reinject_only
-            f.stage2 |= not reinject_only
-            f.idle_timeout, f.cookie = idle, rule.cookie
-            self.installs += 1
-        return rule.cookie
+            self._installed.update(r.key for r in missing)
+            for _, a, rule, idle, reinject_only in built:
+                f = self._flows.get(a.flow)
+                if f is None or f.assignment != a:
+                    f = self._flows[a.flow] = Flow(a)
+                f.stage1 |= reinject_only
+                f.stage2 |= not reinject_only
+                f.idle_timeout, f.cookie = idle, rule.cookie
+                self.installs += 1
+        return results
+
+    def _port_lookup(self) -> Callable[[str], int]:
+        """A port-name lookup over one read of the switch's ports (MissingPort if absent)."""
+        names = self.switch.ports()
+
+        def port(name: str) -> int:
+            no = names.get(name)
+            if no is None:
+                raise MissingPort(f"the switch has no port named {name}")
+            return no
+        return port
 
     def remove(self, flow: FiveTuple) -> bool:
         """Delete a flow's rules (both stages); False if torctl had none."""

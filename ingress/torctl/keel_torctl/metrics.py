@@ -13,10 +13,10 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.installs = Counter("keel_torctl_installs", "InstallFlow calls answered, by stage and result",
+        self.installs = Counter("keel_torctl_installs", "flows InstallFlow and InstallFlows answered, by stage and result",
                                 ["stage", "result"], registry=r)
         self.install_latency = Histogram("keel_torctl_install_seconds",
-                                         "InstallFlow: request received to barrier reply",
+                                         "an InstallFlow or InstallFlows call: request received to barrier reply",
                                          buckets=_LATENCY_BUCKETS, registry=r)
         self.barrier_latency = Histogram("keel_torctl_batch_barrier_seconds",
                                          "one group-committed batch: first flow-mod sent to barrier reply",

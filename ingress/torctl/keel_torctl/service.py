@@ -1,4 +1,4 @@
-"""keel.v1.TorControl over gRPC: InstallFlow, RemoveFlow, ListFlows, WatchFlowRemoved, Status."""
+"""keel.v1.TorControl over gRPC: InstallFlow(s), RemoveFlow, ListFlows, WatchFlowRemoved, Status."""
 
 from __future__ import annotations
 
@@ -40,10 +40,17 @@ def assignment_pb(a: Assignment) -> Any:
         chain=a.chain, instance=a.instance, vlan=a.vlan, worker=a.worker)
 
 
-def _abort(context: Any, e: Exception) -> None:
+def _code(e: Exception) -> grpc.StatusCode | None:
     for cls, code in _CODES:
         if isinstance(e, cls):
-            context.abort(code, str(e))
+            return code
+    return None
+
+
+def _abort(context: Any, e: Exception) -> None:
+    code = _code(e)
+    if code is not None:
+        context.abort(code, str(e))
     raise e
 
 
@@ -68,6 +75,26 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
         self.metrics.install_latency.observe(took)
         return torctl_pb2.InstallFlowResponse(cookie=c, install_ms=took * 1e3)
 
+    def InstallFlows(self, request: Any, context: Any) -> Any:
+        start = time.monotonic()
+        flows = []
+        for r in request.flows:
+            flows.append((assignment_from_pb(r.assignment), r.idle_timeout_s, r.reinject_only))
+        results = self.ctl.install_many(flows)
+        took = time.monotonic() - start
+        out = torctl_pb2.InstallFlowsResponse(install_ms=took * 1e3)
+        for r, res in zip(request.flows, results):
+            stage = "1" if r.reinject_only else "2"
+            if isinstance(res, Exception):
+                code = _code(res) or grpc.StatusCode.INTERNAL
+                self.metrics.installs.labels(stage, type(res).__name__).inc()
+                out.results.add(error=str(res) or type(res).__name__, code=code.name)
+            else:
+                self.metrics.installs.labels(stage, "ok").inc()
+                out.results.add(cookie=res)
+        self.metrics.install_latency.observe(took)
+        return out
+
     def RemoveFlow(self, request: Any, context: Any) -> Any:
         try:
             return torctl_pb2.RemoveFlowResponse(removed=self.ctl.remove(five_tuple(request.flow)))
@@ -87,15 +114,31 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
             for a, e in rows])
 
     def WatchFlowRemoved(self, request: Any, context: Any) -> Iterator[Any]:
+        for batch in self._removed(context, 1):
+            yield batch[0]
+
+    def WatchFlowsRemoved(self, request: Any, context: Any) -> Iterator[Any]:
+        for batch in self._removed(context, self.MAX_REMOVED_BATCH):
+            yield torctl_pb2.FlowsRemoved(removed=batch)
+
+    MAX_REMOVED_BATCH = 256
+
+    def _removed(self, context: Any, most: int) -> Iterator[list[Any]]:
+        """The FlowRemoved events of one watcher, up to `most` of those queued at a time."""
         q = self.ctl.subscribe()
         try:
             while context.is_active() and self.ctl.subscribed(q):
+                events = []
                 try:
-                    a, reason, packets, nbytes, duration = q.get(timeout=0.5)
+                    events.append(q.get(timeout=0.5))
+                    while len(events) < most:
+                        events.append(q.get_nowait())
                 except queue.Empty:
-                    continue
-                yield torctl_pb2.FlowRemoved(assignment=assignment_pb(a), reason=reason,
-                                             packets=packets, bytes=nbytes, duration_s=duration)
+                    if not events:
+                        continue
+                yield [torctl_pb2.FlowRemoved(assignment=assignment_pb(a), reason=reason, packets=packets,
+                                              bytes=nbytes, duration_s=duration)
+                       for a, reason, packets, nbytes, duration in events]
             if context.is_active():
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher fell too far behind")
         finally:

@@ -2,7 +2,12 @@
 
 os-ken's event handlers only hand messages to this object (deliver, connected, ...), which
 never blocks in them; callers that wait (gRPC threads, the reconcile thread) wait here on
-events a handler sets. Group commit: every flow-mod pending when the committer thread wakes
+events a handler sets. Messages go out through the outbox: os-ken's datapath (its send queue
+and semaphore are eventlet primitives of the hub's own OS thread) is only ever called from
+the hub, by pump(), which a pipe wakes the moment another thread adds a message. Calling
+send_msg from a gRPC or committer thread instead parks the wake-up of os-ken's send loop on
+that thread's own (never running) hub, so a flow-mod waited for the hub to wake for something
+else: that cost tens to hundreds of milliseconds per install. Group commit: every flow-mod pending when the committer thread wakes
 goes out, then one barrier; each caller is answered when that barrier's reply arrives, so
 the switch's round trip is paid once per batch, not once per install.
 """
@@ -10,6 +15,7 @@ the switch's round trip is paid once per batch, not once per install.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,6 +96,11 @@ class Switch:
         self._pending: list[_Commit] = []
         self._in_flight = threading.Semaphore(self.MAX_IN_FLIGHT)
         self._deadlines: dict[int, float] = {}  # barrier xid -> when to give up on it
+        self._out_lock = threading.Lock()
+        self._outbox: list[tuple[Any, Any]] = []  # (datapath, message) for pump() to send
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self.on_connect: Callable[[], None] = lambda: None
         self.on_flow_removed: Callable[[Any], None] = lambda msg: None
         self.on_port_change: Callable[[], None] = lambda: None
@@ -150,6 +161,36 @@ class Switch:
     def port_changed(self) -> None:
         threading.Thread(target=self.on_port_change, name="torctl-ports", daemon=True).start()
 
+    def pump(self) -> None:
+        """Runs on os-ken's hub (a green thread TorApp spawns): sends what the other threads put
+        in the outbox, in order, as soon as they wake it."""
+        from eventlet.hubs import trampoline
+        while True:
+            trampoline(self._wake_r, read=True)
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+            with self._out_lock:
+                out, self._outbox = self._outbox, []
+            for dp, msg in out:
+                if dp is self._dp:  # not to a connection that closed meanwhile
+                    dp.send_msg(msg)
+
+    def _send(self, dp: Any, msg: Any) -> None:
+        """Queue one message for pump() (its xid is set here, in the caller's order)."""
+        if msg.xid is None:
+            dp.set_xid(msg)
+        with self._out_lock:
+            first = not self._outbox
+            self._outbox.append((dp, msg))
+        if first:
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # the pipe is full of wake-ups: pump() is awake already
+
     # ----- called from any other thread -----
 
     @property
@@ -191,7 +232,7 @@ class Switch:
             msg = build(dp)
             dp.set_xid(msg)
             self._waiters[msg.xid] = w
-            dp.send_msg(msg)
+            self._send(dp, msg)
         return w.wait(timeout or self.timeout_s)
 
     def _commit_loop(self) -> None:
@@ -228,14 +269,14 @@ class Switch:
                 for m in out:
                     dp.set_xid(m)
                     c.xids.append(m.xid)
-                    dp.send_msg(m)
+                    self._send(dp, m)
                 live.append(c)
             b = msgs.barrier(dp)
             dp.set_xid(b)
             barrier.on_finish = lambda: self._batch_done(live, barrier, start)
             self._waiters[b.xid] = barrier
             self._deadlines[b.xid] = start + self.timeout_s
-            dp.send_msg(b)
+            self._send(dp, b)
 
     def _reap_loop(self) -> None:
         """Fails batches whose barrier reply is overdue (a switch that stopped answering)."""

@@ -84,6 +84,25 @@ def test_install_returns_after_the_barrier_so_the_next_packet_takes_the_rule(tor
     assert "push_vlan:0x8100,set_field:4103->vlan_vid,output:" in dump
 
 
+def test_install_flows_puts_a_batch_behind_one_barrier_and_fails_only_the_bad_flow(torctl, bridge):
+    def req(sport, chain="plain"):
+        a = torctl_pb2.FlowAssignment(flow=five(sport), chain=chain, vlan=7, worker=WORKER)
+        return torctl_pb2.InstallFlowRequest(assignment=a)
+
+    batches_before = torctl.metric("keel_torctl_batch_requests_count")
+    resp = torctl.stub.InstallFlows(torctl_pb2.InstallFlowsRequest(
+        flows=[req(1100), req(1101), req(1102, chain="nosuch"), req(1103)]), timeout=10)
+    assert [(r.error == "", r.code) for r in resp.results] == \
+        [(True, ""), (True, ""), (False, "FAILED_PRECONDITION"), (True, "")]
+    assert "nosuch" in resp.results[2].error
+    assert torctl.metric("keel_torctl_batch_requests_count") == batches_before + 1  # one commit, one barrier
+    net = bridge[1]
+    net.drain()
+    net.send([udp(s) for s in (1100, 1101, 1102, 1103)])
+    assert sorted(p[UDP].sport for p in net.recv("trunk")) == [1100, 1101, 1103]
+    assert [p[UDP].sport for p in net.recv("ingress", 0.2)] == [1102]
+
+
 def test_stage1_matches_only_reinjected_packets(torctl, bridge):
     net = bridge[1]
     install(torctl, 2000, vlan=8, worker=WORKER, reinject=True)
@@ -142,6 +161,20 @@ def test_flow_removed_is_streamed_on_idle_timeout(torctl, bridge):
     assert ev.reason == "idle_timeout"
     assert (ev.assignment.flow.src_port, ev.assignment.vlan, ev.assignment.worker) == (3000, 9, WORKER)
     assert "tp_src=3000" not in flows(torctl.ovs, bridge[0])
+
+
+def test_flows_removed_streams_expiries_in_batches(torctl, bridge):
+    stream = torctl.stub.WatchFlowsRemoved(torctl_pb2.WatchFlowRemovedRequest(watcher="test"), timeout=20)
+    time.sleep(0.3)
+    for sport in range(3100, 3110):
+        install(torctl, sport, vlan=9, worker=WORKER, idle=1, instance="x/0")
+    got = []
+    for batch in stream:
+        got += [(ev.assignment.flow.src_port, ev.reason) for ev in batch.removed]
+        if len(got) >= 10:
+            break
+    stream.cancel()
+    assert sorted(got) == [(s, "idle_timeout") for s in range(3100, 3110)]
 
 
 def test_install_fails_fast_for_unknown_chain_and_missing_worker_port(torctl):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
@@ -287,6 +288,14 @@ class Torctl:
                 pass
             time.sleep(0.1)
         raise AssertionError("keel-torctl did not connect to the switch:\n" + self.log.read_text()[-3000:])
+
+    def metric(self, name: str) -> float:
+        """One unlabelled series of torctl's /metrics (0 if absent)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
