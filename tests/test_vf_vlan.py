@@ -6,7 +6,12 @@ now has its Tunnel on the switch), so the Tunnel's VLAN 9 is on the packets when
 vf0. The instance's VF port carries them inside the instance VLAN (OVS dot1q-tunnel
 port); as an access port it dropped every tagged packet, and stack.yml's chain1 lost its VLAN
 whenever the placer ran it on a server. keel-trafgen's sink checks VLAN 9 and the NATed
-source on every packet."""
+source on every packet.
+
+`NAT -> Tunnel(vlan=9) -> Monitor` puts Monitor on the ToR after the instance: its packets come
+back from the worker with the inner VLAN 9 under the instance's VLAN and run the ToR's Monitor
+table behind it. That chain once lost 40 % of its packets (flows never opened at the ingress,
+whose held packets then overflowed); it must deliver every packet, tag and NAT intact."""
 import json
 import subprocess
 
@@ -31,12 +36,21 @@ functions:
       com.keel.chain: "NAT(external_ip='198.18.100.6', port_range=[1024, 65535]) -> Tunnel(vlan=9) -> Limiter(rate_bps=1000000000, burst_bytes=10000000)"
       com.keel.filter: "dst net 198.18.6.0/24"
       com.keel.slo: "p99=1ms,t_min=10Mbps"
+  tunmon:
+    image: keel/chain:latest
+    labels:
+      com.keel.kind: chain
+    annotations:
+      com.keel.chain: "NAT(external_ip='198.18.100.7', port_range=[1024, 65535]) -> Tunnel(vlan=9) -> Monitor()"
+      com.keel.filter: "dst net 198.18.7.0/24"
+      com.keel.slo: "p99=1ms,t_min=10Mbps"
 """
 
 SCENARIO = {"chains": [{
-    "name": "tunsrv", "dst_net": "198.18.6.0/24", "proto": "udp", "dport": 5001, "sizes": [[512, 1]],
+    "name": name, "dst_net": f"198.18.{net}.0/24", "proto": "udp", "dport": 5001, "sizes": [[512, 1]],
     "flow_lifetime_s": 20, "phases": [{"name": "steady", "seconds": 5, "mbps": 1, "new_flows_per_s": 1}],
-    "expect": {"vlan": 9, "snat": {"ip": "198.18.100.6", "ports": [1024, 65535]}}}]}
+    "expect": {"vlan": 9, "snat": {"ip": f"198.18.100.{net}", "ports": [1024, 65535]}}}
+    for name, net in (("tunsrv", 6), ("tunmon", 7))]}
 
 
 def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
@@ -49,27 +63,33 @@ def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
         try:
             insts = wait_for("tunsrv's instance ready", lambda: all_ready("tunsrv"))
             assert insts, "NAT -> Tunnel runs on the worker"
+            assert wait_for("tunmon's instance ready", lambda: all_ready("tunmon"))
+            placement = faas("describe", "tunmon").stdout
+            assert "monitor@switch" in placement and "tunnel@server" in placement, placement
             # Warm-up: the first flow attaches tunsrv/0 and the controller pre-deploys tunsrv/1 for
             # its idle pool; that cold start takes core 0 for ~10 s (see tests/test_tor.py) and
             # must not overlap the measured traffic.
             assert len(capture("p.haslayer(UDP) and p[IP].dst == '198.18.6.250'", udp("198.18.6.250", 3999, n=1))) == 1
-            wait_for("tunsrv's idle pool topped up", lambda: len(all_ready("tunsrv") or {}) >= 2, timeout=120)
+            assert len(capture("p.haslayer(UDP) and p[IP].dst == '198.18.7.250'", udp("198.18.7.250", 3999, n=1))) == 1
+            for name in ("tunsrv", "tunmon"):
+                wait_for(f"{name}'s idle pool topped up", lambda: len(all_ready(name) or {}) >= 2, timeout=120)
             before = setup_counters()
             run = subprocess.run([str(BIN / "keel-trafgen"), "--scenario", str(scenario), "--out", str(out),
                                   "--quiet", "--seed", "9"], capture_output=True, text=True, timeout=60)
             assert run.returncode == 0, run.stderr
-            c = json.loads(out.read_text())["chains"][0]
-            print(f"tunsrv: {c['delivered_pkts']} delivered, loss {c['loss']}, "
-                  f"{c['transform_errors']} wrong {c['transform_error_examples']}")
-            assert c["delivered_pkts"] > 300
-            assert c["transform_errors"] == 0, c["transform_error_examples"]
-            assert c["loss"] == 0, str({"flows": c["flows"], "open_timeouts": c["open_timeouts"],
-                                        "setup": setup_delta(before, setup_counters())})
+            for c in json.loads(out.read_text())["chains"]:
+                print(f"{c['name']}: {c['delivered_pkts']} delivered, loss {c['loss']}, "
+                      f"{c['transform_errors']} wrong {c['transform_error_examples']}")
+                assert c["delivered_pkts"] > 300, c["name"]
+                assert c["transform_errors"] == 0, (c["name"], c["transform_error_examples"])
+                assert c["loss"] == 0, str({"chain": c["name"], "flows": c["flows"], "open_timeouts": c["open_timeouts"],
+                                            "setup": setup_delta(before, setup_counters())})
             # faas-cli logs reads the instance's NF containers through the worker's agent.
             logs = faas("logs", "tunsrv", "--tail=false", "--instance")
             assert logs.returncode == 0, logs.stdout + logs.stderr
             for nf in ("nat", "tunnel", "limiter"):
                 assert f"{nf} running under keel-coopsched" in logs.stdout, logs.stdout
         finally:
-            r = faas("remove", "tunsrv")
-            assert r.returncode == 0, r.stdout + r.stderr
+            for name in ("tunsrv", "tunmon"):
+                r = faas("remove", name)
+                assert r.returncode == 0, r.stdout + r.stderr
