@@ -571,3 +571,21 @@ def test_hold_buffer_overflow_is_counted_without_stalling_others(rig):
     m = ing.metrics()
     assert drops(m, "buffer_full") == 14
     assert m["keel_ingress_buffered_packets_max"] == 40
+
+
+def test_past_the_gateways_capacity_new_flows_wait_for_a_slot_and_late_ones_are_dropped(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--max-assigning", "2")
+    # Two flows the gateway is slow for hold both AssignFlow slots for three calls of
+    # ASSIGN_TIMEOUT_MS; three new flows wait behind them longer than a call's deadline.
+    wire.send([frame(34000, SLOW, 0), frame(34001, SLOW, 0)])
+    time.sleep(0.1)
+    wire.send([frame(34100 + f, 5001, 0) for f in range(3)])
+    assert wire.wait_for(lambda: drops(ing.metrics(), "control_busy") == 3, timeout=5), ing.metrics()
+    assert not [r for r in gw.assigned if r.flow.dst_port == 5001]  # never asked: no slot in time
+    assert wire.wait_for(lambda: drops(ing.metrics(), "assign_failed") + drops(ing.metrics(), "timeout") == 2, timeout=5)
+    # Slots free again: new flows are set up.
+    time.sleep(0.3)
+    wire.take()
+    wire.send([frame(34200 + f, 5001, 0) for f in range(3)])
+    assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5)

@@ -182,7 +182,44 @@ void Control::HandleLcoreMsg(const Msg& m) {
   Release(m.key, "timeout");
 }
 
-void Control::Assign(const Msg& m) { AssignAttempt(m.key, m.req_id, m.chain, 1); }
+void Control::Assign(const Msg& m) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (assigning_ >= cfg_.max_assigning) {
+      assign_queue_.push_back({m, std::chrono::steady_clock::now()});
+      return;
+    }
+    assigning_++;
+  }
+  AssignAttempt(m.key, m.req_id, m.chain, 1);
+}
+
+void Control::AssignDone() {
+  const auto too_old = std::chrono::steady_clock::now() - std::chrono::milliseconds(cfg_.assign_timeout_ms);
+  std::vector<Msg> late;
+  Msg next;
+  bool have_next = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    assigning_--;
+    while (!assign_queue_.empty()) {
+      Waiting w = assign_queue_.front();
+      assign_queue_.pop_front();
+      if (w.since < too_old) {
+        late.push_back(w.msg);
+        continue;
+      }
+      next = w.msg;
+      have_next = true;
+      assigning_++;
+      break;
+    }
+  }
+  /* Waited a whole call's deadline for a slot: the gateway is past its
+   * capacity; the flow's packets go now rather than after more waiting. */
+  for (const Msg& m : late) Decide(m.key, m.req_id, DropReason::kControlBusy);
+  if (have_next) AssignAttempt(next.key, next.req_id, next.chain, 1);
+}
 
 void Control::AssignAttempt(const FlowKey& key, uint64_t id, const std::string& chain, int attempt) {
   v1::AssignFlowRequest req;
@@ -204,16 +241,18 @@ void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& ch
                            st.error_code() == grpc::StatusCode::UNAVAILABLE;
     if (transient && attempt < cfg_.assign_attempts) {
       /* A gateway busy for a moment (a scale-out's cold start on core 0)
-       * costs the flow latency, not its packets. */
+       * costs the flow latency, not its packets. The flow keeps its slot. */
       counters_->assign_retries.Add(1);
       return AssignAttempt(key, req, chain, attempt + 1);
     }
+    AssignDone();
     /* A call that ran out of time may still have been carried out: the
      * gateway would count the flow against its instance forever. Release it
      * (a flow the gateway does not know is no harm). */
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Release(key, "assign_timeout");
     return Decide(key, req, Failure(st, DropReason::kAssignFailed));
   }
+  AssignDone();
   if (!resp.assigned()) return Decide(key, req, DropReason::kAssignFailed);
   Setup setup{key, {}};
   v1::FlowAssignment& a = setup.assignment;

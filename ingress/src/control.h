@@ -20,7 +20,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +49,10 @@ struct ControlConfig {
    * again), so a call that ran out of time or found the gateway unavailable is
    * made again, up to this many calls in all, before the flow's packets go. */
   int assign_attempts = 3;
+  /* AssignFlow calls out at once (each flow's retries keep its slot); new
+   * flows beyond wait in order, and one that waited longer than
+   * assign_timeout_ms is dropped as control_busy. */
+  int max_assigning = 256;
   int install_timeout_ms = 1000;
   int report_interval_ms = 2000;
 };
@@ -91,6 +97,8 @@ class Control {
   void HandleLcoreMsg(const Msg& m);
   void CompletionLoop();
   void Assign(const Msg& m);
+  /* A flow's AssignFlow is over (decided or given up): its slot goes to the next waiting flow. */
+  void AssignDone();
   /* Call number |attempt| (from 1) of AssignFlow for a new flow. */
   void AssignAttempt(const FlowKey& key, uint64_t req, const std::string& chain, int attempt);
   void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt, const grpc::Status& st,
@@ -128,6 +136,13 @@ class Control {
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
   std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
   int stage2_in_flight_ = 0;            /* InstallFlows calls out */
+  /* New flows waiting for an AssignFlow slot, with when they came. */
+  struct Waiting {
+    Msg msg;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::deque<Waiting> assign_queue_;
+  int assigning_ = 0;                   /* flows with an AssignFlow out */
   grpc::ClientContext* watch_ctx_ = nullptr;
 
   std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */

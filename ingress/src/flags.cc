@@ -65,6 +65,12 @@ control plane:
                            of time or finds the gateway unavailable is
                            made again (the gateway answers a flow it has
                            assigned with the same instance)            [3]
+  --max-assigning N        AssignFlow calls out at once; new flows beyond
+                           them wait their turn, and one that waited
+                           longer than --assign-timeout-ms is dropped
+                           (control_busy): past the gateway's capacity,
+                           flows that can still be set up in time are, instead
+                           of every flow timing out and being asked again [256]
   --install-timeout-ms MS  deadline of one InstallFlow                 [1000]
   --idle-timeout S         the ToR rule's idle timeout (0: torctl's default) [0]
   --report-interval-ms MS  ReportIngressStats period                   [2000]
@@ -124,13 +130,14 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   };
   uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000;
+  uint64_t max_assigning = 256;
   struct Num {
     uint64_t* v;
     uint64_t min, max;
   };
   std::map<std::string, Num> numbers = {
       {"--assign-timeout-ms", {&assign_ms, 1, 600000}},   {"--install-timeout-ms", {&install_ms, 1, 600000}},
-      {"--assign-attempts", {&assign_attempts, 1, 10}},
+      {"--assign-attempts", {&assign_attempts, 1, 10}},   {"--max-assigning", {&max_assigning, 1, 65536}},
       {"--retry-backoff-ms", {&backoff_ms, 0, 600000}},   {"--retire-ms", {&retire_ms, 1, 3600000}},
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
@@ -190,6 +197,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
 
   f->control.assign_timeout_ms = static_cast<int>(assign_ms);
   f->control.assign_attempts = static_cast<int>(assign_attempts);
+  f->control.max_assigning = static_cast<int>(max_assigning);
   f->control.install_timeout_ms = static_cast<int>(install_ms);
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);
   f->control.report_interval_ms = static_cast<int>(report_ms);
