@@ -301,10 +301,9 @@ class Single:
                 s = json.loads(self.stats.read_text())
                 self.prev_nfs, self.nfs = self.nfs, [
                     (nf["cycles_per_packet"] * nf["packets_in"], nf["packets_in"]) for nf in s["nfs"]]
-                cycles = dict(s["cycles"])
-                cycles["turns"] = cycles.pop("bursts")  # a turn of keel-chain is a burst
-                self.last_cycles = dict(cycles, packets=s["nfs"][0]["packets_in"], wall=s["seconds"] * s["tsc_hz"])
-                return s["nfs"][0]["packets_in"], s["seconds"], s["nfs"][0]["batches"] * BURST
+                self.last_cycles = dict(s["cycles"], packets=s["nfs"][0]["packets_in"],
+                                        wall=s["seconds"] * s["tsc_hz"])
+                return s["nfs"][0]["packets_in"], s["seconds"], s["nfs"][0]["bursts"] * BURST
             except (OSError, ValueError, KeyError):
                 time.sleep(0.01)
         return 0, 0.0, 0
