@@ -369,7 +369,7 @@ class Group:
         deadline = time.time() + 15
         while self.status() is None:
             if time.time() > deadline or any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"{gid} never registered")
+                raise RuntimeError(f"{self.gid} never registered")
             time.sleep(0.02)
 
     def status(self):
