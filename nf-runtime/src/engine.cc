@@ -40,8 +40,8 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
 }
 
 void Engine::Begin() {
-  begin_tsc_ = Rdtsc();
-  last_rx_ = begin_tsc_;
+  last_rx_ = Rdtsc();
+  begin_tsc_.store(last_rx_);
 }
 
 void Engine::End() { end_tsc_.store(Rdtsc()); }
@@ -259,6 +259,7 @@ Json Engine::StatsJson() const {
   const uint64_t hz = TscHz();
   const uint64_t end = end_tsc_.load();
   const uint64_t now = end ? end : Rdtsc();
+  const uint64_t begin = begin_tsc_.load();
   Json j = {{"position", opt_.position},
             {"of", opt_.of},
             {"pid", getpid()},
@@ -266,7 +267,7 @@ Json Engine::StatsJson() const {
                             std::chrono::system_clock::now().time_since_epoch()).count()},
             {"final", end != 0},
             {"tsc_hz", hz},
-            {"seconds", begin_tsc_ ? static_cast<double>(now - begin_tsc_) / static_cast<double>(hz) : 0.0},
+            {"seconds", begin ? static_cast<double>(now - begin) / static_cast<double>(hz) : 0.0},
             {"chain_buffer", buf_ ? Json(buf_->path()) : Json(nullptr)},
             {"turns", __atomic_load_n(&cycles_[KEEL_CYCLES_TURNS], __ATOMIC_RELAXED)},
             {"order_violations", order_violations_.Get()},

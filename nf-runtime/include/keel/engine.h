@@ -119,7 +119,7 @@ class Engine {
   Counter bursts_per_turn_; /* B of the last Head */
   uint64_t last_rx_ = 0;
   uint32_t turn_received_ = 0; /* packets the current turn's Head received */
-  uint64_t begin_tsc_ = 0;
+  std::atomic<uint64_t> begin_tsc_{0}; /* read by the statistics thread */
   std::atomic<uint64_t> end_tsc_{0};
   /* Zero-copy egress: one shared-info per slot (its reference count and
    * the callback the mbuf's last free calls), and the slots in flight. */
