@@ -6,8 +6,9 @@ modes (Galleon §7.1):
 
   single  keel-chain: every NF in one process, no isolation
   keel    one keel-nf process per NF under keel-coopsched, a copy at NF 1
-          only, B bursts per turn chosen by Galleon eq. (1)-(3) with T_ctx
-          and the copy's cost calibrated from windows at B=1 and B=4
+          only, B bursts per turn chosen by keel's controller rule (Galleon
+          eq. (1)-(3), run through `keel-sim batch`) with T_ctx and the
+          copy's cost calibrated from windows at B=1 and B=4
   keel_b32  keel at a fixed B = 32 bursts per turn, for comparison with the
           adaptive B (item 3 of issue 15)
   copy    one keel-nf process per NF under keel-coopsched, each NF after the
@@ -55,7 +56,6 @@ Writes bench/results/chain_length.json. Needs root (SCHED_FIFO) and 2 cores.
 import argparse
 import contextlib
 import json
-import math
 import mmap
 import os
 import random
@@ -79,44 +79,39 @@ from keel.v1 import coopsched_pb2_grpc as pb_grpc  # noqa: E402
 CORE = 1            # the managed core: chains only
 GEN_CPU = 0         # the generator and everything else
 PACKET_BYTES = 80
-BURST = 32          # packets per receive burst (b in eq. 1)
+BURST = 32          # packets per receive burst (b_v in eq. 1)
 FILTERS = [f"udp and dst host 198.18.0.{2 + h} and dst port {1000 + p}" for h in range(25) for p in range(8)]
 BPF = {"filters": FILTERS, "action": "drop"}
-MAX_BATCH = 64      # bursts the chain buffer holds (member.cc)
+MAX_BURSTS_PER_TURN = 64  # bursts the chain buffer holds (kMaxBurstsPerTurn, engine.h)
 YIELD_TIMEOUT_US = 10_000  # coopsched's default watchdog
 WARM_S = 0.15       # after a mode takes the core, before its window opens
 MODES = ("single", "keel", "keel_b32", "copy", "copy_same_batch", "nfvnice")
-FIXED_BATCH = 32    # keel_b32's bursts per turn
+FIXED_BURSTS_PER_TURN = 32  # keel_b32's
 # keel_cycles_kind (nf-runtime/include/keel/chain_sched.h), in order.
 CYCLE_KINDS = ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx", "busy", "handoff", "turns")
 # Offsets in struct keel_chain_sched, at KEEL_SCHED_OFFSET in the buffer file.
 SCHED_OFFSET, SCHED_ROUNDS, SCHED_PACKETS, SCHED_CYCLES = 2048, 48, 56, 272
 
 
-def adaptive_batch(n_nfs, handoff_cycles, chain_cycles, copy_cycles, burst, p):
-    """Galleon eq. (1)-(3): the smallest B with R(B) >= p * R_hat, where
-    eq. (1) with keel's copies as a per-packet term of their own is
+def controller_batch(hz, nf_cycles, io_cycles, copy_cycles, handoff_cycles, p, max_bursts, at=()):
+    """The bursts per turn keel's controller picks for these costs (cycles a
+    packet) and eq. (1)'s rate in Mpps at each of |at|: Galleon eq. (2)-(3),
+    the fewest B with R(B) >= p * R~, where eq. (1) with keel's copies as a
+    per-packet term of their own is
       R(B) = f / (S + T_copy + N * T_ctx / (B * b))
-    and S is the single-thread cost of a packet (receive and transmit
-    included), R_hat = f / S (eq. 2). T_copy (the copy at NF 1 and the
-    chain buffer's descriptors, ~125 cycles a packet at length 3 here) costs
-    the same at every B, and alone it can exceed the (1 - p) share at small
-    S: B cannot buy it back. So B is set against the handoff alone (eq. 3
-    without T_copy):
-      B >= N * T_ctx / (b * (1/p - 1) * S)
-    capped by what the chain buffer holds. |copy_cycles| is kept in the
-    signature for the prediction (predicted_mpps)."""
-    del copy_cycles
-    if n_nfs == 1:
-        return 1  # a one-NF chain does not hand off (§4.2)
-    room = (1 / p - 1) * chain_cycles
-    return max(1, min(MAX_BATCH, math.ceil(n_nfs * handoff_cycles / (burst * room))))
-
-
-def predicted_mpps(tsc_hz, n_nfs, handoff_cycles, chain_cycles, copy_cycles, burst, batch):
-    """Galleon eq. (1) in Mpps (see adaptive_batch)."""
-    per_pkt = chain_cycles + copy_cycles + n_nfs * handoff_cycles / (batch * burst)
-    return tsc_hz / per_pkt / 1e6
+    S is the single-thread cost of a packet (receive and transmit included)
+    and R~ = f / (S + T_copy), the isolated chain without handoffs: no B buys
+    the copies back. The rule is the controller's own (policy.Cost.Batch,
+    gateway/internal/policy/cost.go), run through `keel-sim batch`, so the
+    bench measures the B the controller would set."""
+    args = [str(BIN / "keel-sim"), "batch", "--nf-cycles", ",".join(f"{c:.3f}" for c in nf_cycles),
+            "--io-cycles", f"{max(0.0, io_cycles):.3f}", "--copy-cycles", f"{copy_cycles:.3f}",
+            "--handoff-cycles", f"{handoff_cycles:.3f}", "--p", str(p), "--fill", str(BURST),
+            "--max-bursts", str(max_bursts), "--tsc-hz", str(hz)]
+    if at:
+        args += ["--at", ",".join(map(str, at))]
+    out = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+    return out["bursts_per_turn"], {int(k): v / 1e6 for k, v in out["rates_pps"].items()}
 
 
 def calibrate(tsc_hz, n_nfs, single_mpps, r1_mpps, rb_mpps, b):
@@ -301,10 +296,9 @@ class Single:
                 s = json.loads(self.stats.read_text())
                 self.prev_nfs, self.nfs = self.nfs, [
                     (nf["cycles_per_packet"] * nf["packets_in"], nf["packets_in"]) for nf in s["nfs"]]
-                cycles = dict(s["cycles"])
-                cycles["turns"] = cycles.pop("bursts")  # a turn of keel-chain is a burst
-                self.last_cycles = dict(cycles, packets=s["nfs"][0]["packets_in"], wall=s["seconds"] * s["tsc_hz"])
-                return s["nfs"][0]["packets_in"], s["seconds"], s["nfs"][0]["batches"] * BURST
+                self.last_cycles = dict(s["cycles"], packets=s["nfs"][0]["packets_in"],
+                                        wall=s["seconds"] * s["tsc_hz"])
+                return s["nfs"][0]["packets_in"], s["seconds"], s["nfs"][0]["bursts"] * BURST
             except (OSError, ValueError, KeyError):
                 time.sleep(0.01)
         return 0, 0.0, 0
@@ -375,7 +369,7 @@ class Group:
         deadline = time.time() + 15
         while self.status() is None:
             if time.time() > deadline or any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"{gid} never registered")
+                raise RuntimeError(f"{self.gid} never registered")
             time.sleep(0.02)
 
     def status(self):
@@ -479,8 +473,9 @@ def median(xs):
 
 
 def choose_batch(single, keel, n, seconds, p, hz, handoff):
-    """keel's batch for a chain of n NFs by Galleon eq. (1)-(3), from
-    windows of |single| and of |keel| at a few batch sizes. Returns (batch,
+    """keel's bursts per turn for a chain of n NFs by the controller's rule
+    (controller_batch), from windows of |single| and of |keel| at a few
+    batch sizes. Returns (batch,
     calibration rates by point, each NF's cycles a packet in single, the
     chain's single-thread cycles a packet, the effective T_ctx, T_copy)."""
     window(single, seconds)  # warm
@@ -504,10 +499,16 @@ def choose_batch(single, keel, n, seconds, p, hz, handoff):
     if n > 1:
         effective, copy_cycles = calibrate(hz, n, cal["single"], cal[1], cal[4], 4)
         effective = max(handoff, effective)
-    batch = adaptive_batch(n, effective, chain_single, copy_cycles, BURST, p)
-    # A turn stays well inside coopsched's yield timeout (its watchdog).
-    batch = min(batch, max(1, int(YIELD_TIMEOUT_US * 1e-6 / 4 * hz / (BURST * max(cycles)))))
+    batch, _ = controller_batch(hz, cycles, chain_single - sum(cycles), copy_cycles, effective, p,
+                                max_bursts(hz, cycles))
     return batch, cal, cycles, chain_single, effective, copy_cycles
+
+
+def max_bursts(hz, nf_cycles):
+    """The most bursts per turn: what the chain buffer holds, and few enough
+    that a turn stays well inside coopsched's yield timeout (its watchdog)."""
+    watchdog = int(YIELD_TIMEOUT_US * 1e-6 / 4 * hz / (BURST * max(nf_cycles)))
+    return max(1, min(MAX_BURSTS_PER_TURN, watchdog))
 
 
 def boot_ci(xs, resamples=2000, seed=15):
@@ -589,7 +590,7 @@ def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
             order = modes[r % len(modes):] + modes[:r % len(modes)]
             for m in order:
                 copy.set_batch(batch if m == "copy_same_batch" else 1)
-                keel.set_batch(FIXED_BATCH if m == "keel_b32" else batch)
+                keel.set_batch(FIXED_BURSTS_PER_TURN if m == "keel_b32" else batch)
                 rates[m].append(window(runs[m], args.seconds))
                 accounts[m].append(runs[m].accounts[-1] if runs[m].accounts else {})
         keel.set_batch(batch)
@@ -647,14 +648,16 @@ def run_length(tmp, stub, gen, n, args, hz, handoff, sweep):
         for m in ("single", "keel", "nfvnice"):
             print(f"  {m}: {per_mode.get(m)}", flush=True)
         if n == 3 and sweep is not None:
-            for b in (1, 2, 4, 8, 16, 32):
+            sizes = (1, 2, 4, 8, 16, 32)
+            io = chain_single - sum(cycles)
+            _, predicted = controller_batch(hz, cycles, io, copy_cycles, effective, args.p, MAX_BURSTS_PER_TURN, sizes)
+            _, bare = controller_batch(hz, cycles, io, copy_cycles, handoff, args.p, MAX_BURSTS_PER_TURN, sizes)
+            for b in sizes:
                 keel.set_batch(b)
                 m = statistics.median(window(keel, args.seconds) for _ in range(2))
                 sweep.append({"length": n, "batch": b, "measured_mpps": round(m, 3),
-                              "predicted_mpps":
-                                  round(predicted_mpps(hz, n, effective, chain_single, copy_cycles, BURST, b), 3),
-                              "predicted_bare_handoff_mpps":
-                                  round(predicted_mpps(hz, n, handoff, chain_single, copy_cycles, BURST, b), 3)})
+                              "predicted_mpps": round(predicted[b], 3),
+                              "predicted_bare_handoff_mpps": round(bare[b], 3)})
                 print(json.dumps(sweep[-1]), flush=True)
         return row
     finally:
@@ -673,7 +676,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=0.5, help="measuring window per mode and round")
     ap.add_argument("--rounds", type=int, default=11, help="rounds of windows per length (median taken)")
     ap.add_argument("--p", type=float, default=0.99,
-                    help="share of the single-thread rate the handoff may leave (eq. 3, copies aside; default 0.99)")
+                    help="p of eq. 3: the share of the chain's rate without handoffs (single plus the copies) "
+                         "that the handoffs may leave (default 0.99)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the batch sweep at length 3")
     ap.add_argument("--source", choices=("pcap", "memif"), default="pcap",
                     help="pcap (default): each chain replays frames from a pcap vdev on the managed core, "

@@ -311,7 +311,8 @@ def main():
     ap.add_argument("--sizes", default=",".join(map(str, PKT_BYTES)), help="packet sizes (default 1024,80)")
     ap.add_argument("--seconds", type=float, default=0.3, help="measuring window per mode and round")
     ap.add_argument("--rounds", type=int, default=9, help="rounds of windows per row (median taken)")
-    ap.add_argument("--p", type=float, default=0.95, help="target share of the single-thread rate (eq. 3)")
+    ap.add_argument("--p", type=float, default=0.95,
+                    help="p of eq. 3: the share of the chain's rate without handoffs that the handoffs may leave")
     args = ap.parse_args()
     if os.geteuid() != 0 or os.cpu_count() < 2:
         sys.exit("chain_rate: needs root (SCHED_FIFO) and two cores")

@@ -43,7 +43,7 @@ def run_cli(*args):
 def test_help_documents_the_interface():
     p = run_cli("--help")
     assert p.returncode == 0
-    for flag in ("--nf NAME[=JSON]", "--batch N", "--exit-when-idle MS", "--stats FILE"):
+    for flag in ("--nf NAME[=JSON]", "--burst N", "--exit-when-idle MS", "--stats FILE"):
         assert flag in p.stdout
 
 
@@ -76,7 +76,8 @@ def test_bad_config_field_exits_2_naming_the_field(keel_chain):
 def test_missing_eal_separator_and_nf_are_usage_errors():
     assert run_cli("--nf", "macswap").returncode == 2
     assert run_cli("--", "--no-pci").returncode == 2
-    assert run_cli("--batch", "0", "--nf", "macswap", "--", "--no-pci").returncode == 2
+    assert run_cli("--burst", "0", "--nf", "macswap", "--", "--no-pci").returncode == 2
+    assert run_cli("--batch", "1", "--nf", "macswap", "--", "--no-pci").returncode == 2  # a burst is not a batch
 
 
 # --- runtime ----------------------------------------------------------------
@@ -117,17 +118,25 @@ def test_chain_buffer_gives_the_same_output_and_is_removed(keel_chain, tmp_path)
     buf = tmp_path / "chain.pktbuf"
     shared = keel_chain(nfs, pkts, "--pktbuf", str(buf))
     assert plain.returncode == 0 and shared.returncode == 0, shared.stderr
-    assert shared.stats["chain_buffer"] == str(buf)
+    assert shared.stats["chain_buffer"] == str(buf) and plain.stats["chain_buffer"] is None
     assert [bytes(p) for p in shared.out] == [bytes(p) for p in plain.out]
     assert len(plain.out) == 100
     assert not buf.exists()
+    # keel-nf's steps: the copy in, the other NFs in place (each packet
+    # finished by the stage before, checked), the copy out.
+    c = shared.stats["cycles"]
+    assert c["copy_in"] > 0 and c["view"] > 0 and c["copy_out"] > 0, c
+    assert plain.stats["cycles"]["copy_in"] == plain.stats["cycles"]["view"] == 0
+    assert shared.stats["port"]["copied"] == 100 and shared.stats["order_violations"] == 0
 
 
-def test_batch_size_one_processes_everything(keel_chain):
-    r = keel_chain([("macswap", {})], [udp(sport=i + 1) for i in range(40)], "--batch", "1")
+def test_bursts_of_one_packet_process_everything(keel_chain):
+    r = keel_chain([("macswap", {})], [udp(sport=i + 1) for i in range(40)], "--burst", "1")
     assert r.returncode == 0
     assert len(r.out) == 40
-    assert r.stats["batches"] == 40
+    # A turn receives one burst, here of one packet: 40 turns got packets.
+    assert r.stats["batches"] == 40 and r.stats["bursts_per_turn"] == 1
+    assert r.stats["nfs"][0]["bursts"] == 40
 
 
 # --- the NF library, one by one -------------------------------------------------

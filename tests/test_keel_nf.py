@@ -70,18 +70,30 @@ def stamp_chain_in_order(tmp_path, chain_id, n, extra=()):
     return finals, pktbuf
 
 
-def keel_chain_output(tmp_path, nfs, in_pcap, tag):
-    """The frames keel-chain sends for |in_pcap| with |nfs| in one process."""
+def keel_chain_output(tmp_path, nfs, in_pcap, tag, stats=None):
+    """The frames keel-chain sends for |in_pcap| with |nfs| in one process
+    (and its statistics file at |stats|, if given)."""
     ref = tmp_path / f"ref-{tag}.pcap"
     args = [str(BIN / "keel-chain")]
     for name, cfg in nfs:
         args += ["--nf", f"{name}={json.dumps(cfg)}"]
+    if stats:
+        args += ["--stats", str(stats)]
     r = subprocess.run(args + ["--exit-when-idle", "300", "--", "--no-pci", "--no-huge", "-m", "256",
                                "--log-level=error", "--no-telemetry", f"--file-prefix=keel{tag}{os.getpid()}",
                                "--vdev", f"net_pcap0,rx_pcap={in_pcap},tx_pcap={ref}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return [bytes(p) for p in rdpcap(str(ref))]
+
+
+def schema(j):
+    """The keys of a statistics file, nested (lists by their first element)."""
+    if isinstance(j, dict):
+        return {k: schema(v) for k, v in j.items()}
+    if isinstance(j, list):
+        return [schema(j[0])] if j else []
+    return None
 
 
 def test_three_processes_stamp_every_packet_in_chain_order(tmp_path):
@@ -476,6 +488,26 @@ def test_one_nf_chain_sends_what_keel_chain_sends_without_buffer_or_handoff(tmp_
     c = json.loads(stats[0].read_text())["cycles"]
     assert c["copy_in"] == 0 and c["view"] == 0 and c["copy_out"] == 0, c
     assert c["nf"] > 0 and c["tx"] > 0, c
+
+
+def test_keel_chain_writes_the_statistics_keel_nf_writes(tmp_path):
+    # One engine, one schema: keel-chain's statistics file is a keel-nf
+    # position 0's (position 0 of 1), key for key, and counts the same.
+    pkts = [udp_frame(100, sport=1000 + i) for i in range(300)]
+    nf = ("acl", {"rules": [{"src_port": "1000-1099", "drop": True}, {"dst_ip": "198.19.0.0/16"}]})
+    procs, out, stats, _ = start_chain(tmp_path, "schema1", [nf], pkts)
+    wait_all(procs)
+    chain_stats = tmp_path / "chain-stats.json"
+    sent = keel_chain_output(tmp_path, [nf], tmp_path / "in.pcap", "schema", stats=chain_stats)
+    assert len(sent) == len(rdpcap(str(out))) == 200
+    head, whole = json.loads(stats[0].read_text()), json.loads(chain_stats.read_text())
+    assert schema(whole) == schema(head)
+    assert (whole["position"], whole["of"], whole["final"]) == (0, 1, True)
+    for s in (head, whole):
+        assert s["port"]["rx_packets"] == 300 and s["port"]["tx_packets"] == 200
+        assert (s["nfs"][0]["packets_in"], s["nfs"][0]["dropped"]) == (300, 100)
+        assert s["cycles"]["turns"] >= s["batches"] > 0 and s["cycles_per_batch"] > 0
+        assert s["seconds"] > 0 and s["tsc_hz"] > 0
 
 
 def test_wait_futex_is_refused_under_coopsched():

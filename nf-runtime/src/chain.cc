@@ -45,7 +45,7 @@ void Chain::Run(PacketBatch* batch, size_t first, size_t last) {
     s.counters.packets_in.Add(n);
     s.counters.packets_out.Add(n - dropped);
     s.counters.dropped.Add(dropped);
-    s.counters.batches.Add(1);
+    s.counters.bursts.Add(1);
     s.counters.cycles.Add(t1 - t0);
   }
 }
@@ -63,7 +63,7 @@ Json Chain::StatsJson(bool with_nf_stats) const {
               {"packets_in", in},
               {"packets_out", c.packets_out.Get()},
               {"dropped", c.dropped.Get()},
-              {"batches", c.batches.Get()},
+              {"bursts", c.bursts.Get()},
               {"cycles_per_packet", in ? static_cast<double>(c.cycles.Get()) / in : 0.0}};
     FlowState& f = s->nf->state();
     j["flows"] = {{"count", f.flows()},

@@ -28,12 +28,11 @@ Json PortJson(const PortCounters& c) {
           {"rx_queue_len", c.rx_queue_len_known.Get() ? Json(c.rx_queue_len.Get()) : Json(nullptr)}};
 }
 
-Json CyclesJson(const uint64_t* row, const char* count_name) {
+Json CyclesJson(const uint64_t* row) {
   static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx",       "rx_idle", "nf",   "copy_in", "view",
-                                                        "copy_out", "tx",      "busy", "handoff", nullptr};
+                                                        "copy_out", "tx",      "busy", "handoff", "turns"};
   Json j = Json::object();
-  for (int i = 0; i < KEEL_CYCLES_KINDS; i++)
-    j[kNames[i] ? kNames[i] : count_name] = __atomic_load_n(&row[i], __ATOMIC_RELAXED);
+  for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&row[i], __ATOMIC_RELAXED);
   return j;
 }
 

@@ -32,7 +32,7 @@ constexpr unsigned kPoolMbufs = 8191;
 constexpr unsigned kPoolCache = 256;
 
 const char kUsage[] =
-    "usage: keel-chain --nf NAME[=JSON] [--nf NAME[=JSON] ...] [--batch N]\n"
+    "usage: keel-chain --nf NAME[=JSON] [--nf NAME[=JSON] ...] [--burst N]\n"
     "                  [--exit-when-idle MS] [--stats FILE] [--stats-interval MS]\n"
     "                  [--pktbuf PATH] [--redis HOST:PORT] [--tenant NAME]\n"
     "                  [--chain-id ID] [--flow-capacity N] [--flow-idle-ms MS]\n"
@@ -45,17 +45,19 @@ const char kUsage[] =
     "\n"
     "  --nf NAME[=JSON]     add an NF to the chain with its JSON configuration,\n"
     "                       e.g. --nf 'tunnel={\"vlan\":7}'; --list shows the NFs\n"
-    "  --batch N            packets per receive burst, 1..32 (default 32)\n"
+    "  --burst N            packets per receive burst, 1..32 (default 32)\n"
     "  --exit-when-idle MS  exit 0 after MS milliseconds without a packet\n"
     "  --stats FILE         write statistics as JSON to FILE every second and at\n"
-    "                       exit: packets in/out/dropped and cycles per packet per\n"
-    "                       NF, port counters, NIC queue length, cycles per batch,\n"
-    "                       and \"cycles\": where the packet loop's cycles went (rx,\n"
-    "                       rx_idle, nf, copy_in, view, copy_out, tx; busy is all\n"
-    "                       of them; bursts counts the bursts received)\n"
+    "                       exit, in keel-nf's schema (keel-nf --help) as position\n"
+    "                       0 of 1: packets in/out/dropped and cycles per packet\n"
+    "                       per NF, port counters, NIC queue length, cycles per\n"
+    "                       batch, and \"cycles\": where the turns' cycles went (a\n"
+    "                       turn receives one burst and runs every NF on it)\n"
     "  --stats-interval MS  rewrite the --stats file every MS ms (default 1000)\n"
     "  --pktbuf PATH        copy packets after the first NF into a shared chain\n"
-    "                       buffer file at PATH (as a multi-process chain does)\n"
+    "                       buffer file at PATH, run the other NFs there in place\n"
+    "                       and copy them out to transmit (as a chain of keel-nf\n"
+    "                       processes does with --egress-copy)\n"
     "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
       break;
     }
   static const option kOptions[] = {
-      {"nf", required_argument, nullptr, 'n'},     {"batch", required_argument, nullptr, 'b'},
+      {"nf", required_argument, nullptr, 'n'},     {"burst", required_argument, nullptr, 'b'},
       {"exit-when-idle", required_argument, nullptr, 'i'},
       {"stats", required_argument, nullptr, 's'},  {"pktbuf", required_argument, nullptr, 'p'},
       {"stats-interval", required_argument, nullptr, 'S'},
@@ -110,7 +112,7 @@ int main(int argc, char** argv) {
   while ((c = getopt_long(eal_at, argv, ":", kOptions, nullptr)) != -1) {
     switch (c) {
       case 'n': specs.push_back(keel::ParseNfSpec(optarg)); break;
-      case 'b': opt.burst = ParseInt("--batch", optarg, 1, keel::kMaxBurst); break;
+      case 'b': opt.burst = ParseInt("--burst", optarg, 1, keel::kMaxBurst); break;
       case 'i': opt.exit_when_idle_ms = ParseInt("--exit-when-idle", optarg, 1, 86400000); break;
       case 's': opt.stats_path = optarg; break;
       case 'S': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;

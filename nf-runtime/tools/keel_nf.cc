@@ -103,9 +103,11 @@ const char kUsage[] =
     "                       field (e.g. \"nat.external_ip: 'x' is not an IPv4\n"
     "                       address\") if one is not\n"
     "\n"
-    "The statistics file (cycles from rdtsc; counters count from the start):\n"
+    "The statistics file (cycles from rdtsc; counters count from the start; keel-chain\n"
+    "writes the same, as position 0 of 1 with all its NFs in \"nfs\"):\n"
     "  {\"position\": K, \"of\": N, \"pid\": P, \"unix_ms\": T, \"final\": false|true,\n"
-    "   \"chain_buffer\": PATH, \"turns\": n, \"order_violations\": n,\n"
+    "   \"tsc_hz\": HZ, \"seconds\": S (since the packet loop started),\n"
+    "   \"chain_buffer\": PATH or null, \"turns\": n, \"order_violations\": n,\n"
     "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
     "   the descriptor position J, the one before this, left pointing outside its slot),\n"
     "   \"cycles\": {\"rx\", \"rx_idle\", \"nf\", \"copy_in\", \"view\", \"copy_out\", \"tx\",\n"
@@ -113,15 +115,17 @@ const char kUsage[] =
     "   went; busy is all of them, handoff the cycles from the previous position\n"
     "   passing the turn to this one starting),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
-    "            \"batches\": n, \"cycles_per_packet\": x, \"flows\": {\"count\", \"capacity\",\n"
+    "            \"bursts\": n (ProcessBatch calls), \"cycles_per_packet\": x, \"flows\": {\"count\", \"capacity\",\n"
     "            \"evictions\" (idle), \"refusals\" (full)}, \"stats\": {..} (final only)}],\n"
     "   position 0 only:\n"
     "   \"port\": {\"rx_packets\", \"rx_bytes\", \"rx_malformed\", \"tx_packets\", \"tx_bytes\",\n"
     "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
-    "            \"rx_queue_len\": n, or null where the PMD cannot tell},\n"
+    "            \"rx_queue_len\": n, or null where the PMD cannot tell,\n"
+    "            \"rx_port\", \"tx_port\": NAME},\n"
     "   \"egress\": {\"zero_copy\": true|false, \"zero_copy_packets\": n, \"fallbacks\": n},\n"
-    "   \"bursts_per_turn\": B (the batch coopsched set), \"batches\": n (turns that\n"
-    "   received packets), \"cycles_per_batch\": x}\n";
+    "   \"bursts_per_turn\": B (the most bursts a turn receives: the batch size\n"
+    "   coopsched's SetBatch sets), \"batches\": n (turns that received packets),\n"
+    "   \"cycles_per_batch\": x (busy cycles of those turns, each on average)}\n";
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {

@@ -198,7 +198,7 @@ var (
 		{"keel_agent_instance_dropped_packets_total", "Packets the instance dropped, by reason: nf (its NFs' verdicts), tx, copy, malformed",
 			[]string{"instance", "chain", "reason"}},
 		{"keel_agent_instance_queue_length_packets", "Packets waiting in the VF's receive queue", inst},
-		{"keel_agent_instance_cycles_per_batch", "TSC cycles per batch of the instance's chain", inst},
+		{"keel_agent_instance_cycles_per_batch", "TSC cycles of the first NF's turns that received packets, each on average", inst},
 		{"keel_agent_nf_packets_in_total", "Packets into an NF", nfLbl},
 		{"keel_agent_nf_packets_out_total", "Packets out of an NF", nfLbl},
 		{"keel_agent_nf_dropped_packets_total", "Packets an NF dropped", nfLbl},

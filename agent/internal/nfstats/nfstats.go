@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package nfstats reads the statistics files keel-nf writes (--stats FILE, rewritten every
-// --stats-interval), turns counters into rates, and decides when a change is worth
+// --stats-interval; keel-nf --help documents them, and keel-chain writes the same schema),
+// turns counters into rates, and decides when a change is worth
 // reporting to the gateway (Galleon §5.1: event-driven, not a tight poll).
 package nfstats
 
@@ -38,6 +39,7 @@ type File struct {
 		RxMalformed uint64  `json:"rx_malformed"`
 		RxQueueLen  *uint64 `json:"rx_queue_len"`
 	} `json:"port"`
+	// Busy cycles of position 0's turns that received packets, each on average.
 	CyclesPerBatch float64 `json:"cycles_per_batch"`
 	// Descriptors of the chain buffer this position refused (written out of bounds by the
 	// position before it, WrittenBy); each one is a packet dropped.

@@ -9,19 +9,24 @@ import (
 	"time"
 )
 
-// What keel-nf's Member::StatsJson writes for position 0 and for a later position.
+// What the runtime's statistics files (nf-runtime's Engine::StatsJson, keel-nf --help) hold
+// for position 0 and for a later position.
 const pos0 = `{
-  "position": 0, "of": 2, "chain_buffer": "/run/keel/pktbuf/c.0/pktbuf", "turns": 10, "order_violations": 0,
-  "nfs": [{"nf": "acl", "packets_in": 1000, "packets_out": 990, "dropped": 10, "batches": 4, "cycles_per_packet": 120.5,
+  "position": 0, "of": 2, "tsc_hz": 2600000000, "seconds": 1.5, "chain_buffer": "/run/keel/pktbuf/c.0/pktbuf",
+  "turns": 10, "order_violations": 0,
+  "cycles": {"rx": 1, "rx_idle": 0, "nf": 2, "copy_in": 3, "view": 4, "copy_out": 5, "tx": 6, "busy": 30000,
+             "handoff": 7, "turns": 10},
+  "nfs": [{"nf": "acl", "packets_in": 1000, "packets_out": 990, "dropped": 10, "bursts": 32, "cycles_per_packet": 120.5,
            "stats": {"rules": 1}}],
   "port": {"rx_packets": 1000, "rx_malformed": 1, "tx_packets": 980, "tx_dropped": 2, "copy_dropped": 0,
-           "rx_bytes": 64000, "rx_queue_len": 12},
-  "batches": 4, "cycles_per_batch": 3000.0
+           "rx_bytes": 64000, "rx_queue_len": 12, "rx_port": "net_memif0", "tx_port": "net_memif0"},
+  "egress": {"zero_copy": true, "zero_copy_packets": 980, "fallbacks": 0},
+  "bursts_per_turn": 8, "batches": 4, "cycles_per_batch": 3000.0
 }`
 
 const pos1 = `{"position": 1, "of": 2, "turns": 10, "order_violations": 0,
   "bad_descriptors": {"written_by": 0, "count": 3},
-  "nfs": [{"nf": "nat", "packets_in": 990, "packets_out": 980, "dropped": 10, "batches": 4, "cycles_per_packet": 300,
+  "nfs": [{"nf": "nat", "packets_in": 990, "packets_out": 980, "dropped": 10, "bursts": 32, "cycles_per_packet": 300,
            "flows": {"count": 5, "capacity": 65536, "evictions": 7, "refusals": 2}}]}`
 
 func Test_Read_sums_an_instance_over_its_files(t *testing.T) {

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/keel-nfv/keel/gateway/internal/costs"
@@ -27,6 +29,8 @@ const usage = `keel-sim — keel's rack-scale simulator
 Usage:
   keel-sim run [--policy keel,metron] [--ablation] [--out FILE] SCENARIO.yaml...
   keel-sim profile --nfs NF,NF... [--pkt-bytes 1024] [--ghz 2.4] [--chain NAME] [--out FILE]
+  keel-sim batch --nf-cycles C,C... --io-cycles C --handoff-cycles C --p P [--copy-cycles C]
+                 [--fill N] [--max-bursts N] [--tsc-hz HZ] [--at B,B...]
 
 run
   Simulates each scenario (bench/scenarios/*.yaml): every chain of it runs on its own in the
@@ -70,6 +74,26 @@ profile
   --seed N        random seed (default 1)
   --out FILE      write the JSON there (default: standard output)
 
+batch
+  The bursts per turn B keel's controller runs a chain at, for costs measured on a data
+  plane: Galleon eqs. 2–3, the fewest B with eq. 1's rate R(B) ≥ p·R̃, R̃ the isolated
+  chain's rate without handoffs (policy.Cost.Batch, the code the controller runs before each
+  SetBatch; a one-NF chain has no handoff and gets 1). Writes JSON:
+    {"bursts_per_turn": B, "single_pps": R̂ (eq. 3), "rate_pps": R(B),
+     "rates_pps": {"B'": R(B') for each --at}}
+
+  --nf-cycles LIST   each NF's TSC cycles per packet, in chain order (T_v,i)
+  --io-cycles C      receive, transmit and the run loop per packet
+  --copy-cycles C    the copies into and out of the chain buffer per packet (chains of 2+)
+  --handoff-cycles C one handoff between NF processes (T_ctx·Freq)
+  --p P              the share of R̃ to keep, 0 < P < 1
+  --fill N           packets per burst b_v (default 32, the burst)
+  --max-bursts N     the most bursts per turn (default 64: keel-nf's chain buffer holds
+                     64 bursts); a caller bounds it further, e.g. to keep a turn inside
+                     coopsched's yield timeout
+  --tsc-hz HZ        the clock the cycles are of, for the rates (default 1e9)
+  --at LIST          bursts per turn to give eq. 1's rate at as well
+
 The same inputs give the same output, byte for byte.
 `
 
@@ -84,11 +108,13 @@ func main() {
 		err = runCmd(os.Args[2:])
 	case "profile":
 		err = profileCmd(os.Args[2:])
+	case "batch":
+		err = batchCmd(os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (run or profile; --help)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (run, profile or batch; --help)", os.Args[1])
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -243,3 +269,61 @@ func profileCmd(args []string) error {
 
 // keelBatch is the bursts per turn keel's policy runs the chain at.
 func keelBatch(c policy.Cost) int { return policy.Keel().BatchFor(c, dpmodel.BurstSize) }
+
+// batchCmd writes the bursts per turn keel's controller picks for the measured costs given
+// on the command line, and eq. 1's rates (see usage).
+func batchCmd(args []string, w io.Writer) error {
+	fs := newFlags("batch")
+	nfs := fs.String("nf-cycles", "", "")
+	ioCycles := fs.Float64("io-cycles", -1, "")
+	cp := fs.Float64("copy-cycles", 0, "")
+	handoff := fs.Float64("handoff-cycles", -1, "")
+	p := fs.Float64("p", 0, "")
+	fill := fs.Float64("fill", dpmodel.BurstSize, "")
+	maxBursts := fs.Int("max-bursts", 64, "")
+	hz := fs.Float64("tsc-hz", 1e9, "")
+	at := fs.String("at", "", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cost := policy.Cost{IOCycles: *ioCycles, CopyCycles: *cp, HandoffCycles: *handoff, FreqHz: *hz,
+		BurstMax: dpmodel.BurstSize}
+	for _, s := range strings.Split(*nfs, ",") {
+		c, err := strconv.ParseFloat(s, 64)
+		if err != nil || c < 0 {
+			return fmt.Errorf("batch: --nf-cycles: %q is not a cycle count", s)
+		}
+		cost.NFCycles = append(cost.NFCycles, c)
+	}
+	switch {
+	case *ioCycles < 0 || *handoff < 0 || *cp < 0:
+		return errors.New("batch: --io-cycles and --handoff-cycles are required, and no cycles are negative")
+	case *p <= 0 || *p >= 1:
+		return fmt.Errorf("batch: --p %v: must be between 0 and 1", *p)
+	case *fill < 1 || *fill > dpmodel.BurstSize:
+		return fmt.Errorf("batch: --fill %v: must be in [1, %d]", *fill, dpmodel.BurstSize)
+	case *maxBursts < 1:
+		return errors.New("batch: --max-bursts must be at least 1")
+	case *hz <= 0:
+		return errors.New("batch: --tsc-hz must be positive")
+	}
+	b := cost.Batch(*p, *fill, *maxBursts)
+	out := struct {
+		BurstsPerTurn int                `json:"bursts_per_turn"`
+		SinglePps     float64            `json:"single_pps"`
+		RatePps       float64            `json:"rate_pps"`
+		RatesPps      map[string]float64 `json:"rates_pps"`
+	}{b, cost.SingleRate(), cost.Rate(b, *fill), map[string]float64{}}
+	if *at != "" {
+		for _, s := range strings.Split(*at, ",") {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				return fmt.Errorf("batch: --at: %q is not a number of bursts", s)
+			}
+			out.RatesPps[s] = cost.Rate(n, *fill)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

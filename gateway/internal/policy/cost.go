@@ -69,10 +69,17 @@ func (c Cost) burstMax() int {
 }
 
 // Batch solves Galleon eqs. 2–3: the fewest bursts per turn B (1 ≤ B ≤ maxBursts) with
-// R_v(B, b) ≥ p·R̃_v at bursts of b packets, where R̃_v is the isolated chain's rate without
-// handoffs (R̂_v of eq. 3 plus the copy into the chain buffer, which no batch size recovers).
-// This bounds the handoffs' share of the core's time to 1−p, as Galleon §4.3 intends. A
-// chain of one NF has no handoff: B = 1.
+// R_v(B, b) ≥ p·R̃_v at bursts of b packets, where R_v is eq. 1,
+//
+//	R_v = Freq / (Σ_i T_{v,i} + N·T_ctx·Freq / (B_v·b_v))   (1)
+//	min B_v  s.t.  R_v ≥ p·R̂_v,  R̂_v = Freq / Σ_i T_{v,i}   (2), (3)
+//
+// with keel's I/O and copy as per-packet terms of their own, and R̃_v the isolated chain's
+// rate without handoffs (R̂_v of eq. 3 plus the copy into the chain buffer, which no batch
+// size recovers). This bounds the handoffs' share of the core's time to 1−p, as Galleon §4.3
+// intends. A chain of one NF has no handoff: B = 1. It is keel's one copy of the rule: the
+// controller runs it before each SetBatch, keel-sim in its model, and the benchmarks through
+// `keel-sim batch`.
 func (c Cost) Batch(p, fill float64, maxBursts int) int {
 	if !c.Isolated() || maxBursts <= 1 || p <= 0 || p >= 1 {
 		return 1

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The steps of a burst's trip between a DPDK port and the NFs, shared by the
- * single-process runner (keel-chain) and the chain members (keel-nf).
+ * The steps of a burst's trip between a DPDK port and the NFs, which the
+ * chain-buffer engine (engine.h) of keel-chain and keel-nf is made of.
  */
 #ifndef KEEL_BURST_H_
 #define KEEL_BURST_H_

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A chain of NFs run to completion over a batch: each NF processes the
+ * A chain of NFs run to completion over a burst: each NF processes the
  * whole burst, the packets it dropped are removed, the next NF runs.
  */
 #ifndef KEEL_CHAIN_H_
@@ -48,7 +48,7 @@ class Chain {
   void SyncState(bool wait);
 
   /* Per-NF figures: [{"nf":..,"packets_in":..,"packets_out":..,"dropped":..,
-   * "batches":..,"cycles_per_packet":..,"flows":{"count","capacity",
+   * "bursts":..,"cycles_per_packet":..,"flows":{"count","capacity",
    * "evictions","refusals"},"stats":<NF::Stats()>}, ...].
    * NF::Stats() reads the NF's own tables, so |with_nf_stats| is only for
    * the packet thread or after it stopped. */

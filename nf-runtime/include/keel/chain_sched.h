@@ -14,7 +14,8 @@
  *    order (coopsched queues them in that order).
  *  - Position 0's turn is a batch boundary: it first transmits what NF N-1
  *    finished, then, unless detach_req is set, receives up to `batch`
- *    bursts, runs NF 0 and copies the survivors into the chain buffer. With
+ *    bursts, runs NF 0 and copies the survivors into the chain buffer
+ *    (the steps are nf-runtime's engine.h: Egress, Head, InPlace). With
  *    detach_req set it sets parked = 1 instead and passes the turn without
  *    receiving: nothing is in flight, and coopsched may stop the chain.
  *  - Whoever stops first sets closing = 1: position 0 after transmitting at
@@ -72,7 +73,9 @@ struct keel_chain_sched {
   uint64_t magic;          /* KEEL_SCHED_MAGIC once the words are valid */
   uint32_t nnfs;           /* N */
   uint32_t turn;           /* position whose turn it is */
-  uint32_t batch;          /* B: bursts position 0 gathers per turn (SetBatch) */
+  uint32_t batch;          /* B, the batch's size in bursts: position 0 receives up to B
+                              bursts of up to 32 packets per turn (coopsched SetBatch;
+                              the controller picks B by Galleon eqs. 1-3) */
   uint32_t detach_req;     /* coopsched: 1 = stop at the next batch boundary */
   uint32_t parked;         /* position 0: 1 = at a boundary with detach_req seen */
   uint32_t closing;        /* position 0: 1 = the chain is shutting down; the others exit */

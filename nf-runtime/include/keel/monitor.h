@@ -58,7 +58,7 @@ struct NfCounters {
   Counter packets_in;
   Counter packets_out;
   Counter dropped;
-  Counter batches;
+  Counter bursts; /* ProcessBatch calls: each gets one burst */
   Counter cycles; /* rdtsc around ProcessBatch, summed */
 };
 
@@ -75,8 +75,8 @@ struct PortCounters {
   Counter copy_dropped;   /* the chain's packet buffer was full */
   Counter rx_queue_len;   /* RX descriptors in use at the last sample; see rx_queue_len_known */
   Counter rx_queue_len_known; /* 1 if the PMD reports RX queue occupancy */
-  Counter batches;
-  Counter batch_cycles;   /* rdtsc over whole batches (RX to TX), summed */
+  Counter batches;        /* turns that received packets */
+  Counter batch_cycles;   /* rdtsc over those turns, summed (Engine::EndTurn) */
 };
 
 }  // namespace keel

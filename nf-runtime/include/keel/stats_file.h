@@ -31,9 +31,8 @@ Json PortJson(const PortCounters& c);
 inline void ChargeCycles(uint64_t* row, int kind, uint64_t c) {
   __atomic_store_n(&row[kind], __atomic_load_n(&row[kind], __ATOMIC_RELAXED) + c, __ATOMIC_RELAXED);
 }
-/* |row| by kind, as the statistics files show it ("cycles"); the count of
- * KEEL_CYCLES_TURNS is named |count_name| (keel-nf: turns, keel-chain: bursts). */
-Json CyclesJson(const uint64_t* row, const char* count_name);
+/* |row| by kind, as the statistics files show it ("cycles"). */
+Json CyclesJson(const uint64_t* row);
 
 class StatsFile {
  public:

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The chain-buffer engine: the three steps of a chain instance's packets
+ * around its shared packet buffer (Galleon Fig. 2), written once for
+ * keel-nf (member.h: one NF per process, a step per turn under the turn
+ * protocol of chain_sched.h) and keel-chain (runner.h: every NF in one
+ * process, all three steps in each turn).
+ *
+ *  - Head: receive up to B bursts, run the head NFs on the NIC's buffers,
+ *    then copy the survivors into the chain buffer (the spatial-isolation
+ *    copy), or, with no chain buffer, transmit them from the NIC's buffers.
+ *  - InPlace: run NFs on the packets in the chain buffer, in place.
+ *  - Egress: transmit what the chain buffer holds, from its slots (DPDK
+ *    external buffers) or copied into transmit mbufs, and recycle the slots.
+ *
+ * The engine also keeps the process's counters and writes the one schema
+ * of the statistics files of keel-nf and keel-chain (StatsJson).
+ */
+#ifndef KEEL_ENGINE_H_
+#define KEEL_ENGINE_H_
+
+#include <rte_mbuf.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "keel/chain.h"
+#include "keel/monitor.h"
+#include "keel/pktbuf.h"
+#include "keel/stats_file.h"
+
+namespace keel {
+
+/* The most bursts a turn gathers (B of Galleon eq. 1): the chain buffer
+ * holds kMaxBurstsPerTurn x kMaxBurst packets. */
+constexpr uint32_t kMaxBurstsPerTurn = 64;
+
+struct EngineOptions {
+  int position = 0;              /* this process's place among the chain's processes */
+  int of = 1;                    /* the chain's processes (keel-chain: 1) */
+  uint16_t rx_port = 0;          /* position 0 only */
+  uint16_t tx_port = 0;          /* position 0 only */
+  int burst = kMaxBurst;         /* packets per receive burst, 1..kMaxBurst */
+  /* Position 0: NFs [0, head_nfs) of the process's chain run on the NIC's
+   * buffers; the chain buffer's InPlace step runs the rest. */
+  size_t head_nfs = 1;
+  /* Position 0: the head copies its survivors into the chain buffer (a
+   * chain of several NFs); otherwise it transmits them itself. */
+  bool copy_in = false;
+  /* Position 0: Egress transmits from the chain buffer's slots instead of
+   * copying each packet into a transmit mbuf, while the port lets go of
+   * them within a turn. */
+  bool egress_zero_copy = false;
+  /* InPlace: work on private copies of the packets, from the engine's
+   * pool, and copy them back (the EdgeOS/NFVnice baseline). */
+  bool copy_each_hop = false;
+};
+
+class Engine {
+ public:
+  /* |chain| and |pool| (position 0: the port's mempool; otherwise a
+   * private pool for copy_each_hop, or none) outlive the engine. |buf| is
+   * the chain's buffer file, or null when there is none (keel-chain without
+   * --pktbuf); |cycles| the row of the cycle accounting the engine adds to
+   * (KEEL_CYCLES_KINDS words, keel_cycles_kind). */
+  Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, const EngineOptions& opt);
+
+  /* Marks the start of the packet loop (the statistics' "seconds"). */
+  void Begin();
+  /* Marks its end; the statistics include the NFs' own figures from now. */
+  void End();
+
+  /* Position 0: receives up to |bursts| bursts (clamped to 1..kMaxBurstsPerTurn)
+   * and takes each through the head NFs, then into the chain buffer or out
+   * of the port. Returns the packets received. */
+  uint32_t Head(uint32_t bursts);
+  /* Runs NFs [first_nf, size) of the chain on every packet in the chain
+   * buffer, in place, and marks each as finished by |stage|; a packet the
+   * previous stage (|stage| - 1) had not finished counts as an order
+   * violation. */
+  void InPlace(uint16_t stage, size_t first_nf);
+  /* Position 0: transmits what the chain buffer holds and empties it; the
+   * next Head fills it from its first slot again. */
+  void Egress();
+  /* Closes the accounting of a turn that began at TSC |start|: its busy
+   * cycles, the turn count, and, if its Head received packets, a batch.
+   * Returns the TSC at the end. */
+  uint64_t EndTurn(uint64_t start);
+  /* True if position 0 has received nothing for more than |cycles| (never
+   * when |cycles| is 0). */
+  bool IdleLongerThan(uint64_t cycles) const { return cycles && Rdtsc() - last_rx_ > cycles; }
+
+  /* Adds |c| to the cycle accounting's |kind|. */
+  void Charge(int kind, uint64_t c) { ChargeCycles(cycles_, kind, c); }
+
+  /* The statistics file (keel-nf --help documents it; keel-chain writes the
+   * same). Any thread; the NFs' own figures only once End() was called. */
+  Json StatsJson() const;
+
+ private:
+  int AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out);
+  /* copy_each_hop: runs NFs [first_nf, size) on private copies of |batch|
+   * and copies the results back. */
+  void RunOnPrivateCopies(PacketBatch* batch, size_t first_nf);
+  /* Before the slots are written again: waits (bounded) for the port to
+   * release every slot it transmits from; false if it did not. */
+  bool SlotsReleased();
+  static void OnTxDone(void* addr, void* opaque);
+
+  Chain* chain_;
+  rte_mempool* pool_;
+  PktBuf* buf_;
+  uint64_t* cycles_;
+  EngineOptions opt_;
+  PortCounters port_;
+  bool tx_chains_ = false; /* the TX port sends multi-segment mbufs */
+  Counter order_violations_;
+  Counter bursts_per_turn_; /* B of the last Head */
+  uint64_t last_rx_ = 0;
+  uint32_t turn_received_ = 0; /* packets the current turn's Head received */
+  std::atomic<uint64_t> begin_tsc_{0}; /* read by the statistics thread */
+  std::atomic<uint64_t> end_tsc_{0};
+  /* Zero-copy egress: one shared-info per slot (its reference count and
+   * the callback the mbuf's last free calls), and the slots in flight. */
+  std::vector<rte_mbuf_ext_shared_info> shinfo_;
+  uint32_t in_flight_ = 0;
+  bool zero_copy_ = false;
+  Counter zero_copy_packets_;
+  Counter zero_copy_fallbacks_;
+};
+
+}  // namespace keel
+
+#endif  // KEEL_ENGINE_H_

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/engine.h"
+
+#include <rte_ethdev.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "keel/burst.h"
+#include "keel/port.h"
+
+namespace keel {
+
+/* Packets to prefetch ahead in the chain's buffer (l3fwd does 8). */
+static constexpr uint32_t kPrefetchAhead = 8;
+/* Position 0's turns between NIC queue-length samples. */
+static constexpr uint64_t kQueueSampleTurns = 64;
+
+Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, const EngineOptions& opt)
+    : chain_(chain), pool_(pool), buf_(buf), cycles_(cycles), opt_(opt) {
+  /* The TSC's rate is measured once, in a 50 ms sleep: here, before the
+   * statistics thread (StatsJson) or the packet loop needs it, so that
+   * neither waits for the other's measurement once the chain runs (a
+   * coopsched Attach then Detach would miss the batch boundary). */
+  TscHz();
+  if (opt_.position != 0) return;
+  tx_chains_ = PortTxChains(opt_.tx_port);
+  port_.rx_queue_len_known.Set(PortRxQueueLen(opt_.rx_port) >= 0);
+  if (opt_.egress_zero_copy && opt_.copy_in && buf_) {
+    zero_copy_ = true;
+    shinfo_.resize(buf_->nslots());
+    for (auto& sh : shinfo_) {
+      sh.free_cb = &Engine::OnTxDone;
+      sh.fcb_opaque = this;
+      rte_mbuf_ext_refcnt_set(&sh, 0);
+    }
+  }
+}
+
+void Engine::Begin() {
+  last_rx_ = Rdtsc();
+  begin_tsc_.store(last_rx_);
+}
+
+void Engine::End() { end_tsc_.store(Rdtsc()); }
+
+void Engine::OnTxDone(void*, void* opaque) {
+  /* Called by the mbuf's last free, in this thread (inside tx_burst or a
+   * later cleanup of the port's transmit ring). */
+  static_cast<Engine*>(opaque)->in_flight_--;
+}
+
+int Engine::AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out) {
+  if (batch->cnt() == 0) return 0;
+  if (rte_pktmbuf_alloc_bulk(pool_, out, static_cast<unsigned>(batch->cnt())) != 0) {
+    port_.tx_dropped.Add(batch->cnt());
+    return 0;
+  }
+  const bool va = rte_eal_iova_mode() == RTE_IOVA_VA;
+  int i = 0;
+  for (Packet* p : *batch) {
+    rte_mbuf* m = out[i++];
+    uint8_t* slot = p->data() - p->headroom();
+    rte_mbuf_ext_shared_info* sh = &shinfo_[slots[p - views]];
+    rte_mbuf_ext_refcnt_set(sh, 1);
+    /* IOVA: the virtual address where DPDK runs IOVA as VA (vdevs, and a
+     * VF whose IOMMU maps the chain file: rte_extmem_register plus
+     * rte_dev_dma_map on a real NIC); unknown otherwise. */
+    rte_pktmbuf_attach_extbuf(m, slot, va ? reinterpret_cast<rte_iova_t>(slot) : RTE_BAD_IOVA,
+                              static_cast<uint16_t>(kSlotSize), sh);
+    m->data_off = p->headroom();
+    m->data_len = p->len();
+    m->pkt_len = p->len();
+    in_flight_++;
+  }
+  zero_copy_packets_.Add(static_cast<uint64_t>(i));
+  return i;
+}
+
+bool Engine::SlotsReleased() {
+  if (in_flight_ == 0) return true;
+  /* A PMD that copies on transmit (memif, AF_XDP, pcap) has freed them
+   * inside tx_burst; a NIC frees them once its DMA is done. */
+  const uint64_t deadline = Rdtsc() + TscHz() / 1000;
+  while (in_flight_ != 0 && Rdtsc() < deadline) rte_eth_tx_done_cleanup(opt_.tx_port, 0, 0);
+  return in_flight_ == 0;
+}
+
+void Engine::Egress() {
+  if (!buf_) return;
+  uint64_t t0 = Rdtsc();
+  while (uint32_t used = buf_->used()) {
+    int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
+    Packet views[kMaxBurst];
+    uint32_t slots[kMaxBurst];
+    PacketBatch batch;
+    for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
+      if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
+      buf_->View(i, &views[i]);
+      slots[i] = buf_->SlotIndex(i);
+      if (!views[i].dropped()) batch.Add(&views[i]);
+    }
+    uint64_t t1 = Rdtsc();
+    rte_mbuf* out[kMaxBurst];
+    int nout = zero_copy_ ? AttachOut(&batch, views, slots, out)
+                          : CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    uint64_t t2 = Rdtsc();
+    buf_->Release(static_cast<uint32_t>(n));
+    TransmitBurst(opt_.tx_port, out, nout, &port_);
+    uint64_t t3 = Rdtsc();
+    Charge(KEEL_CYCLES_VIEW, t1 - t0);
+    Charge(KEEL_CYCLES_COPY_OUT, t2 - t1);
+    Charge(KEEL_CYCLES_TX, t3 - t2);
+    t0 = t3;
+  }
+  if (zero_copy_ && !SlotsReleased()) {
+    /* The port holds slots longer than a turn can wait: copy from now on,
+     * into slots after the ones it holds (the ring is not rewound). */
+    zero_copy_ = false;
+    zero_copy_fallbacks_.Add(1);
+    std::fprintf(stderr, "keel: port %u keeps transmitted buffers; egress copies from now on\n", opt_.tx_port);
+  }
+  if (in_flight_ == 0) buf_->Rewind();
+}
+
+uint32_t Engine::Head(uint32_t bursts) {
+  if (port_.rx_queue_len_known.Get() && cycles_[KEEL_CYCLES_TURNS] % kQueueSampleTurns == 0)
+    port_.rx_queue_len.Set(static_cast<uint64_t>(PortRxQueueLen(opt_.rx_port)));
+  if (bursts < 1) bursts = 1;
+  if (bursts > kMaxBurstsPerTurn) bursts = kMaxBurstsPerTurn;
+  bursts_per_turn_.Set(bursts);
+  const uint16_t burst = static_cast<uint16_t>(opt_.burst);
+  uint64_t t = Rdtsc();
+  uint32_t received = 0;
+  for (uint32_t b = 0; b < bursts; b++) {
+    rte_mbuf* mbufs[kMaxBurst];
+    uint16_t n = rte_eth_rx_burst(opt_.rx_port, 0, mbufs, burst);
+    if (n == 0) {
+      Charge(KEEL_CYCLES_RX_IDLE, Rdtsc() - t);
+      break;
+    }
+    received += n;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    ReceiveBurst(mbufs, n, views, &batch, &port_);
+    uint64_t t1 = Rdtsc();
+    chain_->Run(&batch, 0, opt_.head_nfs);
+    uint64_t t2 = Rdtsc();
+    Charge(KEEL_CYCLES_RX, t1 - t);
+    Charge(KEEL_CYCLES_NF, t2 - t1);
+    if (!opt_.copy_in) {
+      rte_mbuf* out[kMaxBurst];
+      TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+      t = Rdtsc();
+      Charge(KEEL_CYCLES_TX, t - t2);
+      continue;
+    }
+    /* The spatial-isolation copy: only the head's survivors enter the
+     * chain's buffer; the NIC's buffers go straight back to the port. */
+    uint32_t copied = 0;
+    for (Packet* p : batch) copied += buf_->Push(p->data(), p->len());
+    port_.copied.Add(copied);
+    port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
+    rte_pktmbuf_free_bulk(mbufs, n);
+    t = Rdtsc();
+    Charge(KEEL_CYCLES_COPY_IN, t - t2);
+  }
+  turn_received_ = received;
+  if (received) last_rx_ = t;
+  return received;
+}
+
+void Engine::InPlace(uint16_t stage, size_t first_nf) {
+  const size_t last_nf = chain_->size();
+  uint32_t used = buf_->used();
+  uint64_t t0 = Rdtsc();
+  for (uint32_t first = 0; first < used; first += kMaxBurst) {
+    uint32_t n = used - first < static_cast<uint32_t>(kMaxBurst) ? used - first : kMaxBurst;
+    Packet views[kMaxBurst];
+    PacketBatch batch;
+    for (uint32_t i = 0; i < n; i++) {
+      if (first + i + kPrefetchAhead < used) buf_->Prefetch(first + i + kPrefetchAhead);
+      /* Temporal isolation, checked: the stage before this one finished it. */
+      if (buf_->desc(first + i).stage != stage - 1) order_violations_.Add(1);
+      buf_->View(first + i, &views[i]);
+      if (!views[i].dropped()) batch.Add(&views[i]);
+    }
+    uint64_t t1 = Rdtsc();
+    if (opt_.copy_each_hop) {
+      RunOnPrivateCopies(&batch, first_nf); /* charges its copies and the NFs themselves */
+    } else {
+      chain_->Run(&batch, first_nf, last_nf);
+      Charge(KEEL_CYCLES_NF, Rdtsc() - t1);
+    }
+    uint64_t t2 = Rdtsc();
+    for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], stage);
+    uint64_t t3 = Rdtsc();
+    Charge(KEEL_CYCLES_VIEW, (t1 - t0) + (t3 - t2));
+    t0 = t3;
+  }
+}
+
+void Engine::RunOnPrivateCopies(PacketBatch* batch, size_t first_nf) {
+  /* Each packet is copied into a packet buffer allocated, one by one, from
+   * this process's own pool, the way a copying message bus hands a packet
+   * to the next NF (Galleon §7.1, Fig. 7: allocation plus copy), and copied
+   * back into the chain's buffer once the NF is done with it. */
+  uint64_t t0 = Rdtsc();
+  rte_mbuf* mbufs[kMaxBurst];
+  Packet copies[kMaxBurst];
+  PacketBatch copied;
+  for (Packet* p : *batch) {
+    int i = copied.cnt();
+    mbufs[i] = rte_pktmbuf_alloc(pool_);
+    if (!mbufs[i]) {
+      p->Drop();
+      port_.copy_dropped.Add(1);
+      continue;
+    }
+    rte_mbuf* m = mbufs[i];
+    std::memcpy(static_cast<uint8_t*>(m->buf_addr) + p->headroom(), p->data(), p->len());
+    copies[i].Reset(static_cast<uint8_t*>(m->buf_addr), p->headroom(), p->len(), m->buf_len);
+    copied.Add(&copies[i]);
+  }
+  uint64_t t1 = Rdtsc();
+  chain_->Run(&copied, first_nf, chain_->size());
+  uint64_t t2 = Rdtsc();
+  int i = 0;
+  for (Packet* p : *batch) {
+    if (p->dropped()) continue; /* no buffer was left for it above */
+    const Packet& c = copies[i];
+    if (c.dropped()) {
+      p->Drop();
+    } else {
+      std::memcpy(p->data() - p->headroom() + c.headroom(), c.data(), c.len());
+      p->Reset(p->data() - p->headroom(), c.headroom(), c.len(), kSlotSize);
+    }
+    rte_pktmbuf_free(mbufs[i++]);
+  }
+  Charge(KEEL_CYCLES_NF, t2 - t1);
+  Charge(KEEL_CYCLES_COPY_IN, (t1 - t0) + (Rdtsc() - t2));
+}
+
+uint64_t Engine::EndTurn(uint64_t start) {
+  const uint64_t end = Rdtsc();
+  Charge(KEEL_CYCLES_BUSY, end - start);
+  Charge(KEEL_CYCLES_TURNS, 1);
+  if (turn_received_) {
+    port_.batches.Add(1);
+    port_.batch_cycles.Add(end - start);
+    turn_received_ = 0;
+  }
+  return end;
+}
+
+Json Engine::StatsJson() const {
+  const uint64_t hz = TscHz();
+  const uint64_t end = end_tsc_.load();
+  const uint64_t now = end ? end : Rdtsc();
+  const uint64_t begin = begin_tsc_.load();
+  Json j = {{"position", opt_.position},
+            {"of", opt_.of},
+            {"pid", getpid()},
+            {"unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count()},
+            {"final", end != 0},
+            {"tsc_hz", hz},
+            {"seconds", begin ? static_cast<double>(now - begin) / static_cast<double>(hz) : 0.0},
+            {"chain_buffer", buf_ ? Json(buf_->path()) : Json(nullptr)},
+            {"turns", __atomic_load_n(&cycles_[KEEL_CYCLES_TURNS], __ATOMIC_RELAXED)},
+            {"order_violations", order_violations_.Get()},
+            /* Between this position's turns only the position before it
+             * wrote the descriptors it finds: that NF is to blame. */
+            {"bad_descriptors", {{"written_by", (opt_.position + opt_.of - 1) % opt_.of},
+                                 {"count", buf_ ? buf_->bad_descriptors() : 0}}},
+            {"cycles", CyclesJson(cycles_)},
+            {"nfs", chain_->StatsJson(end != 0)}};
+  if (opt_.position == 0) {
+    const uint64_t batches = port_.batches.Get();
+    Json port = PortJson(port_);
+    port["rx_port"] = PortName(opt_.rx_port);
+    port["tx_port"] = PortName(opt_.tx_port);
+    j["port"] = port;
+    j["egress"] = {{"zero_copy", zero_copy_},
+                   {"zero_copy_packets", zero_copy_packets_.Get()},
+                   {"fallbacks", zero_copy_fallbacks_.Get()}};
+    j["bursts_per_turn"] = bursts_per_turn_.Get();
+    j["batches"] = batches;
+    j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
+  }
+  return j;
+}
+
+}  // namespace keel
