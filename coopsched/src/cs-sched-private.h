@@ -80,6 +80,7 @@ struct cs_sched {
   struct cs_group *groups;
   struct cs_enforcer enforcers[CS_MAX_CORES];
   struct cs_events events;
+  struct cs_events_logger logger;
   struct cs_announce *announces;
   int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */

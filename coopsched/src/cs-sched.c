@@ -225,7 +225,13 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     }
   }
   pthread_mutex_init(&s->ctl_mu, NULL);
-  pthread_mutex_init(&s->mu, NULL);
+  /* Priority inheritance: an RPC thread under CFS holding the table while an
+   * enforcer (highest FIFO priority) waits for it runs at that priority. */
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+  pthread_mutex_init(&s->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -237,7 +243,10 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
   }
   pthread_condattr_destroy(&ca);
   cs_events_init(&s->events);
-  if (start_enforcers(s, err) != CS_OK) {
+  /* The event logger runs under CFS off the managed cores, like the master. */
+  int rc = cs_events_logger_start(&s->logger, &s->events);
+  if (rc != 0) cs_error_set(err, CS_EINTERNAL, "cannot start the event logger: %s", strerror(rc));
+  if (rc != 0 || start_enforcers(s, err) != CS_OK) {
     cs_sched_destroy(s);
     return NULL;
   }
@@ -606,6 +615,7 @@ void cs_sched_destroy(struct cs_sched *s) {
   pthread_mutex_unlock(&s->ctl_mu);
   stop_enforcers(s);
   release_host(s);
+  cs_events_logger_stop(&s->logger);
   cs_events_wake(&s->events);
   cs_events_destroy(&s->events);
   for (int i = 0; i < s->opt.ncores; i++) pthread_cond_destroy(&s->enforcers[i].cv);

@@ -114,11 +114,15 @@ class RtThrottleOn {
   int64_t host_;
 };
 
-// Starts args[0] with args, its stderr into log (inherited if log is empty).
-pid_t StartProcess(const std::vector<std::string>& args, const std::string& log = "") {
+// Starts args[0] with args, its stderr into log (inherited if log is empty)
+// or onto stderr_fd if that is not -1.
+pid_t StartProcess(const std::vector<std::string>& args, const std::string& log = "",
+                   int stderr_fd = -1) {
   pid_t pid = fork();
   if (pid != 0) return pid;
-  if (!log.empty()) {
+  if (stderr_fd >= 0) {
+    dup2(stderr_fd, 2);
+  } else if (!log.empty()) {
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
   }
@@ -146,14 +150,15 @@ class Daemon {
  public:
   ~Daemon() { Stop(); }
 
-  void Start(const std::string& dir, const std::vector<std::string>& extra) {
+  // stderr_fd: where the daemon's stderr goes instead of its log, if not -1.
+  void Start(const std::string& dir, const std::vector<std::string>& extra, int stderr_fd = -1) {
     sock_ = dir + "/run/coopsched.sock";
     log_ = dir + "/daemon.log";
     lock_dir_ = dir + "/lock";
     std::vector<std::string> args = {KEEL_COOPSCHED_BIN, "--cores", std::to_string(kManagedCore),
                                      "--listen", "unix:" + sock_, "--lock-dir", lock_dir_};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = StartProcess(args, log_);
+    pid_ = StartProcess(args, log_, stderr_fd);
     ASSERT_GE(pid_, 0);
     // A fresh channel per attempt: a refused first connection would otherwise
     // put the channel into reconnect backoff for seconds.
@@ -298,8 +303,8 @@ class CoopschedTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  void StartDaemon(const std::vector<std::string>& extra = {}) {
-    ASSERT_NO_FATAL_FAILURE(daemon_.Start(dir_, extra));
+  void StartDaemon(const std::vector<std::string>& extra = {}, int stderr_fd = -1) {
+    ASSERT_NO_FATAL_FAILURE(daemon_.Start(dir_, extra, stderr_fd));
   }
 
   Chain& NewChain(const std::string& name, uint32_t n,
@@ -917,6 +922,68 @@ TEST_F(CoopschedTest, ThreadThatExitsWhileDetachedFailsItsGroup) {
   EXPECT_NE(st.error_message().find("a thread exited"), std::string::npos) << st.error_message();
   ASSERT_TRUE(Unregister("idle").ok());
   EXPECT_TRUE(WaitFor([&] { return ProcState(survivor) != 'T'; }, 1000));
+}
+
+// Issue 19 item 6: events reach stderr through a thread under CFS; an
+// enforcer never writes while it holds the scheduler's lock. With stderr a
+// full pipe that nobody reads, the watchdog still cuts off, Status still
+// answers and the other sgroup detaches (before, the enforcer blocked in
+// fprintf holding the lock and Status timed out).
+TEST_F(CoopschedTest, FullStderrStallsNeitherTheSchedulerNorItsWatchdog) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({"--yield-timeout-us", "10000"}, p[1]));
+  // Fill the pipe through a file description of our own (O_NONBLOCK on the
+  // daemon's would make its writes fail instead of block).
+  int filler = open(("/proc/self/fd/" + std::to_string(p[1])).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(filler, 0);
+  fcntl(filler, F_SETPIPE_SZ, 4096);
+  std::string junk(4096, '.');
+  while (write(filler, junk.data(), junk.size()) > 0) {}
+  while (write(filler, ".", 1) > 0) {}
+  close(filler);
+  Chain& good = NewChain("good", 2);
+  Chain& bad = NewChain("bad", 3, {{}, {"--spin"}});
+  ASSERT_NO_FATAL_FAILURE(Run(good, "good"));
+  ASSERT_NO_FATAL_FAILURE(Run(bad, "bad"));
+  uint64_t rb = bad.rounds();
+  ASSERT_TRUE(WaitFor([&] { return bad.rounds() > rb + 1000; }, 5000));
+  __atomic_store_n(&bad.a()->spin_req, 1ull, __ATOMIC_RELEASE);
+  SleepMs(200);  // the cut-off has happened; its event waits for stderr
+  bool cut = false, answered = false;
+  for (int i = 0; i < 20 && !cut; i++) {
+    keel::v1::StatusResponse st;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(1000));
+    answered = daemon_.stub().Status(&ctx, keel::v1::StatusRequest(), &st).ok();
+    if (!answered) break;
+    for (const auto& g : st.groups())
+      if (g.group_id() == "bad") cut = g.state() == keel::v1::GROUP_STATE_CUT_OFF;
+    if (!cut) SleepMs(100);
+  }
+  EXPECT_TRUE(answered) << "Status did not answer within 1 s";
+  EXPECT_TRUE(cut) << "the spinning sgroup was not cut off";
+  if (answered) {
+    uint64_t rg = good.rounds();
+    SleepMs(200);
+    EXPECT_GT(good.rounds(), rg + 1000);
+    keel::v1::DetachResponse det;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(2000));
+    keel::v1::DetachRequest req;
+    req.set_group_id("good");
+    EXPECT_TRUE(daemon_.stub().Detach(&ctx, req, &det).ok());
+  }
+  // Read the pipe so that the daemon can say its last words and exit.
+  std::thread drain([fd = p[0]] {
+    char buf[4096];
+    while (read(fd, buf, sizeof buf) > 0) {}
+  });
+  close(p[1]);
+  chains_.clear();
+  daemon_.Stop();
+  drain.join();
+  close(p[0]);
 }
 
 }  // namespace
