@@ -4,12 +4,14 @@
  * highest SCHED_FIFO priority, so while it works no NF thread of the core
  * runs; it sleeps between ticks (1 ms, 50 us while an sgroup is detaching)
  * so the NF threads have the core otherwise. With no sgroup attached to its
- * core it only wakes for a request (every request signals it), for the
- * check of detached sgroups, or once a second: an idle daemon costs no CPU. It applies the master's
+ * core it only wakes for a request (every request signals it) or once a
+ * second: an idle daemon costs no CPU. It applies the master's
  * attach/detach requests, drives detaching sgroups to a stop and runs the
- * yield watchdog (Galleon footnote 2), which also fails an sgroup one of
- * whose threads has exited. The first managed core's enforcer watches the
- * threads of detached sgroups too, less often.
+ * yield watchdog (Galleon footnote 2); at each tick it also looks at what
+ * has become of its sgroups' threads (cs_group_check_threads). The exit
+ * watcher (cs-watcher.c) does that for every sgroup the moment a thread
+ * exits. An enforcer never does blocking I/O: events go to a log that a
+ * thread under CFS writes out (cs-event.h).
  *
  * Attach wakes the threads from this core in chain order: a SCHED_FIFO
  * thread that becomes runnable goes to the tail of its priority's queue, so
@@ -19,8 +21,10 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "cs-sched-private.h"
@@ -29,11 +33,11 @@
 #define CS_TICK_NS 1000000ull
 #define CS_FAST_TICK_NS 50000ull
 #define CS_STOP_TIMEOUT_NS 1000000000ull
-#define CS_DETACHED_CHECK_NS 20000000ull
+#define CS_CLOSE_GRACE_NS 1000000000ull
 #define CS_IDLE_TICK_NS 1000000000ull
 
 /* What the enforcer's next sleep should be, from its last tick. */
-enum cs_pace { CS_PACE_IDLE, CS_PACE_DETACHED, CS_PACE_WATCH, CS_PACE_FAST };
+enum cs_pace { CS_PACE_IDLE, CS_PACE_WATCH, CS_PACE_FAST };
 
 static void complete_op(struct cs_sched *s, struct cs_group *g) {
   g->op_done = 1;
@@ -46,11 +50,12 @@ static void stop_all(struct cs_group *g, uint64_t now_ns) {
   g->deadline_ns = now_ns + CS_STOP_TIMEOUT_NS;
 }
 
-/* Fails g because position pos has exited. Its successor would wait for a
- * turn forever, so, as for a cut-off (Galleon footnote 2), the chain stops:
- * the other threads get SIGSTOP and their original policy and affinity, the
- * core goes back to the other sgroups and only Unregister is accepted. */
-static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos) {
+/* Fails g because of position pos (why says what became of it). Its
+ * successor would wait for a turn forever, so, as for a cut-off (Galleon
+ * footnote 2), the chain stops: the other threads get SIGSTOP and their
+ * original policy and affinity, the core goes back to the other sgroups and
+ * only Unregister is accepted. */
+static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos, const char *why) {
   const char *was = cs_group_state_name(g->state);
   for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 1);
   for (uint32_t i = 0; i < g->n; i++) cs_task_restore(&g->tasks[i]);
@@ -60,28 +65,85 @@ static void fail_group(struct cs_sched *s, struct cs_group *g, uint32_t pos) {
   g->at_boundary = 0;
   if (g->op != CS_OP_NONE && !g->op_done) {
     if (g->op == CS_OP_ATTACH)
-      cs_error_set(&g->op_err, CS_ESTATE, "attach %s: position %u (thread %d) has exited", g->id,
-                   pos, (int)g->tasks[pos].tid);
+      cs_error_set(&g->op_err, CS_ESTATE, "attach %s: position %u (thread %d) %s", g->id, pos,
+                   (int)g->tasks[pos].tid, why);
     complete_op(s, g);
   }
   char msg[160];
   snprintf(msg, sizeof msg,
-           "thread exited while the sgroup was %s: the others stopped under their original "
-           "policy, sgroup failed",
-           was);
+           "%s while the sgroup was %s: the others stopped under their original policy, sgroup "
+           "failed",
+           why, was);
   cs_events_post(&s->events, "thread-exited", g->id, pos, g->tasks[pos].tid, 0, msg);
 }
 
-/* Returns 1, having failed g, if one of its threads has exited. A chain
- * whose position 0 has set closing is shutting down on purpose: its threads
- * exit one by one at their turns and must keep running until they do. */
-static int check_threads(struct cs_sched *s, struct cs_group *g) {
-  if (CS_LOAD(g->chain.w->closing)) return 0;
+/* Finishes g: every thread has exited with 0, the chain closed on purpose. */
+static void finish_group(struct cs_sched *s, struct cs_group *g) {
+  const char *was = cs_group_state_name(g->state);
+  CS_STORE(g->chain.w->detach_req, 0u);
+  g->state = CS_FINISHED;
+  g->core = -1;
+  if (g->op != CS_OP_NONE && !g->op_done) {
+    if (g->op == CS_OP_ATTACH)
+      cs_error_set(&g->op_err, CS_ESTATE, "attach %s: its threads have exited with 0", g->id);
+    complete_op(s, g);
+  }
+  char msg[160];
+  snprintf(msg, sizeof msg, "every thread exited with 0 while the sgroup was %s: the chain closed",
+           was);
+  cs_events_post(&s->events, "finished", g->id, 0, g->tasks[0].tid, 0, msg);
+}
+
+/* Says what a wait status means, for an event. */
+static void describe_exit(int status, char *out, size_t size) {
+  if (status < 0) snprintf(out, size, "exited (the kernel does not say how)");
+  else if (WIFSIGNALED(status)) snprintf(out, size, "was killed by signal %d", WTERMSIG(status));
+  else snprintf(out, size, "exited with %d", WEXITSTATUS(status));
+}
+
+int cs_group_check_threads(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
+  if (g->state == CS_CUT_OFF || g->state == CS_FAILED || g->state == CS_FINISHED) return 1;
+  uint32_t gone = 0, clean = 0, first = g->n, alive = g->n;
+  char why[96];
   for (uint32_t i = 0; i < g->n; i++) {
-    if (cs_task_gone(&g->tasks[i])) {
-      fail_group(s, g, i);
-      return 1;
+    struct cs_task *t = &g->tasks[i];
+    if (!g->gone[i] && cs_task_gone(t)) g->gone[i] = 1;
+    if (!g->gone[i]) {
+      if (alive == g->n) alive = i;
+      continue;
     }
+    gone++;
+    if (first == g->n) first = i;
+    if (!g->status_known[i]) {
+      int rc = cs_task_exit_status(t, &g->status[i]);
+      if (rc == -1) g->status[i] = -1;
+      g->status_known[i] = rc != 0;
+    }
+    if (!g->status_known[i]) continue; /* the thread is gone, its process still ending */
+    if (g->status[i] >= 0 && WIFEXITED(g->status[i]) && WEXITSTATUS(g->status[i]) == 0) {
+      clean++;
+      continue;
+    }
+    describe_exit(g->status[i], why, sizeof why);
+    fail_group(s, g, i, why);
+    return 1;
+  }
+  if (!gone) return 0;
+  if (clean == g->n) {
+    finish_group(s, g);
+    return 1;
+  }
+  if (!g->end_by_ns) g->end_by_ns = now_ns + CS_CLOSE_GRACE_NS;
+  if (g->state == CS_DETACHED) {
+    /* Its other threads are stopped: they cannot follow. */
+    snprintf(why, sizeof why, "exited while the others were stopped");
+    fail_group(s, g, first, why);
+    return 1;
+  }
+  if (now_ns >= g->end_by_ns) {
+    snprintf(why, sizeof why, "exited, and position %u had not exited 1 s later", alive);
+    fail_group(s, g, first, why);
+    return 1;
   }
   return 0;
 }
@@ -89,7 +151,7 @@ static int check_threads(struct cs_sched *s, struct cs_group *g) {
 static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group *g) {
   int rc = 0;
   uint32_t i;
-  if (check_threads(s, g)) return;
+  if (cs_group_check_threads(s, g, cs_mono_ns())) return;
   for (i = 0; i < g->n && rc == 0; i++) {
     rc = cs_task_set_core(&g->tasks[i], e->core);
     if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.run_priority);
@@ -119,7 +181,7 @@ static void start_detach(struct cs_sched *s, struct cs_group *g, uint64_t now_ns
 
 static void finish_stop(struct cs_sched *s, struct cs_group *g) {
   for (uint32_t i = 0; i < g->n; i++)
-    if (cs_task_state(&g->tasks[i]) && sched_getscheduler(g->tasks[i].tid) == SCHED_FIFO)
+    if (cs_task_is_fifo(&g->tasks[i]))
       cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
   CS_STORE(g->chain.w->detach_req, 0u);
   g->state = g->cut ? CS_CUT_OFF : CS_DETACHED;
@@ -209,19 +271,14 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
 }
 
 /* One pass over the sgroups of this core; returns how soon to look again:
- * fast while one is detaching, at the watchdog's tick while one runs here,
- * at the detached check while enforcer 0 has detached sgroups to watch. */
+ * fast while one is detaching, at the watchdog's tick while one runs here. */
 static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
   enum cs_pace pace = CS_PACE_IDLE;
-  int detached_too = e == &s->enforcers[0] && now_ns >= e->next_detached_check_ns;
-  if (detached_too) e->next_detached_check_ns = now_ns + CS_DETACHED_CHECK_NS;
   for (struct cs_group *g = s->groups; g; g = g->next) {
-    if (e == &s->enforcers[0] && g->state == CS_DETACHED && pace < CS_PACE_DETACHED) pace = CS_PACE_DETACHED;
-    if (detached_too && g->state == CS_DETACHED && g->op == CS_OP_NONE) check_threads(s, g);
     if (g->op == CS_OP_ATTACH && !g->op_done && g->op_core == e->core) do_attach(s, e, g);
-    if (g->core != e->core || check_threads(s, g)) continue;
+    if (g->core != e->core || cs_group_check_threads(s, g, now_ns)) continue;
     if (g->state == CS_ATTACHED || g->state == CS_DETACHING) pace = CS_PACE_WATCH;
     if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
       start_detach(s, g, now_ns);
@@ -250,7 +307,6 @@ static uint64_t pace_ns(enum cs_pace pace) {
   switch (pace) {
     case CS_PACE_FAST: return CS_FAST_TICK_NS;
     case CS_PACE_WATCH: return CS_TICK_NS;
-    case CS_PACE_DETACHED: return CS_DETACHED_CHECK_NS;
     default: return CS_IDLE_TICK_NS;
   }
 }

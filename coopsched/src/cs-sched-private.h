@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internals shared by the scheduler's table (cs-sched.c) and its enforcers
- * (cs-enforcer.c). One lock, s->mu, guards the table and every sgroup's
- * state; control requests are serialised by s->ctl_mu so that the master
- * thread can do slow work (stopping threads) without holding s->mu. */
+/* Internals shared by the scheduler's table (cs-sched.c), its enforcers
+ * (cs-enforcer.c) and its exit watcher (cs-watcher.c). One lock, s->mu,
+ * guards the table and every sgroup's state; control requests are
+ * serialised by s->ctl_mu so that the master thread can do slow work
+ * (stopping threads) without holding s->mu. */
 #ifndef KEEL_CS_SCHED_PRIVATE_H_
 #define KEEL_CS_SCHED_PRIVATE_H_
 
@@ -27,6 +28,7 @@ enum cs_phase {
 
 struct cs_group {
   struct cs_group *next;
+  uint64_t serial; /* unique among the sgroups this process registered */
   char id[CS_GROUP_ID_MAX];
   char path[CS_PATH_MAX];
   uint32_t n;
@@ -48,6 +50,15 @@ struct cs_group {
   int cut;              /* stopping because the watchdog cut it off */
   uint64_t deadline_ns; /* of the current phase */
 
+  /* Exits, as the kernel tells them: a position's thread is gone, its
+   * process's wait status is known and what it is. A chain that closes on
+   * purpose ends with every process exiting with 0: from the first clean
+   * exit the others have until end_by_ns to do the same. */
+  unsigned char gone[KEEL_SCHED_MAX_NFS];
+  unsigned char status_known[KEEL_SCHED_MAX_NFS];
+  int status[KEEL_SCHED_MAX_NFS];
+  uint64_t end_by_ns;
+
   /* Watchdog: the turn under suspicion. */
   uint64_t wd_busy;
   uint64_t wd_tsc;
@@ -60,7 +71,6 @@ struct cs_enforcer {
   pthread_t thread;
   pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
   int started;
-  uint64_t next_detached_check_ns; /* the first enforcer watches detached sgroups too */
   /* What the enforcer costs its core (Status): TSC cycles of its ticks'
    * work, and how many times it woke (each wake-up also costs two context
    * switches on the core, counted in the NFs' handoffs and turns). */
@@ -82,6 +92,10 @@ struct cs_sched {
   struct cs_events events;
   struct cs_events_logger logger;
   struct cs_announce *announces;
+  uint64_t last_serial;
+  int watch_fd; /* eventfd: the set of watched threads changed */
+  pthread_t watcher;
+  int watcher_started;
   int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
   int64_t rt_saved_us;
@@ -89,6 +103,20 @@ struct cs_sched {
 
 /* The enforcer thread of one managed core. */
 void *cs_enforcer_main(void *arg);
+
+/* Looks at what has become of g's threads (s->mu held): fails g if one has
+ * exited other than cleanly, or if the others have not followed a clean
+ * exit by g->end_by_ns (at once if g is detached: its threads are stopped);
+ * finishes g once all have exited cleanly. Returns 1 if g is out of service
+ * (cut off, failed or finished). */
+int cs_group_check_threads(struct cs_sched *s, struct cs_group *g, uint64_t now_ns);
+
+/* The exit watcher: checks an sgroup's threads as soon as a pidfd of theirs
+ * says a thread or process has exited, whatever the sgroup's state. */
+void *cs_watcher_main(void *arg);
+
+/* Tells the exit watcher that sgroups came or went. */
+void cs_watcher_wake(struct cs_sched *s);
 
 /* Returns the enforcer of core, or NULL if the core is not managed. */
 struct cs_enforcer *cs_sched_enforcer(struct cs_sched *s, int core);

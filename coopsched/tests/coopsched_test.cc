@@ -3,15 +3,18 @@
 // test NFs (coopsched_test_nf) as separate processes, requests over gRPC.
 // Needs root; skips with the reason otherwise.
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -984,6 +987,159 @@ TEST_F(CoopschedTest, FullStderrStallsNeitherTheSchedulerNorItsWatchdog) {
   daemon_.Stop();
   drain.join();
   close(p[0]);
+}
+
+// CLOCK_REALTIME in ns, the clock of an event's unix_ns.
+uint64_t UnixNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Starts a process that only sleeps, with exactly pid (clone3's set_tid,
+// root only); -errno if the pid is taken or the kernel refuses.
+pid_t StartWithPid(pid_t pid) {
+  clone_args args{};
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<uintptr_t>(&pid);
+  args.set_tid_size = 1;
+  long rc = syscall(SYS_clone3, &args, sizeof args);
+  if (rc == 0) {
+    for (;;) pause();
+  }
+  return rc < 0 ? -errno : static_cast<pid_t>(rc);
+}
+
+std::string Affinity(pid_t pid) {
+  cpu_set_t set;
+  if (sched_getaffinity(pid, sizeof set, &set) < 0) return "?";
+  std::string cpus;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+  return cpus;
+}
+
+// Issue 19 item 5: the exit watcher polls every thread's pidfd, so a
+// detached sgroup whose thread dies fails at once (it was looked at every
+// 20 ms).
+TEST_F(CoopschedTest, DetachedGroupsThreadExitIsNoticedAtOnce) {
+  StartDaemon();
+  std::vector<double> ms;
+  for (int i = 0; i < 7; i++) {
+    std::string name = "quick" + std::to_string(i);
+    Chain& c = NewChain(name, 1);
+    keel::v1::GroupStatus gs;
+    ASSERT_TRUE(Register(c, name, &gs).ok());
+    SleepMs(5 + 3 * i);  // a different phase each time against any periodic look
+    uint64_t t0 = UnixNs();
+    ASSERT_EQ(kill(c.pids()[0], SIGKILL), 0);
+    keel::v1::Event ev;
+    ASSERT_TRUE(WaitForState(name, keel::v1::GROUP_STATE_FAILED, "thread-exited", &gs, &ev, 3000))
+        << name << " is " << keel::v1::GroupState_Name(gs.state());
+    ms.push_back(ev.unix_ns() > t0 ? static_cast<double>(ev.unix_ns() - t0) / 1e6 : 0.0);
+    ASSERT_TRUE(Unregister(name).ok());
+  }
+  std::string all;
+  for (double m : ms) all += std::to_string(m).substr(0, 5) + " ";
+  std::fprintf(stderr, "kill -> failed, ms: %s\n", all.c_str());
+  std::sort(ms.begin(), ms.end());
+  EXPECT_LT(ms[ms.size() / 2], 2.0) << "median over 7 kills; each: " << all;
+}
+
+// Issue 19 item 5: signals go through the process's pidfd and no call is
+// made by number for a thread that has exited, so a process that is given
+// the pid of a failed sgroup's dead thread is neither continued nor given
+// the dead thread's policy and affinity by Unregister (it was, by kill(pid)
+// and sched_setscheduler(tid)).
+TEST_F(CoopschedTest, RecycledPidIsNeitherSignalledNorRescheduled) {
+  StartDaemon();
+  Chain& c = NewChain("reuse", 2);
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(c, "reuse", &gs).ok());
+  const pid_t victim = c.pids()[1];
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(waitpid(victim, nullptr, 0), victim);
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("reuse", keel::v1::GROUP_STATE_FAILED, "thread-exited", &gs, &ev, 3000));
+  pid_t imposter = StartWithPid(victim);
+  if (imposter == -EPERM || imposter == -ENOSYS || imposter == -EINVAL)
+    GTEST_SKIP() << "clone3 with set_tid refused: " << std::strerror(-imposter);
+  ASSERT_EQ(imposter, victim) << std::strerror(-imposter);
+  // The imposter differs from the dead thread in every way Unregister could
+  // change: stopped, SCHED_BATCH, on both cores.
+  cpu_set_t both;
+  CPU_ZERO(&both);
+  CPU_SET(kTestCore, &both);
+  CPU_SET(kManagedCore, &both);
+  ASSERT_EQ(sched_setaffinity(imposter, sizeof both, &both), 0);
+  sched_param sp{};
+  ASSERT_EQ(sched_setscheduler(imposter, SCHED_BATCH, &sp), 0);
+  ASSERT_EQ(kill(imposter, SIGSTOP), 0);
+  ASSERT_TRUE(WaitFor([&] { return ProcState(imposter) == 'T'; }, 1000));
+  ASSERT_TRUE(Unregister("reuse").ok());
+  SleepMs(100);
+  EXPECT_EQ(ProcState(imposter), 'T') << "the imposter was continued";
+  EXPECT_EQ(sched_getscheduler(imposter), SCHED_BATCH) << "the imposter's policy was changed";
+  EXPECT_EQ(Affinity(imposter), std::to_string(kTestCore) + "," + std::to_string(kManagedCore))
+      << "the imposter's affinity was changed";
+  kill(imposter, SIGKILL);
+  waitpid(imposter, nullptr, 0);
+  // The survivor, still the thread coopsched registered, is given back.
+  EXPECT_TRUE(WaitFor([&] { return ProcState(c.pids()[0]) != 'T'; }, 1000));
+}
+
+// Issue 19 item 3: closing, written by the NFs, no longer makes coopsched
+// ignore an exit: a position killed while the chain says it is closing
+// fails the sgroup, and the other threads leave SCHED_FIFO and the managed
+// core (before, the sgroup stayed attached, its threads FIFO on core 1).
+TEST_F(CoopschedTest, ClosingWordDoesNotHideAKilledPosition) {
+  StartDaemon();
+  Chain& c = NewChain("closing", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "closing"));
+  uint64_t r = c.rounds();
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > r + 1000; }, 5000));
+  __atomic_store_n(&c.w()->closing, 1u, __ATOMIC_RELEASE);
+  const pid_t victim = c.pids()[1];
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  keel::v1::GroupStatus gs;
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("closing", keel::v1::GROUP_STATE_FAILED, "thread-exited", &gs, &ev, 2000))
+      << "sgroup closing is " << keel::v1::GroupState_Name(gs.state());
+  EXPECT_EQ(ev.position(), 1u);
+  EXPECT_NE(ev.message().find("killed by signal 9"), std::string::npos) << ev.message();
+  for (pid_t pid : {c.pids()[0], c.pids()[2]}) {
+    EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER) << pid;
+    EXPECT_TRUE(OnlyOnCore(pid, kTestCore)) << pid;
+  }
+  ASSERT_TRUE(Unregister("closing").ok());
+}
+
+// Issue 19 item 3: a chain that closes on purpose (position 0 sets closing,
+// every position exits with 0, as keel-nf does when asked to stop) ends
+// finished, told by the kernel's exit codes, not by the closing word (it
+// stayed attached before, its dead threads counted on the core).
+TEST_F(CoopschedTest, ChainThatClosesOnPurposeFinishes) {
+  StartDaemon();
+  Chain& c = NewChain("done", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "done"));
+  uint64_t r = c.rounds();
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > r + 1000; }, 5000));
+  __atomic_store_n(&c.a()->close_req, 1ull, __ATOMIC_RELEASE);
+  keel::v1::GroupStatus gs;
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("done", keel::v1::GROUP_STATE_FINISHED, "finished", &gs, &ev, 3000))
+      << "sgroup done is " << keel::v1::GroupState_Name(gs.state());
+  for (pid_t pid : c.pids()) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << pid << ": " << status;
+  }
+  keel::v1::StatusResponse status = Status();
+  for (const auto& e : status.events()) EXPECT_NE(e.kind(), "thread-exited") << e.message();
+  grpc::Status st = Attach("done");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("finished"), std::string::npos) << st.error_message();
+  EXPECT_TRUE(Unregister("done").ok());
 }
 
 }  // namespace
