@@ -29,11 +29,14 @@
 
 #include "cs-sched-private.h"
 #include "cs-tsc.h"
+#include "cs-watchdog.h"
 
 #define CS_TICK_NS 1000000ull
 #define CS_FAST_TICK_NS 50000ull
 #define CS_STOP_TIMEOUT_NS 1000000000ull
 #define CS_CLOSE_GRACE_NS 1000000000ull
+#define CS_DEMOTED_GRACE_NS 200000000ull
+#define CS_MIN_RECHECK_NS 50000ull
 #define CS_IDLE_TICK_NS 1000000000ull
 
 /* What the enforcer's next sleep should be, from its last tick. */
@@ -168,7 +171,12 @@ static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group
   g->state = CS_ATTACHED;
   g->core = e->core;
   g->cut = 0;
-  g->wd_busy = 0;
+  g->demoted_mask = 0;
+  g->demoted_by_ns = 0;
+  for (i = 0; i < g->n; i++) {
+    g->wd[i].known = 0;
+    g->wd[i].win_id = 0;
+  }
   complete_op(s, g);
 }
 
@@ -177,16 +185,6 @@ static void start_detach(struct cs_sched *s, struct cs_group *g, uint64_t now_ns
   g->state = CS_DETACHING;
   g->phase = CS_PHASE_PARK;
   g->deadline_ns = now_ns + s->opt.detach_timeout_us * 1000ull;
-}
-
-static void finish_stop(struct cs_sched *s, struct cs_group *g) {
-  for (uint32_t i = 0; i < g->n; i++)
-    if (cs_task_is_fifo(&g->tasks[i]))
-      cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
-  CS_STORE(g->chain.w->detach_req, 0u);
-  g->state = g->cut ? CS_CUT_OFF : CS_DETACHED;
-  g->core = -1;
-  if (g->op == CS_OP_DETACH && !g->op_done) complete_op(s, g);
 }
 
 static void cut_off(struct cs_sched *s, struct cs_group *g, uint32_t pos, uint64_t busy_us,
@@ -198,45 +196,102 @@ static void cut_off(struct cs_sched *s, struct cs_group *g, uint32_t pos, uint64
   g->cut = 1;
   char msg[160];
   snprintf(msg, sizeof msg,
-           "position %u held its turn for %" PRIu64 " us (timeout %" PRIu64
+           "position %u held the core for %" PRIu64 " us without yielding (timeout %" PRIu64
            " us): demoted to SCHED_OTHER, stopped, sgroup cut off",
            pos, busy_us, s->opt.yield_timeout_us);
   cs_events_post(&s->events, "cut-off", g->id, pos, t->tid, busy_us, msg);
 }
 
-/* Returns 1 if the sgroup was cut off. An NF that holds its turn without
- * running (blocked, or preempted by the kernel) does not take the core from
- * anyone and is not cut off: the offender must also have used at least half
- * of the CPU time since it came under suspicion at half the timeout. */
-static int watchdog(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
-  uint64_t busy = CS_LOAD(g->chain.w->busy_since_tsc);
-  if (busy == 0) {
-    g->wd_busy = 0;
-    return 0;
+static void finish_stop(struct cs_sched *s, struct cs_group *g) {
+  for (uint32_t i = 0; i < g->n; i++)
+    if (cs_task_is_fifo(&g->tasks[i]))
+      cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
+  CS_STORE(g->chain.w->detach_req, 0u);
+  /* A detach does not save an sgroup the watchdog has demoted a thread of. */
+  if (g->demoted_mask && !g->cut) cut_off(s, g, g->demoted_pos, g->demoted_busy_us, cs_mono_ns());
+  g->state = g->cut ? CS_CUT_OFF : CS_DETACHED;
+  g->core = -1;
+  if (g->op == CS_OP_DETACH && !g->op_done) complete_op(s, g);
+}
+
+/* The sgroups whose threads the watchdog looks at on core e: attached
+ * there, or parking there to detach. */
+static int watched(const struct cs_group *g, const struct cs_enforcer *e) {
+  return g->core == e->core &&
+         (g->state == CS_ATTACHED || (g->state == CS_DETACHING && g->phase == CS_PHASE_PARK));
+}
+
+static const struct cs_task *wd_task(void *ctx, size_t i) {
+  const struct cs_enforcer *e = ctx;
+  return &e->wd_groups[i]->tasks[e->wd_pos[i]];
+}
+
+static int wd_runnable(void *ctx, size_t i) { return cs_task_runnable(wd_task(ctx, i)); }
+
+static int wd_waiting(void *ctx, size_t i) {
+  const struct cs_enforcer *e = ctx;
+  struct cs_task_stat st;
+  return cs_task_stat(wd_task(ctx, i), &st) == 0 && st.state == 'R' && st.policy == SCHED_FIFO &&
+         st.rt_priority == e->s->opt.run_priority && !st.exiting;
+}
+
+static int wd_exiting(void *ctx, size_t i) {
+  struct cs_task_stat st;
+  return cs_task_stat(wd_task(ctx, i), &st) != 0 || st.exiting;
+}
+
+/* The watchdog's verdict: thread pos of g held the core. Only the holder is
+ * demoted at once: the core is the others' again. A chain that holds the
+ * core in its clean-up after it closed on purpose (keel-nf's position 0
+ * freeing its memory while the others wait to exit) must be able to end;
+ * so g is cut off (stopped) only if none of its threads has exited with 0
+ * within CS_DEMOTED_GRACE_NS, and then within CS_CLOSE_GRACE_NS all must
+ * have (cs_group_check_threads). */
+static void demote(struct cs_sched *s, struct cs_group *g, uint32_t pos, const struct cs_group *wg,
+                   uint32_t wpos, uint64_t held_ns, uint64_t now_ns) {
+  uint64_t held_us = held_ns / 1000;
+  cs_task_demote(&g->tasks[pos]);
+  g->demoted_mask |= 1u << pos;
+  if (!g->demoted_by_ns) {
+    g->demoted_by_ns = now_ns + CS_DEMOTED_GRACE_NS;
+    g->demoted_pos = pos;
+    g->demoted_busy_us = held_us;
   }
-  uint64_t now = cs_rdtsc();
-  if (now <= busy) return 0;
-  uint64_t age = now - busy, half = s->timeout_cycles / 2;
-  if (age < half) return 0;
-  uint32_t pos = CS_LOAD(g->chain.w->turn);
-  if (pos >= g->n) pos = 0;
-  if (g->wd_busy != busy) {
-    g->wd_busy = busy;
-    g->wd_tsc = now;
-    g->wd_cpu_ns = cs_task_cpu_ns(&g->tasks[pos]);
-    return 0;
+  char msg[CS_GROUP_ID_MAX + 160];
+  snprintf(msg, sizeof msg,
+           "position %u held the core for %" PRIu64 " us while %s position %u waited: demoted to "
+           "SCHED_OTHER, cut off unless its chain exits with 0",
+           pos, held_us, wg == g ? "its" : wg->id, wpos);
+  cs_events_post(&s->events, "demoted", g->id, pos, g->tasks[pos].tid, held_us, msg);
+}
+
+/* Takes the watchdog's look at the threads attached to core e (cs-watchdog.h).
+ * Returns how soon it could next give a verdict (0: not before the tick). */
+static uint64_t watchdog(struct cs_sched *s, struct cs_enforcer *e, uint64_t now_ns) {
+  size_t n = 0;
+  for (struct cs_group *g = s->groups; g; g = g->next) {
+    if (!watched(g, e)) continue;
+    for (uint32_t i = 0; i < g->n && n < CS_WD_MAX_THREADS; i++) {
+      if (g->gone[i] || (g->demoted_mask & (1u << i))) continue;
+      struct cs_task_sched st;
+      int alive = cs_task_schedstat(&g->tasks[i], &st) == 0;
+      e->wd_groups[n] = g;
+      e->wd_pos[n] = i;
+      e->wd_threads[n] = &g->wd[i];
+      e->wd_now[n] = (struct cs_wd_now){alive, alive ? st.cpu_ns : 0, alive ? st.switches : 0};
+      n++;
+    }
   }
-  if (age < s->timeout_cycles || now - g->wd_tsc < half) return 0;
-  uint64_t cpu = cs_task_cpu_ns(&g->tasks[pos]);
-  uint64_t wall_ns = (uint64_t)((double)(now - g->wd_tsc) * 1e9 / (double)s->tsc_hz);
-  uint64_t ran = cpu > g->wd_cpu_ns ? cpu - g->wd_cpu_ns : 0;
-  if (cpu != 0 && ran * 2 < wall_ns) {
-    g->wd_tsc = now;
-    g->wd_cpu_ns = cpu;
-    return 0;
-  }
-  cut_off(s, g, pos, (uint64_t)((double)age * 1e6 / (double)s->tsc_hz), now_ns);
-  return 1;
+  static const struct cs_wd_ops ops = {wd_runnable, wd_waiting, wd_exiting};
+  struct cs_wd_verdict v;
+  uint64_t recheck;
+  if (!cs_wd_look(&e->wd, e->wd_threads, e->wd_now, n, now_ns, s->opt.yield_timeout_us * 1000ull,
+                  &ops, e, &v, &recheck))
+    return recheck;
+  demote(s, e->wd_groups[v.holder], e->wd_pos[v.holder],
+         v.waiter < n ? e->wd_groups[v.waiter] : e->wd_groups[v.holder],
+         v.waiter < n ? e->wd_pos[v.waiter] : 0, v.held_ns, now_ns);
+  return 0;
 }
 
 static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_ns) {
@@ -271,8 +326,9 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
 }
 
 /* One pass over the sgroups of this core; returns how soon to look again:
- * fast while one is detaching, at the watchdog's tick while one runs here. */
-static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
+ * fast while one is detaching, at the watchdog's tick while one runs here;
+ * *recheck_ns, if not 0, is when the watchdog could next give a verdict. */
+static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e, uint64_t *recheck_ns) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
   enum cs_pace pace = CS_PACE_IDLE;
@@ -283,16 +339,14 @@ static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e) {
     if (g->op == CS_OP_DETACH && !g->op_done && g->state == CS_ATTACHED) {
       start_detach(s, g, now_ns);
     }
-    if ((g->state == CS_ATTACHED || (g->state == CS_DETACHING && g->phase == CS_PHASE_PARK)) &&
-        watchdog(s, g, now_ns)) {
-      busy = 1;
-      continue;
-    }
+    if (watched(g, e) && g->demoted_by_ns && !g->end_by_ns && now_ns >= g->demoted_by_ns)
+      cut_off(s, g, g->demoted_pos, g->demoted_busy_us, now_ns);
     if (g->state == CS_DETACHING) {
       step_detaching(s, g, now_ns);
       busy |= g->state == CS_DETACHING;
     }
   }
+  *recheck_ns = watchdog(s, e, now_ns);
   /* A one-NF chain yields only while it shares its core (chain_sched.h). */
   uint32_t here = 0;
   for (struct cs_group *g = s->groups; g; g = g->next)
@@ -316,13 +370,16 @@ void *cs_enforcer_main(void *arg) {
   struct cs_sched *s = e->s;
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
-    uint64_t t0 = cs_rdtsc();
-    enum cs_pace pace = tick(s, e);
+    uint64_t t0 = cs_rdtsc(), recheck_ns;
+    enum cs_pace pace = tick(s, e, &recheck_ns);
     __atomic_store_n(&e->work_cycles, e->work_cycles + (cs_rdtsc() - t0), __ATOMIC_RELAXED);
     __atomic_store_n(&e->wakeups, e->wakeups + 1, __ATOMIC_RELAXED);
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + pace_ns(pace);
+    uint64_t sleep_ns = pace_ns(pace);
+    if (recheck_ns && recheck_ns < sleep_ns)
+      sleep_ns = recheck_ns < CS_MIN_RECHECK_NS ? CS_MIN_RECHECK_NS : recheck_ns;
+    uint64_t ns = (uint64_t)until.tv_nsec + sleep_ns;
     until.tv_sec += (time_t)(ns / 1000000000ull);
     until.tv_nsec = (long)(ns % 1000000000ull);
     pthread_cond_timedwait(&e->cv, &s->mu, &until);

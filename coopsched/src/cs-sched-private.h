@@ -12,6 +12,7 @@
 #include "cs-chain.h"
 #include "cs-sched.h"
 #include "cs-task.h"
+#include "cs-watchdog.h"
 
 /* What the master asked an enforcer to do for an sgroup. */
 enum cs_op {
@@ -59,10 +60,14 @@ struct cs_group {
   int status[KEEL_SCHED_MAX_NFS];
   uint64_t end_by_ns;
 
-  /* Watchdog: the turn under suspicion. */
-  uint64_t wd_busy;
-  uint64_t wd_tsc;
-  uint64_t wd_cpu_ns;
+  /* Watchdog (cs-watchdog.h): what it remembers of each thread, in
+   * coopsched's own memory; the threads it demoted for holding the core,
+   * the first of them and by when the chain must have begun to exit. */
+  struct cs_wd_thread wd[KEEL_SCHED_MAX_NFS];
+  uint32_t demoted_mask;
+  uint32_t demoted_pos;
+  uint64_t demoted_busy_us;
+  uint64_t demoted_by_ns;
 };
 
 struct cs_enforcer {
@@ -71,6 +76,12 @@ struct cs_enforcer {
   pthread_t thread;
   pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
   int started;
+  /* The watchdog's window on this core and its look at the threads. */
+  struct cs_wd_window wd;
+  struct cs_group *wd_groups[CS_WD_MAX_THREADS];
+  uint32_t wd_pos[CS_WD_MAX_THREADS];
+  struct cs_wd_thread *wd_threads[CS_WD_MAX_THREADS];
+  struct cs_wd_now wd_now[CS_WD_MAX_THREADS];
   /* What the enforcer costs its core (Status): TSC cycles of its ticks'
    * work, and how many times it woke (each wake-up also costs two context
    * switches on the core, counted in the NFs' handoffs and turns). */
@@ -82,7 +93,6 @@ struct cs_sched {
   struct cs_options opt;
   uint64_t tsc_hz;
   uint64_t handoff_cycles;
-  uint64_t timeout_cycles;
   pthread_mutex_t ctl_mu;
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* broadcast when a request completes */

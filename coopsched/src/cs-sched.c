@@ -223,7 +223,6 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     goto fail;
   }
   s->tsc_hz = cs_tsc_measure_hz();
-  s->timeout_cycles = (uint64_t)((double)opt->yield_timeout_us * 1e-6 * (double)s->tsc_hz);
   if (opt->probe_handoff) {
     struct cs_error perr;
     s->handoff_cycles = cs_handoff_measure(opt->cores[0], opt->run_priority, &perr);
@@ -419,6 +418,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   }
   pthread_mutex_lock(&s->mu);
   g->serial = ++s->last_serial;
+  for (uint32_t i = 0; i < n; i++) g->wd[i].key = g->serial * KEEL_SCHED_MAX_NFS + i;
   g->next = s->groups;
   s->groups = g;
   pthread_mutex_unlock(&s->mu);

@@ -182,11 +182,6 @@ int cs_task_restore(const struct cs_task *t) {
   return sched_setaffinity(t->tid, sizeof t->orig_affinity, &t->orig_affinity) < 0 ? -errno : 0;
 }
 
-uint64_t cs_task_cpu_ns(const struct cs_task *t) {
-  struct cs_task_sched st;
-  return cs_task_schedstat(t, &st) == 0 ? st.cpu_ns : 0;
-}
-
 int cs_task_schedstat(const struct cs_task *t, struct cs_task_sched *out) {
   char buf[128];
   int n = pread_small(t->sched_fd, buf, sizeof buf);

@@ -76,9 +76,6 @@ int cs_task_restore(const struct cs_task *t);
 /* Returns nonzero if the thread runs under SCHED_FIFO (0 if it is gone). */
 int cs_task_is_fifo(const struct cs_task *t);
 
-/* Returns the CPU time the thread has used, in ns (schedstat), or 0 if unknown. */
-uint64_t cs_task_cpu_ns(const struct cs_task *t);
-
 /* The kernel's account of a thread's time (schedstat): CPU time used, time
  * spent runnable waiting for a CPU, and how many times it was switched in. */
 struct cs_task_sched {

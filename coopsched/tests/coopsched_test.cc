@@ -1142,4 +1142,121 @@ TEST_F(CoopschedTest, ChainThatClosesOnPurposeFinishes) {
   EXPECT_TRUE(Unregister("done").ok());
 }
 
+// Issue 19 item 3: the watchdog reads the kernel's account of the threads,
+// not busy_since_tsc: a position that spins and keeps writing
+// busy_since_tsc = 0 is demoted within the yield timeout and a tick, and
+// its sgroup cut off (it never was).
+TEST_F(CoopschedTest, WatchdogCutsOffASpinnerThatHidesFromTheSharedPage) {
+  StartDaemon({"--yield-timeout-us", "10000"});
+  Chain& good = NewChain("good", 2);
+  Chain& bad = NewChain("bad", 3, {{}, {"--spin-hidden"}});
+  ASSERT_NO_FATAL_FAILURE(Run(good, "good"));
+  ASSERT_NO_FATAL_FAILURE(Run(bad, "bad"));
+  uint64_t rb = bad.rounds();
+  ASSERT_TRUE(WaitFor([&] { return bad.rounds() > rb + 10000; }, 5000));
+  uint64_t t0 = UnixNs();
+  __atomic_store_n(&bad.a()->spin_req, 1ull, __ATOMIC_RELEASE);
+  keel::v1::GroupStatus gs;
+  keel::v1::Event cut;
+  ASSERT_TRUE(WaitForState("bad", keel::v1::GROUP_STATE_CUT_OFF, "cut-off", &gs, &cut, 3000))
+      << "sgroup bad is " << keel::v1::GroupState_Name(gs.state()) << "; no cut-off event";
+  keel::v1::Event demoted;
+  keel::v1::StatusResponse status = Status();
+  for (const auto& e : status.events())
+    if (e.kind() == "demoted" && e.group_id() == "bad") demoted = e;
+  ASSERT_NE(demoted.seq(), 0u) << "no demoted event";
+  double ms = static_cast<double>(demoted.unix_ns() - t0) / 1e6;
+  std::fprintf(stderr, "demoted %.2f ms after the spin began (held %llu us); %s\n", ms,
+               static_cast<unsigned long long>(demoted.busy_us()), cut.message().c_str());
+  EXPECT_LT(ms, 10.0 + 1.0 + 2.0) << "later than the timeout + a tick (+ 2 ms)";
+  EXPECT_EQ(demoted.position(), 1u);
+  EXPECT_EQ(cut.position(), 1u);
+  EXPECT_EQ(cut.tid(), bad.pids()[1]);
+  EXPECT_GE(cut.busy_us(), 10000u);
+  EXPECT_LE(cut.busy_us(), 15000u);
+  EXPECT_EQ(sched_getscheduler(bad.pids()[1]), SCHED_OTHER);
+  for (pid_t pid : bad.pids()) EXPECT_TRUE(WaitFor([&] { return ProcState(pid) == 'T'; }, 1000));
+  uint64_t rg = good.rounds();
+  SleepMs(300);
+  EXPECT_GT(good.rounds(), rg + 10000);
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("good", &det).ok());
+  ExpectClean(good);
+  EXPECT_TRUE(Unregister("bad").ok());
+}
+
+// Issue 19 item 3: a chain that closes on purpose while another sgroup
+// shares the core, whose position 0 then holds the core in its clean-up
+// for longer than the yield timeout (keel-nf's does, ~10 ms: DPDK freeing
+// its memory), is demoted off the core but not cut off: its threads exit
+// with 0 and it finishes. The other sgroup keeps the core.
+TEST_F(CoopschedTest, CloseWhoseCleanUpOutlastsTheYieldTimeoutFinishes) {
+  StartDaemon({"--yield-timeout-us", "10000"});
+  Chain& good = NewChain("good", 2);
+  Chain& c = NewChain("slow", 3, {{"--exit-busy-ms", "40"}});
+  ASSERT_NO_FATAL_FAILURE(Run(good, "good"));
+  ASSERT_NO_FATAL_FAILURE(Run(c, "slow"));
+  uint64_t r = c.rounds();
+  ASSERT_TRUE(WaitFor([&] { return c.rounds() > r + 1000; }, 5000));
+  __atomic_store_n(&c.a()->close_req, 1ull, __ATOMIC_RELEASE);
+  keel::v1::GroupStatus gs;
+  keel::v1::Event ev;
+  ASSERT_TRUE(WaitForState("slow", keel::v1::GROUP_STATE_FINISHED, "finished", &gs, &ev, 3000))
+      << "sgroup slow is " << keel::v1::GroupState_Name(gs.state());
+  for (pid_t pid : c.pids()) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << pid << ": " << status;
+  }
+  int demoted = 0;
+  keel::v1::StatusResponse status = Status();
+  for (const auto& e : status.events()) {
+    EXPECT_NE(e.kind(), "cut-off") << e.message();
+    EXPECT_NE(e.kind(), "thread-exited") << e.message();
+    demoted += e.kind() == "demoted";
+  }
+  std::fprintf(stderr, "demoted events: %d\n", demoted);
+  uint64_t rg = good.rounds();
+  SleepMs(200);
+  EXPECT_GT(good.rounds(), rg + 1000);
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("good", &det).ok());
+  ExpectClean(good);
+  EXPECT_TRUE(Unregister("slow").ok());
+}
+
+// Issue 19 item 3: healthy sgroups are never cut off: turns of 4 ms and of
+// 9 ms (under the 10 ms timeout) that span the enforcer's looks, beside an
+// sgroup attached and detached every half millisecond.
+TEST_F(CoopschedTest, LongTurnsAndRapidFlipsAreNeverCutOff) {
+  StartDaemon({"--yield-timeout-us", "10000"});
+  Chain& slow = NewChain("slow", 3, {{}, {"--turn-us", "4000"}, {"--turn-us", "9000"}});
+  Chain& flip = NewChain("flip", 2, {{"--turn-us", "300"}});
+  ASSERT_NO_FATAL_FAILURE(Run(slow, "slow"));
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(flip, "flip", &gs).ok());
+  for (int i = 0; i < 300; i++) {
+    ASSERT_TRUE(Attach("flip").ok()) << "cycle " << i;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    keel::v1::DetachResponse det;
+    grpc::Status st = Detach("flip", &det);
+    ASSERT_TRUE(st.ok()) << "cycle " << i << ": " << st.error_message();
+  }
+  ASSERT_TRUE(Attach("flip").ok());
+  SleepMs(1000);
+  keel::v1::StatusResponse status = Status();
+  for (const auto& e : status.events()) {
+    EXPECT_NE(e.kind(), "demoted") << e.message();
+    EXPECT_NE(e.kind(), "cut-off") << e.message();
+  }
+  for (const auto& g : status.groups())
+    EXPECT_EQ(g.state(), keel::v1::GROUP_STATE_ATTACHED) << g.group_id();
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("flip", &det).ok());
+  ASSERT_TRUE(Detach("slow", &det).ok());
+  ExpectClean(slow);
+  ExpectClean(flip);
+  EXPECT_GT(slow.rounds(), 50u);
+}
+
 }  // namespace
