@@ -144,7 +144,8 @@ int cs_group_check_threads(struct cs_sched *s, struct cs_group *g, uint64_t now_
     return 1;
   }
   if (now_ns >= g->end_by_ns) {
-    snprintf(why, sizeof why, "exited, and position %u had not exited 1 s later", alive);
+    if (alive < g->n) snprintf(why, sizeof why, "exited, and position %u had not 1 s later", alive);
+    else snprintf(why, sizeof why, "exited, and the others' processes had not ended 1 s later");
     fail_group(s, g, first, why);
     return 1;
   }
@@ -231,8 +232,8 @@ static int wd_runnable(void *ctx, size_t i) { return cs_task_runnable(wd_task(ct
 static int wd_waiting(void *ctx, size_t i) {
   const struct cs_enforcer *e = ctx;
   struct cs_task_stat st;
-  return cs_task_stat(wd_task(ctx, i), &st) == 0 && st.state == 'R' && st.policy == SCHED_FIFO &&
-         st.rt_priority == e->s->opt.run_priority && !st.exiting;
+  return cs_task_stat(wd_task(ctx, i), &st) == 0 && st.state == 'R' && st.cpu == e->core &&
+         st.policy == SCHED_FIFO && st.rt_priority == e->s->opt.run_priority && !st.exiting;
 }
 
 static int wd_exiting(void *ctx, size_t i) {

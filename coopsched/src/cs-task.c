@@ -213,10 +213,11 @@ int cs_task_stat(const struct cs_task *t, struct cs_task_stat *out) {
   char *f[50];
   int n = pread_small(t->stat_fd, buf, sizeof buf);
   if (n < 0) return n;
-  /* 3 state, 9 flags, 40 rt_priority, 41 policy */
+  /* 3 state, 9 flags, 39 processor, 40 rt_priority, 41 policy */
   if (stat_fields(buf, f, 50) < 39) return -ESRCH;
   out->state = f[0][0];
   out->exiting = (strtoul(f[6], NULL, 10) & CS_PF_EXITING) != 0;
+  out->cpu = (int)strtol(f[36], NULL, 10);
   out->rt_priority = (int)strtol(f[37], NULL, 10);
   out->policy = (int)strtol(f[38], NULL, 10);
   return 0;

@@ -93,6 +93,7 @@ struct cs_task_stat {
   int policy;      /* SCHED_OTHER, SCHED_FIFO, ... */
   int rt_priority; /* its FIFO priority, 0 for the others */
   int exiting;     /* the kernel is ending it (PF_EXITING) */
+  int cpu;         /* the CPU it last ran on, or is queued on */
 };
 
 /* Reads the thread's /proc stat into *out; -errno (-ESRCH once it is gone). */

@@ -16,8 +16,8 @@
  * A window opens at a look where some thread W, other than the one that ran
  * most since the last look, is on the run queue (it watches up to two such
  * threads). It stays open while the switch count of one of them, W, has not
- * moved and W is still runnable, SCHED_FIFO at the run priority and not
- * exiting (checked at every look). While it is open, the
+ * moved and W is still runnable on this core, SCHED_FIFO at the run
+ * priority and not exiting (checked at every look). While it is open, the
  * CPU time another thread S has used since the window opened was used in one
  * stretch without yielding; once that reaches the yield timeout, S held the
  * core that long while W waited: the verdict. A thread that is exiting is
@@ -76,7 +76,7 @@ struct cs_wd_window {
 struct cs_wd_ops {
   /* On the run queue now (running or waiting for the CPU). */
   int (*runnable)(void *ctx, size_t i);
-  /* Runnable, SCHED_FIFO at the run priority and not exiting. */
+  /* Runnable on this core, SCHED_FIFO at the run priority, not exiting. */
   int (*waiting)(void *ctx, size_t i);
   /* Exiting (the kernel is ending it) or gone. */
   int (*exiting)(void *ctx, size_t i);
