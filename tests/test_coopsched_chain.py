@@ -172,6 +172,24 @@ def test_copy_each_hop_gives_the_same_packets_as_zero_copy(tmp_path, coopsched):
     assert copied == zero
 
 
+def test_a_chain_that_closes_on_purpose_finishes_and_leaves_the_core(tmp_path, coopsched):
+    """keel-nf closing when idle: every position exits with 0, so coopsched
+    reports the sgroup finished (not failed, not cut off, not still attached
+    with its threads gone), whatever position 0's clean-up costs on the core."""
+    in_pcap = tmp_path / "in.pcap"
+    pcapraw.write(in_pcap, (pcapraw.udp_frame(1000 + i % 100, b"\xff" * 18) for i in range(5000)))
+    procs, _, _ = start_chain(tmp_path, coopsched, "closes", 3, in_pcap, idle_ms=300)
+    coopsched.Attach(pb.AttachRequest(group_id="closes", core=MANAGED_CORE))
+    for p in procs:
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    assert wait_for(lambda: group(coopsched, "closes").state == pb.GROUP_STATE_FINISHED, 5), \
+        pb.GroupState.Name(group(coopsched, "closes").state)
+    events = [e for e in coopsched.Status(pb.StatusRequest()).events if e.group_id == "closes"]
+    assert "finished" in [e.kind for e in events]
+    assert not [e for e in events if e.kind in ("cut-off", "thread-exited")], events
+    coopsched.Unregister(pb.UnregisterRequest(group_id="closes"))
+
+
 NF_IMAGE = os.environ.get("KEEL_NF_IMAGE", "keel/nf-base:latest")
 
 

@@ -30,6 +30,7 @@ keel::v1::GroupState ToProto(cs_group_state st) {
     case CS_DETACHING: return keel::v1::GROUP_STATE_DETACHING;
     case CS_CUT_OFF: return keel::v1::GROUP_STATE_CUT_OFF;
     case CS_FAILED: return keel::v1::GROUP_STATE_FAILED;
+    case CS_FINISHED: return keel::v1::GROUP_STATE_FINISHED;
   }
   return keel::v1::GROUP_STATE_UNSPECIFIED;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internals shared by the scheduler's table (cs-sched.c) and its enforcers
- * (cs-enforcer.c). One lock, s->mu, guards the table and every sgroup's
- * state; control requests are serialised by s->ctl_mu so that the master
- * thread can do slow work (stopping threads) without holding s->mu. */
+/* Internals shared by the scheduler's table (cs-sched.c), its enforcers
+ * (cs-enforcer.c) and its exit watcher (cs-watcher.c). One lock, s->mu,
+ * guards the table and every sgroup's state; control requests are
+ * serialised by s->ctl_mu so that the master thread can do slow work
+ * (stopping threads) without holding s->mu. */
 #ifndef KEEL_CS_SCHED_PRIVATE_H_
 #define KEEL_CS_SCHED_PRIVATE_H_
 
@@ -11,6 +12,7 @@
 #include "cs-chain.h"
 #include "cs-sched.h"
 #include "cs-task.h"
+#include "cs-watchdog.h"
 
 /* What the master asked an enforcer to do for an sgroup. */
 enum cs_op {
@@ -27,6 +29,7 @@ enum cs_phase {
 
 struct cs_group {
   struct cs_group *next;
+  uint64_t serial; /* unique among the sgroups this process registered */
   char id[CS_GROUP_ID_MAX];
   char path[CS_PATH_MAX];
   uint32_t n;
@@ -48,10 +51,23 @@ struct cs_group {
   int cut;              /* stopping because the watchdog cut it off */
   uint64_t deadline_ns; /* of the current phase */
 
-  /* Watchdog: the turn under suspicion. */
-  uint64_t wd_busy;
-  uint64_t wd_tsc;
-  uint64_t wd_cpu_ns;
+  /* Exits, as the kernel tells them: a position's thread is gone, its
+   * process's wait status is known and what it is. A chain that closes on
+   * purpose ends with every process exiting with 0: from the first clean
+   * exit the others have until end_by_ns to do the same. */
+  unsigned char gone[KEEL_SCHED_MAX_NFS];
+  unsigned char status_known[KEEL_SCHED_MAX_NFS];
+  int status[KEEL_SCHED_MAX_NFS];
+  uint64_t end_by_ns;
+
+  /* Watchdog (cs-watchdog.h): what it remembers of each thread, in
+   * coopsched's own memory; the threads it demoted for holding the core,
+   * the first of them and by when the chain must have begun to exit. */
+  struct cs_wd_thread wd[KEEL_SCHED_MAX_NFS];
+  uint32_t demoted_mask;
+  uint32_t demoted_pos;
+  uint64_t demoted_busy_us;
+  uint64_t demoted_by_ns;
 };
 
 struct cs_enforcer {
@@ -60,7 +76,12 @@ struct cs_enforcer {
   pthread_t thread;
   pthread_cond_t cv; /* signalled when there is work; waited on with s->mu */
   int started;
-  uint64_t next_detached_check_ns; /* the first enforcer watches detached sgroups too */
+  /* The watchdog's window on this core and its look at the threads. */
+  struct cs_wd_window wd;
+  struct cs_group *wd_groups[CS_WD_MAX_THREADS];
+  uint32_t wd_pos[CS_WD_MAX_THREADS];
+  struct cs_wd_thread *wd_threads[CS_WD_MAX_THREADS];
+  struct cs_wd_now wd_now[CS_WD_MAX_THREADS];
   /* What the enforcer costs its core (Status): TSC cycles of its ticks'
    * work, and how many times it woke (each wake-up also costs two context
    * switches on the core, counted in the NFs' handoffs and turns). */
@@ -72,7 +93,6 @@ struct cs_sched {
   struct cs_options opt;
   uint64_t tsc_hz;
   uint64_t handoff_cycles;
-  uint64_t timeout_cycles;
   pthread_mutex_t ctl_mu;
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* broadcast when a request completes */
@@ -80,7 +100,12 @@ struct cs_sched {
   struct cs_group *groups;
   struct cs_enforcer enforcers[CS_MAX_CORES];
   struct cs_events events;
+  struct cs_events_logger logger;
   struct cs_announce *announces;
+  uint64_t last_serial;
+  int watch_fd; /* eventfd: the set of watched threads changed */
+  pthread_t watcher;
+  int watcher_started;
   int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
   int64_t rt_saved_us;
@@ -88,6 +113,20 @@ struct cs_sched {
 
 /* The enforcer thread of one managed core. */
 void *cs_enforcer_main(void *arg);
+
+/* Looks at what has become of g's threads (s->mu held): fails g if one has
+ * exited other than cleanly, or if the others have not followed a clean
+ * exit by g->end_by_ns (at once if g is detached: its threads are stopped);
+ * finishes g once all have exited cleanly. Returns 1 if g is out of service
+ * (cut off, failed or finished). */
+int cs_group_check_threads(struct cs_sched *s, struct cs_group *g, uint64_t now_ns);
+
+/* The exit watcher: checks an sgroup's threads as soon as a pidfd of theirs
+ * says a thread or process has exited, whatever the sgroup's state. */
+void *cs_watcher_main(void *arg);
+
+/* Tells the exit watcher that sgroups came or went. */
+void cs_watcher_wake(struct cs_sched *s);
 
 /* Returns the enforcer of core, or NULL if the core is not managed. */
 struct cs_enforcer *cs_sched_enforcer(struct cs_sched *s, int core);

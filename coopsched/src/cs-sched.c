@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +74,7 @@ const char *cs_group_state_name(enum cs_group_state st) {
     case CS_DETACHING: return "detaching";
     case CS_CUT_OFF: return "cut-off";
     case CS_FAILED: return "failed";
+    case CS_FINISHED: return "finished";
   }
   return "unknown";
 }
@@ -115,6 +117,11 @@ static void stop_enforcers(struct cs_sched *s) {
   pthread_mutex_unlock(&s->mu);
   for (int i = 0; i < s->opt.ncores; i++)
     if (s->enforcers[i].started) pthread_join(s->enforcers[i].thread, NULL);
+  if (s->watcher_started) {
+    cs_watcher_wake(s);
+    pthread_join(s->watcher, NULL);
+    s->watcher_started = 0;
+  }
 }
 
 /* Reads the online CPUs from sysfs into *set. */
@@ -207,6 +214,7 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     return NULL;
   }
   s->opt = *opt;
+  s->watch_fd = -1;
   for (int i = 0; i < CS_MAX_CORES; i++) s->lock_fds[i] = -1;
   if (claim_host(s, err)) goto fail;
   /* The master, the RPC threads and everything they start stay off the managed cores. */
@@ -215,7 +223,6 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     goto fail;
   }
   s->tsc_hz = cs_tsc_measure_hz();
-  s->timeout_cycles = (uint64_t)((double)opt->yield_timeout_us * 1e-6 * (double)s->tsc_hz);
   if (opt->probe_handoff) {
     struct cs_error perr;
     s->handoff_cycles = cs_handoff_measure(opt->cores[0], opt->run_priority, &perr);
@@ -224,8 +231,19 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
       goto fail;
     }
   }
+  s->watch_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (s->watch_fd < 0) {
+    cs_error_set(err, CS_EINTERNAL, "eventfd: %s", strerror(errno));
+    goto fail;
+  }
   pthread_mutex_init(&s->ctl_mu, NULL);
-  pthread_mutex_init(&s->mu, NULL);
+  /* Priority inheritance: an RPC thread under CFS holding the table while an
+   * enforcer (highest FIFO priority) waits for it runs at that priority. */
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+  pthread_mutex_init(&s->mu, &ma);
+  pthread_mutexattr_destroy(&ma);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -237,12 +255,21 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
   }
   pthread_condattr_destroy(&ca);
   cs_events_init(&s->events);
-  if (start_enforcers(s, err) != CS_OK) {
+  /* The event logger and the exit watcher run under CFS off the managed
+   * cores, like the master. */
+  int rc = cs_events_logger_start(&s->logger, &s->events);
+  if (rc == 0) {
+    rc = pthread_create(&s->watcher, NULL, cs_watcher_main, s);
+    s->watcher_started = rc == 0;
+  }
+  if (rc != 0) cs_error_set(err, CS_EINTERNAL, "cannot start a helper thread: %s", strerror(rc));
+  if (rc != 0 || start_enforcers(s, err) != CS_OK) {
     cs_sched_destroy(s);
     return NULL;
   }
   return s;
 fail:
+  if (s->watch_fd >= 0) close(s->watch_fd);
   release_host(s);
   free(s);
   return NULL;
@@ -277,6 +304,9 @@ static enum cs_errclass check_in_service(const struct cs_group *g, struct cs_err
   if (g->state == CS_FAILED)
     return cs_error_set(err, CS_ESTATE, "sgroup \"%s\" failed: a thread exited; unregister it",
                         g->id);
+  if (g->state == CS_FINISHED)
+    return cs_error_set(err, CS_ESTATE,
+                        "sgroup \"%s\" finished: its threads exited with 0; unregister it", g->id);
   return CS_OK;
 }
 
@@ -387,11 +417,12 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
     }
   }
   pthread_mutex_lock(&s->mu);
+  g->serial = ++s->last_serial;
+  for (uint32_t i = 0; i < n; i++) g->wd[i].key = g->serial * KEEL_SCHED_MAX_NFS + i;
   g->next = s->groups;
   s->groups = g;
-  /* The first enforcer watches detached sgroups: from now on, at its detached pace. */
-  pthread_cond_signal(&s->enforcers[0].cv);
   pthread_mutex_unlock(&s->mu);
+  cs_watcher_wake(s);
   return CS_OK;
 fail:
   free_group(g, opened);
@@ -516,6 +547,7 @@ static void unregister_locked(struct cs_sched *s, struct cs_group *g) {
   while (*pp != g) pp = &(*pp)->next;
   *pp = g->next;
   pthread_mutex_unlock(&s->mu);
+  cs_watcher_wake(s);
   release_tasks(g);
   free_group(g, g->n);
 }
@@ -606,8 +638,10 @@ void cs_sched_destroy(struct cs_sched *s) {
   pthread_mutex_unlock(&s->ctl_mu);
   stop_enforcers(s);
   release_host(s);
+  cs_events_logger_stop(&s->logger);
   cs_events_wake(&s->events);
   cs_events_destroy(&s->events);
+  if (s->watch_fd >= 0) close(s->watch_fd);
   for (int i = 0; i < s->opt.ncores; i++) pthread_cond_destroy(&s->enforcers[i].cv);
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->mu);

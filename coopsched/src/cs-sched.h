@@ -38,7 +38,8 @@ enum cs_group_state {
   CS_ATTACHED = 2,
   CS_DETACHING = 3,
   CS_CUT_OFF = 4,
-  CS_FAILED = 5, /* a thread exited; the others are stopped under their original policy */
+  CS_FAILED = 5,   /* a thread exited; the others are stopped under their original policy */
+  CS_FINISHED = 6, /* every thread exited with 0: the chain closed */
 };
 
 struct cs_thread_info {
@@ -136,7 +137,7 @@ void cs_sched_enforcer_cost(struct cs_sched *s, int i, uint64_t *work_cycles, ui
 /* The event log. */
 struct cs_events *cs_sched_events(struct cs_sched *s);
 
-/* The name of a state: detached, attached, detaching, cut-off, failed. */
+/* The name of a state: detached, attached, detaching, cut-off, failed, finished. */
 const char *cs_group_state_name(enum cs_group_state st);
 
 #ifdef __cplusplus

@@ -30,6 +30,7 @@ struct tc_area {
   uint64_t last_seq[KEEL_SCHED_MAX_NFS];
   uint64_t spin_req;    /* set by the test: a --spin position spins at its next turn */
   uint64_t spin_tsc;    /* when the spinning position began to spin */
+  uint64_t close_req;   /* set by the test: position 0 closes the chain at its next turn */
 };
 
 struct tc_trace {
