@@ -30,6 +30,7 @@ var groupStates = map[pb.GroupState]reconcile.GroupState{
 	pb.GroupState_GROUP_STATE_DETACHING: reconcile.GroupDetaching,
 	pb.GroupState_GROUP_STATE_CUT_OFF:   reconcile.GroupCutOff,
 	pb.GroupState_GROUP_STATE_FAILED:    reconcile.GroupFailed,
+	pb.GroupState_GROUP_STATE_FINISHED:  reconcile.GroupFinished,
 }
 
 // observe reads containers (by the worker label), the VFs, coopsched's sgroups and the

@@ -22,10 +22,11 @@ const (
 	GroupDetaching
 	GroupCutOff
 	GroupFailed
+	GroupFinished // every NF thread exited cleanly (a chain that closed on purpose)
 )
 
 func (g GroupState) String() string {
-	return [...]string{"none", "detached", "attached", "detaching", "cut-off", "failed"}[g]
+	return [...]string{"none", "detached", "attached", "detaching", "cut-off", "failed", "finished"}[g]
 }
 
 // Desired is a chain instance as the gateway wants it on this worker.
@@ -219,6 +220,8 @@ func Broken(d Desired, a Actual, now time.Time, registerTimeout time.Duration) s
 		return "coopsched: an NF thread exited"
 	case GroupCutOff:
 		return "coopsched: the watchdog cut the chain off (an NF held the core too long)"
+	case GroupFinished:
+		return "coopsched: the chain's NFs exited (cleanly, but the instance should be running)"
 	case GroupNone:
 		if registerTimeout > 0 && !a.Created.IsZero() && now.Sub(a.Created) > registerTimeout {
 			return fmt.Sprintf("the NFs did not register with coopsched within %s", registerTimeout)

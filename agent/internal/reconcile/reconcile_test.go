@@ -107,8 +107,8 @@ func Test_Diff_fails_an_instance_whose_container_died(t *testing.T) {
 		Action{Kind: Fail, ID: "c/0", Reason: "NF container 1: exited with code 137 (OOM killed)"})
 }
 
-func Test_Diff_fails_an_instance_whose_group_failed_or_was_cut_off(t *testing.T) {
-	for _, g := range []GroupState{GroupFailed, GroupCutOff} {
+func Test_Diff_fails_an_instance_whose_group_failed_was_cut_off_or_finished(t *testing.T) {
+	for _, g := range []GroupState{GroupFailed, GroupCutOff, GroupFinished} {
 		got := Diff(Input{Now: t0, Desired: map[string]Desired{"c/0": desired("c/0", 1)},
 			Actual: map[string]Actual{"c/0": healthy("c/0", g, 1)}})
 		if len(got) != 1 || got[0].Kind != Fail || !strings.HasPrefix(got[0].Reason, "coopsched:") {
