@@ -39,6 +39,15 @@ func (s *Server) chains(ctx context.Context) (*chainIndex, error) {
 	if ix := s.index.Load(); ix != nil && ix.gen == gen {
 		return ix, nil
 	}
+	// One rebuild at a time: after a restart every new flow finds no index, and each building
+	// its own (cost models included) took the shared core for seconds while the agent's
+	// RegisterWorker timed out behind them.
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	gen = s.Store.Generation()
+	if ix := s.index.Load(); ix != nil && ix.gen == gen {
+		return ix, nil
+	}
 	all, err := s.Store.List(ctx)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,9 @@ type Server struct {
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter
 	ingress   sync.Map   // ingress id -> latest *pb.IngressStats
 	models    sync.Map   // chain name + spec -> *Model
+	modelMu   sync.Mutex // one model built at a time
 	index     atomic.Pointer[chainIndex]
+	indexMu   sync.Mutex // one index rebuild at a time
 	kickOnce  sync.Once
 	kicks     chan struct{}
 	decisions decisionLog

@@ -35,6 +35,13 @@ func (s *Server) model(f *store.Function) (*Model, error) {
 	if m, ok := s.models.Load(key); ok {
 		return m.(*Model), nil
 	}
+	// One model built at a time (the stats path and the index both ask): the same chain's is
+	// built once, not by every caller that found none.
+	s.modelMu.Lock()
+	defer s.modelMu.Unlock()
+	if m, ok := s.models.Load(key); ok {
+		return m.(*Model), nil
+	}
 	var m *Model
 	var err error
 	if s.Modeler == nil {
