@@ -121,10 +121,7 @@ def sensitivity(trials: int, seed: int) -> dict:
     for err in (-0.5, -0.25, -0.1, 0.1, 0.25, 0.5):
         ratios = {a: [] for a in sc.ALGOS}
         while len(ratios["smartchain"]) < trials:
-            g, deps = draw(rng, "linear", 10)
-            opt = sc.solve_ilp(g, deps, cpu_cores=CPU_CORES)
-            if not opt.feasible or opt.benefit_us <= 0:
-                continue
+            g, deps, opt = draw_solvable(rng)
             k = rng.randrange(len(g.names))
             true = g.kinds[k]
             measured = true.suitability * (1 + err)
@@ -137,6 +134,16 @@ def sensitivity(trials: int, seed: int) -> dict:
         out[f"{err:+.0%}"] = {a: {"mean": round(sum(v) / len(v), 4), "min": round(min(v), 4)}
                               for a, v in ratios.items()}
     return out
+
+
+def draw_solvable(rng: random.Random):
+    """A linear graph (10 action dependencies) whose optimum gains something: (graph, deps,
+    optimum), drawn again until one does."""
+    while True:
+        g, deps = draw(rng, "linear", 10)
+        opt = sc.solve_ilp(g, deps, cpu_cores=CPU_CORES)
+        if opt.feasible and opt.benefit_us > 0:
+            return g, deps, opt
 
 
 def sensitivity_capacity(trials: int, seed: int) -> dict:
@@ -156,10 +163,7 @@ def sensitivity_capacity(trials: int, seed: int) -> dict:
         migrated = {a: 0 for a in sc.ALGOS}
         failed = {a: 0 for a in sc.ALGOS}
         while len(ratios["smartchain"]) < trials:
-            g, deps = draw(rng, "linear", 10)
-            opt = sc.solve_ilp(g, deps, cpu_cores=CPU_CORES)
-            if not opt.feasible or opt.benefit_us <= 0:
-                continue
+            g, deps, opt = draw_solvable(rng)
             k = rng.randrange(len(g.names))
             key = rng.choice(("cap_cpu_gbps", "cap_nic_gbps"))
             true = g.kinds[k]
