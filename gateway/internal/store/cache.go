@@ -159,51 +159,46 @@ func (s *Store) fetchFunctions(ctx context.Context) (func(c *cache), error) {
 	return func(c *cache) { c.functions = fns }, nil
 }
 
-func (s *Store) fetchWorkers(ctx context.Context) (func(c *cache), error) {
-	m, err := s.rdb.HGetAll(ctx, keyWorkers).Result()
+// readHash reads a Redis hash of JSON records, decoded by field; what names them in errors
+// ("workers" for reading the hash, "worker K" for decoding field K).
+func readHash[T any](ctx context.Context, rdb redis.Cmdable, key, what string, one func(k string) string) (map[string]*T, error) {
+	m, err := rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return nil, fmt.Errorf("workers: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	ws := make(map[string]*Worker, len(m))
+	out := make(map[string]*T, len(m))
 	for k, v := range m {
-		var w Worker
-		if err := json.Unmarshal([]byte(v), &w); err != nil {
-			return nil, fmt.Errorf("decode worker %s: %w", k, err)
+		var rec T
+		if err := json.Unmarshal([]byte(v), &rec); err != nil {
+			return nil, fmt.Errorf("decode %s: %w", one(k), err)
 		}
-		ws[k] = &w
+		out[k] = &rec
+	}
+	return out, nil
+}
+
+func (s *Store) fetchWorkers(ctx context.Context) (func(c *cache), error) {
+	ws, err := readHash[Worker](ctx, s.rdb, keyWorkers, "workers", func(k string) string { return "worker " + k })
+	if err != nil {
+		return nil, err
 	}
 	return func(c *cache) { c.workers = ws }, nil
 }
 
 func (s *Store) fetchFlows(ctx context.Context) (func(c *cache), error) {
-	m, err := s.rdb.HGetAll(ctx, keyFlows).Result()
+	fl, err := readHash[Flow](ctx, s.rdb, keyFlows, "flows", func(k string) string { return "flow " + k })
 	if err != nil {
-		return nil, fmt.Errorf("flows: %w", err)
-	}
-	fl := make(map[string]*Flow, len(m))
-	for k, v := range m {
-		var f Flow
-		if err := json.Unmarshal([]byte(v), &f); err != nil {
-			return nil, fmt.Errorf("decode flow %s: %w", k, err)
-		}
-		fl[k] = &f
+		return nil, err
 	}
 	return func(c *cache) { c.flows = fl }, nil
 }
 
 func (s *Store) fetchInstances(chainName string) func(ctx context.Context) (func(c *cache), error) {
 	return func(ctx context.Context) (func(c *cache), error) {
-		m, err := s.rdb.HGetAll(ctx, keyInstances+chainName).Result()
+		insts, err := readHash[Instance](ctx, s.rdb, keyInstances+chainName, "instances of "+chainName,
+			func(string) string { return "instance of " + chainName })
 		if err != nil {
-			return nil, fmt.Errorf("instances of %s: %w", chainName, err)
-		}
-		insts := make(map[string]*Instance, len(m))
-		for k, v := range m {
-			var in Instance
-			if err := json.Unmarshal([]byte(v), &in); err != nil {
-				return nil, fmt.Errorf("decode instance of %s: %w", chainName, err)
-			}
-			insts[k] = &in
+			return nil, err
 		}
 		return func(c *cache) { c.instances[chainName] = insts }, nil
 	}
