@@ -81,12 +81,16 @@ func (s split) byName(name func(*http.Request) string, keelHandler http.HandlerF
 	}
 }
 
-// list answers faas-cli list with keel's functions and the upstream's together.
+// list answers faas-cli list with keel's functions and the upstream's together; keel's
+// are all in its one namespace, so a list of another (--namespace) shows only the upstream's.
 func (s split) list(w http.ResponseWriter, r *http.Request) {
 	mine, err := s.p.List(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if ns := r.URL.Query().Get("namespace"); ns != "" && ns != Namespace {
+		mine = nil
 	}
 	theirs, err := s.up.List(r.Context(), r.URL.Query())
 	if err != nil {

@@ -169,6 +169,9 @@ func Test_upstream_mode_keeps_packet_functions_in_keel_and_lists_both_sides(t *t
 	if strings.Join(got, " ") != "hello ttlguard" {
 		t.Errorf("list shows %v, want hello and ttlguard", got)
 	}
+	if code, body := call(h, http.MethodGet, "/system/functions?namespace=other", ""); code != 200 || strings.Contains(body, "ttlguard") {
+		t.Errorf("list of another namespace (keel's functions are all in openfaas-fn): %d %s", code, body)
+	}
 	if code, body := call(h, http.MethodGet, "/system/function/ttlguard", ""); code != 200 || !strings.Contains(body, "com.keel.packet-function") {
 		t.Errorf("describe ttlguard: %d %s", code, body)
 	}

@@ -60,12 +60,21 @@ func New(rawURL, user, passwordFile string) (*Provider, error) {
 			p.authorize(r.Out)
 		},
 		FlushInterval: -1, // faas-cli logs --follow streams
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusUnauthorized {
+				return errRefused // passed on, the user would take it for keel's own login failing
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			http.Error(w, p.wrap(err).Error(), http.StatusBadGateway)
 		},
 	}
 	return p, nil
 }
+
+// errRefused is the upstream's 401: keel's credentials for it are wrong.
+var errRefused = errors.New("it refused keel-gateway's credentials (401): check --upstream-user and --upstream-password-file")
 
 // URL is the provider's address as given.
 func (p *Provider) URL() string { return p.url.String() }
@@ -113,6 +122,8 @@ func (p *Provider) get(ctx context.Context, path string, v any) (found bool, err
 		return false, p.wrap(err)
 	case resp.StatusCode == http.StatusNotFound:
 		return false, nil
+	case resp.StatusCode == http.StatusUnauthorized:
+		return false, &Error{URL: p.URL(), Status: resp.StatusCode, Err: errRefused}
 	case resp.StatusCode != http.StatusOK:
 		return false, &Error{URL: p.URL(), Status: resp.StatusCode,
 			Err: fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))}

@@ -3,6 +3,9 @@
 package upstream
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,5 +34,29 @@ func Test_New_refuses_what_is_not_a_provider_address_or_password(t *testing.T) {
 	p, err := New("http://gateway.openfaas:8080/", "admin", "")
 	if err != nil || p.URL() != "http://gateway.openfaas:8080" {
 		t.Errorf("a plain address: %v %v", p, err)
+	}
+}
+
+func Test_an_upstream_that_refuses_keels_credentials_is_named_not_passed_on_as_a_401(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "invalid credentials", http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(srv.URL, "admin", pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "upstream faas-provider " + srv.URL + ": it refused keel-gateway's credentials (401)"
+	if _, err := p.Has(context.Background(), "hello"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Has: %v, want %q", err, want)
+	}
+	rec := httptest.NewRecorder()
+	p.Forward(rec, httptest.NewRequest(http.MethodPost, "/function/hello", strings.NewReader("hi")))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("Forward: %d %q, want 502 with %q", rec.Code, rec.Body.String(), want)
 	}
 }
