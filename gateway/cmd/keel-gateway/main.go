@@ -79,11 +79,12 @@ func parseFlags(args []string) (*options, error) {
 			"if it does not exist; give the same file to every other component.\n\n"+
 			"Joining a cluster that already runs OpenFaaS: with --upstream-provider URL (faas-netes, or\n"+
 			"any faas-provider) keel keeps only packet functions and chains. faas-cli deploy of a normal\n"+
-			"function, and its describe, scale, remove, logs, invocation (/function/NAME) and secrets\n"+
-			"go to URL, authenticated as --upstream-user with --upstream-password-file; faas-cli list\n"+
-			"shows both. A name that keel and the upstream both hold is refused (409), naming both, and\n"+
-			"an upstream that does not answer gives 502 naming URL. keel's own store must then hold no\n"+
-			"normal function (the gateway refuses to start, naming them).\n\n")
+			"function, and its describe, scale, remove, logs and secrets go to URL, authenticated as\n"+
+			"--upstream-user with --upstream-password-file; its invocations (/function/NAME) go there as\n"+
+			"they came, without those credentials; faas-cli list shows both sides. A name that keel and\n"+
+			"the upstream both hold is refused (409), naming both, and an upstream that does not answer\n"+
+			"gives 502 naming URL. keel's own store must then hold no normal function (the gateway\n"+
+			"refuses to start, naming them).\n\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")

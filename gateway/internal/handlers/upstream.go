@@ -188,7 +188,7 @@ func (s split) invoke(name func(*http.Request) string, keelHandler http.HandlerF
 			return
 		}
 		if what == "" {
-			s.up.Forward(w, r)
+			s.up.Invoke(w, r)
 			return
 		}
 		if has, err := s.up.Has(r.Context(), name(r)); err != nil {

@@ -27,7 +27,7 @@ type Provider struct {
 	url            *url.URL
 	user, password string // its basic auth; user "" sends none
 	client         *http.Client
-	proxy          *httputil.ReverseProxy
+	system, invoke *httputil.ReverseProxy // the REST API's calls; function invocations
 }
 
 // New returns the client of the provider at rawURL (http or https, e.g.
@@ -53,28 +53,42 @@ func New(rawURL, user, passwordFile string) (*Provider, error) {
 			return nil, fmt.Errorf("--upstream-password-file %s: empty password or --upstream-user", passwordFile)
 		}
 	}
-	p.proxy = &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(p.url)
-			r.Out.Header.Del("Authorization") // keel's credentials are not the upstream's
-			p.authorize(r.Out)
-		},
-		FlushInterval: -1, // faas-cli logs --follow streams
-		ModifyResponse: func(resp *http.Response) error {
-			if resp.StatusCode == http.StatusUnauthorized {
-				return errRefused // passed on, the user would take it for keel's own login failing
-			}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			http.Error(w, p.wrap(err).Error(), http.StatusBadGateway)
-		},
-	}
+	p.system, p.invoke = p.reverseProxy(true), p.reverseProxy(false)
 	return p, nil
 }
 
 // errRefused is the upstream's 401: keel's credentials for it are wrong.
 var errRefused = errors.New("it refused keel-gateway's credentials (401): check --upstream-user and --upstream-password-file")
+
+// reverseProxy forwards requests to the same path and query at the upstream. With
+// credentials (the REST API) it swaps keel's basic auth for the upstream's and turns the
+// upstream's 401 into an error naming it. Without (invocations: faas-provider does not
+// guard /function/), the request and the answer pass as they are, so the upstream's
+// credentials never reach a function and a function's own 401 reaches its caller.
+func (p *Provider) reverseProxy(credentials bool) *httputil.ReverseProxy {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(p.url)
+			if credentials {
+				r.Out.Header.Del("Authorization")
+				p.authorize(r.Out)
+			}
+		},
+		FlushInterval: -1, // faas-cli logs --follow streams
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			http.Error(w, p.wrap(err).Error(), http.StatusBadGateway)
+		},
+	}
+	if credentials {
+		rp.ModifyResponse = func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusUnauthorized {
+				return errRefused // passed on, the user would take it for keel's own login failing
+			}
+			return nil
+		}
+	}
+	return rp
+}
 
 // URL is the provider's address as given.
 func (p *Provider) URL() string { return p.url.String() }
@@ -154,7 +168,10 @@ func (p *Provider) Has(ctx context.Context, name string) (bool, error) {
 	return p.get(ctx, "/system/function/"+url.PathEscape(name), &st)
 }
 
-// Forward sends r to the same path and query at the upstream, with the upstream's
-// credentials, and streams its answer back; when the upstream cannot be reached the
-// answer is 502 with an Error's message.
-func (p *Provider) Forward(w http.ResponseWriter, r *http.Request) { p.proxy.ServeHTTP(w, r) }
+// Forward sends a call of the REST API (/system/...) to the same path and query at the
+// upstream, with the upstream's credentials, and streams its answer back; when the
+// upstream cannot be reached the answer is 502 with an Error's message.
+func (p *Provider) Forward(w http.ResponseWriter, r *http.Request) { p.system.ServeHTTP(w, r) }
+
+// Invoke sends a function invocation (/function/NAME...) to the upstream as it came.
+func (p *Provider) Invoke(w http.ResponseWriter, r *http.Request) { p.invoke.ServeHTTP(w, r) }

@@ -55,8 +55,38 @@ func Test_an_upstream_that_refuses_keels_credentials_is_named_not_passed_on_as_a
 		t.Errorf("Has: %v, want %q", err, want)
 	}
 	rec := httptest.NewRecorder()
-	p.Forward(rec, httptest.NewRequest(http.MethodPost, "/function/hello", strings.NewReader("hi")))
+	p.Forward(rec, httptest.NewRequest(http.MethodPost, "/system/scale-function/hello", strings.NewReader(`{"replicas":2}`)))
 	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), want) {
 		t.Errorf("Forward: %d %q, want 502 with %q", rec.Code, rec.Body.String(), want)
+	}
+	// A function's own 401 is its answer to its caller.
+	rec = httptest.NewRecorder()
+	p.Invoke(rec, httptest.NewRequest(http.MethodPost, "/function/hello", strings.NewReader("hi")))
+	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "invalid credentials") {
+		t.Errorf("Invoke: %d %q, want the function's 401", rec.Code, rec.Body.String())
+	}
+}
+
+func Test_Invoke_passes_the_callers_request_without_the_upstreams_credentials(t *testing.T) {
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.Write([]byte(r.URL.RequestURI()))
+	}))
+	defer srv.Close()
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("up-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(srv.URL, "admin", pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/function/hello/path?q=1", strings.NewReader("hi"))
+	req.Header.Set("X-Caller", "yes")
+	rec := httptest.NewRecorder()
+	p.Invoke(rec, req)
+	if rec.Body.String() != "/function/hello/path?q=1" || got.Get("X-Caller") != "yes" || got.Get("Authorization") != "" {
+		t.Errorf("the function saw %q with headers %v", rec.Body.String(), got)
 	}
 }
