@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,9 +26,9 @@ import (
 // --backend kubernetes on a real kube-apiserver: a real faas-provider that makes faas-netes'
 // objects (faas-netes itself cannot be had here: the Go module proxy refuses
 // github.com/openfaas/faas-netes). The normal function of stack.yml becomes the upstream's
-// Deployment, the packet function stays in keel, faas-cli list shows both, a name both
-// hold is refused naming the upstream, a stopped upstream is named, and faas-cli remove
-// reaches both sides.
+// Deployment, the packet function stays in keel, faas-cli list shows both, an invocation
+// reaches the upstream, a name both hold is refused naming the upstream, a stopped
+// upstream is named, and faas-cli remove reaches both sides.
 func Test_faas_cli_through_keel_gateway_with_an_upstream_provider(t *testing.T) {
 	c := testapiserver.Start(t)
 	c.ApplyRBAC(t)
@@ -56,6 +58,15 @@ func Test_faas_cli_through_keel_gateway_with_an_upstream_provider(t *testing.T) 
 	}
 	if out := g.mustFaas("describe", "hello"); !strings.Contains(out, "keel/hello:latest") {
 		t.Errorf("faas-cli describe hello through keel:\n%s", out)
+	}
+
+	// An invocation through keel is the upstream's to answer (with no kubelet no replica
+	// runs, so it refuses): the upstream counts it.
+	if out, err := g.faas("hi", "invoke", "hello"); err == nil {
+		t.Errorf("faas-cli invoke hello with no replica running succeeded:\n%s", out)
+	}
+	if m := get(t, up.URL+"/metrics"); !strings.Contains(m, `function_name="hello"`) {
+		t.Errorf("the upstream did not count the invocation of hello:\n%s", m)
 	}
 
 	// A normal function deployed at the upstream directly takes a name keel then refuses
@@ -107,4 +118,19 @@ func Test_checkUpstreamMode_refuses_a_store_that_holds_normal_functions(t *testi
 	if err := checkUpstreamMode(ctx, st, up); err != nil {
 		t.Errorf("packet functions only: %v", err)
 	}
+}
+
+// get returns the body of an unauthenticated GET.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
