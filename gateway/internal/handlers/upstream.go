@@ -66,9 +66,14 @@ func (s split) conflict(name, what string) error {
 }
 
 // byName sends the call to the upstream when the upstream holds the function that name
-// reads from the request, to keel's handler otherwise (which answers an unknown name).
+// reads from the request, to keel's handler otherwise (which answers an unknown or a
+// missing name).
 func (s split) byName(name func(*http.Request) string, keelHandler http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if name(r) == "" {
+			keelHandler(w, r)
+			return
+		}
 		who, err := s.ownerOf(r.Context(), name(r))
 		switch {
 		case err != nil:

@@ -227,6 +227,15 @@ func Test_upstream_mode_names_the_upstream_when_it_does_not_answer(t *testing.T)
 		t.Fatal(err)
 	}
 	h := NewRouter(&provider.Provider{Store: testredis.Store(t), Metrics: metrics.New()}, metrics.New(), nil, nil, up)
+	// What keel refuses by itself never waits for the upstream.
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodDelete, "/system/functions", `{"functionName":""}`},
+		{http.MethodGet, "/system/logs", ""},
+	} {
+		if code, out := call(h, c.method, c.path, c.body); code != http.StatusBadRequest {
+			t.Errorf("%s %s without a name: %d %q, want keel's 400", c.method, c.path, code, out)
+		}
+	}
 	for _, c := range []struct{ method, path, body string }{
 		{http.MethodGet, "/system/functions", ""},
 		{http.MethodPost, "/system/functions", `{"service":"hello","image":"x"}`},
