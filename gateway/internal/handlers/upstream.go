@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/gorilla/mux"
@@ -50,7 +51,7 @@ func (s split) ownerOf(ctx context.Context, name string) (owner, error) {
 	case err != nil:
 		return nobody, err
 	case what != "" && has:
-		return nobody, s.conflict(name, what)
+		return nobody, s.conflict(map[string]string{name: what})
 	case what != "":
 		return keel, nil
 	case has:
@@ -59,10 +60,20 @@ func (s split) ownerOf(ctx context.Context, name string) (owner, error) {
 	return nobody, nil
 }
 
-// conflict is the error of a name keel holds as what while the upstream holds it too.
-func (s split) conflict(name, what string) error {
-	return fmt.Errorf("%w: function %s exists twice: as a %s in keel and as a normal function at the upstream provider %s; "+
-		"remove one of them (faas-cli remove %s -g %s removes the upstream's)", provider.ErrConflict, name, what, s.up.URL(), name, s.up.URL())
+// conflict is the error of names keel holds (as what, by name) while the upstream holds
+// them too.
+func (s split) conflict(what map[string]string) error {
+	names := make([]string, 0, len(what))
+	for name := range what {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	msgs := make([]string, 0, len(names))
+	for _, name := range names {
+		msgs = append(msgs, fmt.Sprintf("function %s exists twice: as a %s in keel and as a normal function at the upstream provider %s; "+
+			"remove one of them (faas-cli remove %s -g %s removes the upstream's)", name, what[name], s.up.URL(), name, s.up.URL()))
+	}
+	return fmt.Errorf("%w: %s", provider.ErrConflict, strings.Join(msgs, "; "))
 }
 
 // byName sends the call to the upstream when the upstream holds the function that name
@@ -108,14 +119,14 @@ func (s split) list(w http.ResponseWriter, r *http.Request) {
 			kinds[f.Name] = what
 		}
 	}
-	var twice []string
+	twice := map[string]string{}
 	for _, f := range theirs {
 		if what, ok := kinds[f.Name]; ok {
-			twice = append(twice, s.conflict(f.Name, what).Error())
+			twice[f.Name] = what
 		}
 	}
 	if len(twice) > 0 {
-		writeError(w, fmt.Errorf("%w: %s", provider.ErrConflict, strings.Join(twice, "; ")))
+		writeError(w, s.conflict(twice))
 		return
 	}
 	writeJSON(w, append(mine, theirs...))
@@ -199,7 +210,7 @@ func (s split) invoke(name func(*http.Request) string, keelHandler http.HandlerF
 		if has, err := s.up.Has(r.Context(), name(r)); err != nil {
 			writeError(w, err)
 		} else if has {
-			writeError(w, s.conflict(name(r), what))
+			writeError(w, s.conflict(map[string]string{name(r): what}))
 		} else {
 			keelHandler(w, r)
 		}
