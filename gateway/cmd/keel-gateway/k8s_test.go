@@ -69,6 +69,7 @@ func kubeGateway(t *testing.T, c *testapiserver.Cluster, name string, extra ...s
 // missing Service back, a stray Deployment gone, nothing doubled); faas-cli remove deletes
 // the objects; a namespace RBAC does not open to the gateway stops it at start, saying so.
 func Test_faas_cli_deploys_to_a_real_apiserver_through_keel_gateway(t *testing.T) {
+	needTools(t)
 	c := testapiserver.Start(t)
 	c.ApplyRBAC(t)
 	ctx := context.Background()

@@ -65,6 +65,17 @@ func faasCLI(t *testing.T, root string) string {
 	return p
 }
 
+// needTools skips the test, before it starts anything, when keel-nf or faas-cli is missing.
+func needTools(t *testing.T) {
+	t.Helper()
+	root, err := testapiserver.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keelNF(t, root)
+	faasCLI(t, root)
+}
+
 // gatewayProc is one keel-gateway: its own Redis, secrets directory and faas-cli HOME;
 // restartable with the same state.
 type gatewayProc struct {

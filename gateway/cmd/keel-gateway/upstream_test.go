@@ -30,6 +30,7 @@ import (
 // reaches the upstream, a name both hold is refused naming the upstream, a stopped
 // upstream is named, and faas-cli remove reaches both sides.
 func Test_faas_cli_through_keel_gateway_with_an_upstream_provider(t *testing.T) {
+	needTools(t)
 	c := testapiserver.Start(t)
 	c.ApplyRBAC(t)
 	ctx := context.Background()
