@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
+	"github.com/keel-nfv/keel/gateway/internal/upstream"
 	"github.com/keel-nfv/keel/internal/controltoken"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/auth"
@@ -50,6 +52,7 @@ type options struct {
 	packetBytes                                                                                int
 	coreGHz                                                                                    float64
 	kube                                                                                       kube.Options
+	upstream, upstreamUser, upstreamPasswordFile                                               string
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -73,7 +76,15 @@ func parseFlags(args []string) (*options, error) {
 			"keel-place and keel-torctl carries \"authorization: Bearer TOKEN\"; keel.v1.Control refuses\n"+
 			"a call without it (UNAUTHENTICATED), and the gateway sends it to the placer and keel-torctl.\n"+
 			"TOKEN is the content of --control-token-file, created at first start (random, mode 0600)\n"+
-			"if it does not exist; give the same file to every other component.\n\n")
+			"if it does not exist; give the same file to every other component.\n\n"+
+			"Joining a cluster that already runs OpenFaaS: with --upstream-provider URL (faas-netes, or\n"+
+			"any faas-provider) keel keeps only packet functions and chains. faas-cli deploy of a normal\n"+
+			"function, and its describe, scale, remove, logs and secrets go to URL, authenticated as\n"+
+			"--upstream-user with --upstream-password-file; its invocations (/function/NAME) go there as\n"+
+			"they came, without those credentials; faas-cli list shows both sides. A name that keel and\n"+
+			"the upstream both hold is refused (409), naming both, and an upstream that does not answer\n"+
+			"gives 502 naming URL. keel's own store must then hold no normal function (the gateway\n"+
+			"refuses to start, naming them).\n\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "OpenFaaS REST API address (HOST:PORT)")
@@ -90,6 +101,11 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs); with a SmartNIC or numa_nodes > 1 the gateway also asks the placer to refine (SmartChain/UNO, Octans) and faas-cli describe shows it")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	o.kube.Register(fs)
+	fs.StringVar(&o.upstream, "upstream-provider", "", "`URL` of an existing faas-provider (e.g. faas-netes, http://gateway.openfaas:8080) that\n"+
+		"runs normal functions instead of keel (see above); \"\" = keel runs them itself (--backend)")
+	fs.StringVar(&o.upstreamUser, "upstream-user", "admin", "with --upstream-provider: the basic-auth `USER` of the upstream")
+	fs.StringVar(&o.upstreamPasswordFile, "upstream-password-file", "", "with --upstream-provider: `FILE` holding the upstream's basic-auth password\n"+
+		"(faas-netes' basic-auth-password secret); \"\" = the upstream asks for none")
 	fs.StringVar(&o.algo, "placement", "heuristic", "placer algorithm (heuristic, optimal, ...)")
 	fs.StringVar(&o.keelNF, "keel-nf", defaultKeelNF(), "keel-nf binary: the NF catalogue (--list --json) and NF configuration checks (--check)")
 	fs.IntVar(&o.pool, "pool", 1, "idle (pre-deployed, detached) instances each chain keeps ready, so that a new\n"+
@@ -124,6 +140,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.scalePeriod <= 0 {
 		return nil, fmt.Errorf("--scale-period must be positive")
+	}
+	if o.upstream != "" && o.kube.Backend != "docker" {
+		return nil, fmt.Errorf("--upstream-provider runs normal functions at the upstream: leave out --backend %s", o.kube.Backend)
+	}
+	if o.upstream == "" && o.upstreamPasswordFile != "" {
+		return nil, fmt.Errorf("--upstream-password-file without --upstream-provider")
 	}
 	if o.sample <= 0 || o.history < o.sample {
 		return nil, fmt.Errorf("--ui-sample must be positive and --ui-history at least one sample (got %v, %v)", o.sample, o.history)
@@ -169,6 +191,12 @@ func run(o *options) error {
 	topology, err := os.ReadFile(o.topology)
 	if err != nil {
 		return fmt.Errorf("--topology: %w", err)
+	}
+	var up *upstream.Provider
+	if o.upstream != "" {
+		if up, err = upstream.New(o.upstream, o.upstreamUser, o.upstreamPasswordFile); err != nil {
+			return err
+		}
 	}
 	var creds *auth.BasicAuthCredentials
 	if !o.noAuth {
@@ -229,15 +257,27 @@ func run(o *options) error {
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()
 	if err != nil {
-		log.Printf("warning: %v: normal functions are refused and packet functions' arguments are not read from their images until the gateway restarts with a reachable --docker", err)
+		lost := "packet functions' arguments are not read from their images"
+		if up == nil && o.kube.Backend == "docker" {
+			lost = "normal functions are refused and " + lost
+		}
+		log.Printf("warning: %v: %s until the gateway restarts with a reachable --docker", err, lost)
 	} else {
 		docker.Cpuset, docker.SecretPath = o.cpuset, p.Secrets.Path
-		p.Runtime, p.Images, v.Runner = docker, docker, docker
+		p.Images, v.Runner = docker, docker
+		if up == nil {
+			p.Runtime = docker
+		}
 	}
 	if k, err := o.kube.Open(ctx, p.Secrets.Path); err != nil {
 		return err
 	} else if k != nil {
 		p.Runtime = k
+	}
+	if up != nil {
+		if err := checkUpstreamMode(ctx, st, up); err != nil {
+			return err
+		}
 	}
 	if err := p.Adopt(ctx); err != nil {
 		return err
@@ -283,7 +323,7 @@ func run(o *options) error {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}
 	go view.Run(ctx, o.sample)
-	hs := &http.Server{Handler: handlers.NewRouter(p, m, view, creds), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: handlers.NewRouter(p, m, view, creds, up), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(httpLn) }()
@@ -303,4 +343,32 @@ func run(o *options) error {
 		return nil
 	}
 	return err
+}
+
+// checkUpstreamMode refuses to start with --upstream-provider while keel's store holds
+// normal functions (they would hide the upstream's of the same name and run nowhere), and
+// logs whether the upstream answers now (it may start later: each call says if it is down).
+func checkUpstreamMode(ctx context.Context, st *store.Store, up *upstream.Provider) error {
+	all, err := st.List(ctx)
+	if err != nil {
+		return err
+	}
+	var normal []string
+	for _, f := range all {
+		if f.Kind == "" {
+			normal = append(normal, f.Deployment.Service)
+		}
+	}
+	if len(normal) > 0 {
+		return fmt.Errorf("--upstream-provider %s: keel's store (--redis) holds normal functions (%s): remove them with faas-cli "+
+			"against this gateway without --upstream-provider first, or deploy them to the upstream", up.URL(), strings.Join(normal, ", "))
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if fns, err := up.List(lctx, nil); err != nil {
+		log.Printf("warning: %v: faas-cli calls of normal functions fail until it answers", err)
+	} else {
+		log.Printf("normal functions at the upstream provider %s (%d now); packet functions and chains here", up.URL(), len(fns))
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		algo: "heuristic", pool: 1, poolMax: 2, scalePeriod: time.Second, keelNF: defaultKeelNF(),
 		sample: 2 * time.Second, history: 10 * time.Minute,
 		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024,
-		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}}
+		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}, upstreamUser: "admin"}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}
@@ -91,5 +92,20 @@ func Test_grpcServer_refuses_Control_calls_without_the_token(t *testing.T) {
 		if status.Code(uerr) != c.want || status.Code(serr) != c.want {
 			t.Errorf("%s: AssignFlow %v, Watch %v; want %v", c.name, uerr, serr, c.want)
 		}
+	}
+}
+
+func Test_parseFlags_refuses_an_upstream_beside_a_backend_of_its_own(t *testing.T) {
+	for args, want := range map[string][]string{
+		"leave out --backend kubernetes":                       {"--upstream-provider", "http://faas-netes:8081", "--backend", "kubernetes"},
+		"--upstream-password-file without --upstream-provider": {"--upstream-password-file", "/dev/null"},
+	} {
+		if _, err := parseFlags(want); err == nil || !strings.Contains(err.Error(), args) {
+			t.Errorf("%v: %v, want an error with %q", want, err, args)
+		}
+	}
+	o, err := parseFlags([]string{"--upstream-provider", "http://faas-netes:8081", "--upstream-password-file", "/p"})
+	if err != nil || o.upstream != "http://faas-netes:8081" || o.upstreamPasswordFile != "/p" || o.upstreamUser != "admin" {
+		t.Fatalf("got %+v %v", o, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/ui"
+	"github.com/keel-nfv/keel/gateway/internal/upstream"
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/logs"
 	"github.com/openfaas/faas-provider/proxy"
@@ -49,6 +50,10 @@ func writeError(w http.ResponseWriter, err error) {
 			msg = strings.TrimPrefix(msg, m.err.Error()+": ")
 			break
 		}
+	}
+	var ue *upstream.Error
+	if code == http.StatusInternalServerError && errors.As(err, &ue) {
+		code = http.StatusBadGateway // the upstream provider failed, not keel
 	}
 	if code == http.StatusInternalServerError {
 		log.Printf("error: %v", err)
@@ -248,44 +253,57 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // NewRouter builds faas-provider's routes and, with v, the operator's view (/ui/ and
-// /system/keel/topology); creds nil disables basic auth.
-func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials) *mux.Router {
+// /system/keel/topology); creds nil disables basic auth. With up, normal functions are
+// the upstream provider's (keel-gateway --upstream-provider): their calls, and secrets,
+// go there after keel's basic auth, and faas-cli list shows both sides.
+func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials, up *upstream.Provider) *mux.Router {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		if creds == nil {
 			return h
 		}
 		return auth.DecorateWithBasicAuth(h, creds)
 	}
+	list, deploy, update, remove := MakeListHandler(p), MakeDeployHandler(p, false), MakeDeployHandler(p, true), MakeDeleteHandler(p)
+	status, scale, secretsH, logsH := MakeStatusHandler(p), MakeScaleHandler(p), MakeSecretsHandler(p), MakeLogsHandler(p)
+
+	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
+	fwd := proxy.NewHandlerFunc(cfg, p, false)
+	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+Namespace) }
+	invoke := func(w http.ResponseWriter, r *http.Request) {
+		if err := p.CheckInvocable(r.Context(), name(r)); err != nil {
+			writeError(w, err)
+			return
+		}
+		fwd(w, r)
+	}
+	if up != nil {
+		s := split{p: p, up: up}
+		list, deploy, update, remove = s.list, s.deploy(deploy), s.deploy(update), s.remove(remove)
+		status, scale, logsH = s.byName(statusName, status), s.byName(statusName, scale), s.byName(logsName, logsH)
+		secretsH, invoke = up.Forward, s.invoke(name, invoke)
+	}
+
 	r := mux.NewRouter()
-	r.HandleFunc("/system/functions", guard(MakeListHandler(p))).Methods(http.MethodGet)
-	r.HandleFunc("/system/functions", guard(MakeDeployHandler(p, false))).Methods(http.MethodPost)
-	r.HandleFunc("/system/functions", guard(MakeDeployHandler(p, true))).Methods(http.MethodPut)
-	r.HandleFunc("/system/functions", guard(MakeDeleteHandler(p))).Methods(http.MethodDelete)
-	r.HandleFunc("/system/function/{name:["+NameExpression+"]+}", guard(MakeStatusHandler(p))).Methods(http.MethodGet)
-	r.HandleFunc("/system/scale-function/{name:["+NameExpression+"]+}", guard(MakeScaleHandler(p))).Methods(http.MethodPost)
+	r.HandleFunc("/system/functions", guard(list)).Methods(http.MethodGet)
+	r.HandleFunc("/system/functions", guard(deploy)).Methods(http.MethodPost)
+	r.HandleFunc("/system/functions", guard(update)).Methods(http.MethodPut)
+	r.HandleFunc("/system/functions", guard(remove)).Methods(http.MethodDelete)
+	r.HandleFunc("/system/function/{name:["+NameExpression+"]+}", guard(status)).Methods(http.MethodGet)
+	r.HandleFunc("/system/scale-function/{name:["+NameExpression+"]+}", guard(scale)).Methods(http.MethodPost)
 	r.HandleFunc("/system/info", guard(MakeInfoHandler())).Methods(http.MethodGet)
 	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
-	r.HandleFunc("/system/secrets", guard(MakeSecretsHandler(p))).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
-	r.HandleFunc("/system/logs", guard(MakeLogsHandler(p))).Methods(http.MethodGet)
+	r.HandleFunc("/system/secrets", guard(secretsH)).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
+	r.HandleFunc("/system/logs", guard(logsH)).Methods(http.MethodGet)
 	if v != nil {
 		r.HandleFunc("/system/keel/topology", guard(ui.MakeTopologyHandler(v))).Methods(http.MethodGet)
 		r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 		r.PathPrefix("/ui/").Handler(guard(ui.StaticHandler("/ui/").ServeHTTP)).Methods(http.MethodGet, http.MethodHead)
 	}
 
-	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
-	fwd := proxy.NewHandlerFunc(cfg, p, false)
-	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+Namespace) }
-	invoke := m.InstrumentInvocation(name, func(w http.ResponseWriter, r *http.Request) {
-		if err := p.CheckInvocable(r.Context(), name(r)); err != nil {
-			writeError(w, err)
-			return
-		}
-		fwd(w, r)
-	})
-	r.HandleFunc("/function/{name:["+NameExpression+"]+}", invoke)
-	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", invoke)
-	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", invoke)
+	instrumented := m.InstrumentInvocation(name, invoke)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}", instrumented)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", instrumented)
+	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", instrumented)
 	r.HandleFunc("/healthz", MakeHealthHandler()).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", m.Handler())
 	return r

@@ -69,7 +69,17 @@ func New(cs kubernetes.Interface, namespace string) *Kubernetes {
 }
 
 // Start follows the functions' Deployments until ctx ends and waits for the first list.
+// It first lists them once itself: the informer retries a refused list forever, so a
+// namespace the gateway may not use (RBAC) or an unreachable API server would otherwise
+// hang the gateway's start without a word.
 func (k *Kubernetes) Start(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := k.cs.AppsV1().Deployments(k.Namespace).List(lctx, metav1.ListOptions{Limit: 1,
+		LabelSelector: LabelManagedBy + "=" + managedBy})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("kubernetes: list the Deployments of %s: %w", k.Namespace, err)
+	}
 	go k.informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), k.informer.HasSynced) {
 		return fmt.Errorf("kubernetes: the Deployments of %s did not sync", k.Namespace)

@@ -360,3 +360,16 @@ func (p *Provider) Adopt(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Holds says what keel holds under name: "chain", "packet function" or "normal function",
+// or "" when nothing.
+func (p *Provider) Holds(ctx context.Context, name string) (string, error) {
+	f, err := p.Store.Get(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return kindName(f.Kind), nil
+}
