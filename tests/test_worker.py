@@ -209,9 +209,12 @@ def test_cpu_bound_normal_function_never_runs_on_the_chains_core(deployed, contr
 
 
 def test_an_image_that_disappears_fails_the_instance_with_its_reason_and_backs_off(deployed):
-    img = sh("docker", "image", "inspect", "-f", "{{.Id}}", "keel/nf-base:latest").stdout.strip()
+    # A second tag keeps the image while keel/nf-base:latest is gone: `docker rmi -f` of its
+    # only tag deletes an image no running container uses, and then nothing could put it back.
+    keep = "keel/nf-base:keel-test-keep"
+    sh("docker", "tag", "keel/nf-base:latest", keep)
     iid = next(iter(instances("chain3")))
-    sh("docker", "rmi", "-f", "keel/nf-base:latest")
+    sh("docker", "rmi", "keel/nf-base:latest")
     try:
         sh("docker", "kill", nf_containers(instance=iid)[0]["ID"])
         wait_for("chain3 reported failed", lambda: instances("chain3")[iid]["phase"] == "failed", timeout=30)
@@ -223,7 +226,8 @@ def test_an_image_that_disappears_fails_the_instance_with_its_reason_and_backs_o
         tries = (RUN / "keel-agent.log").read_text()[len(log):].count('msg="instance failed" instance=' + iid)
         assert tries <= 2, f"{tries} rebuilds in {time.time() - t0:.0f}s: a crash loop, not a backoff"
     finally:
-        sh("docker", "tag", img, "keel/nf-base:latest")
+        sh("docker", "tag", keep, "keel/nf-base:latest")
+        sh("docker", "rmi", keep)
     wait_for("chain3 rebuilt once the image is back", lambda: instances("chain3")[iid]["phase"] == "ready", timeout=90)
 
 def test_remove_leaves_no_container_port_group_or_key(deployed):

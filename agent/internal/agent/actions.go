@@ -61,6 +61,10 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 	if in != nil && ch != nil {
 		specs = a.cfg.Specs(in, ch)
 	}
+	failedTenant := ""
+	if f := a.fails[act.ID]; f != nil {
+		failedTenant = f.tenant
+	}
 	if st := a.status[act.ID]; st != nil {
 		switch act.Kind {
 		case reconcile.Create, reconcile.Replace:
@@ -77,6 +81,9 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 	}
 	if ch != nil && own.tenant == "" {
 		own.tenant = ch.Tenant
+	}
+	if own.tenant == "" {
+		own.tenant = failedTenant // a failed instance no longer desired: nothing else names it
 	}
 	a.workers.Add(1)
 	go func() {
@@ -109,6 +116,11 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 		err := a.teardown(ctx, act.ID, own)
 		if err == nil {
 			err = a.deleteState(ctx, own.tenant, act.ID)
+		}
+		if err == nil {
+			a.mu.Lock()
+			delete(a.fails, act.ID)
+			a.mu.Unlock()
 		}
 		a.logResult(act, err, time.Time{})
 		return err
@@ -165,6 +177,9 @@ func (a *Agent) failed(id, reason string) {
 	}
 	f.count++
 	f.reason = reason
+	if st := a.status[id]; st != nil && st.tenant != "" {
+		f.tenant = st.tenant
+	}
 	f.notBefore = time.Now().Add(reconcile.Backoff(f.count))
 	if st := a.status[id]; st != nil {
 		st.phase, st.reason, st.attached, st.core = "failed", reason, false, -1

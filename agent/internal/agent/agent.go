@@ -47,6 +47,7 @@ type failure struct {
 	count     int
 	notBefore time.Time
 	reason    string
+	tenant    string // whose NF state the instance left in Redis (deleted if it is removed)
 }
 
 // instStatus is what the agent knows of a desired instance for reports and metrics.

@@ -123,7 +123,8 @@ type Input struct {
 	Actual  map[string]Actual
 	// Busy instances have a slow action in flight: Diff leaves them alone.
 	Busy map[string]bool
-	// NotBefore holds failed instances that may not be rebuilt before the given time.
+	// NotBefore holds failed instances that may not be rebuilt before the given time (their
+	// NF state is kept for the rebuild; one no longer desired is removed, state and all).
 	NotBefore map[string]time.Time
 	// RegisterTimeout bounds how long containers may run before their sgroup forms.
 	RegisterTimeout time.Duration
@@ -137,6 +138,9 @@ func Diff(in Input) []Action {
 		ids[id] = true
 	}
 	for id := range in.Actual {
+		ids[id] = true
+	}
+	for id := range in.NotBefore {
 		ids[id] = true
 	}
 	sorted := make([]string, 0, len(ids))
@@ -153,7 +157,11 @@ func Diff(in Input) []Action {
 		a, have := in.Actual[id]
 		switch {
 		case !want:
-			if in.Synced && have && (a.Exists() || a.Dir) {
+			// A failed instance awaiting its rebuild has nothing on the worker, but its NF
+			// state stays in Redis for the rebuild to carry on with (NAT mappings): once it
+			// is no longer desired, Remove deletes that too.
+			_, failed := in.NotBefore[id]
+			if in.Synced && (have && (a.Exists() || a.Dir) || failed) {
 				out = append(out, Action{Kind: Remove, ID: id, Reason: "not desired"})
 			}
 		case !have || !a.Exists():

@@ -150,6 +150,14 @@ func Test_Diff_removes_what_is_not_desired_only_after_sync(t *testing.T) {
 		Action{Kind: Remove, ID: "c/0", Reason: "not desired"}, Action{Kind: Remove, ID: "c/1", Reason: "not desired"})
 }
 
+func Test_Diff_removes_a_failed_instance_that_is_no_longer_desired(t *testing.T) {
+	// Its teardown left nothing on the worker, but its NF state waits in Redis for a rebuild.
+	in := Input{Now: t0, NotBefore: map[string]time.Time{"c/0": t0.Add(time.Minute)}}
+	diff(t, in)
+	in.Synced = true
+	diff(t, in, Action{Kind: Remove, ID: "c/0", Reason: "not desired"})
+}
+
 func Test_Diff_skips_busy_instances(t *testing.T) {
 	diff(t, Input{Synced: true, Desired: map[string]Desired{"c/0": desired("c/0", -1)},
 		Actual: map[string]Actual{"c/1": healthy("c/1", GroupDetached, 0)}, Busy: map[string]bool{"c/0": true, "c/1": true}})
