@@ -218,7 +218,8 @@ fi
 # ovs-vswitchd's main thread polls every port of the userspace datapath on each turn of its
 # loop, and for each poll it allocates 32 packet buffers of ~1.7 KB and frees the unused ones,
 # packets or not (netdev-linux's recvmmsg path). glibc's malloc takes ~25 % of OVS' CPU on
-# that (perf, make demo's traffic); jemalloc's thread cache serves these sizes far cheaper.
+# that (perf, make demo's traffic). With jemalloc, side by side on the same traffic (20 s,
+# three chains at 6 Mbit/s): OVS' CPU 7.7 s against 7.9-8.4 s, p50 latency 10-30 % lower.
 # KEEL_OVS_MALLOC=glibc keeps glibc's.
 ovs_env=()
 if [ "${KEEL_OVS_MALLOC:-jemalloc}" = jemalloc ]; then
