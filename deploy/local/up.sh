@@ -223,7 +223,7 @@ fi
 # KEEL_OVS_MALLOC=glibc keeps glibc's.
 ovs_env=()
 if [ "${KEEL_OVS_MALLOC:-jemalloc}" = jemalloc ]; then
-  jemalloc=$(ldconfig -p | awk '$1 == "libjemalloc.so.2" {print $NF; exit}')
+  jemalloc=$(ldconfig -p | awk '$1 == "libjemalloc.so.2" && p == "" {p = $NF} END {print p}')  # no early exit: SIGPIPE under pipefail
   if [ -n "$jemalloc" ]; then ovs_env=(env "LD_PRELOAD=$jemalloc"); else warn "libjemalloc2 is missing (make deps installs it): ovs-vswitchd runs on glibc's malloc"; fi
 fi
 part ovs-vswitchd 30 vswitchd_ok -- "${ovs_env[@]}" ovs-vswitchd "unix:$RUN/ovs/db.sock" --pidfile --no-chdir \
