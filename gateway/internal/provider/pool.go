@@ -8,7 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"log"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,9 +71,12 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	}
 	// A rolling update: the old version's instances that carry flows drain (told to the agents
 	// before the new version is), the others go at once; the new version's pool follows.
-	if old != nil && !sameInstances(old.Chain, c) {
-		if err := p.drainInstances(ctx, old); err != nil {
-			return err
+	if old != nil {
+		if why := replaces(old.Chain, c); why != "" {
+			log.Printf("redeploy of %s replaces its instances (rolling update): %s", c.Name, why)
+			if err := p.drainInstances(ctx, old); err != nil {
+				return err
+			}
 		}
 	}
 	if err := p.Store.Put(ctx, f); err != nil {
@@ -94,12 +98,29 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	return nil
 }
 
-// sameInstances tells whether instances of chain a can serve chain b as they run: the same
-// NFs, arguments, images, filter and SLO as the agents and the ingress see them, on the same
-// subgroups. A redeploy that changes only labels (e.g. the scale target) keeps its instances.
-func sameInstances(a, b *chain.Chain) bool {
-	return a != nil && b != nil && proto.Equal(events.ChainProto(a), events.ChainProto(b)) &&
-		reflect.DeepEqual(a.Placement.Subgroups, b.Placement.Subgroups)
+// replaces says why instances of chain a cannot serve chain b as they run, or "" when they
+// can: the same NFs, arguments, images, filter and SLO as the agents and the ingress see them,
+// on the same subgroups. A redeploy that changes only labels (e.g. the scale target) keeps its
+// instances. Subgroups are compared by what runs in them (server, cores, NFs), not by their
+// ids: the placer numbers subgroups across every chain it places, so another chain's deploy
+// renumbers them without changing what any instance runs.
+func replaces(a, b *chain.Chain) string {
+	switch {
+	case a == nil || b == nil:
+		return "no previous version"
+	case !proto.Equal(events.ChainProto(a), events.ChainProto(b)):
+		return "its NFs, their arguments or images, its filter or its SLO changed"
+	case len(a.Placement.Subgroups) != len(b.Placement.Subgroups):
+		return fmt.Sprintf("the placer splits it into %d subgroup(s), was %d", len(b.Placement.Subgroups), len(a.Placement.Subgroups))
+	}
+	for i, sa := range a.Placement.Subgroups {
+		sb := b.Placement.Subgroups[i]
+		if sa.Server != sb.Server || sa.Cores != sb.Cores || !slices.Equal(sa.NFs, sb.NFs) {
+			return fmt.Sprintf("subgroup %d now runs %v on %s with %d core(s), was %v on %s with %d",
+				i, sb.NFs, sb.Server, sb.Cores, sa.NFs, sa.Server, sa.Cores)
+		}
+	}
+	return ""
 }
 
 // drainInstances starts a rolling update of old's chain: its attached instances that carry
