@@ -379,8 +379,10 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
     uint64_t announced = CS_LOAD(g->chain.w->tids[i]);
     pid_t inner = cs_pidns_inner_tid(tids[i]);
     if (announced != 0 && announced != (uint64_t)tids[i] && announced != (uint64_t)inner) {
-      cs_error_set(err, CS_EINVAL, "pktbuf %s%s says position %u is thread %llu, not %d (%d in its PID namespace)",
-                   path, g->chain.where, i, (unsigned long long)announced, (int)tids[i], (int)inner);
+      cs_error_set(err, CS_EINVAL,
+                   "pktbuf %s%s says position %u is thread %llu, not %d (%d in its PID namespace)",
+                   path, g->chain.where, i, (unsigned long long)announced, (int)tids[i],
+                   (int)inner);
       goto fail;
     }
     if (g->tasks[i].pid == getpid()) {

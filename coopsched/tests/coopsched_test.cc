@@ -145,7 +145,8 @@ pid_t StartProcess(const std::vector<std::string>& args, const std::string& log 
 // inner_dir (under /tmp): inner_dir exists for this process only. Exits with
 // 3 if it cannot. Only system calls: it runs between fork and exec.
 void EnterOwnMountNs(const char* host_dir, const char* inner_dir) {
-  if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
       mount("tmpfs", "/tmp", "tmpfs", 0, "mode=0755") != 0 || mkdir(inner_dir, 0700) != 0 ||
       mount(host_dir, inner_dir, nullptr, MS_BIND, nullptr) != 0) {
     perror("coopsched_test: a mount namespace of its own");
