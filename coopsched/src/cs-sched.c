@@ -367,16 +367,22 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   g->n = n;
   g->core = -1;
   g->state = CS_DETACHED;
-  if (cs_chain_map(&g->chain, path, n, err)) goto fail;
   for (uint32_t i = 0; i < n; i++) {
     if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
     opened++;
+  }
+  /* The path is the NFs' own: it is resolved inside their roots, which the
+   * threads' descriptors, opened above, pin down. */
+  if (cs_chain_map(&g->chain, path, g->tasks, n, err)) goto fail;
+  for (uint32_t i = 0; i < n; i++) {
     /* An NF writes the id its own PID namespace gives it (a container's). */
     uint64_t announced = CS_LOAD(g->chain.w->tids[i]);
     pid_t inner = cs_pidns_inner_tid(tids[i]);
     if (announced != 0 && announced != (uint64_t)tids[i] && announced != (uint64_t)inner) {
-      cs_error_set(err, CS_EINVAL, "pktbuf %s says position %u is thread %llu, not %d (%d in its PID namespace)",
-                   path, i, (unsigned long long)announced, (int)tids[i], (int)inner);
+      cs_error_set(err, CS_EINVAL,
+                   "pktbuf %s%s says position %u is thread %llu, not %d (%d in its PID namespace)",
+                   path, g->chain.where, i, (unsigned long long)announced, (int)tids[i],
+                   (int)inner);
       goto fail;
     }
     if (g->tasks[i].pid == getpid()) {

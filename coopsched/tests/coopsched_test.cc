@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -118,9 +120,10 @@ class RtThrottleOn {
 };
 
 // Starts args[0] with args, its stderr into log (inherited if log is empty)
-// or onto stderr_fd if that is not -1.
+// or onto stderr_fd if that is not -1; the child runs in_child, if given,
+// just before it execs.
 pid_t StartProcess(const std::vector<std::string>& args, const std::string& log = "",
-                   int stderr_fd = -1) {
+                   int stderr_fd = -1, const std::function<void()>& in_child = nullptr) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   if (stderr_fd >= 0) {
@@ -129,12 +132,69 @@ pid_t StartProcess(const std::vector<std::string>& args, const std::string& log 
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     dup2(fd, 2);
   }
+  if (in_child) in_child();
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   execv(argv[0], argv.data());
   _exit(127);
 }
+
+// Puts the calling child process in a mount namespace of its own, as a
+// container is, with a fresh tmpfs on /tmp and host_dir bind-mounted at
+// inner_dir (under /tmp): inner_dir exists for this process only. Exits with
+// 3 if it cannot. Only system calls: it runs between fork and exec.
+void EnterOwnMountNs(const char* host_dir, const char* inner_dir) {
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      mount("tmpfs", "/tmp", "tmpfs", 0, "mode=0755") != 0 || mkdir(inner_dir, 0700) != 0 ||
+      mount(host_dir, inner_dir, nullptr, MS_BIND, nullptr) != 0) {
+    perror("coopsched_test: a mount namespace of its own");
+    _exit(3);
+  }
+}
+
+// The inode of pid's mount namespace.
+ino_t MountNs(pid_t pid) {
+  struct stat sb {};
+  stat(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), &sb);
+  return sb.st_ino;
+}
+
+// A process whose root directory is root, in a mount namespace of its own,
+// as a container's main process is; it waits until it is ended.
+class ChrootedProcess {
+ public:
+  ~ChrootedProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  bool Start(const std::string& root) {
+    int fds[2];
+    if (pipe(fds) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      char ok = unshare(CLONE_NEWNS) == 0 &&
+                mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                chroot(root.c_str()) == 0 && chdir("/") == 0;
+      (void)!write(fds[1], &ok, 1);
+      if (ok) pause();
+      _exit(ok ? 0 : 3);
+    }
+    close(fds[1]);
+    char ok = 0;
+    bool read_ok = pid_ > 0 && read(fds[0], &ok, 1) == 1;
+    close(fds[0]);
+    return read_ok && ok;
+  }
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 std::string SkipReason() {
   if (geteuid() != 0) return "needs root: keel-coopsched uses SCHED_FIFO";
@@ -236,12 +296,16 @@ class Chain {
     unlink(path_.c_str());
   }
 
-  // Starts the positions; extra[k] are more arguments for position k.
-  void Spawn(const std::vector<std::vector<std::string>>& extra = {}) {
+  // Starts the positions; extra[k] are more arguments for position k. Each
+  // position runs in_child, if given, before it execs, and opens the buffer
+  // by nf_path, the path it sees (the file's own path if empty).
+  void Spawn(const std::vector<std::vector<std::string>>& extra = {},
+             const std::function<void()>& in_child = nullptr, const std::string& nf_path = "") {
     for (uint32_t k = 0; k < n_; k++) {
-      std::vector<std::string> args = {KEEL_COOPSCHED_TEST_NF, path_, std::to_string(k)};
+      std::vector<std::string> args = {KEEL_COOPSCHED_TEST_NF, nf_path.empty() ? path_ : nf_path,
+                                       std::to_string(k)};
       if (k < extra.size()) args.insert(args.end(), extra[k].begin(), extra[k].end());
-      pid_t pid = StartProcess(args);
+      pid_t pid = StartProcess(args, "", -1, in_child);
       ASSERT_GE(pid, 0);
       pids_.push_back(pid);
     }
@@ -1261,6 +1325,116 @@ TEST_F(CoopschedTest, LongTurnsAndRapidFlipsAreNeverCutOff) {
   ExpectClean(slow);
   ExpectClean(flip);
   EXPECT_GT(slow.rounds(), 50u);
+}
+
+// Issue 20: an NF in a container announces its buffer by the path it sees
+// there, and on Kubernetes the host holds the file elsewhere (a hugepages
+// emptyDir under /var/lib/kubelet/pods). Here each position runs in a mount
+// namespace of its own where the chain's directory is bind-mounted at a path
+// the host does not have: coopsched must find the file inside their roots.
+TEST_F(CoopschedTest, PktbufPathIsResolvedInsideTheNfsMountNamespace) {
+  StartDaemon();
+  const std::string inner_dir = "/tmp/keel-cs-" + std::to_string(getpid()) + "-inner";
+  const std::string inner_path = inner_dir + "/inner.pktbuf";
+  ASSERT_NE(access(inner_dir.c_str(), F_OK), 0) << inner_dir << " exists on the host";
+  chains_.push_back(std::make_unique<Chain>(dir_, "inner", 2));
+  Chain& c = *chains_.back();
+  ASSERT_NO_FATAL_FAILURE(
+      c.Spawn({}, [&] { EnterOwnMountNs(dir_.c_str(), inner_dir.c_str()); }, inner_path));
+  for (pid_t pid : c.pids()) ASSERT_NE(MountNs(pid), MountNs(getpid()));
+  ASSERT_NE(access(inner_path.c_str(), F_OK), 0) << inner_path << " is visible on the host";
+
+  for (uint32_t k = 0; k < 2; k++) {
+    keel::v1::RegisterThreadRequest req;
+    req.set_group_id("inner");
+    req.set_position(k);
+    req.set_count(2);
+    req.set_tid(c.pids()[k]);
+    req.set_pktbuf_path(inner_path);
+    keel::v1::RegisterThreadResponse out;
+    grpc::ClientContext ctx;
+    grpc::Status st = daemon_.stub().RegisterThread(&ctx, req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(out.registered(), k == 1);
+  }
+  ASSERT_TRUE(Attach("inner").ok());
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds + 1000; }, 5000))
+      << "the chain does not run: " << c.rounds() - rounds << " rounds";
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("inner", &det).ok());
+  ExpectClean(c);
+}
+
+// The NF is not trusted: a symlink in its root that points to a host path,
+// or a path that climbs with "..", resolves inside its root, never to the
+// host's file. A symlink that stays inside the root works.
+TEST_F(CoopschedTest, SymlinksInTheNfsRootNeverReachAHostFile) {
+  StartDaemon();
+  // A valid buffer that only the host has.
+  const std::string host_dir = dir_ + "/host-only";
+  ASSERT_EQ(mkdir(host_dir.c_str(), 0700), 0);
+  chains_.push_back(std::make_unique<Chain>(host_dir, "buf", 1));
+  const std::string host_file = chains_.back()->path();
+  // The NF's root: its own buffer in /data, reached by /run/keel -> /data,
+  // and links that would leave the root if followed on the host.
+  const std::string root = dir_ + "/nf-root";
+  for (const char* d : {"", "/run", "/data"})
+    ASSERT_EQ(mkdir((root + d).c_str(), 0700), 0) << root << d;
+  chains_.push_back(std::make_unique<Chain>(root + "/data", "buf", 1));
+  const std::string nf_file = chains_.back()->path();
+  ASSERT_EQ(symlink("/data", (root + "/run/keel").c_str()), 0);
+  ASSERT_EQ(symlink(host_dir.c_str(), (root + "/run/to-host").c_str()), 0);
+  ASSERT_EQ(symlink(host_file.c_str(), (root + "/run/host-buf").c_str()), 0);
+  ASSERT_EQ(symlink("/etc/passwd", (root + "/run/passwd").c_str()), 0);
+  ChrootedProcess nf;
+  ASSERT_TRUE(nf.Start(root)) << "cannot start a process chrooted to " << root;
+  const std::string where = "resolved inside the root of thread " + std::to_string(nf.pid());
+
+  int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  ASSERT_GE(watch, 0);
+  ASSERT_GE(inotify_add_watch(watch, host_file.c_str(), IN_OPEN), 0);
+  struct Escape {
+    std::string path;
+    std::string want;
+  };
+  const Escape escapes[] = {
+      {"/run/to-host/buf.pktbuf", "No such file or directory"},
+      {"/run/host-buf", "Too many levels of symbolic links"},
+      {"/run/passwd", "Too many levels of symbolic links"},
+      {"/../../../.." + host_file, "No such file or directory"},
+  };
+  for (const auto& e : escapes) {
+    keel::v1::RegisterGroupRequest req;
+    req.set_group_id("escape");
+    req.add_tids(nf.pid());
+    req.set_pktbuf_path(e.path);
+    keel::v1::GroupStatus gs;
+    grpc::ClientContext ctx;
+    grpc::Status st = daemon_.stub().RegisterGroup(&ctx, req, &gs);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << e.path;
+    for (const std::string& part : {"pktbuf " + e.path + ": cannot open: " + e.want, where})
+      EXPECT_NE(st.error_message().find(part), std::string::npos)
+          << e.path << ": " << st.error_message();
+  }
+  char events[4096];
+  EXPECT_LT(read(watch, events, sizeof events), 0) << "coopsched opened " << host_file;
+  close(watch);
+  std::string maps = ReadFile("/proc/" + std::to_string(daemon_.pid()) + "/maps");
+  EXPECT_EQ(maps.find(host_dir), std::string::npos) << maps;
+  EXPECT_EQ(maps.find("/etc/passwd"), std::string::npos) << maps;
+
+  keel::v1::RegisterGroupRequest req;
+  req.set_group_id("inside");
+  req.add_tids(nf.pid());
+  req.set_pktbuf_path("/run/keel/buf.pktbuf");
+  keel::v1::GroupStatus gs;
+  grpc::ClientContext ctx;
+  grpc::Status st = daemon_.stub().RegisterGroup(&ctx, req, &gs);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  maps = ReadFile("/proc/" + std::to_string(daemon_.pid()) + "/maps");
+  EXPECT_NE(maps.find(nf_file), std::string::npos) << maps;
+  ASSERT_TRUE(Unregister("inside").ok());
 }
 
 }  // namespace
