@@ -132,16 +132,26 @@ func (s split) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, append(mine, theirs...))
 }
 
+// rereadable reads r's body (up to maxBody) and puts it back for whichever handler serves
+// the request; false after it answered a body it could not read.
+func rereadable(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
+		return nil, false
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return body, true
+}
+
 // deploy sends a normal function to the upstream and a packet function or chain to keel's
 // handler, refusing a name the other side holds.
 func (s split) deploy(keelHandler http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if err != nil {
-			http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
+		body, ok := rereadable(w, r)
+		if !ok {
 			return
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		var fd types.FunctionDeployment
 		if json.Unmarshal(body, &fd) != nil || fd.Service == "" {
 			keelHandler(w, r) // keel's handler says what is wrong with the request
@@ -181,12 +191,10 @@ func (s split) deploy(keelHandler http.HandlerFunc) http.HandlerFunc {
 // remove sends faas-cli remove to whoever holds the function.
 func (s split) remove(keelHandler http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-		if err != nil {
-			http.Error(w, fmt.Sprintf("request body: %v", err), http.StatusBadRequest)
+		body, ok := rereadable(w, r)
+		if !ok {
 			return
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		var req types.DeleteFunctionRequest
 		_ = json.Unmarshal(body, &req) // keel's handler refuses a bad body
 		s.byName(func(*http.Request) string { return req.FunctionName }, keelHandler)(w, r)
