@@ -301,6 +301,12 @@ func decode(t *testing.T, b []byte) []runtime.Object {
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } // a throwaway self-signed apiserver
 
+// FreeAddr is a loopback HOST:PORT nothing listens on now, for a process a test starts.
+func FreeAddr(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("127.0.0.1:%d", freePort(t))
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

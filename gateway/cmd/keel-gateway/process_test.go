@@ -6,7 +6,6 @@ package main
 // binary as keel-gateway (TestMain), on free loopback ports, stopped by its PID.
 
 import (
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -107,10 +106,10 @@ func newGateway(t *testing.T, name string, extra ...string) *gatewayProc {
 		t.Fatal(err)
 	}
 	rs := testredis.Start(t)
-	listen := freeAddr(t)
+	listen := testapiserver.FreeAddr(t)
 	g.URL = "http://" + listen
-	g.args = append([]string{"--listen", listen, "--grpc-listen", freeAddr(t), "--redis", rs.Addr,
-		"--placer", freeAddr(t), "--secrets", filepath.Join(g.dir, "secrets"),
+	g.args = append([]string{"--listen", listen, "--grpc-listen", testapiserver.FreeAddr(t), "--redis", rs.Addr,
+		"--placer", testapiserver.FreeAddr(t), "--secrets", filepath.Join(g.dir, "secrets"),
 		"--topology", filepath.Join(root, "deploy", "local", "topology.yaml"), "--keel-nf", keelNF(t, root),
 		// No container engine: normal functions run on the backend under test, and packet
 		// functions take their arguments from their annotation.
@@ -118,16 +117,6 @@ func newGateway(t *testing.T, name string, extra ...string) *gatewayProc {
 		"--nf-costs", filepath.Join(g.dir, "none.json"), "--chain-costs", filepath.Join(g.dir, "none.json")}, extra...)
 	t.Cleanup(g.stop)
 	return g
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // launch runs the gateway process, its output appended to gateway.log.
