@@ -6,10 +6,15 @@
 # modules replaced by their v0.37.2 releases (apiserver/go.mod), ~7 min on 2 idle cores,
 # ~18 min with the machine busy; etcd: go.etcd.io/etcd/server/v3 v3.6.16 (etcd/go.mod),
 # ~30 s to 2 min. Each is its own module so keel's go.mod never pulls them.
-# Usage: deploy/kubernetes/testcluster/build.sh [OUT_DIR]
+# With --cluster (or KEEL_K8S_CLUSTER=1) it also builds what the one-node cluster of
+# cluster.sh (make test-k8s) runs, from the same apiserver/go.mod: kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy and kubectl (minutes each on 2 cores).
+# Usage: deploy/kubernetes/testcluster/build.sh [--cluster] [OUT_DIR]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
+cluster=${KEEL_K8S_CLUSTER:-0}
+if [ "${1:-}" = --cluster ]; then cluster=1; shift; fi
 out=${1:-$root/build/k8s}
 go=${GO:-go}
 mkdir -p "$out"
@@ -30,3 +35,7 @@ build() { # NAME MODULE_DIR PACKAGE
 }
 build etcd etcd .
 build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver
+[ "$cluster" = 1 ] || exit 0
+for cmd in kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  build "$cmd" apiserver "k8s.io/kubernetes/cmd/$cmd"
+done
