@@ -52,7 +52,8 @@ Network: bridge $bridge with $node_ip (every component listens there only), Pods
 $pod_cidr, Services in $svc_cidr; Pods have a route to 198.18.0.0/15 only
 and chain $chain in iptables' FORWARD lets them talk to each other and nothing else.
 Also made and removed: kube-proxy's and the kubelet's KUBE-* rules (those outside
-kube-proxy --cleanup only when none were there before up), symlinks in /var/log/containers, CNI
+kube-proxy --cleanup only when none were there before up), /var/log/containers and
+/var/lib/cni when up made them, symlinks in /var/log/containers, CNI
 result caches /var/lib/cni/results/keel-k8s-*, and (if absent) the hugetlb cgroup
 hierarchy; containerd's shims put their sockets in /run/containerd/s/ (hashed with our
 socket's path, so they never collide with the system containerd's).
@@ -382,6 +383,9 @@ up() {
   fi
   t0=$(date +%s.%N)
   mkdir -p "$run/log" "$run/pid" "$var"
+  # The kubelet's /var/log/containers and the CNI library's /var/lib/cni are fixed paths:
+  # down removes them (when empty) only if they were not there before.
+  for d in /var/log/containers /var/lib/cni; do [ -e "$d" ] || echo "$d" >>"$run/made-dirs"; done
   hugepages_up
   cgroups_up
   network_up
@@ -476,7 +480,7 @@ leftover_tasks() { # kill what containerd still runs of this cluster and free th
 shims() { # pids of containerd shims serving our socket (started by our containerd)
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $sock " && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $sock " && echo "${p#/proc/}"
   done
   return 0
 }
@@ -519,6 +523,9 @@ down() {
   fi
   rm -f /var/lib/cni/results/keel-k8s-*
   find /var/log/containers -maxdepth 1 -type l -lname "$var/*" -delete 2>/dev/null || true
+  if [ -f "$run/made-dirs" ]; then
+    while read -r d; do [ ! -d "$d" ] || find "$d" -depth -type d -empty -delete; done <"$run/made-dirs"
+  fi
   for c in /sys/fs/cgroup/*/$cgroot; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
     [ -d "$c" ] && say "warning: cgroup $c still has tasks: $(find "$c" -name tasks -exec cat {} + | tr '\n' ' ')"
