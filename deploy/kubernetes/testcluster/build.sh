@@ -8,7 +8,8 @@
 # ~30 s to 2 min. Each is its own module so keel's go.mod never pulls them.
 # With --cluster (or KEEL_K8S_CLUSTER=1) it also builds what the one-node cluster of
 # cluster.sh (make test-k8s) runs, from the same apiserver/go.mod: kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy and kubectl (minutes each on 2 cores).
+# kube-scheduler, kubelet, kube-proxy and kubectl (minutes each on 2 cores), and CoreDNS
+# v1.14.7 for its cluster DNS (coredns/go.mod).
 # Usage: deploy/kubernetes/testcluster/build.sh [--cluster] [OUT_DIR]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,3 +49,5 @@ build kube-apiserver apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8sflags"
 for cmd in kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
   build "$cmd" apiserver "k8s.io/kubernetes/cmd/$cmd" "$k8sflags"
 done
+# The cluster DNS, static: cluster.sh makes it a one-file image.
+(CGO_ENABLED=0 && export CGO_ENABLED && build coredns coredns github.com/coredns/coredns)

@@ -18,6 +18,8 @@ cgroot=keel-k8s                      # the kubelet's cgroupRoot under each hiera
 chain=KEEL-K8S                       # our filter chain, jumped to from FORWARD
 hugepages=${KEEL_K8S_HUGEPAGES:-64}  # 2 MiB pages the node offers
 pause_image=keel.local/pause:1
+coredns_image=keel.local/coredns:1.14.7
+dns_ip=198.19.128.10
 sock=$run/containerd.sock
 components="etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy"
 
@@ -28,8 +30,9 @@ Usage: deploy/kubernetes/testcluster/cluster.sh up|down|status [--purge]
 A one-node Kubernetes cluster on this machine, for keel's Kubernetes backend tests
 (make test-k8s): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet
 and kube-proxy (iptables mode) built by build.sh --cluster into $bin,
-its own containerd (Debian's, with runc and the CNI plugins of containernetworking-plugins)
-and a pause image built here with gcc -static (no registry is needed or used).
+its own containerd (Debian's, with runc and the CNI plugins of containernetworking-plugins),
+a pause image built here with gcc -static, and CoreDNS (build.sh --cluster) as the cluster
+DNS at $dns_ip, answering for cluster.local only (no registry is needed or used).
 
   up      start it, wait until node $node is Ready, print how to use kubectl
   down    stop everything up started and remove what it made (keeps the logs;
@@ -113,7 +116,7 @@ $(tail -5 "$run/log/$c.log")"
 need() {
   [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and the kubelet)"
   local b
-  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns; do
     [ -x "$bin/$b" ] || die "$bin/$b is not built: run make k8s-cluster-bins (build.sh --cluster)"
   done
   for b in containerd ctr runc gcc openssl iptables ip; do
@@ -180,18 +183,96 @@ tokens() { # static tokens for the components and the admin (token file, RBAC's 
   chmod 600 "$run/tokens.csv" "$run"/*.kubeconfig
 }
 
-pause_image() { # a one-file image of pause.c, imported as $pause_image (docker-archive)
-  local d=$run/pause-image layer diff
+one_file_image() { # REF FILE: an image of FILE alone at /, its entry point, imported into containerd
+  local ref=$1 file=$2 d diff name
+  name=$(basename "$file")
+  d=$run/images/$name.d
   rm -rf "$d" && mkdir -p "$d/rootfs"
-  gcc -static -O2 -o "$d/rootfs/pause" "$here/pause.c"
-  tar -C "$d/rootfs" --owner=0 --group=0 --numeric-owner -cf "$d/layer.tar" pause
+  cp "$file" "$d/rootfs/$name"
+  tar -C "$d/rootfs" --owner=0 --group=0 --numeric-owner -cf "$d/layer.tar" "$name"
   diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
-  cat >"$d/config.json" <<EOF
-{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"]},"rootfs":{"type":"layers","diff_ids":["sha256:$diff"]},"history":[{"created_by":"gcc -static pause.c (keel cluster.sh)"}]}
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/%s"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"keel cluster.sh: %s"}]}\n' \
+    "$name" "$diff" "$name" >"$d/config.json"
+  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]\n' "$ref" >"$d/manifest.json"
+  tar -C "$d" -cf "$d/image.tar" manifest.json config.json layer.tar
+  ctr -a "$sock" -n k8s.io images import --platform linux/amd64 "$d/image.tar" >/dev/null
+}
+
+images() { # the sandbox's pause (gcc -static pause.c) and CoreDNS (build.sh --cluster), no registry
+  mkdir -p "$run/images"
+  gcc -static -O2 -o "$run/images/pause" "$here/pause.c"
+  one_file_image "$pause_image" "$run/images/pause"
+  one_file_image "$coredns_image" "$bin/coredns"
+}
+
+dns() { # CoreDNS as kube-system/coredns behind Service kube-dns at $dns_ip: Services' names only
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: coredns, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:coredns"}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:coredns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
+subjects: [{kind: ServiceAccount, name: coredns, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: coredns, namespace: kube-system}
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health :8080
+        ready :8181
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            pods insecure
+        }
+        cache 30
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: coredns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: kube-dns}}
+  template:
+    metadata: {labels: {k8s-app: kube-dns}}
+    spec:
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      containers:
+      - name: coredns
+        image: $coredns_image
+        imagePullPolicy: Never
+        args: [-conf, /etc/coredns/Corefile]
+        resources: {requests: {memory: 64Mi}, limits: {memory: 128Mi}}
+        ports:
+        - {name: dns, containerPort: 53, protocol: UDP}
+        - {name: dns-tcp, containerPort: 53, protocol: TCP}
+        readinessProbe: {httpGet: {path: /ready, port: 8181}, periodSeconds: 2}
+        volumeMounts: [{name: config, mountPath: /etc/coredns, readOnly: true}]
+      volumes: [{name: config, configMap: {name: coredns}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  selector: {k8s-app: kube-dns}
+  clusterIP: $dns_ip
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
 EOF
-  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]\n' "$pause_image" >"$d/manifest.json"
-  tar -C "$d" -cf "$d/pause.tar" manifest.json config.json layer.tar
-  ctr -a "$sock" -n k8s.io images import --platform linux/amd64 "$d/pause.tar" >/dev/null
 }
 
 configs() {
@@ -284,6 +365,7 @@ authentication:
 authorization:
   mode: Webhook
 clusterDomain: cluster.local
+clusterDNS: [$dns_ip]
 resolvConf: ""
 maxPods: 50
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
@@ -424,14 +506,20 @@ up() {
     --authentication-kubeconfig "$run/scheduler.kubeconfig" --authorization-kubeconfig "$run/scheduler.kubeconfig" \
     --bind-address "$node_ip" --leader-elect=false --v 1
   wait_for 60 containerd ctr -a "$sock" version
-  pause_image
+  images
   start kubelet "$bin/kubelet" --config "$run/kubelet.yaml" --kubeconfig "$run/kubelet.kubeconfig" \
     --root-dir "$var/kubelet" --cert-dir "$run/pki" --hostname-override "$node" --node-ip "$node_ip" --v 2
   start kube-proxy "$bin/kube-proxy" --config "$run/kube-proxy.yaml" --v 1
   wait_for 180 "node $node" node_ready
-  wait_for 60 "ServiceAccount default" kubectl -n default get serviceaccount default
   t=$(date +%s.%N)
   say "node $node Ready after $(awk "BEGIN { printf \"%.1f\", $t - $t0 }") s"
+  wait_for 60 "ServiceAccount kube-system/default" kubectl -n kube-system get serviceaccount default
+  dns
+  wait_for 120 "the cluster DNS (kube-system/coredns)" \
+    kubectl -n kube-system wait --for=condition=Available deployment/coredns --timeout=1s
+  wait_for 60 "ServiceAccount default" kubectl -n default get serviceaccount default
+  t=$(date +%s.%N)
+  say "cluster DNS ready after $(awk "BEGIN { printf \"%.1f\", $t - $t0 }") s"
   [ "$(running)" = 7 ] || die "a component exited: $(status)"
   cat <<EOF
 
@@ -451,6 +539,7 @@ status() {
 
 drain_pods() { # delete every Pod through the API so the kubelet tears down their networks
   pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null && pid_of containerd >/dev/null || return 0
+  kubectl delete deployments,replicasets,statefulsets,daemonsets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1 || true
   kubectl delete pods --all --all-namespaces --grace-period=1 --wait=false >/dev/null 2>&1 || return 0
   local t
   for t in $(seq 120); do
