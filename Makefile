@@ -30,7 +30,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool curl python3-venv \
 	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch libjemalloc2 \
-	fonts-liberation
+	fonts-liberation containernetworking-plugins
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...;
 # prometheus its node exporter; chromium a desktop's daemons). Prometheus scrapes the local
 # stack; chromium and chromium-driver run the dashboard's browser test headless.

@@ -11,10 +11,15 @@
 #
 # Not tested here yet (issue 20), each a step to add below once it exists:
 #   - keel's images (keel/gateway, keel/agent, keel/coopsched, keel/placer, keel/torctl,
-#     keel/ingress, redis) imported into the cluster's containerd
-#   - kubectl apply -k deploy/kubernetes, the keel Pods Running
-#   - faas-cli deploy -f stack.yml through keel-gateway's Service
-#   - the NF Pods Running and carrying packets; hello answering through its Service
+#     keel/ingress, redis, keel/hello) imported into the cluster's containerd
+#   - the Secret keel-control-token, kubectl apply -k of deploy/kubernetes with the test
+#     cluster's changes (local images, no cpu requests: the node's allocatable CPU is the one
+#     core an instance takes), the keel Pods Running
+#   - faas-cli deploy -f stack.yml through keel-gateway's Service; hello answering through
+#     its Service
+#   - keel-agent Running (with KEEL_VF=ovsveth it needs Open vSwitch on the node, and its
+#     NIC bridge keel-nic-<worker> must fit 15 bytes: keel-nic-keel-k8s does not), the NF
+#     Pods Running and carrying packets
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh --cluster)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
