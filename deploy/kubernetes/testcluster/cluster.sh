@@ -46,11 +46,12 @@ one exclusive core that all its containers share. It offers $hugepages 2 MiB hug
 (KEEL_K8S_HUGEPAGES; up raises vm.nr_hugepages to that if lower, down restores it).
 
 Where things live (nothing in the system's default paths of Docker, containerd or the
-kubelet, so it runs beside the embedded stack's Docker):
-  $run      configs, keys, kubeconfigs, containerd's socket, pids, logs (log/)
-  $var     etcd, containerd's root and state, the kubelet's root (and its
-                          CPU manager state file cpu_manager_state), CNI IPAM state, Pod logs
-  /sys/fs/cgroup/*/$cgroot  the kubelet's cgroupRoot
+kubelet, so it runs beside the embedded stack's Docker; one such cluster per machine):
+  run directory  $run: configs, keys, kubeconfigs, containerd's socket,
+                 pids, logs (log/)
+  state          $var: etcd, containerd's root and state, the kubelet's root
+                 (with the CPU manager's state file cpu_manager_state), CNI IPAM, Pod logs
+  cgroups        /sys/fs/cgroup/*/$cgroot (the kubelet's cgroupRoot)
 Network: bridge $bridge with $node_ip (every component listens there only), Pods in
 $pod_cidr, Services in $svc_cidr; Pods have a route to 198.18.0.0/15 only
 and chain $chain in iptables' FORWARD lets them talk to each other and nothing else.
@@ -449,6 +450,12 @@ node_ready() {
   [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
+owner_is_us() { # the machine has one such cluster: refuse one whose run directory is another
+  local o
+  o=$(cat "$var/owner" 2>/dev/null) || return 0
+  [ "$o" = "$run" ] || die "$var belongs to the cluster of $o: take it down from there (KEEL_K8S_RUN=$o)"
+}
+
 running() { local c n=0; for c in $components; do pid_of "$c" >/dev/null && n=$((n + 1)); done; echo $n; }
 
 up() {
@@ -459,12 +466,14 @@ up() {
     say "already up (every component runs); export KUBECONFIG=$run/admin.kubeconfig"
     return 0
   fi
+  owner_is_us
   if [ "$n" != 0 ] || [ -d "$var" ] || ip link show "$bridge" >/dev/null 2>&1; then
     say "a previous cluster is partly there ($n of 7 components run): taking it down first"
     down
   fi
   t0=$(date +%s.%N)
   mkdir -p "$run/log" "$run/pid" "$var"
+  echo "$run" >"$var/owner"
   # The kubelet's /var/log/containers and the CNI library's /var/lib/cni are fixed paths:
   # down removes them (when empty) only if they were not there before.
   for d in /var/log/containers /var/lib/cni; do [ -e "$d" ] || echo "$d" >>"$run/made-dirs"; done
@@ -581,6 +590,7 @@ down() {
     say "nothing to take down"
     return 0
   }
+  owner_is_us
   mkdir -p "$run/log"
   drain_pods
   stop kube-proxy
