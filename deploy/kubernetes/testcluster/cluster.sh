@@ -374,6 +374,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 staticPodPath: ""
 EOF
+  # The kubelet refuses to start on a machine with swap unless told (this VM has none).
+  if [ "$(awk 'NR > 1' /proc/swaps | wc -l)" != 0 ]; then
+    printf 'failSwapOn: false\nmemorySwap: {swapBehavior: NoSwap}\n' >>"$run/kubelet.yaml"
+  fi
   cat >"$run/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
