@@ -104,8 +104,10 @@ above (values made label-safe) with the exact values per container in the
 annotation keel.dev/container-labels; position 0 also requests one
 --sriov-resource from the SR-IOV device plugin when set, else the agent moves
 a veth in as under Docker (it finds position 0's host pid in --proc, so its
-Pod needs hostPID). The agent mounts no pktbuf tmpfs and sets no cgroup
-cpu.rt_runtime_us then: the emptyDir holds the buffer, the kubelet the cgroups.
+Pod needs hostPID). It reads the NFs' statistics files inside position 0's
+root (--proc/PID/root), where the Pod's emptyDir is. The agent mounts no pktbuf
+tmpfs and sets no cgroup cpu.rt_runtime_us then: the emptyDir holds the buffer,
+the kubelet the cgroups.
 
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
 containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
@@ -136,7 +138,7 @@ func run() int {
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
 		k8sBuffer   = fs.String("k8s-buffer", "4Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (position 0 requests it)")
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
-		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid")
+		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid and read the NFs' statistics inside its root")
 		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
 		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
 		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
@@ -284,6 +286,7 @@ func run() int {
 			WaitIfaceMs: int(waitIface.Milliseconds())},
 		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
+		StatsInPod: *rtKind == "kubernetes", ProcRoot: *procRoot,
 	}
 	a := agent.New(cfg, agent.Deps{Runtime: rt, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
 		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})
