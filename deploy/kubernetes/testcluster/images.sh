@@ -28,7 +28,7 @@
 #   keel/redis      Debian's redis-server and redis-cli, tagged with the Debian package's
 #                   version (keel/redis:7.0.15-1-deb12u10, say: '~' is not allowed in a tag);
 #                   protected mode off, as the official image builds it, so other Pods reach
-#                   it. overlay/ (kubectl apply -k) runs it instead of redis:7.4.
+#                   it. deploy/kubernetes-testcluster runs it instead of redis:7.4.
 #
 # The keel images are tagged latest, as deploy/kubernetes names them. Python's byte code is
 # compiled into the images (unchecked-hash .pyc). Every layer's files are in name order with
