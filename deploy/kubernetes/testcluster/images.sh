@@ -124,6 +124,9 @@ python_root() {
   cp "$TREE/ingress/torctl/openflow_nfs.json" "$dir/opt/keel/ingress/torctl/"
 }
 
+# since T: seconds since $EPOCHREALTIME was T, to a tenth.
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
 # pack NAME REF DIR ARG...: writes DIR as image REF into OUT/NAME.tar (imagetar.py ARGs),
 # imports it with --import, and records its size and build time.
 pack() {
@@ -134,7 +137,7 @@ pack() {
   if [ -n "$SOCK" ]; then
     ctr -a "$SOCK" -n k8s.io images import "$OUT/$name.tar" > /dev/null
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$ref" "$((size / 1048576))" "$((SECONDS - t0))" "${id:7:12}" "$name.tar" |
+  printf '%s\t%s\t%s\t%s\t%s\n' "$ref" "$((size / 1048576))" "$(since "$t0")" "${id:7:12}" "$name.tar" |
     tee -a "$OUT/images.tsv"
   rm -rf "$dir"
 }
@@ -186,9 +189,9 @@ build() {
 }
 
 printf 'image\tMiB\tseconds\tid\ttarball\n' | tee "$OUT/images.tsv"
-start=$SECONDS
+start=$EPOCHREALTIME
 for image in "${WANT[@]}"; do
-  t0=$SECONDS
+  t0=$EPOCHREALTIME
   build "$image"
 done
-echo "images written to $OUT in $((SECONDS - start)) s${SOCK:+, imported into $SOCK (k8s.io)}"
+echo "images written to $OUT in $(since "$start") s${SOCK:+, imported into $SOCK (k8s.io)}"
