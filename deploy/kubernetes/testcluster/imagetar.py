@@ -4,8 +4,8 @@
 Docker archive's manifest.json beside an OCI image layout (oci-layout, index.json and the
 OCI manifest), as `docker save` writes them since Docker 25.
 
-usage: python3 imagetar.py DIR OUT.tar --ref NAME:TAG [--entrypoint JSON] [--cmd JSON]
-                           [--env K=V]... [--workdir DIR] [--label K=V]... [--epoch SECONDS]
+usage: python3 imagetar.py DIR OUT.tar --ref NAME:TAG [--entrypoint JSON] [--env K=V]...
+                           [--workdir DIR] [--label K=V]... [--epoch SECONDS]
 
 The layer holds DIR's files in name order, owned by root (numeric ids), every mtime set to
 --epoch (default $SOURCE_DATE_EPOCH, else 0), hard links kept: the same tree gives the same
@@ -82,6 +82,7 @@ def normalized(name: str) -> str:
 
 
 def dumps(obj: object) -> bytes:
+    """obj as canonical JSON: the same object gives the same bytes, hence the same digest."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -91,7 +92,6 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--ref", required=True, help="NAME:TAG, e.g. keel/gateway:latest")
     ap.add_argument("--entrypoint", type=json.loads, help='JSON list, e.g. ["/usr/bin/keel-gateway"]')
-    ap.add_argument("--cmd", type=json.loads, help="JSON list")
     ap.add_argument("--env", action="append", default=[], metavar="K=V")
     ap.add_argument("--workdir")
     ap.add_argument("--label", action="append", default=[], metavar="K=V")
@@ -113,8 +113,6 @@ def main() -> None:
     config: dict[str, object] = {"Env": a.env}
     if a.entrypoint is not None:
         config["Entrypoint"] = a.entrypoint
-    if a.cmd is not None:
-        config["Cmd"] = a.cmd
     if a.workdir:
         config["WorkingDir"] = a.workdir
     if a.label:

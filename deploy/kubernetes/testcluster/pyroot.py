@@ -34,6 +34,7 @@ SKIP_STDLIB = re.compile(r"^(test|idlelib|tkinter|turtledemo|ensurepip|site-pack
 
 
 def key(name: str) -> str:
+    """A distribution's name as pip compares names (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -55,11 +56,13 @@ def closure(roots: list[str]) -> list[md.Distribution]:
 
 
 def is_elf(path: Path) -> bool:
+    """Whether path is an ELF file (a program, a library or an extension module)."""
     with open(path, "rb") as f:
         return f.read(4) == b"\x7fELF"
 
 
 def copy(src: Path, dst: Path, elves: list[str], dest: Path) -> None:
+    """Copies src to dst (a symlink as a symlink), adding dst to elves if it is an ELF file."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     if src.is_symlink():
         if dst.is_symlink() or dst.exists():
@@ -72,6 +75,7 @@ def copy(src: Path, dst: Path, elves: list[str], dest: Path) -> None:
 
 
 def copy_tree(src: Path, dst: Path, elves: list[str], dest: Path, skip: re.Pattern[str] | None = None) -> None:
+    """Copies src's tree to dst without byte code, nor what skip matches (paths relative to src)."""
     for dirpath, dirnames, filenames in os.walk(src):
         rel = Path(dirpath).relative_to(src)
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not
