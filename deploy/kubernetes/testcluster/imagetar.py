@@ -147,6 +147,7 @@ def main() -> None:
             "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "digest": manifest_digest, "size": len(manifest),
+                           "platform": {"architecture": "amd64", "os": "linux"},
                            "annotations": {"io.containerd.image.name": f"{normalized(name)}:{tag}",
                                            "org.opencontainers.image.ref.name": tag}}],
         })
