@@ -110,9 +110,9 @@ elf_root() {
 # (pyroot.py), the shared libraries of every ELF file among them, and compiled byte code.
 python_root() {
   local dir=$1 name=$2 dist=$3 stage=$WORK/$2.stage ver
-  local elves=()
-  mapfile -t elves < <("$VENV/bin/python" "$HERE/pyroot.py" "$stage" "$TREE" "$dist")
-  [ ${#elves[@]} -gt 0 ] || die "pyroot.py copied no interpreter for $dist"
+  local out elves=()
+  out=$("$VENV/bin/python" "$HERE/pyroot.py" "$stage" "$TREE" "$dist") || die "pyroot.py failed for $dist"
+  mapfile -t elves <<< "$out"
   rootfs_list elf "${elves[@]/#/$stage/}" > "$WORK/$name.all"
   grep -v -e "^${stage#/}/" -e "^${PYBASE#/}/" "$WORK/$name.all" > "$WORK/$name.list"
   mkroot "$dir" "$WORK/$name.list"
@@ -130,10 +130,11 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; 
 # pack NAME REF DIR ARG...: writes DIR as image REF into OUT/NAME.tar (imagetar.py ARGs),
 # imports it with --import, and records its size and build time.
 pack() {
-  local name=$1 ref=$2 dir=$3 id size
+  local name=$1 ref=$2 dir=$3 out id size
   shift 3
-  read -r id size < <(nice -n 19 python3 "$HERE/imagetar.py" "$dir" "$OUT/$name.tar" --ref "$ref" \
-    --env "$PATH_ENV" --label "com.keel.image=$name" "$@")
+  out=$(nice -n 19 python3 "$HERE/imagetar.py" "$dir" "$OUT/$name.tar" --ref "$ref" \
+    --env "$PATH_ENV" --label "com.keel.image=$name" "$@") || die "imagetar.py failed for $name"
+  read -r id size <<< "$out"
   if [ -n "$SOCK" ]; then
     ctr -a "$SOCK" -n k8s.io images import "$OUT/$name.tar" > /dev/null
   fi
