@@ -83,6 +83,8 @@ def ctr():
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (Debian containerd and runc)")
     base = Path(tempfile.mkdtemp(prefix="keelctd", dir="/var/tmp"))
+    # ctr run puts each container in the cgroup /k8s.io/ID of every hierarchy (cgroup v1).
+    cgroups = [] if Path("/sys/fs/cgroup/cpu/k8s.io").exists() else list(Path("/sys/fs/cgroup").glob("*/"))
     sock = base / "containerd.sock"
     (base / "config.toml").write_text(f"""version = 2
 root = "{base}/root"
@@ -122,6 +124,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         log.close()
         subprocess.run(["umount", "-R", str(base / "root")], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+        for h in cgroups:  # the empty cgroups ctr made, if there were none before
+            for d in sorted((h / "k8s.io").glob("**/"), key=lambda p: -len(p.parts)):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
 
 
 class Built:
