@@ -20,7 +20,7 @@ enum cs_errclass {
 
 struct cs_error {
   enum cs_errclass cls;
-  char msg[256];
+  char msg[1024];
 };
 
 /* Sets *err to class cls and a printf-formatted message; returns cls. */

@@ -416,9 +416,11 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
     int rc = cs_task_set_core(&g->tasks[i], s->opt.cores[0]);
     if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
     if (rc != 0) {
+      char why[768] = "";
+      if (rc == -EPERM) cs_rt_explain_eperm(tids[i], why, sizeof why);
       release_tasks(g);
-      cs_error_set(err, CS_EINTERNAL, "thread %d: cannot make it SCHED_FIFO on core %d: %s",
-                   (int)tids[i], s->opt.cores[0], strerror(-rc));
+      cs_error_set(err, CS_EINTERNAL, "thread %d: cannot make it SCHED_FIFO on core %d: %s%s",
+                   (int)tids[i], s->opt.cores[0], strerror(-rc), why);
       goto fail;
     }
   }

@@ -5,12 +5,15 @@ package testapiserver
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,6 +22,62 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 )
+
+// dryRunner creates objects with server-side dry run as the cluster's admin.
+type dryRunner struct {
+	mapper meta.RESTMapper
+	dyn    *dynamic.DynamicClient
+	kinds  map[string]int
+}
+
+// newDryRunner returns a dryRunner for c, mapping kinds to the resources c serves.
+func newDryRunner(t *testing.T, c *Cluster) *dryRunner {
+	t.Helper()
+	cfg := c.Config(Admin)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := restmapper.GetAPIGroupResources(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &dryRunner{mapper: restmapper.NewDiscoveryRESTMapper(groups), dyn: dyn, kinds: map[string]int{}}
+}
+
+// create dry-runs every object of the YAML stream r (named source in errors) and counts its kinds.
+func (d *dryRunner) create(t *testing.T, source string, r io.Reader) {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		gvk := u.GroupVersionKind()
+		m, err := d.mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+		if err != nil {
+			t.Errorf("%s: %s %s: %v", source, gvk, u.GetName(), err)
+			continue
+		}
+		var ri dynamic.ResourceInterface = d.dyn.Resource(m.Resource)
+		if ns := u.GetNamespace(); ns != "" {
+			ri = d.dyn.Resource(m.Resource).Namespace(ns)
+		}
+		_, err = ri.Create(context.Background(), &u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("%s: %s %s: %v", source, gvk.Kind, u.GetName(), err)
+		}
+		d.kinds[gvk.Kind]++
+	}
+}
 
 // Test_manifests_pass_the_apiservers_validation creates every object of
 // deploy/kubernetes/kustomization.yaml's resources with server-side dry run: the API
@@ -35,55 +94,37 @@ func Test_manifests_pass_the_apiservers_validation(t *testing.T) {
 	if err := yaml.Unmarshal(b, &kz); err != nil {
 		t.Fatal(err)
 	}
-	cfg := c.Config(Admin)
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups, err := restmapper.GetAPIGroupResources(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDiscoveryRESTMapper(groups)
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]int{}
+	d := newDryRunner(t, c)
 	for _, f := range kz.Resources {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			var u unstructured.Unstructured
-			if err := dec.Decode(&u.Object); err != nil {
-				break
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			gvk := u.GroupVersionKind()
-			m, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
-			if err != nil {
-				t.Errorf("%s: %s %s: %v", f, gvk, u.GetName(), err)
-				continue
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if ns := u.GetNamespace(); ns != "" {
-				ri = dyn.Resource(m.Resource).Namespace(ns)
-			}
-			_, err = ri.Create(context.Background(), &u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Errorf("%s: %s %s: %v", f, gvk.Kind, u.GetName(), err)
-			}
-			kinds[gvk.Kind]++
-		}
+		d.create(t, f, bytes.NewReader(b))
 	}
 	for _, k := range []string{"Namespace", "Role", "Deployment", "StatefulSet", "DaemonSet", "Service", "ConfigMap"} {
-		if kinds[k] == 0 {
-			t.Errorf("no %s in the manifests (%v)", k, kinds)
+		if d.kinds[k] == 0 {
+			t.Errorf("no %s in the manifests (%v)", k, d.kinds)
 		}
+	}
+}
+
+// Test_testcluster_overlay_passes_the_apiservers_validation does the same for
+// deploy/kubernetes-testcluster as kubectl renders it (its patches and PersistentVolumes).
+func Test_testcluster_overlay_passes_the_apiservers_validation(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not installed: it renders the kustomization")
+	}
+	c := Start(t)
+	c.ApplyRBAC(t)
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(c.Root, "deploy", "kubernetes-testcluster")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/kubernetes-testcluster: %v", err)
+	}
+	d := newDryRunner(t, c)
+	d.create(t, "deploy/kubernetes-testcluster", bytes.NewReader(out))
+	if d.kinds["PersistentVolume"] != 2 || d.kinds["DaemonSet"] != 2 {
+		t.Errorf("kinds %v, want the base's and two PersistentVolumes", d.kinds)
 	}
 }

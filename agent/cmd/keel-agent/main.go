@@ -104,10 +104,14 @@ HugePages-2Mi shared by the Pod's containers only; coopsched's and redis'
 sockets through hostPath; required node affinity to --node; restartPolicy Never; the labels
 above (values made label-safe) with the exact values per container in the
 annotation keel.dev/container-labels; position 0 also requests one
---sriov-resource from the SR-IOV device plugin when set, else the agent moves
-a veth in as under Docker (it finds position 0's host pid in --proc, so its
-Pod needs hostPID). The agent mounts no pktbuf tmpfs and sets no cgroup
-cpu.rt_runtime_us then: the emptyDir holds the buffer, the kubelet the cgroups.
+--sriov-resource from the SR-IOV device plugin when set (with --vf sriov
+--sriov-pf PF: the agent asks the kubelet's PodResources API at
+--pod-resources-socket which VF it gave, tags that VF with the instance's VLAN
+and moves its netdev in as vf0), else the agent moves a veth in as under Docker (it finds position 0's host pid in --proc, so its
+Pod needs hostPID). It reads the NFs' statistics files inside position 0's
+root (--proc/PID/root), where the Pod's emptyDir is. The agent mounts no pktbuf
+tmpfs and sets no cgroup cpu.rt_runtime_us then: the emptyDir holds the buffer,
+the kubelet the cgroups.
 
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
 containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
@@ -138,7 +142,8 @@ func run() int {
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
 		k8sBuffer   = fs.String("k8s-buffer", "4Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (the Pod requests it)")
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
-		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid")
+		podResSock  = fs.String("pod-resources-socket", vf.DefaultPodResourcesSocket, "with --sriov-resource: the kubelet's PodResources `SOCKET`")
+		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid and read the NFs' statistics inside its root")
 		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
 		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
 		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
@@ -190,6 +195,9 @@ func run() int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
+	if *sriovRes != "" && *vfKind != "sriov" {
+		return bad("--sriov-resource %s: the Pods get a VF from the device plugin, so the agent needs --vf sriov --sriov-pf PF to tag it (not --vf %s)", *sriovRes, *vfKind)
+	}
 	var provider vf.Provider
 	switch *vfKind {
 	case "ovsveth":
@@ -200,6 +208,10 @@ func run() int {
 			return bad("--vf sriov needs --sriov-pf")
 		}
 		provider = &vf.SRIOV{PF: *sriovPF, Sys: "/sys", Run: vf.Exec}
+		if *rtKind == "kubernetes" && *sriovRes != "" {
+			provider = &vf.DevicePlugin{SRIOV: vf.SRIOV{PF: *sriovPF, Sys: "/sys", Run: vf.Exec},
+				Resource: *sriovRes, Namespace: *namespace, Socket: *podResSock}
+		}
 	default:
 		return bad("--vf %q is not ovsveth or sriov", *vfKind)
 	}
@@ -286,6 +298,7 @@ func run() int {
 			WaitIfaceMs: int(waitIface.Milliseconds())},
 		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
+		StatsInPod: *rtKind == "kubernetes", ProcRoot: *procRoot,
 	}
 	a := agent.New(cfg, agent.Deps{Runtime: rt, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
 		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})

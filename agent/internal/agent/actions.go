@@ -13,6 +13,7 @@ import (
 
 	"github.com/keel-nfv/keel/agent/internal/reconcile"
 	"github.com/keel-nfv/keel/agent/internal/runtime"
+	"github.com/keel-nfv/keel/agent/internal/vf"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -203,6 +204,12 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtim
 		return fmt.Errorf("directory of %s: %w", in.Id, err)
 	}
 	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
+		// A device plugin's VF is the one the kubelet gave position 0's container.
+		if pp, ok := a.VF.(vf.PodPlugger); ok {
+			if pod, container, ok := runtime.PodContainer(c.ID); ok {
+				return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
+			}
+		}
 		return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
 	})
 	return err

@@ -30,6 +30,10 @@ type Config struct {
 	RegisterTimeout time.Duration // containers up, sgroup not formed after this: failed
 	ReadyResetAfter time.Duration // ready this long: the failure backoff starts over
 	MaxParallel     int           // instances created or torn down at once
+	// StatsInPod: an instance's directory is an emptyDir of its Pod (--runtime kubernetes),
+	// read inside position 0's root under ProcRoot (the node's /proc, hostPID).
+	StatsInPod bool
+	ProcRoot   string
 }
 
 // Deps are the agent's connections.
@@ -78,6 +82,7 @@ type Agent struct {
 	busy      map[string]bool
 	fails     map[string]*failure
 	status    map[string]*instStatus
+	roots     map[string]string // StatsInPod: /proc/PID/root of each instance's position 0
 	actions   map[string]uint64 // "kind result" -> count, for metrics
 
 	kick    chan struct{} // a reconcile pass is due

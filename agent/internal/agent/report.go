@@ -4,6 +4,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +26,65 @@ type sampleState struct {
 	lastSent time.Time
 }
 
+// statsOpener is how instance id's statistics files are read: beneath the instance's
+// directory on the host under Docker; under Kubernetes, where the directory is an emptyDir
+// of the instance's Pod, inside the root of position 0's process (/proc/PID/root on the
+// node, hostPID), as the Pod's containers see it. Either way the NFs, which can write
+// there, cannot make the agent read anything else (nfstats.ReadBeneath, ReadInRoot).
+func (a *Agent) statsOpener(ctx context.Context, id string) nfstats.Opener {
+	if !a.cfg.StatsInPod {
+		dir := a.cfg.InstanceDir(id)
+		return func(k int) ([]byte, time.Time, error) { return nfstats.ReadBeneath(dir, StatsName(k)) }
+	}
+	root, err := a.podRoot(ctx, id)
+	if err != nil {
+		return func(int) ([]byte, time.Time, error) { return nil, time.Time{}, err }
+	}
+	return func(k int) ([]byte, time.Time, error) { return nfstats.ReadInRoot(root, a.cfg.StatsFile(id, k)) }
+}
+
+// podRoot is /proc/PID/root (under --proc) of position 0 of instance id, remembered until
+// a read through it fails (forgetRoot): the lookup asks the API server and the node's /proc.
+func (a *Agent) podRoot(ctx context.Context, id string) (string, error) {
+	a.mu.Lock()
+	root, ok := a.roots[id]
+	a.mu.Unlock()
+	if ok {
+		return root, nil
+	}
+	cs, err := a.Runtime.List(ctx, map[string]string{LabelInstance: id, LabelPosition: "0"})
+	if err != nil {
+		return "", err
+	}
+	for _, c := range cs {
+		if !c.Running {
+			continue
+		}
+		c, err := a.Runtime.Inspect(ctx, c.ID)
+		if err != nil {
+			return "", err
+		}
+		if c.Pid <= 0 {
+			continue
+		}
+		root = filepath.Join(a.cfg.ProcRoot, strconv.Itoa(c.Pid), "root")
+		a.mu.Lock()
+		if a.roots == nil {
+			a.roots = map[string]string{}
+		}
+		a.roots[id] = root
+		a.mu.Unlock()
+		return root, nil
+	}
+	return "", fmt.Errorf("instance %s: position 0 does not run", id)
+}
+
+func (a *Agent) forgetRoot(id string) {
+	a.mu.Lock()
+	delete(a.roots, id)
+	a.mu.Unlock()
+}
+
 // reportStats reads the instances' keel-nf statistics files every --stats-interval and
 // sends an instance's stats to the gateway when they changed significantly, its phase
 // changed, or --heartbeat passed since its last report.
@@ -39,7 +100,7 @@ func (a *Agent) reportStats(ctx context.Context) {
 		case <-t.C:
 		case <-a.report:
 		}
-		due := a.sample(time.Now())
+		due := a.sample(ctx, time.Now())
 		if len(due) == 0 {
 			continue
 		}
@@ -97,25 +158,25 @@ func reportOf(m *pb.InstanceStats) nfstats.Report {
 }
 
 // sample reads every desired instance's files, updates its rates and returns the reports due.
-func (a *Agent) sample(now time.Time) []*pb.InstanceStats {
+func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 	a.mu.Lock()
 	ids := make([]string, 0, len(a.status))
-	paths := map[string][]string{}
+	positions := map[string]int{}
 	for id, st := range a.status {
 		if st.phase == "" || a.instances[id] == nil {
 			continue
 		}
 		ids = append(ids, id)
-		for k := range st.members {
-			paths[id] = append(paths[id], a.cfg.StatsFile(id, k))
-		}
+		positions[id] = len(st.members)
 	}
 	a.mu.Unlock()
 	sort.Strings(ids)
 	samples := map[string]nfstats.Sample{}
 	for _, id := range ids {
-		if s, ok := nfstats.Read(paths[id]); ok {
+		if s, ok := nfstats.Read(a.statsOpener(ctx, id), positions[id]); ok {
 			samples[id] = s
+		} else {
+			a.forgetRoot(id)
 		}
 	}
 	a.mu.Lock()

@@ -3,12 +3,20 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keel-nfv/keel/agent/internal/nfstats"
+	"github.com/keel-nfv/keel/agent/internal/runtime"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -62,5 +70,85 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		if got, ok := values[k]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
 		}
+	}
+}
+
+// podRuntime is a Kubernetes runtime as far as the stats reader asks it: position 0 of
+// every instance is a running container whose host pid is pid.
+type podRuntime struct {
+	runtime.Runtime
+	pid   int
+	lists int
+}
+
+func (r *podRuntime) List(_ context.Context, match map[string]string) ([]runtime.Container, error) {
+	r.lists++
+	return []runtime.Container{{ID: "pod/" + match[LabelInstance] + "/" + match[LabelPosition], Running: true, Labels: match}}, nil
+}
+
+func (r *podRuntime) Inspect(_ context.Context, id string) (runtime.Container, error) {
+	return runtime.Container{ID: id, Running: true, Pid: r.pid}, nil
+}
+
+func Test_under_Kubernetes_the_agent_reads_NF_stats_inside_position_0s_root(t *testing.T) {
+	// The "Pod" is this test process: its root is /proc/self's, and the instance's
+	// directory a path in it that the agent finds only through /proc/PID/root.
+	rt := &podRuntime{pid: os.Getpid()}
+	cfg := Config{SpecConfig: SpecConfig{PktbufDir: t.TempDir()}, StatsInPod: true, ProcRoot: "/proc"}
+	a := New(cfg, Deps{Runtime: rt, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	id := "chain3/0"
+	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3"}
+	a.status[id] = &instStatus{chain: "chain3", members: []string{"nat"}, phase: "ready"}
+	dir := cfg.InstanceDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stats := `{"position":0,"of":1,"nfs":[{"nf":"nat","packets_in":7,"packets_out":7}],"port":{"rx_packets":7,"rx_bytes":700}}`
+	if err := os.WriteFile(filepath.Join(dir, StatsName(0)), []byte(stats), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.sample(context.Background(), time.Now())
+	if got := a.status[id].stats; !got.have || got.cur.Packets != 7 || len(got.cur.NFs) != 1 {
+		t.Fatalf("sample %+v: want position 0's file read through /proc/%d/root", got, rt.pid)
+	}
+	if a.roots[id] != fmt.Sprintf("/proc/%d/root", rt.pid) {
+		t.Fatalf("root %q", a.roots[id])
+	}
+	// The root is remembered while reads through it work ...
+	a.sample(context.Background(), time.Now())
+	if rt.lists != 1 {
+		t.Fatalf("%d lookups of position 0 for two samples, want 1", rt.lists)
+	}
+	// ... and looked up again once they fail (the Pod was rebuilt, the pid is gone).
+	if err := os.Remove(filepath.Join(dir, StatsName(0))); err != nil {
+		t.Fatal(err)
+	}
+	a.sample(context.Background(), time.Now())
+	a.sample(context.Background(), time.Now())
+	if rt.lists != 2 {
+		t.Fatalf("%d lookups after a failed read, want 2", rt.lists)
+	}
+}
+
+func Test_under_Docker_an_NF_cannot_point_its_stats_file_at_a_host_file(t *testing.T) {
+	cfg := Config{SpecConfig: SpecConfig{PktbufDir: t.TempDir()}}
+	a := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	id := "chain3/0"
+	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3"}
+	a.status[id] = &instStatus{chain: "chain3", members: []string{"nat"}, phase: "ready"}
+	dir := cfg.InstanceDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte(`{"position":0,"of":1,"nfs":[],"port":{"rx_packets":99}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(dir, StatsName(0))); err != nil {
+		t.Fatal(err)
+	}
+	a.sample(context.Background(), time.Now())
+	if a.status[id].stats.have {
+		t.Fatalf("read %+v through a symlink the NF made", a.status[id].stats.cur)
 	}
 }

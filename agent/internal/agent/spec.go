@@ -72,8 +72,11 @@ func (c SpecConfig) InstanceDir(instance string) string {
 
 // StatsFile is position k's statistics file (the same path on the host and in the container).
 func (c SpecConfig) StatsFile(instance string, k int) string {
-	return filepath.Join(c.InstanceDir(instance), fmt.Sprintf("stats-%d.json", k))
+	return filepath.Join(c.InstanceDir(instance), StatsName(k))
 }
+
+// StatsName is position k's statistics file in its instance's directory.
+func StatsName(k int) string { return fmt.Sprintf("stats-%d.json", k) }
 
 // ealArgs are position 0's DPDK EAL arguments: no PCI, no hugepages (the chain buffer is
 // the agent's 2 MB-page tmpfs file; DPDK's own pool is ordinary memory), the VF through a

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"time"
 )
 
@@ -87,13 +86,17 @@ type Sample struct {
 // descriptor: a chain-buffer descriptor out of bounds, refused by the NF after the one that wrote it.
 var DropReasons = []string{"nf", "tx", "copy", "malformed", "descriptor"}
 
-// Read reads the statistics files of an instance with n positions (paths[k] for position
-// k). Missing files are skipped: an NF writes its first file a stats interval after start.
-func Read(paths []string) (Sample, bool) {
+// Opener reads position k's statistics file: its content and when it was last written
+// (ReadBeneath and ReadInRoot are the two ways keel-agent has).
+type Opener func(k int) ([]byte, time.Time, error)
+
+// Read reads the statistics files of an instance with n positions. Missing files are
+// skipped: an NF writes its first file a stats interval after start.
+func Read(open Opener, n int) (Sample, bool) {
 	s := Sample{DropsBy: map[string]uint64{}}
 	ok := false
-	for k, p := range paths {
-		b, err := os.ReadFile(p)
+	for k := 0; k < n; k++ {
+		b, written, err := open(k)
 		if err != nil {
 			continue
 		}
@@ -111,12 +114,8 @@ func Read(paths []string) (Sample, bool) {
 		s.Drops += f.BadDescriptors.Count
 		s.DropsBy["descriptor"] += f.BadDescriptors.Count
 		if k == 0 && f.Port != nil {
-			st, err := os.Stat(p)
-			if err != nil {
-				continue
-			}
 			ok = true
-			s.At = st.ModTime()
+			s.At = written
 			s.Packets, s.Bytes = f.Port.RxPackets, f.Port.RxBytes
 			s.Drops += f.Port.TxDropped + f.Port.CopyDropped + f.Port.RxMalformed
 			s.DropsBy["tx"] += f.Port.TxDropped

@@ -3,8 +3,12 @@
 package nfstats
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -38,7 +42,7 @@ func Test_Read_sums_an_instance_over_its_files(t *testing.T) {
 	if err := os.WriteFile(p1, []byte(pos1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, ok := Read([]string{p0, p1})
+	s, ok := Read(beneath(dir), 2)
 	if !ok {
 		t.Fatal("no sample")
 	}
@@ -60,7 +64,7 @@ func Test_Read_without_position_0_has_no_sample(t *testing.T) {
 	if err := os.WriteFile(p1, []byte(pos1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := Read([]string{filepath.Join(dir, "stats-0.json"), p1}); ok {
+	if _, ok := Read(beneath(dir), 2); ok {
 		t.Fatal("a sample without position 0")
 	}
 }
@@ -111,5 +115,83 @@ func Test_Significant_ignores_small_rate_changes(t *testing.T) {
 	}
 	if !Significant(Report{Phase: "ready"}, Report{Phase: "ready", RatePPS: 10}) {
 		t.Error("traffic starting is not significant")
+	}
+}
+
+// beneath opens an instance's files in dir as keel-agent does under Docker.
+func beneath(dir string) Opener {
+	return func(k int) ([]byte, time.Time, error) { return ReadBeneath(dir, fmt.Sprintf("stats-%d.json", k)) }
+}
+
+func Test_ReadBeneath_never_follows_what_an_NF_put_in_its_directory(t *testing.T) {
+	dir, host := t.TempDir(), t.TempDir()
+	secret := filepath.Join(host, "secret")
+	if err := os.WriteFile(secret, []byte(pos0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "stats-0.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../"+filepath.Base(host)+"/secret", filepath.Join(dir, "stats-1.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "stats-2.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := make([]byte, MaxFileBytes+1)
+	if err := os.WriteFile(filepath.Join(dir, "stats-3.json"), huge, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range []string{"symbolic link", "symbolic link", "not a regular file", "larger than"} {
+		done := make(chan error, 1)
+		go func() { _, _, err := ReadBeneath(dir, fmt.Sprintf("stats-%d.json", k)); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) && !(want == "symbolic link" && errors.Is(err, syscall.ELOOP)) {
+				t.Errorf("stats-%d.json: error %v, want one saying %q", k, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stats-%d.json: the read blocked", k)
+		}
+	}
+	if _, _, err := ReadBeneath(dir, "../"+filepath.Base(host)+"/secret"); err == nil {
+		t.Error("a name with .. left the directory")
+	}
+}
+
+func Test_ReadInRoot_resolves_absolute_symlinks_inside_the_root(t *testing.T) {
+	root := t.TempDir()
+	// The container's view: /run/keel/i/stats-0.json -> /etc/stats (an absolute link, as
+	// an NF could make), which must be root/etc/stats and not the host's /etc/stats.
+	inst := filepath.Join(root, "run", "keel", "i")
+	if err := os.MkdirAll(inst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "stats"), []byte(pos0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/stats", filepath.Join(inst, "stats-0.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/../../../../../../etc/hostname", filepath.Join(inst, "stats-1.json")); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := ReadInRoot(root, "/run/keel/i/stats-0.json")
+	if err != nil || string(b) != pos0 {
+		t.Fatalf("read %q, %v; want the root's /etc/stats", b, err)
+	}
+	if b, _, err := ReadInRoot(root, "/run/keel/i/stats-1.json"); err == nil {
+		t.Fatalf("read %q through a link that climbs out of the root", b)
+	}
+	// And as keel-agent does it under Kubernetes: its own /proc/PID/root.
+	self := t.TempDir()
+	if err := os.WriteFile(filepath.Join(self, "stats-0.json"), []byte(pos0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, err := ReadInRoot(fmt.Sprintf("/proc/%d/root", os.Getpid()), filepath.Join(self, "stats-0.json")); err != nil || string(b) != pos0 {
+		t.Fatalf("through /proc/PID/root: %q, %v", b, err)
 	}
 }
