@@ -552,7 +552,8 @@ status() {
 
 drain_pods() { # delete every Pod through the API so the kubelet tears down their networks
   pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null && pid_of containerd >/dev/null || return 0
-  kubectl delete deployments,replicasets,statefulsets,daemonsets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1 || true
+  kubectl delete deployments,replicasets,statefulsets,daemonsets,jobs --all --all-namespaces --cascade=orphan \
+    --wait=false >/dev/null 2>&1 || true
   kubectl delete pods --all --all-namespaces --grace-period=1 --wait=false >/dev/null 2>&1 || return 0
   local t
   for t in $(seq 120); do
