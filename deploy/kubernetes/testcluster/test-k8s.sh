@@ -61,6 +61,16 @@ kubectl -n keel rollout status --timeout=180s deployment/keel-place
 kubectl -n keel rollout status --timeout=180s deployment/keel-torctl
 kubectl -n keel rollout status --timeout=180s statefulset/redis
 gw="http://$(kubectl -n keel get service keel-gateway -o 'jsonpath={.spec.clusterIP}'):8080"
-HOME=$tmp "$faas" login -g "$gw" -u admin --password-stdin <"$pv/gateway-secrets/basic-auth-password"
+# The Service answers once its EndpointSlice is made and kube-proxy has synced (until
+# then it rejects: connection refused).
+for t in $(seq 60); do
+  if HOME=$tmp "$faas" login -g "$gw" -u admin --password-stdin <"$pv/gateway-secrets/basic-auth-password" \
+    >"$tmp/login.log" 2>&1; then
+    break
+  fi
+  [ "$t" != 60 ] || { cat "$tmp/login.log"; exit 1; }
+  sleep 0.5
+done
+echo "test-k8s: faas-cli logged in after $t tries"
 HOME=$tmp "$faas" list -g "$gw"
 echo "test-k8s: keel-gateway answers faas-cli at $gw through its Service"
