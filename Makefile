@@ -30,13 +30,13 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool curl python3-venv \
 	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch libjemalloc2 \
-	fonts-liberation
+	fonts-liberation containernetworking-plugins
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...;
 # prometheus its node exporter; chromium a desktop's daemons). Prometheus scrapes the local
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins bench demo images up down clean \
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo images up down clean \
 	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
@@ -109,6 +109,17 @@ unit-test:
 k8s-bins:
 	GO=$(GO) deploy/kubernetes/testcluster/build.sh $(abspath $(BUILD))/k8s || \
 	  echo "warning: etcd/kube-apiserver not built: the Kubernetes API-server tests will skip"
+
+# What the one-node cluster of make test-k8s runs besides etcd and kube-apiserver:
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl (same pinned module).
+k8s-cluster-bins:
+	GO=$(GO) deploy/kubernetes/testcluster/build.sh --cluster $(abspath $(BUILD))/k8s
+
+# keel's Kubernetes backend on a real one-node cluster (deploy/kubernetes/testcluster/
+# cluster.sh: own containerd, kubelet with the static CPU manager, kube-proxy), brought up
+# and taken down again; as root. See test-k8s.sh for what it proves and what not yet.
+test-k8s: build k8s-cluster-bins
+	GO=$(GO) KEEL_K8S_BIN=$(abspath $(BUILD))/k8s deploy/kubernetes/testcluster/test-k8s.sh
 
 # pytest exits 5 when it collected no test: that fails the target too.
 py-test:

@@ -93,13 +93,15 @@ agent does not start (exit status 2).
 
 --runtime kubernetes: the same instances as Pods in --namespace through the API
 server (--kubeconfig, or the Pod's service account): one Pod per instance,
-named keel-<group> (made a DNS name), one container nf-K per NF; every
-container Guaranteed with --k8s-nf-cpus whole cores (the kubelet's static CPU
-manager then gives it exclusive cores) and the chain's memory (else
---k8s-nf-memory) as request and limit; the chain buffer on an emptyDir of
-medium HugePages-2Mi shared by the Pod's containers only (position 0 requests
---k8s-buffer of hugepages-2Mi); coopsched's and redis' sockets through
-hostPath; required node affinity to --node; restartPolicy Never; the labels
+named keel-<group> (made a DNS name), one container nf-K per NF with the
+chain's memory (else --k8s-nf-memory) as request and limit and no cpu of its
+own; the Pod Guaranteed by pod-level resources: --k8s-instance-cpus whole cores,
+the containers' memory summed and --k8s-buffer of hugepages-2Mi, so a kubelet
+with the static CPU manager, topologyManagerScope pod and the
+PodLevelResourceManagers gate pins the whole Pod to its own cores, which all
+its NFs share under coopsched; the chain buffer on an emptyDir of medium
+HugePages-2Mi shared by the Pod's containers only; coopsched's and redis'
+sockets through hostPath; required node affinity to --node; restartPolicy Never; the labels
 above (values made label-safe) with the exact values per container in the
 annotation keel.dev/container-labels; position 0 also requests one
 --sriov-resource from the SR-IOV device plugin when set (with --vf sriov
@@ -136,9 +138,9 @@ func run() int {
 		kubeconfig  = fs.String("kubeconfig", "", "with --runtime kubernetes: kubeconfig `FILE` (empty: the Pod's service account)")
 		namespace   = fs.String("namespace", "openfaas-fn", "with --runtime kubernetes: the `NAMESPACE` of instance Pods")
 		node        = fs.String("node", os.Getenv("NODE_NAME"), "with --runtime kubernetes: this worker's node `NAME` (default $NODE_NAME, else --worker)")
-		k8sCPUs     = fs.Int64("k8s-nf-cpus", 1, "with --runtime kubernetes: whole `CORES` each NF container requests and is limited to")
+		k8sCPUs     = fs.Int64("k8s-instance-cpus", 1, "with --runtime kubernetes: whole `CORES` of an instance's Pod, shared by its NF containers")
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
-		k8sBuffer   = fs.String("k8s-buffer", "4Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (position 0 requests it)")
+		k8sBuffer   = fs.String("k8s-buffer", "4Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (the Pod requests it)")
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
 		podResSock  = fs.String("pod-resources-socket", vf.DefaultPodResourcesSocket, "with --sriov-resource: the kubelet's PodResources `SOCKET`")
 		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid and read the NFs' statistics inside its root")

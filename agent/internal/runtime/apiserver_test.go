@@ -50,14 +50,16 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	if p.Status.QOSClass != corev1.PodQOSGuaranteed {
 		t.Errorf("the API server classed the Pod %q, not Guaranteed", p.Status.QOSClass)
 	}
+	if cpu := p.Spec.Resources.Limits[corev1.ResourceCPU]; cpu.MilliValue() != 1000 {
+		t.Errorf("pod cpu %s", cpu.String())
+	}
 	for _, ct := range p.Spec.Containers {
-		cpu := ct.Resources.Limits[corev1.ResourceCPU]
-		if cpu.MilliValue() != 1000 {
-			t.Errorf("%s cpu %s", ct.Name, cpu.String())
+		if cpu, ok := ct.Resources.Requests[corev1.ResourceCPU]; ok {
+			t.Errorf("%s requests cpu %s: the API server defaulted one", ct.Name, cpu.String())
 		}
 	}
-	if hp := p.Spec.Containers[0].Resources.Requests["hugepages-2Mi"]; hp.Value() != 4<<20 {
-		t.Errorf("hugepages-2Mi request %s", hp.String())
+	if hp := p.Spec.Resources.Requests["hugepages-2Mi"]; hp.Value() != 4<<20 {
+		t.Errorf("pod hugepages-2Mi request %s", hp.String())
 	}
 	if v := p.Spec.Volumes[0]; v.Name != BufferVolume || v.EmptyDir == nil || v.EmptyDir.Medium != "HugePages-2Mi" {
 		t.Errorf("buffer volume %+v", v)

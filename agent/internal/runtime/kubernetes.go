@@ -49,14 +49,16 @@ const (
 type KubeConfig struct {
 	Namespace string // where instance Pods live (openfaas-fn)
 	Node      string // the agent's node: every Pod is pinned to it by node affinity
-	// CPUs is the whole cores each NF container requests and is limited to (>= 1): with
-	// memory requests equal to limits the Pod is Guaranteed and the kubelet's static CPU
-	// manager gives each NF container exclusive cores.
+	// CPUs is the whole cores of an instance (>= 1), requested and limited at the Pod's
+	// level (spec.resources), not by its containers: the Pod is Guaranteed and a kubelet
+	// with the static CPU manager, the topology manager at pod scope and the
+	// PodLevelResourceManagers gate gives the Pod these cores exclusively, shared by all
+	// its NF containers, which coopsched time-shares on them (an sgroup).
 	CPUs int64
 	// MemoryBytes is each NF container's memory request and limit when the chain sets none.
 	MemoryBytes int64
-	// BufferBytes is the hugepages-2Mi position 0 requests: the chain buffer's size
-	// (a multiple of 2 MiB).
+	// BufferBytes is the Pod's hugepages-2Mi: the chain buffer's size (a multiple of 2 MiB),
+	// at the Pod's level so every container may fault the buffer's pages.
 	BufferBytes int64
 	// SRIOVResource is the SR-IOV device plugin's resource (e.g. intel.com/sriov_netdevice)
 	// position 0 requests one of; "": the agent plugs a veth (the embedded scheme).
@@ -83,7 +85,7 @@ func NewKubernetes(cs kubernetes.Interface, cfg KubeConfig) (*Kubernetes, error)
 	case cfg.Node == "":
 		return nil, errors.New("kubernetes: no node name")
 	case cfg.CPUs < 1:
-		return nil, fmt.Errorf("kubernetes: %d CPUs per NF container: the static CPU manager needs whole cores (>= 1)", cfg.CPUs)
+		return nil, fmt.Errorf("kubernetes: %d CPUs per instance: the static CPU manager needs whole cores (>= 1)", cfg.CPUs)
 	case cfg.MemoryBytes <= 0:
 		return nil, errors.New("kubernetes: no default memory per NF container")
 	case cfg.BufferBytes <= 0 || cfg.BufferBytes%(2<<20) != 0:
@@ -163,9 +165,12 @@ func splitID(id string) (pod, container string, err error) {
 	return pod, container, nil
 }
 
-// Pod returns the Pod of one instance: a container per spec, Guaranteed QoS with whole
-// CPUs, the chain buffer on a hugepages-2Mi emptyDir, hostPath sockets, node affinity to
-// the agent's node, the Docker-mode labels.
+// Pod returns the Pod of one instance: a container per spec with its memory, Guaranteed
+// QoS from pod-level resources (the instance's whole cores, the containers' memory summed,
+// the chain buffer's hugepages-2Mi) so its containers share the cores the kubelet pins the
+// Pod to, the buffer on a hugepages-2Mi emptyDir, hostPath sockets, node affinity to the
+// agent's node, the Docker-mode labels. No container requests cpu: one that did would get
+// cores of its own out of the Pod's.
 func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("an instance without containers")
@@ -186,6 +191,7 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 		}
 	}
 	containers := make([]corev1.Container, 0, len(specs))
+	cpus, podMem := k.cfg.CPUs, int64(0)
 	for pos, s := range specs {
 		cname := containerName(pos)
 		perContainer[cname] = s.Labels
@@ -193,19 +199,13 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 		if mem <= 0 {
 			mem = k.cfg.MemoryBytes
 		}
-		cpus := k.cfg.CPUs
+		podMem += mem
 		if c := int64(s.CPUs + 0.999999); c > cpus {
 			cpus = c
 		}
-		res := corev1.ResourceList{
-			corev1.ResourceCPU:    *resource.NewQuantity(cpus, resource.DecimalSI),
-			corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
-		}
-		if pos == 0 {
-			res[hugepages2Mi] = *resource.NewQuantity(k.cfg.BufferBytes, resource.BinarySI)
-			if k.cfg.SRIOVResource != "" {
-				res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(1, resource.DecimalSI)
-			}
+		res := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
+		if pos == 0 && k.cfg.SRIOVResource != "" {
+			res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(1, resource.DecimalSI)
 		}
 		c := corev1.Container{
 			Name:            cname,
@@ -247,10 +247,16 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 		return nil, err
 	}
 	grace := int64(5)
+	podRes := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(cpus, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(podMem, resource.BinarySI),
+		hugepages2Mi:          *resource.NewQuantity(k.cfg.BufferBytes, resource.BinarySI),
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.cfg.Namespace, Labels: podLabels,
 			Annotations: map[string]string{AnnotationLabels: string(ann)}},
 		Spec: corev1.PodSpec{
+			Resources:                     &corev1.ResourceRequirements{Requests: podRes, Limits: podRes.DeepCopy()},
 			Containers:                    containers,
 			Volumes:                       volumes,
 			RestartPolicy:                 corev1.RestartPolicyNever, // the agent rebuilds, as under Docker

@@ -48,7 +48,7 @@ func testKube(t *testing.T, cfg KubeConfig) (*Kubernetes, *fake.Clientset) {
 	return k, cs
 }
 
-func Test_Pod_is_guaranteed_pinned_and_shares_a_hugepages_buffer(t *testing.T) {
+func Test_Pod_is_guaranteed_at_pod_level_so_its_NFs_share_its_cores_and_buffer(t *testing.T) {
 	k, _ := testKube(t, KubeConfig{SRIOVResource: "intel.com/sriov_netdevice"})
 	p, err := k.Pod(testSpecs())
 	if err != nil {
@@ -60,17 +60,30 @@ func Test_Pod_is_guaranteed_pinned_and_shares_a_hugepages_buffer(t *testing.T) {
 	if len(p.Spec.Containers) != 2 || p.Spec.Containers[0].Name != "nf-0" || p.Spec.Containers[1].Image != "keel/nat:1" {
 		t.Fatalf("containers %+v", p.Spec.Containers)
 	}
+	if p.Spec.Resources == nil {
+		t.Fatal("no pod-level resources")
+	}
+	for name, want := range map[corev1.ResourceName]string{corev1.ResourceCPU: "1",
+		corev1.ResourceMemory: "384Mi", "hugepages-2Mi": "4Mi"} {
+		req, lim := p.Spec.Resources.Requests[name], p.Spec.Resources.Limits[name]
+		if req.Cmp(resource.MustParse(want)) != 0 || req.Cmp(lim) != 0 {
+			t.Errorf("pod %s request %s limit %s, want both %s", name, req.String(), lim.String(), want)
+		}
+	}
 	for i, c := range p.Spec.Containers {
 		r := c.Resources
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, lim := r.Requests[name], r.Limits[name]
-			if req.IsZero() || req.Cmp(lim) != 0 {
-				t.Errorf("container %d %s request %s limit %s: not Guaranteed", i, name, req.String(), lim.String())
-			}
+		if _, ok := r.Requests[corev1.ResourceCPU]; ok {
+			t.Errorf("container %d requests cpu %v: it would get cores of its own", i, r.Requests)
 		}
-		cpu := r.Requests[corev1.ResourceCPU]
-		if cpu.MilliValue()%1000 != 0 || cpu.Value() != 1 {
-			t.Errorf("container %d cpu %s, want 1 whole core", i, cpu.String())
+		if _, ok := r.Limits[corev1.ResourceCPU]; ok {
+			t.Errorf("container %d limits cpu %v", i, r.Limits)
+		}
+		if _, ok := r.Limits["hugepages-2Mi"]; ok {
+			t.Errorf("container %d has its own hugepages limit %v: the Pod's is every container's", i, r.Limits)
+		}
+		req, lim := r.Requests[corev1.ResourceMemory], r.Limits[corev1.ResourceMemory]
+		if req.IsZero() || req.Cmp(lim) != 0 {
+			t.Errorf("container %d memory request %s limit %s", i, req.String(), lim.String())
 		}
 		if *c.SecurityContext.Privileged {
 			t.Errorf("container %d privileged", i)
@@ -81,10 +94,6 @@ func Test_Pod_is_guaranteed_pinned_and_shares_a_hugepages_buffer(t *testing.T) {
 	}
 	if m := p.Spec.Containers[1].Resources.Limits[corev1.ResourceMemory]; m.Value() != 256<<20 {
 		t.Errorf("default memory: %s", m.String())
-	}
-	hp := p.Spec.Containers[0].Resources.Limits["hugepages-2Mi"]
-	if hp.Cmp(resource.MustParse("4Mi")) != 0 {
-		t.Errorf("hugepages-2Mi %s", hp.String())
 	}
 	if v := p.Spec.Containers[0].Resources.Limits["intel.com/sriov_netdevice"]; v.Value() != 1 {
 		t.Errorf("position 0 has no VF from the device plugin: %v", p.Spec.Containers[0].Resources.Limits)
