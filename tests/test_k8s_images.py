@@ -172,7 +172,7 @@ def test_every_image_is_imported_and_its_entry_point_starts(ctr, built):
     # How long images.sh took is reported, not asserted: timing belongs to benchmarks, and a
     # busy 2-core machine takes 3x the ~35 s of an idle one.
     print(f"images.sh took {built.took:.0f} s")
-    assert set(built.ref) == set(KEEL_IMAGES) | {"redis"}
+    assert set(built.ref) == set(KEEL_IMAGES) | {"redis", "hello"}
     listed = ctr("images", "ls", "-q").stdout.split()
     for name, ref in built.ref.items():
         assert normalized(ref) in listed, f"{ref} was not imported: {listed}"

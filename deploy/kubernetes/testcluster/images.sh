@@ -29,6 +29,8 @@
 #                   version (keel/redis:7.0.15-1-deb12u10, say: '~' is not allowed in a tag);
 #                   protected mode off, as the official image builds it, so other Pods reach
 #                   it. deploy/kubernetes-testcluster runs it instead of redis:7.4.
+#   keel/hello      stack.yml's normal function, gateway/examples/hello built static with Go
+#                   ($GO, else go), alone in its image as /hello (its Dockerfile's image)
 #
 # The keel images are tagged latest, as deploy/kubernetes names them. Python's byte code is
 # compiled into the images (unchecked-hash .pyc). Every layer's files are in name order with
@@ -41,7 +43,8 @@
 #   --venv DIR       the venv make build installed the placer and torctl into (default .venv)
 #   --out DIR        where the tarballs go, IMAGE.tar (default build/images)
 #   --import SOCKET  also import each into the containerd at SOCKET, namespace k8s.io
-#   IMAGE            gateway agent coopsched placer torctl ingress nf-base redis (default all)
+#   IMAGE            gateway agent coopsched placer torctl ingress nf-base redis hello
+#                    (default all)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -51,7 +54,7 @@ BIN=${KEEL_BIN:-$ROOT/build/bin}
 VENV=$ROOT/.venv
 OUT=$ROOT/build/images
 SOCK=
-ALL=(gateway agent coopsched placer torctl ingress nf-base redis)
+ALL=(gateway agent coopsched placer torctl ingress nf-base redis hello)
 WANT=()
 
 die() { echo "images.sh: $*" >&2; exit 1; }
@@ -186,6 +189,11 @@ build() {
       mkdir -p "$d/data"
       pack redis "keel/redis:${version//\~/-}" "$d" --workdir /data \
         --entrypoint '["/usr/bin/redis-server", "--protected-mode", "no"]' ;;
+    hello)
+      mkdir -p "$d"
+      (cd "$ROOT/gateway" && CGO_ENABLED=0 nice -n 19 "${GO:-go}" build -trimpath -o "$d/hello" ./examples/hello) ||
+        die "cannot build gateway/examples/hello (GO=${GO:-go})"
+      pack hello keel/hello:latest "$d" --entrypoint '["/hello"]' ;;
   esac
 }
 

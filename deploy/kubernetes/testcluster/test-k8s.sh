@@ -11,11 +11,13 @@
 #      (agent/internal/runtime/node_test.go, reading the node's /proc);
 #   2. keel's control plane from deploy/kubernetes-testcluster with the images of
 #      images.sh: keel-gateway, keel-place, keel-torctl and Redis Running, and the stock
-#      faas-cli logged in to keel-gateway through its Service, listing its functions.
+#      faas-cli logged in to keel-gateway through its Service, listing its functions;
+#   3. stack.yml's normal function: faas-cli deploy -f stack.yml --filter hello through
+#      keel-gateway makes its Deployment and Service, and hello answers through the
+#      gateway (/function/hello) and on its own Service, from its Pod.
 #
 # Not tested here yet (issue 20), each a step to add below once it exists:
-#   - faas-cli deploy -f stack.yml; hello answering through its Service (images.sh makes
-#     no keel/hello yet)
+#   - the chains of stack.yml (faas-cli deploy -f stack.yml without --filter)
 #   - keel-agent and keel-coopsched (label keel.dev/nf=true): with KEEL_VF=ovsveth the
 #     agent needs Open vSwitch on the node, and its NIC bridge keel-nic-<worker> must fit
 #     15 bytes (keel-nic-keel-k8s does not); coopsched's SCHED_FIFO on core 1 then wants
@@ -52,7 +54,7 @@ step "1. an instance's Pod shares one exclusive core"
   -run 'Test_instance_Pod_on_a_real_node_shares_one_exclusive_core' ./agent/internal/runtime/)
 
 step "2. keel's control plane from deploy/kubernetes-testcluster"
-"$here/images.sh" --out "$tmp/images" --import "$run/containerd.sock" gateway placer torctl redis
+"$here/images.sh" --out "$tmp/images" --import "$run/containerd.sock" gateway placer torctl redis hello
 kubectl create namespace keel --save-config
 kubectl -n keel create secret generic keel-control-token --from-literal=control-token="$(openssl rand -hex 32)"
 kubectl apply -k "$root/deploy/kubernetes-testcluster" >/dev/null
@@ -74,3 +76,20 @@ done
 echo "test-k8s: faas-cli logged in after $t tries"
 HOME=$tmp "$faas" list -g "$gw"
 echo "test-k8s: keel-gateway answers faas-cli at $gw through its Service"
+
+step "3. stack.yml's hello through keel-gateway and its Service"
+(cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --filter hello -g "$gw")
+kubectl -n openfaas-fn rollout status --timeout=180s deployment/hello
+answer=
+for t in $(seq 60); do
+  answer=$(curl -sf --max-time 5 -d ping "$gw/function/hello") && break
+  [ "$t" != 60 ] || { echo "test-k8s: hello never answered through the gateway"; exit 1; }
+  sleep 0.5
+done
+pod=$(kubectl -n openfaas-fn get pods -l faas_function=hello -o 'jsonpath={.items[0].metadata.name}')
+[ "$answer" = "hello from $pod: ping" ] || { echo "test-k8s: the gateway's hello said '$answer', want its Pod $pod"; exit 1; }
+svc="http://$(kubectl -n openfaas-fn get service hello -o 'jsonpath={.spec.clusterIP}'):8080"
+direct=$(curl -sf --max-time 5 -d pong "$svc/")
+[ "$direct" = "hello from $pod: pong" ] || { echo "test-k8s: hello's Service said '$direct'"; exit 1; }
+HOME=$tmp "$faas" remove hello -g "$gw"
+echo "test-k8s: hello answers through keel-gateway and on its Service $svc"
