@@ -221,6 +221,26 @@ def other_stack() -> str:
     return sh("ss", "-Hltnp", "( sport = :6379 or sport = :8080 )", check=False).stdout.strip()
 
 
+def settle_removals(timeout: float = 60) -> None:
+    """Waits until the agent has finished what a test's last `faas-cli remove` started: no NF
+    state left in Redis for an instance the gateway no longer has. make down right after a
+    remove stops the agent mid-teardown, and the next module would find its keys (Redis
+    keeps them across make down/up). Best effort: a broken stack still goes down."""
+    def redis(*args: str) -> list[str]:
+        return sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", *args, check=False).stdout.split()
+
+    def orphans() -> list[str]:
+        live = set()
+        for key in redis("KEYS", "keel:instances:*"):
+            live |= {iid.replace("/", ".") for iid in redis("HKEYS", key)}
+        return [k for k in redis("KEYS", "keel:state:*") if k.split(":")[3] not in live]
+
+    try:
+        wait_for("the agent to delete removed instances' NF state", lambda: not orphans(), timeout=timeout)
+    except (pytest.fail.Exception, Exception) as e:  # noqa: BLE001 - the stack still has to go down
+        print(f"settle_removals: {e}")
+
+
 @contextlib.contextmanager
 def running_stack():
     """make up and faas-cli login; make down afterwards, checking it left nothing. Holds the
@@ -249,6 +269,7 @@ def running_stack():
         remove_all_functions()
         yield
     finally:
+        settle_removals()
         down = sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
