@@ -90,19 +90,27 @@ func (r *podRuntime) Inspect(_ context.Context, id string) (runtime.Container, e
 	return runtime.Container{ID: id, Running: true, Pid: r.pid}, nil
 }
 
+// agentWithOneInstance is an agent (cfg, with a fresh pktbuf directory) that has one ready
+// instance of one NF, chain3/0, and that instance's directory, made.
+func agentWithOneInstance(t *testing.T, cfg Config, rt runtime.Runtime) (a *Agent, id, dir string) {
+	t.Helper()
+	cfg.PktbufDir = t.TempDir()
+	a = New(cfg, Deps{Runtime: rt, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	id = "chain3/0"
+	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3"}
+	a.status[id] = &instStatus{chain: "chain3", members: []string{"nat"}, phase: "ready"}
+	dir = cfg.InstanceDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return a, id, dir
+}
+
 func Test_under_Kubernetes_the_agent_reads_NF_stats_inside_position_0s_root(t *testing.T) {
 	// The "Pod" is this test process: its root is /proc/self's, and the instance's
 	// directory a path in it that the agent finds only through /proc/PID/root.
 	rt := &podRuntime{pid: os.Getpid()}
-	cfg := Config{SpecConfig: SpecConfig{PktbufDir: t.TempDir()}, StatsInPod: true, ProcRoot: "/proc"}
-	a := New(cfg, Deps{Runtime: rt, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	id := "chain3/0"
-	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3"}
-	a.status[id] = &instStatus{chain: "chain3", members: []string{"nat"}, phase: "ready"}
-	dir := cfg.InstanceDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	a, id, dir := agentWithOneInstance(t, Config{StatsInPod: true, ProcRoot: "/proc"}, rt)
 	stats := `{"position":0,"of":1,"nfs":[{"nf":"nat","packets_in":7,"packets_out":7}],"port":{"rx_packets":7,"rx_bytes":700}}`
 	if err := os.WriteFile(filepath.Join(dir, StatsName(0)), []byte(stats), 0o600); err != nil {
 		t.Fatal(err)
@@ -131,15 +139,7 @@ func Test_under_Kubernetes_the_agent_reads_NF_stats_inside_position_0s_root(t *t
 }
 
 func Test_under_Docker_an_NF_cannot_point_its_stats_file_at_a_host_file(t *testing.T) {
-	cfg := Config{SpecConfig: SpecConfig{PktbufDir: t.TempDir()}}
-	a := New(cfg, Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	id := "chain3/0"
-	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3"}
-	a.status[id] = &instStatus{chain: "chain3", members: []string{"nat"}, phase: "ready"}
-	dir := cfg.InstanceDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	a, id, dir := agentWithOneInstance(t, Config{}, nil)
 	host := filepath.Join(t.TempDir(), "host-file")
 	if err := os.WriteFile(host, []byte(`{"position":0,"of":1,"nfs":[],"port":{"rx_packets":99}}`), 0o600); err != nil {
 		t.Fatal(err)
