@@ -147,7 +147,7 @@ func run() int {
 		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
 		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
 		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
-		bridge      = fs.String("bridge", "", "the worker's NIC bridge `NAME` (default keel-nic-<worker>)")
+		bridge      = fs.String("bridge", "", "the worker's NIC bridge `NAME` (default keel-nic-<worker>; a worker name over 6 bytes is hashed: keel-nic-hXXXXX)")
 		vfKind      = fs.String("vf", "ovsveth", "where VFs come from: ovsveth (OVS bridge + veth pairs) or sriov (--sriov-pf's VFs)")
 		sriovPF     = fs.String("sriov-pf", "", "with --vf sriov: the physical function's `NETDEV`")
 		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")

@@ -4,6 +4,7 @@ package vf
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -23,10 +24,23 @@ type OVSVeth struct {
 
 // NewOVSVeth returns the embedded provider of worker with its default names.
 func NewOVSVeth(db, bridge, worker string) *OVSVeth {
+	id := WorkerPortID(worker)
 	if bridge == "" {
-		bridge = "keel-nic-" + worker
+		bridge = "keel-nic-" + id
 	}
-	return &OVSVeth{DB: db, Bridge: bridge, Uplink: "keel-up-" + worker, ToR: "keel-tor-" + worker, Run: Exec}
+	return &OVSVeth{DB: db, Bridge: bridge, Uplink: "keel-up-" + id, ToR: "keel-tor-" + id, Run: Exec}
+}
+
+// WorkerPortID is what a worker's netdev names end in (keel-nic-ID, keel-up-ID, keel-tor-ID):
+// the worker's name when that fits a 15-byte interface name (6 bytes at most), else "h" and
+// the first 5 hex digits of its SHA-256, as Kubernetes node names are longer. keel-torctl
+// names the ToR's trunk toward a worker by the same rule (keel_torctl.controller.worker_port_id;
+// both test the vector keel-k8s -> hdc3bf).
+func WorkerPortID(worker string) string {
+	if len(worker) <= 6 {
+		return worker
+	}
+	return fmt.Sprintf("h%x", sha256.Sum256([]byte(worker)))[:6]
 }
 
 // VethName is the bridge-side netdev (and OVS port) of the VF with this VLAN.

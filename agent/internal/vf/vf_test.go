@@ -203,3 +203,22 @@ func Test_SRIOV_Plug_tags_a_free_VF_and_List_finds_it_by_VLAN(t *testing.T) {
 		t.Fatalf("capacity %d", s.Capacity())
 	}
 }
+
+func Test_a_long_worker_name_gives_interface_names_that_fit(t *testing.T) {
+	if got := WorkerPortID("local"); got != "local" {
+		t.Errorf("WorkerPortID(local) = %q: a short name stays", got)
+	}
+	// The vector keel-torctl's tests check too (keel_torctl.controller.worker_port_id).
+	if got := WorkerPortID("keel-k8s"); got != "hdc3bf" {
+		t.Errorf("WorkerPortID(keel-k8s) = %q, want hdc3bf", got)
+	}
+	o := NewOVSVeth("", "", "ip-10-0-1-23.ec2.internal")
+	for _, n := range []string{o.Bridge, o.Uplink, o.ToR} {
+		if len(n) > 15 {
+			t.Errorf("%s: %d bytes, an interface name has at most 15", n, len(n))
+		}
+	}
+	if o.ToR != "keel-tor-h50fb9" {
+		t.Errorf("ToR side %q", o.ToR)
+	}
+}

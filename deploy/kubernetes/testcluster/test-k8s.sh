@@ -19,8 +19,8 @@
 # Not tested here yet (issue 20), each a step to add below once it exists:
 #   - the chains of stack.yml (faas-cli deploy -f stack.yml without --filter)
 #   - keel-agent and keel-coopsched (label keel.dev/nf=true): with KEEL_VF=ovsveth the
-#     agent needs Open vSwitch on the node, and its NIC bridge keel-nic-<worker> must fit
-#     15 bytes (keel-nic-keel-k8s does not); coopsched's SCHED_FIFO on core 1 then wants
+#     agent needs Open vSwitch on the node (its NIC bridge for node keel-k8s is keel-nic-hdc3bf,
+#     a hashed name that fits 15 bytes); coopsched's SCHED_FIFO on core 1 then wants
 #     /tmp/keel-core1.lock held
 #   - the NF Pods Running and carrying packets
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh

@@ -91,7 +91,7 @@ def parser() -> argparse.ArgumentParser:
                         "chains go out there (default %(default)s)")
     p.add_argument("--worker-port", type=worker_port, action="append", default=[], metavar="WORKER=PORT",
                    help="switch port (VLAN trunk) toward a worker; repeatable; a worker not named "
-                        "here is reached on port keel-tor-WORKER")
+                        "here is reached on port keel-tor-WORKER (a name over 6 bytes: keel-tor-h and 5 hex digits of its SHA-256, as keel-agent names its end)")
     p.add_argument("--idle-timeout", type=positive, default=10, metavar="S",
                    help="idle timeout of flow rules when InstallFlow gives none (default %(default)s s)")
     p.add_argument("--metrics", type=host_port, default="127.0.0.1:9102", metavar="HOST:PORT",

@@ -9,6 +9,7 @@ and after the switch lost them, from the gateway's Control.ListFlows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import queue
@@ -28,6 +29,17 @@ from .switch import Switch
 LOG = logging.getLogger("keel_torctl.controller")
 _FLOW_KINDS_VALUE, _FLOW_KINDS_MASK = cookie(KIND_FLOW), 0xE << 60  # kinds 4 and 5
 _PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT)  # follow chains and instances
+
+
+def worker_port_id(worker: str) -> str:
+    """What the netdev names of a worker end in (keel-tor-ID toward it; keel-agent's
+    keel-nic-ID and keel-up-ID): the worker's name when it fits a 15-byte interface name
+    (6 bytes at most), else "h" and the first 5 hex digits of its SHA-256, as Kubernetes node
+    names are longer. keel-agent's vf.WorkerPortID is the same rule (vector: keel-k8s ->
+    hdc3bf)."""
+    if len(worker.encode()) <= 6:
+        return worker
+    return "h" + hashlib.sha256(worker.encode()).hexdigest()[:5]
 
 
 @dataclass(frozen=True)
@@ -103,12 +115,17 @@ class Controller:
     # ----- names -----
 
     def trunk(self, worker: str) -> str:
-        """The ToR port toward a worker (--worker-port, else keel-tor-WORKER)."""
-        return self.opts.worker_ports.get(worker, f"keel-tor-{worker}")
+        """The ToR port toward a worker (--worker-port, else keel-tor-ID, worker_port_id)."""
+        return self.opts.worker_ports.get(worker, f"keel-tor-{worker_port_id(worker)}")
 
     def _worker_of_port(self, name: str) -> str:
         for w, p in self.opts.worker_ports.items():
             if p == name:
+                return w
+        with self._lock:
+            known = {i.worker for i in self._instances.values()}
+        for w in known:
+            if self.trunk(w) == name:
                 return w
         return name.removeprefix("keel-tor-") if name.startswith("keel-tor-") else ""
 
