@@ -17,12 +17,17 @@
 #      gateway (/function/hello) and on its own Service, from its Pod.
 #
 # Not tested here yet (issue 20), each a step to add below once it exists:
-#   - the chains of stack.yml (faas-cli deploy -f stack.yml without --filter)
-#   - keel-agent and keel-coopsched (label keel.dev/nf=true): with KEEL_VF=ovsveth the
-#     agent needs Open vSwitch on the node (its NIC bridge for node keel-k8s is keel-nic-hdc3bf,
-#     a hashed name that fits 15 bytes); coopsched's SCHED_FIFO on core 1 then wants
-#     /tmp/keel-core1.lock held
-#   - the NF Pods Running and carrying packets
+#   - the chains of stack.yml. Tried by hand (2026-11-24): with Open vSwitch started on the
+#     node (ovsdb-server and ovs-vswitchd on /var/run/openvswitch/db.sock, which the agent's
+#     DaemonSet mounts), the node labelled keel.dev/nf=true and /tmp/keel-core1.lock held,
+#     keel-agent and keel-coopsched run from the DaemonSet (bridge keel-nic-hdc3bf, coopsched
+#     on core 1), and faas-cli deploy --filter chain3 gives a Running instance Pod whose NF
+#     registers with coopsched (phase ready, VF keelvf100 on the bridge). Still to do:
+#       * keel-nf cannot write its statistics file on the Pod's hugetlbfs emptyDir ("cannot
+#         write .../stats-0.json.tmp"): the stats need an emptyDir of their own;
+#       * each instance Pod holds a whole exclusive core, and this node has one to give:
+#         chain2 stays Pending (Insufficient cpu) beside chain3;
+#       * the NF Pods carrying packets (a ToR and ingress on the node).
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh
 # --cluster, keel's from make build; FAAS_CLI, else faas-cli on PATH or ../shared/tools)
 set -euo pipefail
