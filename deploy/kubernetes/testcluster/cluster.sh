@@ -185,17 +185,12 @@ tokens() { # static tokens for the components and the admin (token file, RBAC's 
 }
 
 one_file_image() { # REF FILE: an image of FILE alone at /, its entry point, imported into containerd
-  local ref=$1 file=$2 d diff name
+  local ref=$1 file=$2 d name
   name=$(basename "$file")
   d=$run/images/$name.d
   rm -rf "$d" && mkdir -p "$d/rootfs"
   cp "$file" "$d/rootfs/$name"
-  tar -C "$d/rootfs" --owner=0 --group=0 --numeric-owner -cf "$d/layer.tar" "$name"
-  diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
-  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/%s"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"keel cluster.sh: %s"}]}\n' \
-    "$name" "$diff" "$name" >"$d/config.json"
-  printf '[{"Config":"config.json","RepoTags":["%s"],"Layers":["layer.tar"]}]\n' "$ref" >"$d/manifest.json"
-  tar -C "$d" -cf "$d/image.tar" manifest.json config.json layer.tar
+  python3 "$here/imagetar.py" "$d/rootfs" "$d/image.tar" --ref "$ref" --entrypoint "[\"/$name\"]" >/dev/null
   ctr -a "$sock" -n k8s.io images import --platform linux/amd64 "$d/image.tar" >/dev/null
 }
 
