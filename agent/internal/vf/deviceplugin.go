@@ -5,7 +5,6 @@ package vf
 import (
 	"context"
 	"fmt"
-	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -73,17 +72,7 @@ func (d *DevicePlugin) PlugPod(ctx context.Context, instance string, vlan uint32
 	if old := vlans[v.Index]; old != 0 && old != vlan {
 		return fmt.Errorf("VF of %s: VF %d (%s) already carries VLAN %d", instance, v.Index, v.PCI, old)
 	}
-	steps := [][]string{ipVFVLAN(d.PF, v.Index, vlan)}
-	if v.Netdev != "" {
-		steps = append(steps, ipLinkToNetns(v.Netdev, pid), inNetns(pid, ipLinkRenameUp(v.Netdev, InNetns)))
-	}
-	for _, argv := range steps {
-		if _, err := run(ctx, d.Run, argv); err != nil {
-			_, _ = run(ctx, d.Run, ipVFVLAN(d.PF, v.Index, 0))
-			return fmt.Errorf("VF %d of %s: %w", v.Index, instance, err)
-		}
-	}
-	return nil
+	return d.plug(ctx, instance, *v, vlan, pid)
 }
 
 // devices are the ids of Resource's devices that the kubelet allocated to the container.
@@ -92,11 +81,7 @@ func (d *DevicePlugin) devices(ctx context.Context, namespace, pod, container st
 	if sock == "" {
 		sock = DefaultPodResourcesSocket
 	}
-	conn, err := grpc.NewClient("passthrough:///kubelet",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}))
+	conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}

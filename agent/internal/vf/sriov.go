@@ -165,11 +165,17 @@ func (s *SRIOV) Plug(ctx context.Context, instance string, vlan uint32, pid int)
 	if !ok {
 		return fmt.Errorf("VF of %s: PF %s has no free VF", instance, s.PF)
 	}
-	for _, argv := range [][]string{
-		ipVFVLAN(s.PF, v.Index, vlan),
-		ipLinkToNetns(v.Netdev, pid),
-		inNetns(pid, ipLinkRenameUp(v.Netdev, InNetns)),
-	} {
+	return s.plug(ctx, instance, v, vlan, pid)
+}
+
+// plug tags VF v with vlan on the PF and moves its netdev, if it has one in this netns,
+// into pid's netns as vf0; a failed step takes the tag off again.
+func (s *SRIOV) plug(ctx context.Context, instance string, v SysVF, vlan uint32, pid int) error {
+	steps := [][]string{ipVFVLAN(s.PF, v.Index, vlan)}
+	if v.Netdev != "" {
+		steps = append(steps, ipLinkToNetns(v.Netdev, pid), inNetns(pid, ipLinkRenameUp(v.Netdev, InNetns)))
+	}
+	for _, argv := range steps {
 		if _, err := run(ctx, s.Run, argv); err != nil {
 			_, _ = run(ctx, s.Run, ipVFVLAN(s.PF, v.Index, 0))
 			return fmt.Errorf("VF %d of %s: %w", v.Index, instance, err)
