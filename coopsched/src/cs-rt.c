@@ -11,19 +11,24 @@
 
 #define CS_RT_RUNTIME "/proc/sys/kernel/sched_rt_runtime_us"
 
-enum cs_errclass cs_rt_runtime_read(int64_t *us, struct cs_error *err) {
+/* Reads the integer in file path (a sysctl or cgroup file) into *v. */
+static enum cs_errclass read_i64(const char *path, int64_t *v, struct cs_error *err) {
   char buf[32];
-  int fd = open(CS_RT_RUNTIME, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
   int e = errno;
   if (fd >= 0) close(fd);
-  if (n <= 0) return cs_error_set(err, CS_EINTERNAL, "cannot read %s: %s", CS_RT_RUNTIME,
+  if (n <= 0) return cs_error_set(err, CS_EINTERNAL, "cannot read %s: %s", path,
                                   n == 0 ? "empty" : strerror(e));
   buf[n] = '\0';
   char *end;
-  *us = strtoll(buf, &end, 10);
-  if (end == buf) return cs_error_set(err, CS_EINTERNAL, "%s: not a number", CS_RT_RUNTIME);
+  *v = strtoll(buf, &end, 10);
+  if (end == buf) return cs_error_set(err, CS_EINTERNAL, "%s: not a number", path);
   return CS_OK;
+}
+
+enum cs_errclass cs_rt_runtime_read(int64_t *us, struct cs_error *err) {
+  return read_i64(CS_RT_RUNTIME, us, err);
 }
 
 enum cs_errclass cs_rt_runtime_write(int64_t us, struct cs_error *err) {
@@ -74,13 +79,9 @@ void cs_rt_explain_eperm(pid_t tid, char *out, size_t len) {
     return;
   char file[640];
   snprintf(file, sizeof file, "/sys/fs/cgroup/cpu%s/cpu.rt_runtime_us", cg);
-  int fd = open(file, O_RDONLY | O_CLOEXEC);
-  char buf[32];
-  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-  if (fd >= 0) close(fd);
-  if (n > 0) {
-    buf[n] = '\0';
-    if (strtoll(buf, NULL, 10) != 0) return;
+  int64_t budget;
+  if (read_i64(file, &budget, &err) == CS_OK) {
+    if (budget != 0) return;
   } else if (access("/sys/fs/cgroup/cpu/cpu.rt_runtime_us", F_OK) != 0) {
     return; /* no RT group scheduling: the EPERM has another cause */
   }
