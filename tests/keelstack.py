@@ -223,17 +223,17 @@ def other_stack() -> str:
 
 def settle_removals(timeout: float = 60) -> None:
     """Waits until the agent has finished what a test's last `faas-cli remove` started: no NF
-    state left in Redis for an instance the gateway no longer has. make down right after a
+    state left in Redis for a chain that is no longer deployed. make down right after a
     remove stops the agent mid-teardown, and the next module would find its keys (Redis
     keeps them across make down/up). Best effort: a broken stack still goes down."""
     def redis(*args: str) -> list[str]:
         return sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", *args, check=False).stdout.split()
 
     def orphans() -> list[str]:
-        live = set()
-        for key in redis("KEYS", "keel:instances:*"):
-            live |= {iid.replace("/", ".") for iid in redis("HKEYS", key)}
-        return [k for k in redis("KEYS", "keel:state:*") if k.split(":")[3] not in live]
+        # keel:state:<tenant>:<chain>.<N>:... of a chain faas-cli no longer lists (the
+        # gateway keeps a removed chain's instance records until the agent tore them down).
+        deployed = set(faas("list", "-q").stdout.split())
+        return [k for k in redis("KEYS", "keel:state:*") if k.split(":")[3].rpartition(".")[0] not in deployed]
 
     try:
         wait_for("the agent to delete removed instances' NF state", lambda: not orphans(), timeout=timeout)
