@@ -95,13 +95,17 @@ agent does not start (exit status 2).
 server (--kubeconfig, or the Pod's service account): one Pod per instance,
 named keel-<group> (made a DNS name), one container nf-K per NF with the
 chain's memory (else --k8s-nf-memory) as request and limit and no cpu of its
-own; the Pod Guaranteed by pod-level resources: --k8s-instance-cpus whole cores,
-the containers' memory summed and --k8s-buffer of hugepages-2Mi, so a kubelet
-with the static CPU manager, topologyManagerScope pod and the
-PodLevelResourceManagers gate pins the whole Pod to its own cores, which all
-its NFs share under coopsched; the chain buffer on an emptyDir of medium
-HugePages-2Mi shared by the Pod's containers only; coopsched's and redis'
-sockets through hostPath; required node affinity to --node; restartPolicy Never; the labels
+own; the Pod Guaranteed by pod-level resources: --k8s-instance-cpus of cpu,
+the containers' memory summed and --k8s-buffer of hugepages-2Mi. Whole cores
+(1, 2, ...): a kubelet with the static CPU manager, topologyManagerScope pod and
+the PodLevelResourceManagers gate pins the whole Pod to cores of its own, which
+all its NFs share under coopsched. A share below one core (e.g. 100m): the Pod
+runs in the kubelet's shared pool, and coopsched pins its NFs to the core the
+controller attached the instance to, beside other instances, as under Docker
+(the node's coopsched cores must then be in that pool: no exclusive Pod on
+them). The chain buffer is on an emptyDir of medium HugePages-2Mi shared by the
+Pod's containers only, the NFs' statistics files on an emptyDir in memory at
+/run/keel/stats; coopsched's and redis' sockets come through hostPath; required node affinity to --node; restartPolicy Never; the labels
 above (values made label-safe) with the exact values per container in the
 annotation keel.dev/container-labels; position 0 also requests one
 --sriov-resource from the SR-IOV device plugin when set (with --vf sriov
@@ -109,7 +113,7 @@ annotation keel.dev/container-labels; position 0 also requests one
 --pod-resources-socket which VF it gave, tags that VF with the instance's VLAN
 and moves its netdev in as vf0), else the agent moves a veth in as under Docker (it finds position 0's host pid in --proc, so its
 Pod needs hostPID). It reads the NFs' statistics files inside position 0's
-root (--proc/PID/root), where the Pod's emptyDir is. The agent mounts no pktbuf
+root (--proc/PID/root), where the Pod's stats emptyDir is. The agent mounts no pktbuf
 tmpfs and sets no cgroup cpu.rt_runtime_us then: the emptyDir holds the buffer,
 the kubelet the cgroups.
 
@@ -138,7 +142,7 @@ func run() int {
 		kubeconfig  = fs.String("kubeconfig", "", "with --runtime kubernetes: kubeconfig `FILE` (empty: the Pod's service account)")
 		namespace   = fs.String("namespace", "openfaas-fn", "with --runtime kubernetes: the `NAMESPACE` of instance Pods")
 		node        = fs.String("node", os.Getenv("NODE_NAME"), "with --runtime kubernetes: this worker's node `NAME` (default $NODE_NAME, else --worker)")
-		k8sCPUs     = fs.Int64("k8s-instance-cpus", 1, "with --runtime kubernetes: whole `CORES` of an instance's Pod, shared by its NF containers")
+		k8sCPUs     = fs.String("k8s-instance-cpus", "1", "with --runtime kubernetes: an instance Pod's cpu `QUANTITY`, shared by its NF containers: whole cores (1, 2) are the Pod's own (static CPU manager); a share below one core (250m) puts instances side by side on coopsched's cores")
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
 		k8sBuffer   = fs.String("k8s-buffer", "6Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (the Pod requests it; keel-nf's buffer is 2048 slots of 2176 bytes and their descriptors on 2 MiB pages: 6Mi)")
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
@@ -223,10 +227,13 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	var (
-		rt   runtime.Runtime
-		logs agent.LogSource
+		rt       runtime.Runtime
+		logs     agent.LogSource
+		statsDir string // the NFs' stats files: in the instance directory (Docker)
+		podCores bool   // the kubelet picks an instance's cores (whole cores per Pod)
 	)
 	if *rtKind == "kubernetes" {
+		statsDir = agent.PodStatsDir
 		if *node == "" {
 			*node = *worker
 		}
@@ -234,6 +241,11 @@ func run() int {
 		if err != nil {
 			return bad("--k8s-nf-memory: %v", err)
 		}
+		cpu, err := resource.ParseQuantity(*k8sCPUs)
+		if err != nil {
+			return bad("--k8s-instance-cpus: %v", err)
+		}
+		podCores = cpu.MilliValue() >= 1000
 		buf, err := resource.ParseQuantity(*k8sBuffer)
 		if err != nil {
 			return bad("--k8s-buffer: %v", err)
@@ -246,7 +258,7 @@ func run() int {
 		if err != nil {
 			return bad("--kubeconfig: %v", err)
 		}
-		k, err := runtime.NewKubernetes(cs, runtime.KubeConfig{Namespace: *namespace, Node: *node, CPUs: *k8sCPUs,
+		k, err := runtime.NewKubernetes(cs, runtime.KubeConfig{Namespace: *namespace, Node: *node, CPU: cpu,
 			MemoryBytes: mem.Value(), BufferBytes: buf.Value(), SRIOVResource: *sriovRes, ProcRoot: *procRoot,
 			StartTimeout: *regTimeout})
 		if err != nil {
@@ -295,10 +307,10 @@ func run() int {
 		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedSocket: csPath,
 			RedisSocket: *redisSocket, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
-			WaitIfaceMs: int(waitIface.Milliseconds())},
+			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
 		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
-		StatsInPod: *rtKind == "kubernetes", ProcRoot: *procRoot,
+		ProcRoot: *procRoot, PodCores: podCores,
 	}
 	a := agent.New(cfg, agent.Deps{Runtime: rt, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
 		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})

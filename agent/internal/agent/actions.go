@@ -259,6 +259,7 @@ func (a *Agent) deadContainers(ctx context.Context, id string) string {
 // to CFS), the containers, the VF and the directory.
 func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error {
 	var errs []error
+	a.forgetPod(id)
 	cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
 	_, err := a.Coopsched.Unregister(cctx, &pb.UnregisterRequest{GroupId: GroupID(id)})
 	cancel()

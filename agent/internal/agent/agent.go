@@ -30,10 +30,13 @@ type Config struct {
 	RegisterTimeout time.Duration // containers up, sgroup not formed after this: failed
 	ReadyResetAfter time.Duration // ready this long: the failure backoff starts over
 	MaxParallel     int           // instances created or torn down at once
-	// StatsInPod: an instance's directory is an emptyDir of its Pod (--runtime kubernetes),
-	// read inside position 0's root under ProcRoot (the node's /proc, hostPID).
-	StatsInPod bool
-	ProcRoot   string
+	// ProcRoot is the node's /proc (hostPID): with StatsDir set (--runtime kubernetes) the
+	// NFs' statistics files are read inside position 0's root there.
+	ProcRoot string
+	// PodCores: the kubelet, not the controller, picks the cores of an instance's Pod
+	// (--runtime kubernetes with whole cores per instance); the agent attaches the instance
+	// on one of them (podCore).
+	PodCores bool
 }
 
 // Deps are the agent's connections.
@@ -82,8 +85,8 @@ type Agent struct {
 	busy      map[string]bool
 	fails     map[string]*failure
 	status    map[string]*instStatus
-	roots     map[string]string // StatsInPod: /proc/PID/root of each instance's position 0
-	actions   map[string]uint64 // "kind result" -> count, for metrics
+	pods      map[string]*podProc // with StatsDir or PodCores: each instance's position 0 on the node
+	actions   map[string]uint64   // "kind result" -> count, for metrics
 
 	kick    chan struct{} // a reconcile pass is due
 	report  chan struct{} // a phase changed: report now
@@ -151,12 +154,25 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	for id := range a.busy {
 		busy[id] = true
 	}
+	cores := map[string]int32{} // the core each attached instance runs on
+	for id, in := range a.instances {
+		if c := coreOf(in); c >= 0 {
+			cores[id] = c
+		}
+	}
 	a.mu.Unlock()
 	obs, err := a.observe(ctx)
 	if err != nil {
 		a.Log.Warn("reconcile: cannot read the worker's state; nothing changed", "err", err)
 		a.countAction("observe", err)
 		return
+	}
+	if a.cfg.PodCores {
+		for id, c := range cores {
+			if position0Runs(obs.actual[id]) {
+				cores[id] = a.podCore(ctx, id, c)
+			}
+		}
 	}
 	a.mu.Lock()
 	desired := map[string]reconcile.Desired{}
@@ -166,8 +182,12 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 			continue
 		}
 		specs := a.cfg.Specs(in, ch)
+		core := coreOf(in)
+		if c, ok := cores[id]; ok && core >= 0 {
+			core = c // with PodCores, one of the Pod's own cores
+		}
 		desired[id] = reconcile.Desired{ID: id, Tenant: ch.Tenant, Members: len(ch.Members),
-			Spec: specs[0].Labels[LabelSpec], Core: coreOf(in), Batch: in.Batch}
+			Spec: specs[0].Labels[LabelSpec], Core: core, Batch: in.Batch}
 	}
 	notBefore := map[string]time.Time{}
 	for id, f := range a.fails {
@@ -208,6 +228,15 @@ func chainOf(chains map[string]*pb.Chain, in *pb.ChainInstance) *pb.Chain {
 		return in.Runs
 	}
 	return chains[in.Chain]
+}
+
+func position0Runs(act reconcile.Actual) bool {
+	for _, c := range act.Containers {
+		if c.Position == 0 && c.Running {
+			return true
+		}
+	}
+	return false
 }
 
 func coreOf(in *pb.ChainInstance) int32 {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -131,7 +132,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 		t.Fatal(err)
 	}
 	rt, err := runtime.NewKubernetes(c.Client(t, testapiserver.Agent), runtime.KubeConfig{Namespace: "openfaas-fn", Node: worker,
-		CPUs: 1, MemoryBytes: 256 << 20, BufferBytes: 4 << 20, ProcRoot: proc, StartTimeout: 30 * time.Second})
+		CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20, ProcRoot: proc, StartTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

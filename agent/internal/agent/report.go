@@ -4,8 +4,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,12 +25,12 @@ type sampleState struct {
 }
 
 // statsOpener is how instance id's statistics files are read: beneath the instance's
-// directory on the host under Docker; under Kubernetes, where the directory is an emptyDir
-// of the instance's Pod, inside the root of position 0's process (/proc/PID/root on the
+// directory on the host under Docker; under Kubernetes, where they are on an emptyDir of
+// the instance's Pod (StatsDir), inside the root of position 0's process (/proc/PID/root on the
 // node, hostPID), as the Pod's containers see it. Either way the NFs, which can write
 // there, cannot make the agent read anything else (nfstats.ReadBeneath, ReadInRoot).
 func (a *Agent) statsOpener(ctx context.Context, id string) nfstats.Opener {
-	if !a.cfg.StatsInPod {
+	if a.cfg.StatsDir == "" {
 		dir := a.cfg.InstanceDir(id)
 		return func(k int) ([]byte, time.Time, error) { return nfstats.ReadBeneath(dir, StatsName(k)) }
 	}
@@ -41,48 +39,6 @@ func (a *Agent) statsOpener(ctx context.Context, id string) nfstats.Opener {
 		return func(int) ([]byte, time.Time, error) { return nil, time.Time{}, err }
 	}
 	return func(k int) ([]byte, time.Time, error) { return nfstats.ReadInRoot(root, a.cfg.StatsFile(id, k)) }
-}
-
-// podRoot is /proc/PID/root (under --proc) of position 0 of instance id, remembered until
-// a read through it fails (forgetRoot): the lookup asks the API server and the node's /proc.
-func (a *Agent) podRoot(ctx context.Context, id string) (string, error) {
-	a.mu.Lock()
-	root, ok := a.roots[id]
-	a.mu.Unlock()
-	if ok {
-		return root, nil
-	}
-	cs, err := a.Runtime.List(ctx, map[string]string{LabelInstance: id, LabelPosition: "0"})
-	if err != nil {
-		return "", err
-	}
-	for _, c := range cs {
-		if !c.Running {
-			continue
-		}
-		c, err := a.Runtime.Inspect(ctx, c.ID)
-		if err != nil {
-			return "", err
-		}
-		if c.Pid <= 0 {
-			continue
-		}
-		root = filepath.Join(a.cfg.ProcRoot, strconv.Itoa(c.Pid), "root")
-		a.mu.Lock()
-		if a.roots == nil {
-			a.roots = map[string]string{}
-		}
-		a.roots[id] = root
-		a.mu.Unlock()
-		return root, nil
-	}
-	return "", fmt.Errorf("instance %s: position 0 does not run", id)
-}
-
-func (a *Agent) forgetRoot(id string) {
-	a.mu.Lock()
-	delete(a.roots, id)
-	a.mu.Unlock()
 }
 
 // reportStats reads the instances' keel-nf statistics files every --stats-interval and
@@ -176,7 +132,7 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 		if s, ok := nfstats.Read(a.statsOpener(ctx, id), positions[id]); ok {
 			samples[id] = s
 		} else {
-			a.forgetRoot(id)
+			a.forgetPod(id)
 		}
 	}
 	a.mu.Lock()

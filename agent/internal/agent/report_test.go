@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,10 +108,11 @@ func agentWithOneInstance(t *testing.T, cfg Config, rt runtime.Runtime) (a *Agen
 }
 
 func Test_under_Kubernetes_the_agent_reads_NF_stats_inside_position_0s_root(t *testing.T) {
-	// The "Pod" is this test process: its root is /proc/self's, and the instance's
-	// directory a path in it that the agent finds only through /proc/PID/root.
+	// The "Pod" is this test process: its root is /proc/self's, and the stats directory
+	// a path in it that the agent finds only through /proc/PID/root.
 	rt := &podRuntime{pid: os.Getpid()}
-	a, id, dir := agentWithOneInstance(t, Config{StatsInPod: true, ProcRoot: "/proc"}, rt)
+	dir := t.TempDir()
+	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{StatsDir: dir}, ProcRoot: "/proc"}, rt)
 	stats := `{"position":0,"of":1,"nfs":[{"nf":"nat","packets_in":7,"packets_out":7}],"port":{"rx_packets":7,"rx_bytes":700}}`
 	if err := os.WriteFile(filepath.Join(dir, StatsName(0)), []byte(stats), 0o600); err != nil {
 		t.Fatal(err)
@@ -119,8 +121,8 @@ func Test_under_Kubernetes_the_agent_reads_NF_stats_inside_position_0s_root(t *t
 	if got := a.status[id].stats; !got.have || got.cur.Packets != 7 || len(got.cur.NFs) != 1 {
 		t.Fatalf("sample %+v: want position 0's file read through /proc/%d/root", got, rt.pid)
 	}
-	if a.roots[id] != fmt.Sprintf("/proc/%d/root", rt.pid) {
-		t.Fatalf("root %q", a.roots[id])
+	if p := a.pods[id]; p == nil || p.pid != rt.pid {
+		t.Fatalf("position 0 remembered as %+v, want pid %d", p, rt.pid)
 	}
 	// The root is remembered while reads through it work ...
 	a.sample(context.Background(), time.Now())
@@ -150,5 +152,65 @@ func Test_under_Docker_an_NF_cannot_point_its_stats_file_at_a_host_file(t *testi
 	a.sample(context.Background(), time.Now())
 	if a.status[id].stats.have {
 		t.Fatalf("read %+v through a symlink the NF made", a.status[id].stats.cur)
+	}
+}
+
+func Test_with_PodCores_the_agent_attaches_on_the_core_the_kubelet_gave_the_Pod(t *testing.T) {
+	// The kubelet's static CPU manager gave the Pod core 3; the controller asked for core 2.
+	proc := t.TempDir()
+	pid := 4242
+	status := filepath.Join(proc, strconv.Itoa(pid), "status")
+	if err := os.MkdirAll(filepath.Dir(status), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(list string) {
+		if err := os.WriteFile(status, []byte("Name:\tkeel-nf\nCpus_allowed:\t8\nCpus_allowed_list:\t"+list+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("3")
+	rt := &podRuntime{pid: pid}
+	a, id, _ := agentWithOneInstance(t, Config{Cores: []int32{2, 3}, PodCores: true, ProcRoot: proc}, rt)
+	ctx := context.Background()
+	if c := a.podCore(ctx, id, 2); c != 3 {
+		t.Fatalf("attach on core %d, want the Pod's core 3", c)
+	}
+	if c := a.podCore(ctx, id, 3); c != 3 {
+		t.Fatalf("the controller's core 3, which the Pod has: %d", c)
+	}
+	if rt.lists != 1 {
+		t.Errorf("%d lookups of position 0, want 1 (remembered)", rt.lists)
+	}
+	// A Pod in the shared pool (cores 0-3) may run on the controller's core: kept.
+	a.forgetPod(id)
+	write("0-1,2-3")
+	if c := a.podCore(ctx, id, 2); c != 2 {
+		t.Fatalf("shared pool: core %d, want the controller's 2", c)
+	}
+	// A Pod on no core coopsched manages, or one whose status cannot be read: the
+	// controller's core, and coopsched's attach says why it fails.
+	a.forgetPod(id)
+	write("0")
+	if c := a.podCore(ctx, id, 2); c != 2 {
+		t.Fatalf("unmanaged core: %d", c)
+	}
+	a.forgetPod(id)
+	write("x-y")
+	if c := a.podCore(ctx, id, 2); c != 2 || a.pods[id] != nil {
+		t.Fatalf("unreadable list: core %d, remembered %+v", c, a.pods[id])
+	}
+}
+
+func Test_allowedCores_reads_ranges_and_lists(t *testing.T) {
+	dir := t.TempDir()
+	for list, want := range map[string]string{"1": "[1]", "0-1,4": "[0 1 4]", "2-3,6-7": "[2 3 6 7]"} {
+		f := filepath.Join(dir, "status")
+		if err := os.WriteFile(f, []byte("Cpus_allowed_list:\t"+list+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := allowedCores(f)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("%q: %v %v, want %s", list, got, err, want)
+		}
 	}
 }

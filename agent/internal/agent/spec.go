@@ -32,6 +32,9 @@ const (
 const (
 	CoopschedSocketIn = "/run/keel/coopsched.sock"
 	RedisSocketIn     = "/run/keel/redis.sock"
+	// PodStatsDir is where the NFs of an instance's Pod write their statistics files
+	// (--runtime kubernetes): an emptyDir in memory that all the Pod's containers mount.
+	PodStatsDir = "/run/keel/stats"
 )
 
 // GroupID is the coopsched sgroup id (and keel-nf --chain-id) of an instance: its id with
@@ -52,8 +55,13 @@ func InstanceOfGroup(group string) (string, bool) {
 
 // SpecConfig is the part of the agent's configuration that shapes NF containers.
 type SpecConfig struct {
-	Worker          string
-	PktbufDir       string // host directory holding one subdirectory per instance
+	Worker    string
+	PktbufDir string // host directory holding one subdirectory per instance
+	// StatsDir, when set, is where each NF writes its statistics file inside its container,
+	// on a Scratch mount shared by the instance's containers (--runtime kubernetes: the
+	// instance directory is the Pod's hugetlbfs emptyDir, which takes no write(2)); "": in
+	// the instance directory, on the host.
+	StatsDir        string
 	CoopschedSocket string // host path of coopsched's socket
 	RedisSocket     string // host path of redis-server's socket ("" : NFs keep no state in Redis)
 	Cpuset          string // the managed cores, e.g. "1"
@@ -70,8 +78,12 @@ func (c SpecConfig) InstanceDir(instance string) string {
 	return filepath.Join(c.PktbufDir, GroupID(instance))
 }
 
-// StatsFile is position k's statistics file (the same path on the host and in the container).
+// StatsFile is position k's statistics file: the same path on the host and in the
+// container, or with StatsDir the path inside the instance's containers.
 func (c SpecConfig) StatsFile(instance string, k int) string {
+	if c.StatsDir != "" {
+		return filepath.Join(c.StatsDir, StatsName(k))
+	}
 	return filepath.Join(c.InstanceDir(instance), StatsName(k))
 }
 
@@ -108,6 +120,9 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
 			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
 		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
+		if c.StatsDir != "" {
+			mounts = append(mounts, runtime.Mount{Target: c.StatsDir, Scratch: true})
+		}
 		if c.RedisSocket != "" {
 			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
 			mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -24,7 +25,7 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	ctx := context.Background()
 	admin := c.Client(t, testapiserver.Admin)
 	proc := fakeProc(t, map[string]string{"777": "4:cpuset:/kubepods/pod9/" + strings.Repeat("a", 64) + "\n"})
-	cfg := KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPUs: 1, MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
+	cfg := KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
 		ProcRoot: proc, StartTimeout: 30 * time.Second}
 	k, err := NewKubernetes(c.Client(t, testapiserver.Agent), cfg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,6 +43,10 @@ const (
 	AnnotationLabels = "keel.dev/container-labels"
 	// BufferVolume is the Pod's chain-buffer volume: an emptyDir on 2 MB huge pages.
 	BufferVolume = "pktbuf"
+	// StatsVolume is the Pod's emptyDir in memory for its Scratch mount (the NFs'
+	// statistics files): hugetlbfs, where the buffer is, takes no write(2).
+	StatsVolume  = "stats"
+	statsLimit   = 4 << 20
 	hugepages2Mi = corev1.ResourceName("hugepages-2Mi")
 )
 
@@ -49,12 +54,16 @@ const (
 type KubeConfig struct {
 	Namespace string // where instance Pods live (openfaas-fn)
 	Node      string // the agent's node: every Pod is pinned to it by node affinity
-	// CPUs is the whole cores of an instance (>= 1), requested and limited at the Pod's
-	// level (spec.resources), not by its containers: the Pod is Guaranteed and a kubelet
-	// with the static CPU manager, the topology manager at pod scope and the
+	// CPU is an instance's cpu, requested and limited at the Pod's level (spec.resources),
+	// not by its containers, so the Pod is Guaranteed. Whole cores (>= 1): a kubelet with
+	// the static CPU manager, the topology manager at pod scope and the
 	// PodLevelResourceManagers gate gives the Pod these cores exclusively, shared by all
-	// its NF containers, which coopsched time-shares on them (an sgroup).
-	CPUs int64
+	// its NF containers, which coopsched time-shares on them (an sgroup). A share below
+	// one core: no core of its own; the Pod runs in the kubelet's shared pool and
+	// coopsched pins its NFs to the core the controller attached it to, which several
+	// instances share (as under Docker). Its SCHED_FIFO time is not under the Pod's CFS
+	// quota, which only bounds the NFs before coopsched attaches them.
+	CPU resource.Quantity
 	// MemoryBytes is each NF container's memory request and limit when the chain sets none.
 	MemoryBytes int64
 	// BufferBytes is the Pod's hugepages-2Mi: the chain buffer's size (a multiple of 2 MiB),
@@ -84,8 +93,10 @@ func NewKubernetes(cs kubernetes.Interface, cfg KubeConfig) (*Kubernetes, error)
 		return nil, errors.New("kubernetes: no namespace")
 	case cfg.Node == "":
 		return nil, errors.New("kubernetes: no node name")
-	case cfg.CPUs < 1:
-		return nil, fmt.Errorf("kubernetes: %d CPUs per instance: the static CPU manager needs whole cores (>= 1)", cfg.CPUs)
+	case cfg.CPU.MilliValue() <= 0:
+		return nil, fmt.Errorf("kubernetes: cpu %s per instance: want whole cores (1) or a share of one (250m)", cfg.CPU.String())
+	case cfg.CPU.MilliValue() > 1000 && cfg.CPU.MilliValue()%1000 != 0:
+		return nil, fmt.Errorf("kubernetes: cpu %s per instance: above one core, only whole cores (the static CPU manager gives a fraction none of its own)", cfg.CPU.String())
 	case cfg.MemoryBytes <= 0:
 		return nil, errors.New("kubernetes: no default memory per NF container")
 	case cfg.BufferBytes <= 0 || cfg.BufferBytes%(2<<20) != 0:
@@ -191,7 +202,8 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 		}
 	}
 	containers := make([]corev1.Container, 0, len(specs))
-	cpus, podMem := k.cfg.CPUs, int64(0)
+	scratch := false
+	milli, podMem := k.cfg.CPU.MilliValue(), int64(0)
 	for pos, s := range specs {
 		cname := containerName(pos)
 		perContainer[cname] = s.Labels
@@ -200,8 +212,8 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 			mem = k.cfg.MemoryBytes
 		}
 		podMem += mem
-		if c := int64(s.CPUs + 0.999999); c > cpus {
-			cpus = c
+		if c := cpuMilli(s.CPUs, milli >= 1000); c > milli {
+			milli = c
 		}
 		res := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
 		if pos == 0 && k.cfg.SRIOVResource != "" {
@@ -225,6 +237,11 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 		c.SecurityContext = sc
 		for _, m := range s.Mounts {
 			vol := BufferVolume
+			if m.Scratch {
+				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: StatsVolume, MountPath: m.Target})
+				scratch = true
+				continue
+			}
 			if !m.Instance {
 				v, ok := hostVolumes[m.Source]
 				if !ok {
@@ -242,13 +259,18 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 	}
 	volumes = append([]corev1.Volume{{Name: BufferVolume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumHugePagesPrefix + "2Mi"}}}}, volumes...)
+	if scratch {
+		limit := resource.NewQuantity(statsLimit, resource.BinarySI)
+		volumes = append(volumes, corev1.Volume{Name: StatsVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: limit}}})
+	}
 	ann, err := json.Marshal(perContainer)
 	if err != nil {
 		return nil, err
 	}
 	grace := int64(5)
 	podRes := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(cpus, resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(milli, resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(podMem, resource.BinarySI),
 		hugepages2Mi:          *resource.NewQuantity(k.cfg.BufferBytes, resource.BinarySI),
 	}
@@ -269,6 +291,16 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 						Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{k.cfg.Node}}}}}}}},
 		},
 	}, nil
+}
+
+// cpuMilli is a chain's cpu limit in millicores for a Pod of whole cores (rounded up to
+// a core) or of a share (rounded up to a millicore).
+func cpuMilli(cpus float64, whole bool) int64 {
+	m := int64(math.Ceil(cpus * 1000))
+	if whole {
+		m = (m + 999) / 1000 * 1000
+	}
+	return m
 }
 
 func (k *Kubernetes) selector(match map[string]string) string {

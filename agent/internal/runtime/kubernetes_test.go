@@ -26,7 +26,8 @@ func testSpecs() []Spec {
 	}
 	mounts := []Mount{{Source: "/run/keel/pktbuf/Chain_1.3", Target: "/run/keel/pktbuf/Chain_1.3", Instance: true},
 		{Source: "/run/keel/coopsched.sock", Target: "/run/keel/coopsched.sock"},
-		{Source: "/var/run/redis/redis.sock", Target: "/run/keel/redis.sock"}}
+		{Source: "/var/run/redis/redis.sock", Target: "/run/keel/redis.sock"},
+		{Target: "/run/keel/stats", Scratch: true}}
 	return []Spec{
 		{Name: "keel-Chain_1.3-0", Image: "keel/acl:1", Args: []string{"--nf", "acl"}, Labels: lab("0"), Mounts: mounts,
 			CPUs: 0.5, MemoryBytes: 128 << 20, CapAdd: []string{"NET_ADMIN"}},
@@ -38,7 +39,7 @@ func testKube(t *testing.T, cfg KubeConfig) (*Kubernetes, *fake.Clientset) {
 	t.Helper()
 	cs := fake.NewClientset()
 	if cfg.Namespace == "" {
-		cfg = KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPUs: 1, MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
+		cfg = KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
 			ProcRoot: cfg.ProcRoot, SRIOVResource: cfg.SRIOVResource, StartTimeout: 10 * time.Second}
 	}
 	k, err := NewKubernetes(cs, cfg)
@@ -107,8 +108,12 @@ func Test_Pod_is_guaranteed_at_pod_level_so_its_NFs_share_its_cores_and_buffer(t
 	if p.Spec.Containers[1].SecurityContext.Capabilities != nil {
 		t.Error("position 1 got capabilities")
 	}
-	if len(p.Spec.Volumes) != 3 || p.Spec.Volumes[0].EmptyDir == nil || p.Spec.Volumes[0].EmptyDir.Medium != "HugePages-2Mi" {
+	if len(p.Spec.Volumes) != 4 || p.Spec.Volumes[0].EmptyDir == nil || p.Spec.Volumes[0].EmptyDir.Medium != "HugePages-2Mi" {
 		t.Fatalf("volumes %+v", p.Spec.Volumes)
+	}
+	// The stats files need write(2), which hugetlbfs refuses: an emptyDir in memory.
+	if st := p.Spec.Volumes[3]; st.Name != StatsVolume || st.EmptyDir == nil || st.EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("stats volume %+v", st)
 	}
 	if hpv := p.Spec.Volumes[1].HostPath; hpv == nil || hpv.Path != "/run/keel/coopsched.sock" || p.Spec.Volumes[1].Name != "coopsched-sock" {
 		t.Errorf("coopsched volume %+v", p.Spec.Volumes[1])
@@ -116,6 +121,9 @@ func Test_Pod_is_guaranteed_at_pod_level_so_its_NFs_share_its_cores_and_buffer(t
 	for _, c := range p.Spec.Containers {
 		if c.VolumeMounts[0].Name != BufferVolume || c.VolumeMounts[0].MountPath != "/run/keel/pktbuf/Chain_1.3" {
 			t.Errorf("%s mounts %+v", c.Name, c.VolumeMounts)
+		}
+		if m := c.VolumeMounts[3]; m.Name != StatsVolume || m.MountPath != "/run/keel/stats" || m.ReadOnly {
+			t.Errorf("%s stats mount %+v", c.Name, m)
 		}
 	}
 	terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
@@ -264,18 +272,54 @@ func Test_CreateInstance_reports_a_missing_image_and_an_early_exit(t *testing.T)
 	}
 }
 
-func Test_NewKubernetes_refuses_fractional_cores_and_odd_buffers(t *testing.T) {
-	cs := fake.NewClientset()
-	base := KubeConfig{Namespace: "n", Node: "x", CPUs: 1, MemoryBytes: 1 << 20, BufferBytes: 2 << 20}
-	if _, err := NewKubernetes(cs, base); err != nil {
+func Test_a_Pod_of_a_core_share_asks_that_share_and_no_whole_core(t *testing.T) {
+	// Instances side by side on coopsched's core (light chains, pooled instances): a
+	// Guaranteed Pod of 100m is in the kubelet's shared pool, never given a core of its own.
+	k, _ := testKube(t, KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("100m"),
+		MemoryBytes: 256 << 20, BufferBytes: 4 << 20})
+	specs := testSpecs()
+	for want, chainCPUs := range map[string]float64{"100m": 0, "500m": 0.5, "1250m": 1.25} {
+		specs[0].CPUs = chainCPUs
+		p, err := k.Pod(specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, lim := p.Spec.Resources.Requests[corev1.ResourceCPU], p.Spec.Resources.Limits[corev1.ResourceCPU]
+		if req.Cmp(resource.MustParse(want)) != 0 || req.Cmp(lim) != 0 {
+			t.Errorf("chain cpus %v: pod cpu request %s limit %s, want %s", chainCPUs, req.String(), lim.String(), want)
+		}
+	}
+	// Whole cores round a chain's fraction up to a core.
+	k, _ = testKube(t, KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("1"),
+		MemoryBytes: 256 << 20, BufferBytes: 4 << 20})
+	specs[0].CPUs = 1.25
+	p, err := k.Pod(specs)
+	if err != nil {
 		t.Fatal(err)
 	}
-	bad := base
-	bad.CPUs = 0
-	if _, err := NewKubernetes(cs, bad); err == nil {
-		t.Error("0 CPUs accepted")
+	if c := p.Spec.Resources.Requests[corev1.ResourceCPU]; c.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("whole cores for a chain of 1.25 cpus: %s, want 2", c.String())
 	}
-	bad = base
+}
+
+func Test_NewKubernetes_refuses_odd_cpu_and_buffers(t *testing.T) {
+	cs := fake.NewClientset()
+	base := KubeConfig{Namespace: "n", Node: "x", CPU: resource.MustParse("1"), MemoryBytes: 1 << 20, BufferBytes: 2 << 20}
+	for _, ok := range []string{"1", "2", "250m", "999m"} {
+		good := base
+		good.CPU = resource.MustParse(ok)
+		if _, err := NewKubernetes(cs, good); err != nil {
+			t.Errorf("cpu %s: %v", ok, err)
+		}
+	}
+	for _, no := range []string{"0", "1500m", "-1"} {
+		bad := base
+		bad.CPU = resource.MustParse(no)
+		if _, err := NewKubernetes(cs, bad); err == nil {
+			t.Errorf("cpu %s accepted", no)
+		}
+	}
+	bad := base
 	bad.BufferBytes = 3 << 20
 	if _, err := NewKubernetes(cs, bad); err == nil {
 		t.Error("3 MiB buffer accepted")

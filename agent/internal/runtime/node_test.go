@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -61,7 +62,7 @@ func Test_instance_Pod_on_a_real_node_shares_one_exclusive_core(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	k, err := NewKubernetes(cs, KubeConfig{Namespace: ns, Node: node, CPUs: 1, MemoryBytes: 32 << 20,
+	k, err := NewKubernetes(cs, KubeConfig{Namespace: ns, Node: node, CPU: resource.MustParse("1"), MemoryBytes: 32 << 20,
 		BufferBytes: 4 << 20, StartTimeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,11 @@ type Mount struct {
 	// directory under Docker, a hugepages-2Mi emptyDir of the instance's Pod under
 	// Kubernetes; shared by that instance's containers only either way.
 	Instance bool
+	// Scratch marks a directory of the instance in memory that its containers share and
+	// write with ordinary writes (the NFs' statistics files under Kubernetes, where the
+	// Instance directory is hugetlbfs, which takes no write(2)): an emptyDir of medium
+	// Memory. Source is unused.
+	Scratch bool
 }
 
 // Spec is one NF container to create.

@@ -16,18 +16,16 @@
 #      keel-gateway makes its Deployment and Service, and hello answers through the
 #      gateway (/function/hello) and on its own Service, from its Pod.
 #
-# Not tested here yet (issue 20), each a step to add below once it exists:
-#   - the chains of stack.yml. Tried by hand (2026-11-24): with Open vSwitch started on the
-#     node (ovsdb-server and ovs-vswitchd on /var/run/openvswitch/db.sock, which the agent's
-#     DaemonSet mounts), the node labelled keel.dev/nf=true and /tmp/keel-core1.lock held,
-#     keel-agent and keel-coopsched run from the DaemonSet (bridge keel-nic-hdc3bf, coopsched
-#     on core 1), and faas-cli deploy --filter chain3 gives a Running instance Pod whose NF
-#     registers with coopsched (phase ready, VF keelvf100 on the bridge). Still to do:
-#       * keel-nf cannot write its statistics file on the Pod's hugetlbfs emptyDir ("cannot
-#         write .../stats-0.json.tmp"): the stats need an emptyDir of their own;
-#       * each instance Pod holds a whole exclusive core, and this node has one to give:
-#         chain2 stays Pending (Insufficient cpu) beside chain3;
-#       * the NF Pods carrying packets (a ToR and ingress on the node).
+#   4. stack.yml's chains carry packets: with Open vSwitch and the ToR of rack.sh on the
+#      node, the node labelled for NFs and the ingress, keel-agent + keel-coopsched and
+#      keel-ingress run from their DaemonSets; faas-cli deploy -f stack.yml of chain1..3
+#      through keel-gateway; chain2's and chain3's instance Pods reach Running and their
+#      NFs register with coopsched on core 1 (faas-cli describe: phase ready); flows from the
+#      source reach the sink through the ToR, the ingress and the NF Pods, changed as each
+#      chain changes them (chains.py); the NFs' statistics reach the agent; faas-cli remove
+#      deletes the Pods.
+# It holds /tmp/keel-core1.lock (core 1, coopsched's, as make test's stack tests do) and
+# refuses to run beside make up's stack (rack.sh: the ToR's names are the same).
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh
 # --cluster, keel's from make build; FAAS_CLI, else faas-cli on PATH or ../shared/tools)
 set -euo pipefail
@@ -43,14 +41,28 @@ tmp=$(mktemp -d /tmp/keel-test-k8s.XXXXXX)
 
 made_pv=0
 [ -e "$pv" ] || made_pv=1
+exec 9>/tmp/keel-core1.lock
+flock -w 600 9 || { echo "test-k8s: core 1 stays taken (/tmp/keel-core1.lock: another keel stack or test)"; exit 1; }
 cleanup() {
   "$cluster" down
+  "$here/rack.sh" down
   [ "$made_pv" = 0 ] || rm -rf "$pv"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 kubectl() { "$bin/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
 step() { printf '\ntest-k8s: %s\n' "$*"; }
+fail() { echo "test-k8s: $*"; exit 1; }
+# until SECONDS WHAT COMMAND...: poll COMMAND every half second
+until_ok() {
+  local n=$(($1 * 2)) what=$2 t
+  shift 2
+  for t in $(seq "$n"); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  fail "$what: not within $((n / 2)) s"
+}
 
 "$cluster" up
 
@@ -59,7 +71,8 @@ step "1. an instance's Pod shares one exclusive core"
   -run 'Test_instance_Pod_on_a_real_node_shares_one_exclusive_core' ./agent/internal/runtime/)
 
 step "2. keel's control plane from deploy/kubernetes-testcluster"
-"$here/images.sh" --out "$tmp/images" --import "$run/containerd.sock" gateway placer torctl redis hello
+"$here/images.sh" --out "$tmp/images" --import "$run/containerd.sock" gateway placer torctl redis hello \
+  agent coopsched nf-base ingress
 kubectl create namespace keel --save-config
 kubectl -n keel create secret generic keel-control-token --from-literal=control-token="$(openssl rand -hex 32)"
 kubectl apply -k "$root/deploy/kubernetes-testcluster" >/dev/null
@@ -98,3 +111,38 @@ direct=$(curl -sf --max-time 5 -d pong "$svc/")
 [ "$direct" = "hello from $pod: pong" ] || { echo "test-k8s: hello's Service said '$direct'"; exit 1; }
 HOME=$tmp "$faas" remove hello -g "$gw"
 echo "test-k8s: hello answers through keel-gateway and on its Service $svc"
+
+step "4. stack.yml's chains carry packets through the ToR, keel-ingress and the NF Pods"
+"$here/rack.sh" up
+# The agent's VF scheme needs OVS on the node (rack.sh); both DaemonSets start once labelled.
+kubectl label node keel-k8s keel.dev/nf=true keel.dev/ingress=true
+kubectl -n keel rollout status --timeout=180s daemonset/keel-agent
+kubectl -n keel rollout status --timeout=180s daemonset/keel-ingress
+# The node's trunk to the ToR: keel-tor-ID, ID the node name's vf.WorkerPortID (keel-k8s is
+# longer than 6 bytes: h and 5 hex digits of its SHA-256).
+trunk=keel-tor-h$(printf %s keel-k8s | sha256sum | cut -c1-5)
+until_ok 60 "keel-agent's trunk $trunk" ip link show "$trunk"
+"$here/rack.sh" trunk "$trunk"
+"$here/rack.sh" controller "tcp:$(kubectl -n keel get service keel-torctl -o 'jsonpath={.spec.clusterIP}'):6653"
+torctl_pod=$(kubectl -n keel get pods -l app.kubernetes.io/name=keel-torctl -o 'jsonpath={.items[0].status.podIP}')
+torctl_connected() { curl -sf --max-time 2 "http://$torctl_pod:9102/metrics" | grep -Eqx 'keel_torctl_switch_connected 1(\.0)?'; }
+until_ok 60 "keel-torctl connected to the ToR" torctl_connected
+(cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --regex '^chain[123]$' -g "$gw")
+ready() { HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -q 'phase=ready'; }
+until_ok 180 "chain2 ready" ready chain2
+until_ok 180 "chain3 ready" ready chain3
+kubectl -n openfaas-fn get pods -o wide
+venv=$root/.venv/bin/python
+"$venv" "$here/chains.py" --flows 4 --packets 10
+# The NFs' statistics files, on the Pod's stats emptyDir, reach the agent (its metrics).
+agent_ip=$(kubectl get node keel-k8s -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')
+chain3_rx() { # packets chain3's instances received, as keel-agent reports them
+  curl -sf --max-time 2 "http://$agent_ip:9101/metrics" |
+    awk '/^keel_agent_instance_rx_packets_total\{/ && /chain="chain3"/ {n += $NF} END {print n + 0}'
+}
+chain3_counted() { [ "$(chain3_rx)" -ge 40 ]; }
+until_ok 30 "chain3's NF statistics in keel-agent's metrics" chain3_counted
+HOME=$tmp "$faas" remove chain1 chain2 chain3 -g "$gw"
+no_chain_pods() { [ -z "$(kubectl -n openfaas-fn get pods -l com.keel.chain -o name)" ]; }
+until_ok 120 "the chains' Pods deleted" no_chain_pods
+echo "test-k8s: stack.yml's chains carried packets on the cluster"
