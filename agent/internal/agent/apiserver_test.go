@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,7 +148,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 	gw := serve(t, func(s *grpc.Server) { pb.RegisterControlServer(s, fc) })
 	cs := serve(t, func(s *grpc.Server) { pb.RegisterCoopschedServer(s, &fakeCoopsched{vf: vfs, pktbuf: pktbuf}) })
 	cfg := Config{SpecConfig: SpecConfig{Worker: worker, PktbufDir: pktbuf, CoopschedSocket: "/run/keel/coopsched.sock",
-		Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 200, WaitIfaceMs: 30000},
+		Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 200, WaitIfaceMs: 30000, StatsDir: PodStatsDir},
 		Address: "127.0.0.1:9101", Cores: []int32{1}, Heartbeat: time.Second, StatsInterval: 100 * time.Millisecond,
 		Resync: 200 * time.Millisecond, RegisterTimeout: 30 * time.Second, ReadyResetAfter: time.Minute, MaxParallel: 2}
 	deps := Deps{Runtime: rt, VF: vfs, Coopsched: pb.NewCoopschedClient(cs), Control: pb.NewControlClient(gw),
@@ -232,6 +233,20 @@ func checkInstancePod(t *testing.T, p *corev1.Pod, node string) {
 	}
 	if !hostSock {
 		t.Errorf("no hostPath volume of coopsched's socket: %+v", p.Spec.Volumes)
+	}
+	// The NFs write their statistics on an emptyDir in memory that every container mounts.
+	stats := false
+	for _, v := range p.Spec.Volumes {
+		stats = stats || (v.Name == runtime.StatsVolume && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory)
+	}
+	if !stats {
+		t.Errorf("no stats emptyDir in memory: %+v", p.Spec.Volumes)
+	}
+	for _, ct := range p.Spec.Containers {
+		if !slices.ContainsFunc(ct.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == runtime.StatsVolume && m.MountPath == PodStatsDir }) ||
+			!slices.Contains(ct.Args, PodStatsDir+"/"+StatsName(0)) && !slices.Contains(ct.Args, PodStatsDir+"/"+StatsName(1)) {
+			t.Errorf("%s: stats not on %s: mounts %+v args %v", ct.Name, PodStatsDir, ct.VolumeMounts, ct.Args)
+		}
 	}
 	for k, ct := range p.Spec.Containers {
 		mem, cpu := ct.Resources.Limits[corev1.ResourceMemory], ct.Resources.Limits[corev1.ResourceCPU]

@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--sport", type=int, default=20000)
     a = ap.parse_args()
     py = sys.executable
-    sniff = subprocess.Popen(["ip", "netns", "exec", "keelsink", py, "-W", "ignore", "-c", SNIFF, "5"],
+    sniff = subprocess.Popen(["ip", "netns", "exec", "keelsink", py, "-W", "ignore", "-c", SNIFF, "2"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         if sniff.stdout.readline().strip() != "ready":

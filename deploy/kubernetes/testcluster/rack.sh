@@ -5,7 +5,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-run=${KEEL_K8S_RUN:-$root/run/k8s}/rack  # OVS' database, pids, logs
+run=${KEEL_RACK_RUN:-$root/run/k8s-rack} # OVS' database, pids, logs (cluster.sh down empties run/k8s)
 ovsrun=/var/run/openvswitch                # OVS' default sockets: keel-agent's DaemonSet mounts it
 SRC_MAC=02:6b:65:00:00:01 SINK_MAC=02:6b:65:00:00:02  # as make up's (deploy/local/up.sh)
 
@@ -74,14 +74,14 @@ up() {
     rm -f "$run/conf.db"
     ovsdb-tool create "$run/conf.db" /usr/share/openvswitch/vswitch.ovsschema
     ovsdb-server "$run/conf.db" --remote="punix:$ovsrun/db.sock" --pidfile="$run/ovsdb-server.pid" \
-      --unixctl="$run/ovsdb-server.ctl" --no-chdir --detach --log-file="$run/ovsdb-server.log" -vsyslog:off
+      --unixctl="$run/ovsdb-server.ctl" --no-chdir --detach --log-file="$run/ovsdb-server.log" -vconsole:off -vsyslog:off
     vsctl --no-wait init
     # Two VLAN headers: an instance's VF port (dot1q-tunnel) keeps the tag an NF pushed.
     vsctl --no-wait set Open_vSwitch . other_config:vlan-limit=2
   fi
   if [ -z "$(pid_of ovs-vswitchd)" ]; then
     ovs-vswitchd "unix:$ovsrun/db.sock" --pidfile="$run/ovs-vswitchd.pid" --no-chdir --detach \
-      --log-file="$run/ovs-vswitchd.log" -vsyslog:off
+      --log-file="$run/ovs-vswitchd.log" -vconsole:off -vsyslog:off
   fi
   vsctl add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 fail-mode=secure
   veth keel-tsrc keel-src keelsrc
@@ -100,6 +100,8 @@ down() {
   local links=() br p
   if [ -n "$(pid_of ovsdb-server)" ]; then
     for br in $(vsctl list-br 2>/dev/null); do
+      # The bridge's own port is a tap device of the userspace datapath, which outlives OVS.
+      links+=("$br")
       for p in $(vsctl list-ports "$br" 2>/dev/null); do links+=("$p"); done
       vsctl --if-exists del-br "$br" || true
     done
@@ -112,8 +114,8 @@ down() {
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
     rm -f "$run/$p.pid"
   done
-  # The veths the bridges had (deleting one end removes its peer): the ToR's, the agent's
-  # trunk and any instance VF left behind; names outside keel's are left alone.
+  # The bridges' taps and the veths they had (deleting one end removes its peer): the ToR's,
+  # the agent's trunk and any instance VF left behind; names outside keel's are left alone.
   for p in "${links[@]}" keel-tsrc keel-tsink keel-ting; do
     case $p in keel*) ip link del "$p" 2>/dev/null || true ;; esac
   done

@@ -19,8 +19,10 @@
 #   4. stack.yml's chains carry packets: with Open vSwitch and the ToR of rack.sh on the
 #      node, the node labelled for NFs and the ingress, keel-agent + keel-coopsched and
 #      keel-ingress run from their DaemonSets; faas-cli deploy -f stack.yml of chain1..3
-#      through keel-gateway; chain2's and chain3's instance Pods reach Running and their
-#      NFs register with coopsched on core 1 (faas-cli describe: phase ready); flows from the
+#      through keel-gateway; chain2's and chain3's instance Pods and their pooled ones reach
+#      Running side by side on the node's one core (Guaranteed, 100m of cpu each:
+#      KEEL_INSTANCE_CPUS of deploy/kubernetes-testcluster) and their NFs register with
+#      coopsched (faas-cli describe: phase ready, attached on core 1); flows from the
 #      source reach the sink through the ToR, the ingress and the NF Pods, changed as each
 #      chain changes them (chains.py); the NFs' statistics reach the agent; faas-cli remove
 #      deletes the Pods.
@@ -64,7 +66,8 @@ until_ok() {
   fail "$what: not within $((n / 2)) s"
 }
 
-"$cluster" up
+# The lock's descriptor stays here: the daemons started below must not hold core 1's lock.
+"$cluster" up 9>&-
 
 step "1. an instance's Pod shares one exclusive core"
 (cd "$root" && KEEL_K8S_KUBECONFIG="$run/admin.kubeconfig" "$go" test -count=1 -v \
@@ -113,7 +116,7 @@ HOME=$tmp "$faas" remove hello -g "$gw"
 echo "test-k8s: hello answers through keel-gateway and on its Service $svc"
 
 step "4. stack.yml's chains carry packets through the ToR, keel-ingress and the NF Pods"
-"$here/rack.sh" up
+"$here/rack.sh" up 9>&-
 # The agent's VF scheme needs OVS on the node (rack.sh); both DaemonSets start once labelled.
 kubectl label node keel-k8s keel.dev/nf=true keel.dev/ingress=true
 kubectl -n keel rollout status --timeout=180s daemonset/keel-agent
@@ -131,9 +134,15 @@ until_ok 60 "keel-torctl connected to the ToR" torctl_connected
 ready() { HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -q 'phase=ready'; }
 until_ok 180 "chain2 ready" ready chain2
 until_ok 180 "chain3 ready" ready chain3
-kubectl -n openfaas-fn get pods -o wide
 venv=$root/.venv/bin/python
 "$venv" "$here/chains.py" --flows 4 --packets 10
+# The flows' instances ran attached on coopsched's core 1 (the core the controller chose).
+for c in chain2 chain3; do
+  line=$(HOME=$tmp "$faas" describe "$c" -g "$gw" | grep com.keel.instances)
+  echo "test-k8s: $c: $line"
+  grep -Eq "$c/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 flows=" <<<"$line" ||
+    fail "$c has no instance attached on core 1"
+done
 # The NFs' statistics files, on the Pod's stats emptyDir, reach the agent (its metrics).
 agent_ip=$(kubectl get node keel-k8s -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')
 chain3_rx() { # packets chain3's instances received, as keel-agent reports them
@@ -142,7 +151,21 @@ chain3_rx() { # packets chain3's instances received, as keel-agent reports them
 }
 chain3_counted() { [ "$(chain3_rx)" -ge 40 ]; }
 until_ok 30 "chain3's NF statistics in keel-agent's metrics" chain3_counted
-HOME=$tmp "$faas" remove chain1 chain2 chain3 -g "$gw"
+# With each chain's first instance attached, the controller pools one more: four Pods.
+four_running() { [ "$(kubectl -n openfaas-fn get pods -l com.keel.chain --field-selector status.phase=Running -o name | wc -l)" -ge 4 ]; }
+until_ok 180 "four instance Pods Running (chain2's and chain3's, and a pooled one each)" four_running
+two_ready() { [ "$(HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -o 'phase=ready' | wc -l)" -ge 2 ]; }
+until_ok 120 "chain2's two instances ready (NFs registered with coopsched)" two_ready chain2
+until_ok 120 "chain3's two instances ready (NFs registered with coopsched)" two_ready chain3
+kubectl -n openfaas-fn get pods -o wide
+# Side by side on the node's one core: each instance's Pod Guaranteed with 100m of cpu
+# (KEEL_INSTANCE_CPUS), stack.yml's two server chains and their pooled instances.
+shape=$(kubectl -n openfaas-fn get pods -l com.keel.chain \
+  -o 'jsonpath={range .items[*]}{.status.qosClass}/{.spec.resources.limits.cpu}{"\n"}{end}' | sort | uniq -c)
+echo "test-k8s: instance Pods (count qos/cpu): $(echo $shape)"
+[ "$(echo $shape | awk '{print $2}')" = Guaranteed/100m ] && [ "$(echo "$shape" | wc -l)" = 1 ] &&
+  [ "$(echo $shape | awk '{print $1}')" -ge 4 ] || fail "instance Pods are not all Guaranteed with 100m of cpu: $shape"
+(cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --regex '^chain[123]$' -g "$gw")
 no_chain_pods() { [ -z "$(kubectl -n openfaas-fn get pods -l com.keel.chain -o name)" ]; }
 until_ok 120 "the chains' Pods deleted" no_chain_pods
 echo "test-k8s: stack.yml's chains carried packets on the cluster"
