@@ -18,7 +18,7 @@
 #
 #   4. stack.yml's chains carry packets: with Open vSwitch and the ToR of rack.sh on the
 #      node, the node labelled for NFs and the ingress, keel-agent + keel-coopsched and
-#      keel-ingress run from their DaemonSets; faas-cli deploy -f stack.yml of chain1..3
+#      keel-ingress run from their DaemonSets; faas-cli deploy -f stack.yml (all of it)
 #      through keel-gateway; chain2's and chain3's instance Pods and their pooled ones reach
 #      Running side by side on the node's one core (Guaranteed, 100m of cpu each:
 #      KEEL_INSTANCE_CPUS of deploy/kubernetes-testcluster) and their NFs register with
@@ -130,7 +130,11 @@ until_ok 60 "keel-agent's trunk $trunk" ip link show "$trunk"
 torctl_pod=$(kubectl -n keel get pods -l app.kubernetes.io/name=keel-torctl -o 'jsonpath={.items[0].status.podIP}')
 torctl_connected() { curl -sf --max-time 2 "http://$torctl_pod:9102/metrics" | grep -Eqx 'keel_torctl_switch_connected 1(\.0)?'; }
 until_ok 60 "keel-torctl connected to the ToR" torctl_connected
-(cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --regex '^chain[123]$' -g "$gw")
+# All of stack.yml: the three chains, the packet function ttlguard (a record: no chain names
+# it, and no Pod is made for a packet function) and hello again.
+(cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml -g "$gw")
+listed=$(HOME=$tmp "$faas" list -g "$gw" | awk 'NR > 1 {print $1}' | sort | tr '\n' ' ')
+[ "$listed" = "chain1 chain2 chain3 hello ttlguard " ] || fail "faas-cli list after deploying stack.yml: $listed"
 ready() { HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -q 'phase=ready'; }
 until_ok 180 "chain2 ready" ready chain2
 until_ok 180 "chain3 ready" ready chain3
@@ -165,7 +169,7 @@ shape=$(kubectl -n openfaas-fn get pods -l com.keel.chain \
 echo "test-k8s: instance Pods (count qos/cpu): $(echo $shape)"
 [ "$(echo $shape | awk '{print $2}')" = Guaranteed/100m ] && [ "$(echo "$shape" | wc -l)" = 1 ] &&
   [ "$(echo $shape | awk '{print $1}')" -ge 4 ] || fail "instance Pods are not all Guaranteed with 100m of cpu: $shape"
-(cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --regex '^chain[123]$' -g "$gw")
-no_chain_pods() { [ -z "$(kubectl -n openfaas-fn get pods -l com.keel.chain -o name)" ]; }
-until_ok 120 "the chains' Pods deleted" no_chain_pods
+(cd "$root" && HOME=$tmp "$faas" remove -f stack.yml -g "$gw")
+no_pods() { [ -z "$(kubectl -n openfaas-fn get pods -o name)" ]; }
+until_ok 120 "stack.yml's Pods deleted" no_pods
 echo "test-k8s: stack.yml's chains carried packets on the cluster"
