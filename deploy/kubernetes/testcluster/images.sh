@@ -10,7 +10,8 @@
 #   keel/gateway    keel-gateway and keel-nf beside it (the NF catalogue and NF argument
 #                   checks), their shared libraries; bench/results' measured chain and NF
 #                   costs in /opt/keel, the working directory, where the gateway's defaults
-#                   (--chain-costs, --nf-costs) find them
+#                   (--chain-costs, --nf-costs) find them; cat, for reading the generated
+#                   basic-auth password (kubectl exec deploy/keel-gateway -- cat ...)
 #   keel/agent      keel-agent and what it runs for VFs: ip, ovs-vsctl, ethtool, nsenter,
 #                   sysctl (and /etc/iproute2)
 #   keel/coopsched  keel-coopsched
@@ -150,7 +151,8 @@ build() {
   local d=$WORK/$1 t
   case $1 in
     gateway)
-      elf_root "$d" gateway keel-gateway keel-nf --
+      # cat: the README reads the generated basic-auth password with kubectl exec ... cat.
+      elf_root "$d" gateway keel-gateway keel-nf -- "$(command -v cat)"
       mkdir -p "$d/opt/keel/bench/results"
       cp "$ROOT/bench/results/chain_length.json" "$ROOT/bench/results/nf_profile.json" "$d/opt/keel/bench/results/"
       pack gateway keel/gateway:latest "$d" --entrypoint '["/usr/bin/keel-gateway"]' --workdir /opt/keel ;;

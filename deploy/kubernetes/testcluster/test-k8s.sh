@@ -76,7 +76,8 @@ step "1. an instance's Pod shares one exclusive core"
 step "2. keel's control plane from deploy/kubernetes-testcluster"
 "$here/images.sh" --out "$tmp/images" --import "$run/containerd.sock" gateway placer torctl redis hello \
   agent coopsched nf-base ingress
-kubectl create namespace keel --save-config
+# As the README's "On Kubernetes" says, with the test overlay for deploy/kubernetes.
+kubectl apply -f "$root/deploy/kubernetes/namespace.yaml"
 kubectl -n keel create secret generic keel-control-token --from-literal=control-token="$(openssl rand -hex 32)"
 kubectl apply -k "$root/deploy/kubernetes-testcluster" >/dev/null
 kubectl -n keel rollout status --timeout=180s deployment/keel-gateway
@@ -97,6 +98,19 @@ done
 echo "test-k8s: faas-cli logged in after $t tries"
 HOME=$tmp "$faas" list -g "$gw"
 echo "test-k8s: keel-gateway answers faas-cli at $gw through its Service"
+# The README's login: a port-forward to the gateway's Service and its password read with
+# kubectl exec (on port 18080 here, so as not to meet a local stack's 8080).
+kubectl -n keel port-forward svc/keel-gateway 18080:8080 >"$tmp/port-forward.log" 2>&1 &
+pf=$!
+readme_login() {
+  kubectl -n keel exec deploy/keel-gateway -- cat /var/lib/keel/secrets/basic-auth-password |
+    HOME=$tmp/readme "$faas" login -g http://127.0.0.1:18080 -u admin --password-stdin
+}
+mkdir -p "$tmp/readme"
+until_ok 30 "the README's faas-cli login through kubectl port-forward" readme_login
+HOME=$tmp/readme "$faas" list -g http://127.0.0.1:18080 >/dev/null
+kill "$pf"
+echo "test-k8s: the README's login (port-forward, password by kubectl exec) works"
 
 step "3. stack.yml's hello through keel-gateway and its Service"
 (cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --filter hello -g "$gw")
