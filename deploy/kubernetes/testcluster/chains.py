@@ -14,7 +14,8 @@ FLOWS flows of PACKETS packets each per chain, 5 ms apart, each flow a new one f
 (its first packets take the ingress, the rest the rule torctl installs). Exits 1, saying
 what was missing or wrong, unless everything arrived as it should.
 
-usage: chains.py [--flows N] [--packets N] [--sport BASE]   (as root, scapy installed)
+usage: chains.py [--flows N] [--packets N] [--sport BASE] [--chains chain1,chain3]
+       (as root, scapy installed)
 """
 import argparse
 import subprocess
@@ -41,13 +42,15 @@ for p in sn.results:
 """
 
 
-def packets(flows: int, n: int, sport: int) -> str:
-    """scapy expressions of every chain's flows: (chain, flow) -> list, interleaved by packet."""
+def packets(chains: list, flows: int, n: int, sport: int) -> str:
+    """scapy expressions of the chains' flows, a flow's packets one after another."""
     out = []
     for f in range(flows):
         for chain, dst, l4 in (("chain1", f"198.18.1.{10 + f}", f"UDP(sport={sport + f}, dport=5001)"),
                                ("chain2", f"198.18.2.{10 + f}", f"TCP(sport={sport + f}, dport=80, flags='PA')"),
                                ("chain3", f"198.18.3.{10 + f}", f"UDP(sport={sport + f}, dport=5001)")):
+            if chain not in chains:
+                continue
             for i in range(n):
                 out.append(f"Ether(src='{SRC_MAC}', dst='{SINK_MAC}')/IP(src='198.18.0.1', dst='{dst}')/{l4}/"
                            f"Raw({PAYLOAD!r} % {i})")
@@ -59,7 +62,11 @@ def main() -> int:
     ap.add_argument("--flows", type=int, default=4)
     ap.add_argument("--packets", type=int, default=10)
     ap.add_argument("--sport", type=int, default=20000)
+    ap.add_argument("--chains", default="chain1,chain2,chain3", help="which of stack.yml's chains (default: all)")
     a = ap.parse_args()
+    chains = a.chains.split(",")
+    if not chains or not set(chains) <= {"chain1", "chain2", "chain3"}:
+        ap.error(f"--chains {a.chains}: name chain1, chain2 or chain3")
     py = sys.executable
     sniff = subprocess.Popen(["ip", "netns", "exec", "keelsink", py, "-W", "ignore", "-c", SNIFF, "2"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -67,18 +74,18 @@ def main() -> int:
         if sniff.stdout.readline().strip() != "ready":
             print("chains.py: the sink's sniffer did not start", file=sys.stderr)
             return 1
-        # Packet by packet, flows interleaved: each flow's packets 3 * flows * 5 ms apart.
+        # One flow after another, a flow's packets 5 ms apart.
         subprocess.run(["ip", "netns", "exec", "keelsrc", py, "-W", "ignore", "-c",
                         "from scapy.all import *; "
-                        f"sendp({packets(a.flows, a.packets, a.sport)}, iface='keel-src', verbose=False, inter=0.005)"],
+                        f"sendp({packets(chains, a.flows, a.packets, a.sport)}, iface='keel-src', verbose=False, inter=0.005)"],
                        check=True, timeout=120)
         out, _ = sniff.communicate("go\n", timeout=60)
     finally:
         sniff.kill()
-    got = {"chain1": [], "chain2": [], "chain3": []}
+    got = {c: [] for c in chains}
     for line in out.splitlines():
         mac, vlan, src, dst, sport, dport, payload = line.split()
-        got["chain" + dst.split(".")[2]].append((mac, int(vlan), src, dst, int(sport), int(dport), payload))
+        got.setdefault("chain" + dst.split(".")[2], []).append((mac, int(vlan), src, dst, int(sport), int(dport), payload))
     want = a.flows * a.packets
     bad = []
     for chain, pkts in got.items():

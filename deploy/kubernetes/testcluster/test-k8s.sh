@@ -26,6 +26,9 @@
 #      source reach the sink through the ToR, the ingress and the NF Pods, changed as each
 #      chain changes them (chains.py); the NFs' statistics reach the agent; faas-cli remove
 #      deletes the Pods.
+#   5. whole cores per instance, the base's default (KEEL_INSTANCE_CPUS 1, the agent
+#      restarted): chain3's Pod is Guaranteed with one cpu, the kubelet's static CPU manager
+#      puts its NF in a cpuset of core 1 alone, and its flows arrive NATed (chains.py).
 # It holds /tmp/keel-core1.lock (core 1, coopsched's, as make test's stack tests do) and
 # refuses to run beside make up's stack (rack.sh: the ToR's names are the same).
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh
@@ -187,3 +190,31 @@ echo "test-k8s: instance Pods (count qos/cpu): $(echo $shape)"
 no_pods() { [ -z "$(kubectl -n openfaas-fn get pods -o name)" ]; }
 until_ok 120 "stack.yml's Pods deleted" no_pods
 echo "test-k8s: stack.yml's chains carried packets on the cluster"
+
+step "5. whole cores per instance (the default): a Pod's own exclusive core carries a chain"
+kubectl -n keel patch configmap keel-worker --type merge -p '{"data":{"KEEL_INSTANCE_CPUS":"1"}}'
+kubectl -n keel rollout restart daemonset/keel-agent
+kubectl -n keel rollout status --timeout=180s daemonset/keel-agent
+(cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --filter chain3 -g "$gw")
+until_ok 180 "chain3 ready" ready chain3
+pod=$(kubectl -n openfaas-fn get pods -l com.keel.chain=chain3 --field-selector status.phase=Running \
+  -o 'jsonpath={.items[0].metadata.name}')
+shape=$(kubectl -n openfaas-fn get pod "$pod" -o 'jsonpath={.status.qosClass}/{.spec.resources.limits.cpu}')
+[ "$shape" = Guaranteed/1 ] || fail "chain3's Pod $pod is $shape, want Guaranteed/1"
+# The kubelet's static CPU manager gave the Pod core 1 alone: its NF's cpuset cgroup.
+cid=$(kubectl -n openfaas-fn get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].containerID}')
+cid=${cid#containerd://}
+nf_pid=$(grep -l "$cid" /proc/[0-9]*/cgroup 2>/dev/null | head -1 | cut -d/ -f3)
+[ -n "$nf_pid" ] || fail "no process of $pod's NF container $cid"
+cpuset=$(cat "/sys/fs/cgroup/cpuset$(awk -F: '$2 == "cpuset" {print $3}' "/proc/$nf_pid/cgroup")/cpuset.cpus")
+[ "$cpuset" = 1 ] || fail "$pod's NF may run on cores $cpuset, want its exclusive core 1"
+echo "test-k8s: chain3's Pod $pod is $shape, its NF (pid $nf_pid) in a cpuset of core $cpuset"
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000
+line=$(HOME=$tmp "$faas" describe chain3 -g "$gw" | grep com.keel.instances)
+echo "test-k8s: chain3: $line"
+grep -Eq "chain3/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 " <<<"$line" || fail "chain3 is not attached on core 1"
+# The one core is the Pod's: the pooled instance the controller adds cannot have one here.
+kubectl -n openfaas-fn get pods -o wide
+(cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --filter chain3 -g "$gw")
+until_ok 120 "chain3's Pods deleted" no_pods
+echo "test-k8s: with whole cores, chain3's Pod ran on its own core 1 and carried packets"
