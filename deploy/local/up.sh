@@ -271,38 +271,12 @@ part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --con
 # The embedded ToR: an OVS bridge whose table-miss sends new flows to keel-ingress, ports to
 # the traffic source and sink network namespaces (fixed MACs; the source's next hop is the
 # sink, so its kernel sends without ARP) and a trunk to each worker's NIC bridge.
-SRC_MAC=02:6b:65:00:00:01 SINK_MAC=02:6b:65:00:00:02
-# veth HOST PEER [NETNS]: a veth pair with TX checksum offload off (OVS' userspace datapath
-# loses TCP/UDP otherwise), PEER moved into NETNS if given; kept if it exists.
-veth() {
-  local host=$1 peer=$2 ns=${3:-}
-  ip link show "$host" > /dev/null 2>&1 && return 0
-  ip link add "$host" type veth peer name "$peer"
-  if [ -n "$ns" ]; then
-    ip netns list | grep -qw "^$ns" || ip netns add "$ns"
-    ip link set "$peer" netns "$ns"
-    ip netns exec "$ns" ethtool -K "$peer" tx off > /dev/null
-    ip netns exec "$ns" ip link set lo up
-    ip netns exec "$ns" ip link set "$peer" up
-  else
-    ethtool -K "$peer" tx off > /dev/null
-    ip link set "$peer" up
-  fi
-  ethtool -K "$host" tx off > /dev/null
-  ip link set "$host" up
-}
+source "$ROOT/deploy/lib/tor.sh"  # SRC_MAC, SINK_MAC, veth, tor_ports
 vsctl() { ovs-vsctl --timeout=10 "$@"; }
 vsctl --may-exist add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 \
   fail-mode=secure -- set-controller keel-tor tcp:127.0.0.1:6653
-veth keel-tsrc keel-src keelsrc
-ip netns exec keelsrc ip link set keel-src address $SRC_MAC
-ip netns exec keelsrc ip addr replace 198.18.0.1/24 dev keel-src
-ip netns exec keelsrc ip neigh replace 198.18.0.254 lladdr $SINK_MAC dev keel-src nud permanent
-ip netns exec keelsrc ip route replace 198.18.0.0/15 via 198.18.0.254
-veth keel-tsink keel-sink keelsink
-ip netns exec keelsink ip link set keel-sink address $SINK_MAC promisc on
-veth keel-ting keel-ing
-for port in keel-tsrc keel-tsink keel-ting keel-tor-local; do vsctl --may-exist add-port keel-tor $port; done
+tor_ports
+vsctl --may-exist add-port keel-tor keel-tor-local
 say "  ToR: bridge keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing, worker local)"
 
 # torctl is ready when the switch is connected and it knows the gateway's chains (a flow of a

@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 run=${KEEL_RACK_RUN:-$root/run/k8s-rack} # OVS' database, pids, logs (cluster.sh down empties run/k8s)
 ovsrun=/var/run/openvswitch                # OVS' default sockets: keel-agent's DaemonSet mounts it
-SRC_MAC=02:6b:65:00:00:01 SINK_MAC=02:6b:65:00:00:02  # as make up's (deploy/local/up.sh)
+source "$root/deploy/lib/tor.sh"           # veth, tor_ports: as make up's (deploy/local/up.sh)
 
 usage() {
   cat <<EOF
@@ -41,25 +41,6 @@ pid_of() { # NAME: its pid if the process up started still runs
   [ -s "$f" ] && p=$(cat "$f") && kill -0 "$p" 2>/dev/null && echo "$p"
 }
 
-# veth HOST PEER [NETNS]: a veth pair with TX checksum offload off (OVS' userspace datapath
-# loses TCP/UDP otherwise), PEER moved into NETNS if given.
-veth() {
-  local host=$1 peer=$2 ns=${3:-}
-  ip link add "$host" type veth peer name "$peer"
-  if [ -n "$ns" ]; then
-    ip netns add "$ns"
-    ip link set "$peer" netns "$ns"
-    ip netns exec "$ns" ethtool -K "$peer" tx off >/dev/null
-    ip netns exec "$ns" ip link set lo up
-    ip netns exec "$ns" ip link set "$peer" up
-  else
-    ethtool -K "$peer" tx off >/dev/null
-    ip link set "$peer" up
-  fi
-  ethtool -K "$host" tx off >/dev/null
-  ip link set "$host" up
-}
-
 up() {
   for prog in ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ethtool; do
     command -v $prog >/dev/null || die "$prog is missing (make deps installs Open vSwitch)"
@@ -84,15 +65,7 @@ up() {
       --log-file="$run/ovs-vswitchd.log" -vconsole:off -vsyslog:off
   fi
   vsctl add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 fail-mode=secure
-  veth keel-tsrc keel-src keelsrc
-  ip netns exec keelsrc ip link set keel-src address $SRC_MAC
-  ip netns exec keelsrc ip addr replace 198.18.0.1/24 dev keel-src
-  ip netns exec keelsrc ip neigh replace 198.18.0.254 lladdr $SINK_MAC dev keel-src nud permanent
-  ip netns exec keelsrc ip route replace 198.18.0.0/15 via 198.18.0.254
-  veth keel-tsink keel-sink keelsink
-  ip netns exec keelsink ip link set keel-sink address $SINK_MAC promisc on
-  veth keel-ting keel-ing
-  for port in keel-tsrc keel-tsink keel-ting; do vsctl add-port keel-tor $port; done
+  tor_ports
   say "Open vSwitch on $ovsrun/db.sock; ToR keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing)"
 }
 

@@ -234,6 +234,11 @@ func run(o *options) error {
 		return err
 	}
 	defer st.Close()
+	if n, err := st.DeleteOrphanState(ctx); err != nil {
+		log.Printf("NF state of removed chains: %v (kept)", err)
+	} else if n > 0 {
+		log.Printf("deleted %d keys of NF state (keel:state:*) of chains no longer deployed", n)
+	}
 	// The store's cache follows every write of this gateway; the recheck catches Redis
 	// changing under it (a FLUSHALL, another writer) within a second.
 	go st.RecheckEvery(ctx, time.Second, log.Printf)

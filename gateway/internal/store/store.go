@@ -33,6 +33,9 @@ const (
 	keyWorkers   = "keel:workers"     // hash worker -> JSON Worker
 	keyCalls     = "keel:invocations" // hash function -> calls through the proxy
 	keyFlows     = "keel:flows"       // hash flow key (FlowKey) -> JSON Flow
+	// keyState is keel-nf's NF state (nf-runtime's redis_mirror), not the gateway's:
+	// keel:state:<tenant>:<group>:<key>, group an instance of a chain (<chain>.<n>).
+	keyState = "keel:state:"
 )
 
 // ErrNotFound is returned for a function that is not deployed.
@@ -221,6 +224,45 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 		out = append(out, &f)
 	}
 	return out, nil
+}
+
+// DeleteOrphanState deletes the NF state (keel:state:*) of chains that are not deployed and
+// returns how many keys it deleted. keel-agent deletes an instance's state when it removes
+// the instance; a chain removed just before the stack stopped leaves its state behind, as
+// the agent never saw its containers go. Call it before serving: a chain deployed meanwhile
+// could have its first state written and then deleted.
+func (s *Store) DeleteOrphanState(ctx context.Context) (int, error) {
+	chains, err := s.rdb.SMembers(ctx, keyFunctions).Result()
+	if err != nil {
+		return 0, fmt.Errorf("orphan NF state: %w", err)
+	}
+	deployed := map[string]bool{}
+	for _, c := range chains {
+		deployed[c] = true
+	}
+	var orphans []string
+	iter := s.rdb.Scan(ctx, 0, keyState+"*", 512).Iterator()
+	for iter.Next(ctx) {
+		parts := strings.SplitN(strings.TrimPrefix(iter.Val(), keyState), ":", 3)
+		if len(parts) != 3 {
+			continue // not keel-nf's shape: not ours to judge
+		}
+		group := parts[1]
+		dot := strings.LastIndexByte(group, '.')
+		if dot <= 0 || deployed[group[:dot]] {
+			continue
+		}
+		orphans = append(orphans, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return 0, fmt.Errorf("orphan NF state: %w", err)
+	}
+	for i := 0; i < len(orphans); i += 512 {
+		if err := s.rdb.Del(ctx, orphans[i:min(i+512, len(orphans))]...).Err(); err != nil {
+			return i, fmt.Errorf("orphan NF state: %w", err)
+		}
+	}
+	return len(orphans), nil
 }
 
 // Delete removes a function with its instances and flows and releases their VLANs.

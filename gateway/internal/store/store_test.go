@@ -10,6 +10,8 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
+	"github.com/openfaas/faas-provider/types"
+	"github.com/redis/go-redis/v9"
 )
 
 // A flow assigned to an instance that was deleted since it was read (faas-cli remove while
@@ -99,5 +101,43 @@ func Test_PutFlow_counts_one_invocation_of_the_flow_s_chain(t *testing.T) {
 		if n, err := st.Invocations(ctx, name); n != want || err != nil {
 			t.Errorf("%s: %d invocations (%v), want %d", name, n, err, want)
 		}
+	}
+}
+
+// NF state whose chain is gone (removed just before the stack stopped, so no agent saw its
+// instances go) is deleted at the gateway's start; a deployed chain's state, and keys not in
+// keel-nf's shape, stay.
+func Test_DeleteOrphanState_deletes_the_state_of_chains_no_longer_deployed(t *testing.T) {
+	srv := testredis.Start(t)
+	st := srv.Store(t)
+	ctx := context.Background()
+	if err := st.Put(ctx, &store.Function{Deployment: types.FunctionDeployment{Service: "chain3", Image: "keel/chain"}}); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	keep := []string{"keel:state:openfaas-fn:chain3.0:nat", "keel:state:acme:chain3.12:nat:flows", "keel:state:odd", "keel:state:t:nodot:x"}
+	gone := []string{"keel:state:openfaas-fn:scaled.0:0-nat", "keel:state:acme:a.b.7:fw", "keel:state:acme:chain.0:x"}
+	for _, k := range append(append([]string{}, keep...), gone...) {
+		if err := rdb.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := st.DeleteOrphanState(ctx)
+	if err != nil || n != len(gone) {
+		t.Fatalf("deleted %d keys (%v), want %d", n, err, len(gone))
+	}
+	for _, k := range keep {
+		if rdb.Exists(ctx, k).Val() != 1 {
+			t.Errorf("%s deleted", k)
+		}
+	}
+	for _, k := range gone {
+		if rdb.Exists(ctx, k).Val() != 0 {
+			t.Errorf("%s kept", k)
+		}
+	}
+	if n, err := st.DeleteOrphanState(ctx); err != nil || n != 0 {
+		t.Errorf("second pass: %d, %v", n, err)
 	}
 }
