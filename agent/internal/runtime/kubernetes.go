@@ -294,13 +294,15 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 }
 
 // cpuMilli is a chain's cpu limit in millicores for a Pod of whole cores (rounded up to
-// a core) or of a share (rounded up to a millicore).
+// a core) or of a share: rounded up to a millicore and kept below one core, since a Pod of
+// whole cores would take its core from the shared pool that the instances side by side on
+// coopsched's core run in.
 func cpuMilli(cpus float64, whole bool) int64 {
 	m := int64(math.Ceil(cpus * 1000))
 	if whole {
-		m = (m + 999) / 1000 * 1000
+		return (m + 999) / 1000 * 1000
 	}
-	return m
+	return min(m, 999)
 }
 
 func (k *Kubernetes) selector(match map[string]string) string {

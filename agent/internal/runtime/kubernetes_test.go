@@ -278,7 +278,9 @@ func Test_a_Pod_of_a_core_share_asks_that_share_and_no_whole_core(t *testing.T) 
 	k, _ := testKube(t, KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("100m"),
 		MemoryBytes: 256 << 20, BufferBytes: 4 << 20})
 	specs := testSpecs()
-	for want, chainCPUs := range map[string]float64{"100m": 0, "500m": 0.5, "1250m": 1.25} {
+	// A chain's cpus raise the share, never to a whole core: that would take the core from
+	// the shared pool the other instances run in.
+	for want, chainCPUs := range map[string]float64{"100m": 0, "500m": 0.5, "999m": 1.25} {
 		specs[0].CPUs = chainCPUs
 		p, err := k.Pod(specs)
 		if err != nil {
