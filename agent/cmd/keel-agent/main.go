@@ -159,6 +159,7 @@ func run() int {
 		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `HOST:PORT`, to delete a removed instance's NF state (empty: never)")
 		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
 		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics, /healthz and /logs")
+		advertise   = fs.String("advertise", "", "`HOST:PORT` at which keel-gateway reaches --listen (faas-cli logs of a chain); default --listen, which then must name a host (not 0.0.0.0)")
 		statsEvery  = fs.Duration("stats-interval", time.Second, "how often NFs write their stats files and the agent reads them")
 		heartbeat   = fs.Duration("heartbeat", 10*time.Second, "an instance's stats go to the gateway at least this often (else on significant change)")
 		rtRuntime   = fs.Int64("rt-runtime-us", 10000, "cgroup v1 cpu.rt_runtime_us of each NF container (see SCHED_FIFO above)")
@@ -303,12 +304,16 @@ func run() int {
 		defer rdb.Close()
 	}
 
+	addr, err := advertised(*listen, *advertise)
+	if err != nil {
+		return bad("%v", err)
+	}
 	cfg := agent.Config{
 		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedSocket: csPath,
 			RedisSocket: *redisSocket, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
-		Address: *listen, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
+		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
 		ProcRoot: *procRoot, PodCores: podCores,
 	}
@@ -377,4 +382,28 @@ func joinCores(c []int32) string {
 		s[i] = strconv.Itoa(int(n))
 	}
 	return strings.Join(s, ",")
+}
+
+// advertised is the address the agent registers for keel-gateway to reach its HTTP
+// server: --advertise, else --listen when that names a host. A wildcard listen address
+// (0.0.0.0, ::) reaches nothing from another host or Pod.
+func advertised(listen, advertise string) (string, error) {
+	if advertise != "" {
+		host, port, err := net.SplitHostPort(advertise)
+		if err != nil || host == "" || port == "" {
+			return "", fmt.Errorf("--advertise %q is not HOST:PORT", advertise)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return "", fmt.Errorf("--advertise %q: %s is no address to reach", advertise, host)
+		}
+		return advertise, nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q is not HOST:PORT", listen)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return "", fmt.Errorf("--listen %q listens on every address: say with --advertise HOST:PORT where keel-gateway reaches it", listen)
+	}
+	return listen, nil
 }

@@ -24,7 +24,8 @@
 #      KEEL_INSTANCE_CPUS of deploy/kubernetes-testcluster) and their NFs register with
 #      coopsched (faas-cli describe: phase ready, attached on core 1); flows from the
 #      source reach the sink through the ToR, the ingress and the NF Pods, changed as each
-#      chain changes them (chains.py); the NFs' statistics reach the agent; faas-cli remove
+#      chain changes them (chains.py); faas-cli logs shows the NFs' lines; the NFs'
+#      statistics reach the agent; faas-cli remove
 #      deletes the Pods.
 #   5. whole cores per instance, the base's default (KEEL_INSTANCE_CPUS 1, the agent
 #      restarted): chain3's Pod is Guaranteed with one cpu, the kubelet's static CPU manager
@@ -164,6 +165,10 @@ for c in chain2 chain3; do
   grep -Eq "$c/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 flows=" <<<"$line" ||
     fail "$c has no instance attached on core 1"
 done
+# faas-cli logs of a chain: the agent reads its NF containers' logs through pods/log.
+logs=$(HOME=$tmp "$faas" logs chain3 --tail=false --instance -g "$gw" 2>&1) || fail "faas-cli logs chain3 failed: $logs"
+grep -q "nat running under keel-coopsched" <<<"$logs" || fail "faas-cli logs chain3 lacks its NF's start: $logs"
+echo "test-k8s: faas-cli logs chain3: $(grep -c 'running under keel-coopsched' <<<"$logs") NF start lines"
 # The NFs' statistics files, on the Pod's stats emptyDir, reach the agent (its metrics).
 agent_ip=$(kubectl get node keel-k8s -o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}')
 chain3_rx() { # packets chain3's instances received, as keel-agent reports them
