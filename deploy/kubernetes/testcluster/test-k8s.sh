@@ -177,6 +177,16 @@ chain3_rx() { # packets chain3's instances received, as keel-agent reports them
 }
 chain3_counted() { [ "$(chain3_rx)" -ge 40 ]; }
 until_ok 30 "chain3's NF statistics in keel-agent's metrics" chain3_counted
+# The operator's view (the dashboard's JSON): the node with its managed core, the chains.
+topo=$(curl -sf --max-time 5 -u "admin:$(cat "$pv/gateway-secrets/basic-auth-password")" "$gw/system/keel/topology")
+"$venv" -c '
+import json, sys
+t = json.loads(sys.argv[1])
+w = [w for w in t["workers"] if w["name"] == "keel-k8s"]
+assert w and [c["id"] for c in w[0]["cores"]] == [1], t["workers"]
+assert {"chain1", "chain2", "chain3"} <= {c["name"] for c in t["chains"]}, [c["name"] for c in t["chains"]]
+print("test-k8s: /system/keel/topology: worker keel-k8s with core 1, chains", sorted(c["name"] for c in t["chains"]))
+' "$topo" || fail "the topology JSON: $topo"
 # With each chain's first instance attached, the controller pools one more: four Pods.
 four_running() { [ "$(kubectl -n openfaas-fn get pods -l com.keel.chain --field-selector status.phase=Running -o name | wc -l)" -ge 4 ]; }
 until_ok 180 "four instance Pods Running (chain2's and chain3's, and a pooled one each)" four_running
