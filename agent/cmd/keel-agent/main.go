@@ -105,14 +105,15 @@ controller attached the instance to, beside other instances, as under Docker
 (the node's coopsched cores must then be in that pool: no exclusive Pod on
 them). The chain buffer is on an emptyDir of medium HugePages-2Mi shared by the
 Pod's containers only, the NFs' statistics files on an emptyDir in memory at
-/run/keel/stats; coopsched's and redis' sockets come through hostPath; required node affinity to --node; restartPolicy Never; the labels
-above (values made label-safe) with the exact values per container in the
-annotation keel.dev/container-labels; position 0 also requests one
+/run/keel/stats; coopsched's and redis' sockets come through hostPath; required
+node affinity to --node; restartPolicy Never; the labels above (values made
+label-safe) with the exact values per container in the annotation
+keel.dev/container-labels; position 0 also requests one
 --sriov-resource from the SR-IOV device plugin when set (with --vf sriov
 --sriov-pf PF: the agent asks the kubelet's PodResources API at
 --pod-resources-socket which VF it gave, tags that VF with the instance's VLAN
-and moves its netdev in as vf0), else the agent moves a veth in as under Docker (it finds position 0's host pid in --proc, so its
-Pod needs hostPID). It reads the NFs' statistics files inside position 0's
+and moves its netdev in as vf0), else the agent moves a veth in as under
+Docker (it finds position 0's host pid in --proc, so its Pod needs hostPID). It reads the NFs' statistics files inside position 0's
 root (--proc/PID/root), where the Pod's stats emptyDir is. The agent mounts no pktbuf
 tmpfs and sets no cgroup cpu.rt_runtime_us then: the emptyDir holds the buffer,
 the kubelet the cgroups.
@@ -246,7 +247,6 @@ func run() int {
 		if err != nil {
 			return bad("--k8s-instance-cpus: %v", err)
 		}
-		podCores = cpu.MilliValue() >= 1000
 		buf, err := resource.ParseQuantity(*k8sBuffer)
 		if err != nil {
 			return bad("--k8s-buffer: %v", err)
@@ -259,12 +259,14 @@ func run() int {
 		if err != nil {
 			return bad("--kubeconfig: %v", err)
 		}
-		k, err := runtime.NewKubernetes(cs, runtime.KubeConfig{Namespace: *namespace, Node: *node, CPU: cpu,
+		kcfg := runtime.KubeConfig{Namespace: *namespace, Node: *node, CPU: cpu,
 			MemoryBytes: mem.Value(), BufferBytes: buf.Value(), SRIOVResource: *sriovRes, ProcRoot: *procRoot,
-			StartTimeout: *regTimeout})
+			StartTimeout: *regTimeout}
+		k, err := runtime.NewKubernetes(cs, kcfg)
 		if err != nil {
 			return bad("%v", err)
 		}
+		podCores = kcfg.WholeCores()
 		rt, logs = k, k
 	} else {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -154,10 +154,13 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	for id := range a.busy {
 		busy[id] = true
 	}
-	cores := map[string]int32{} // the core each attached instance runs on
-	for id, in := range a.instances {
-		if c := coreOf(in); c >= 0 {
-			cores[id] = c
+	var podCores map[string]int32 // with PodCores: the core each attached instance's Pod runs on
+	if a.cfg.PodCores {
+		podCores = map[string]int32{}
+		for id, in := range a.instances {
+			if c := coreOf(in); c >= 0 {
+				podCores[id] = c
+			}
 		}
 	}
 	a.mu.Unlock()
@@ -167,11 +170,11 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		a.countAction("observe", err)
 		return
 	}
-	if a.cfg.PodCores {
-		for id, c := range cores {
-			if position0Runs(obs.actual[id]) {
-				cores[id] = a.podCore(ctx, id, c)
-			}
+	for id, c := range podCores {
+		if position0Runs(obs.actual[id]) {
+			podCores[id] = a.podCore(ctx, id, c)
+		} else {
+			delete(podCores, id)
 		}
 	}
 	a.mu.Lock()
@@ -183,8 +186,8 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		}
 		specs := a.cfg.Specs(in, ch)
 		core := coreOf(in)
-		if c, ok := cores[id]; ok && core >= 0 {
-			core = c // with PodCores, one of the Pod's own cores
+		if c, ok := podCores[id]; ok && core >= 0 {
+			core = c // one of the Pod's own cores
 		}
 		desired[id] = reconcile.Desired{ID: id, Tenant: ch.Tenant, Members: len(ch.Members),
 			Spec: specs[0].Labels[LabelSpec], Core: core, Batch: in.Batch}

@@ -212,7 +212,7 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 			mem = k.cfg.MemoryBytes
 		}
 		podMem += mem
-		if c := cpuMilli(s.CPUs, milli >= 1000); c > milli {
+		if c := cpuMilli(s.CPUs, k.cfg.WholeCores()); c > milli {
 			milli = c
 		}
 		res := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
@@ -304,6 +304,10 @@ func cpuMilli(cpus float64, whole bool) int64 {
 	}
 	return min(m, 999)
 }
+
+// WholeCores says whether an instance's Pod gets cores of its own (CPU of one core or
+// more), which the kubelet picks; else it has a share of the kubelet's shared pool.
+func (c KubeConfig) WholeCores() bool { return c.CPU.MilliValue() >= 1000 }
 
 func (k *Kubernetes) selector(match map[string]string) string {
 	sel := labels.Set{LabelManagedBy: managedBy}
