@@ -25,6 +25,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/credentials"
 	"github.com/keel-nfv/keel/gateway/internal/events"
+	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/kube"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
@@ -53,6 +54,8 @@ type options struct {
 	coreGHz                                                                                    float64
 	kube                                                                                       kube.Options
 	upstream, upstreamUser, upstreamPasswordFile                                               string
+	loadWindow, downWindow, wakeTimeout                                                        time.Duration
+	rpsTarget                                                                                  float64
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -123,6 +126,12 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
 		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
 	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
+	fs.DurationVar(&o.loadWindow, "scale-load-window", control.DefaultLoadWindow, "normal functions: the window their load (calls per second, calls in flight, CPU) is averaged over")
+	fs.DurationVar(&o.downWindow, "scale-down-window", control.DefaultDownWindow, "normal functions: how long fewer replicas must be asked for before a function is scaled\n"+
+		"down to them (scale-up is immediate; a faas-cli scale or deploy also holds this long)")
+	fs.Float64Var(&o.rpsTarget, "scale-rps-target", fnscale.OpenFaaS().Target[fnscale.RPS], "normal functions: calls per second per replica when com.openfaas.scale.type=rps (the default\n"+
+		"type) and no com.openfaas.scale.target is set (OpenFaaS CE's alert threshold; OpenFaaS Pro uses 50)")
+	fs.DurationVar(&o.wakeTimeout, "wake-timeout", provider.DefaultWakeTimeout, "how long a call of a function scaled to zero waits for its first replica before 503")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -146,6 +155,10 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.upstream == "" && o.upstreamPasswordFile != "" {
 		return nil, fmt.Errorf("--upstream-password-file without --upstream-provider")
+	}
+	if o.loadWindow < 2*o.scalePeriod || o.downWindow < 0 || o.wakeTimeout <= 0 || !(o.rpsTarget > 0) {
+		return nil, fmt.Errorf("--scale-load-window must cover two --scale-period (%v), --scale-down-window be >= 0, --wake-timeout and --scale-rps-target positive (got %v, %v, %v, %v)",
+			o.scalePeriod, o.loadWindow, o.downWindow, o.wakeTimeout, o.rpsTarget)
 	}
 	if o.sample <= 0 || o.history < o.sample {
 		return nil, fmt.Errorf("--ui-sample must be positive and --ui-history at least one sample (got %v, %v)", o.sample, o.history)
@@ -256,8 +269,11 @@ func run(o *options) error {
 	hub := events.NewHub()
 	v := &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo,
 		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF}}
+	scaling := fnscale.OpenFaaS()
+	scaling.Target[fnscale.RPS] = o.rpsTarget
 	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
-		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology))}
+		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology)),
+		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()
@@ -270,8 +286,9 @@ func run(o *options) error {
 	} else {
 		docker.Cpuset, docker.SecretPath = o.cpuset, p.Secrets.Path
 		p.Images, v.Runner = docker, docker
-		if up == nil {
+		if up == nil && o.kube.Backend == "docker" {
 			p.Runtime = docker
+			go docker.Follow(ctx, time.Second, log.Printf)
 		}
 	}
 	if k, err := o.kube.Open(ctx, p.Secrets.Path); err != nil {
@@ -311,6 +328,9 @@ func run(o *options) error {
 	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
 		OnDecision: func(d control.Decision) { m.Decision(d.Kind, d.Reason) }}
 	p.CheckChain = cs.CheckChain
+	fsc := &control.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
+		OnDecision: cs.Record, Logf: log.Printf}
+	cs.Functions, p.OnReplicas = fsc, fsc.Heard
 	log.Printf("controller: NF costs from %s; chains sized for %d-byte packets on %.2f GHz cores; idle pool %d..%d per chain",
 		table.Source, o.packetBytes, freq/1e9, o.pool, o.poolMax)
 	pb.RegisterControlServer(gs, cs)
@@ -328,7 +348,7 @@ func run(o *options) error {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}
 	go view.Run(ctx, o.sample)
-	hs := &http.Server{Handler: handlers.NewRouter(p, m, view, creds, up), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: handlers.NewRouter(ctx, p, m, view, creds, up, fsc), ReadHeaderTimeout: 10 * time.Second}
 
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(httpLn) }()

@@ -10,12 +10,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -28,6 +34,7 @@ import (
 	"github.com/keel-nfv/keel/internal/dockerlog"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/openfaas/faas-provider/types"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Container labels that mark a replica as the gateway's.
@@ -64,6 +71,9 @@ type Docker struct {
 	// SecretPath is the host file of a secret, mounted read-only at
 	// /var/openfaas/secrets/NAME in the replicas of functions that name it; nil: none.
 	SecretPath func(name string) (string, error)
+	// Probe tells whether the replica at a base URL is ready for calls (nil: its answer to
+	// GET ReadyPath, see ready).
+	Probe func(ctx context.Context, base url.URL) bool
 
 	cli  Engine
 	mu   sync.Mutex
@@ -153,38 +163,137 @@ func (d *Docker) Running(name string) int {
 	return len(d.urls[name])
 }
 
-// Refresh re-reads the addresses of a function's running replicas.
+// Refresh re-reads the addresses of a function's ready replicas: running, and answering
+// the watchdog's health check (see ready).
 func (d *Docker) Refresh(ctx context.Context, name string) error {
 	list, err := d.replicas(ctx, name)
 	if err != nil {
 		return err
 	}
-	var urls []url.URL
+	d.setReady(ctx, map[string][]container.Summary{name: list})
+	return nil
+}
+
+// RefreshAll re-reads the ready replicas of every function with containers (one list of the
+// engine's containers, then one health check per running replica).
+func (d *Docker) RefreshAll(ctx context.Context) error {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelFunction))})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	byFn := map[string][]container.Summary{}
+	d.mu.Lock()
+	for name := range d.urls {
+		byFn[name] = nil // a function whose containers are gone has no replica
+	}
+	d.mu.Unlock()
 	for _, c := range list {
-		if c.State != "running" {
-			continue
+		byFn[c.Labels[LabelFunction]] = append(byFn[c.Labels[LabelFunction]], c)
+	}
+	d.setReady(ctx, byFn)
+	return nil
+}
+
+// Follow refreshes every function's ready replicas each period until ctx ends, so that
+// faas-cli describe's available replicas and the invoke path follow replicas that start,
+// become ready or die. Idle it costs one container list and a health check per replica a period.
+func (d *Docker) Follow(ctx context.Context, period time.Duration, logf func(string, ...any)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
-		ins, err := d.cli.ContainerInspect(ctx, c.ID)
-		if err != nil {
-			return fmt.Errorf("inspect %s: %w", name, err)
+		if err := d.RefreshAll(ctx); err != nil && ctx.Err() == nil {
+			logf("docker: %v", err)
 		}
-		ip := ""
-		if ins.NetworkSettings != nil {
-			ip = ins.NetworkSettings.IPAddress
-			for _, n := range ins.NetworkSettings.Networks {
-				if ip == "" && n != nil {
-					ip = n.IPAddress
+	}
+}
+
+func (d *Docker) setReady(ctx context.Context, byFn map[string][]container.Summary) {
+	ready := map[string][]url.URL{}
+	for name, list := range byFn {
+		ready[name] = nil
+		for _, c := range list {
+			if c.State != "running" {
+				continue
+			}
+			ip := ""
+			if c.NetworkSettings != nil {
+				for _, n := range c.NetworkSettings.Networks {
+					if ip == "" && n != nil {
+						ip = n.IPAddress
+					}
 				}
 			}
-		}
-		if ip != "" {
-			urls = append(urls, url.URL{Scheme: "http", Host: ip + ":" + strconv.Itoa(watchdogPort)})
+			if ip == "" {
+				continue
+			}
+			u := url.URL{Scheme: "http", Host: net.JoinHostPort(ip, strconv.Itoa(watchdogPort))}
+			probe := d.Probe
+			if probe == nil {
+				probe = d.ready
+			}
+			if probe(ctx, u) {
+				ready[name] = append(ready[name], u)
+			}
 		}
 	}
 	d.mu.Lock()
-	d.urls[name] = urls
+	for name, urls := range ready {
+		if len(urls) == 0 && len(byFn[name]) == 0 {
+			delete(d.urls, name)
+		} else {
+			d.urls[name] = urls
+		}
+	}
 	d.mu.Unlock()
-	return nil
+}
+
+// ReadyPath is the health check a replica must pass to receive calls: the OpenFaaS
+// watchdog's (classic and of-watchdog alike), which faas-netes' probes use too.
+const ReadyPath = "/_/health"
+
+// ready tells whether the replica at u answers its health check: any answer but a server
+// error (the watchdogs answer 503 until their function is up; a function server of its own
+// without the path answers 404 and is taken as ready, as it listens).
+func (d *Docker) ready(ctx context.Context, u url.URL) bool {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+ReadyPath, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	return resp.StatusCode < 500
+}
+
+var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// Await returns once the function has a ready replica, checking every 100 ms, or ctx's
+// error when it ends first.
+func (d *Docker) Await(ctx context.Context, name string) error {
+	for {
+		if err := d.Refresh(ctx, name); err != nil {
+			return err
+		}
+		if d.Running(name) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // Resolve returns the base URL of one running replica, round robin (faas-provider's BaseURLResolver).
@@ -242,9 +351,14 @@ func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec 
 	}
 	labels := map[string]string{LabelFunction: fd.Service, LabelReplica: strconv.Itoa(i), LabelSpec: spec}
 	cfg := &container.Config{Image: fd.Image, Env: env, Labels: labels}
+	res, err := ResourcesOf(fd)
+	if err != nil {
+		return err
+	}
+	res.CpusetCpus = d.Cpuset
 	host := &container.HostConfig{ReadonlyRootfs: fd.ReadOnlyRootFilesystem,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
-		Resources:     container.Resources{CpusetCpus: d.Cpuset}}
+		Resources:     res}
 	for _, secret := range fd.Secrets {
 		if d.SecretPath == nil {
 			return fmt.Errorf("secret %s: this gateway keeps no secrets", secret)
@@ -266,6 +380,61 @@ func (d *Docker) create(ctx context.Context, fd *types.FunctionDeployment, spec 
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	return nil
+}
+
+// MinMemory is the smallest memory limit Docker sets (it refuses less, "Minimum memory limit
+// allowed is 6MB"): a lower limit is raised to it.
+const MinMemory = 6 << 20
+
+// ResourcesOf maps a function's limits and requests (faas-cli's limits: and requests:, in
+// Kubernetes' quantities: 128Mi, 500m) to Docker's: limits.memory to the memory limit (and
+// the same memory+swap, so the function cannot swap past it), limits.cpu to a CPU quota
+// (NanoCPUs), requests.memory to a soft reservation and requests.cpu to CPU shares (1024 a
+// core), as kubelet maps requests. A quantity that does not parse is an error naming it.
+func ResourcesOf(fd *types.FunctionDeployment) (container.Resources, error) {
+	var res container.Resources
+	parse := func(field, v string) (int64, float64, error) {
+		if v == "" {
+			return 0, 0, nil
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() <= 0 {
+			return 0, 0, fmt.Errorf("%s %q: expected a positive quantity such as 128Mi or 500m", field, v)
+		}
+		return q.Value(), q.AsApproximateFloat64(), nil
+	}
+	if l := fd.Limits; l != nil {
+		mem, _, err := parse("limits.memory", l.Memory)
+		if err != nil {
+			return res, err
+		}
+		if mem > 0 {
+			res.Memory, res.MemorySwap = max(mem, MinMemory), max(mem, MinMemory)
+		}
+		_, cpu, err := parse("limits.cpu", l.CPU)
+		if err != nil {
+			return res, err
+		}
+		res.NanoCPUs = int64(cpu * 1e9)
+	}
+	if r := fd.Requests; r != nil {
+		mem, _, err := parse("requests.memory", r.Memory)
+		if err != nil {
+			return res, err
+		}
+		res.MemoryReservation = mem
+		_, cpu, err := parse("requests.cpu", r.CPU)
+		if err != nil {
+			return res, err
+		}
+		if cpu > 0 {
+			res.CPUShares = max(2, int64(cpu*1024))
+		}
+	}
+	if res.Memory > 0 && res.MemoryReservation > res.Memory {
+		return res, fmt.Errorf("requests.memory %q is above limits.memory %q", fd.Requests.Memory, fd.Limits.Memory)
+	}
+	return res, nil
 }
 
 // RunOnce runs image with args (after its entrypoint) without a network, waits for it to exit
@@ -320,6 +489,11 @@ func specOf(fd *types.FunctionDeployment, cpuset string) string {
 	}
 	sort.Strings(keys)
 	s := fd.Image + "|" + fd.EnvProcess + "|cpuset=" + cpuset
+	for _, r := range []*types.FunctionResources{fd.Limits, fd.Requests} {
+		if r != nil {
+			s += "|res=" + r.Memory + "," + r.CPU
+		}
+	}
 	for _, k := range keys {
 		s += "|" + k + "=" + fd.EnvVars[k]
 	}
@@ -355,4 +529,68 @@ func (d *Docker) Logs(ctx context.Context, name string, o dockerlog.Options) (<-
 		targets = append(targets, dockerlog.Target{ID: c.ID, Name: n})
 	}
 	return dockerlog.Read(ctx, d.cli, targets, o), nil
+}
+
+// CPUSeconds is the CPU time the function's running replicas have used so far, in seconds,
+// read from each replica's cgroup on this host (cgroup v1 cpuacct.usage, v2 cpu.stat): the
+// load of com.openfaas.scale.type=cpu. The gateway must run on dockerd's host.
+func (d *Docker) CPUSeconds(ctx context.Context, name string) (float64, error) {
+	list, err := d.replicas(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, c := range list {
+		if c.State != "running" {
+			continue
+		}
+		ins, err := d.cli.ContainerInspect(ctx, c.ID)
+		if err != nil || ins.State == nil || ins.State.Pid <= 0 {
+			continue // gone meanwhile
+		}
+		s, err := cgroupCPUSeconds(ins.State.Pid)
+		if err != nil {
+			return 0, fmt.Errorf("cpu of %s: %w", name, err)
+		}
+		total += s
+	}
+	return total, nil
+}
+
+// cgroupCPUSeconds reads the CPU time of the cgroup process pid is in.
+func cgroupCPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case parts[0] == "0" && parts[1] == "": // cgroup v2
+			stat, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", parts[2], "cpu.stat"))
+			if err != nil {
+				return 0, err
+			}
+			for _, l := range strings.Split(string(stat), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					us, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					return us / 1e6, err
+				}
+			}
+			return 0, fmt.Errorf("no usage_usec in cpu.stat")
+		case slices.Contains(strings.Split(parts[1], ","), "cpuacct"): // cgroup v1
+			for _, dir := range []string{"cpu,cpuacct", "cpuacct,cpu", "cpuacct"} {
+				v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", dir, parts[2], "cpuacct.usage"))
+				if err == nil {
+					ns, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
+					return ns / 1e9, err
+				}
+			}
+			return 0, fmt.Errorf("cpuacct.usage of %s not found", parts[2])
+		}
+	}
+	return 0, fmt.Errorf("no cpu cgroup in /proc/%d/cgroup", pid)
 }

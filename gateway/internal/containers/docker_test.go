@@ -79,8 +79,10 @@ func (e *fakeEngine) ContainerCreate(_ context.Context, cfg *container.Config, h
 	e.seq++
 	e.creates++
 	id := fmt.Sprintf("%064d", e.seq)
-	e.containers[id] = &fakeContainer{cfg: cfg, host: host, ip: fmt.Sprintf("172.17.0.%d", e.seq+1),
-		sum: container.Summary{ID: id, Names: []string{"/" + name}, Image: cfg.Image, Labels: cfg.Labels, State: "created"}}
+	ip := fmt.Sprintf("172.17.0.%d", e.seq+1)
+	e.containers[id] = &fakeContainer{cfg: cfg, host: host, ip: ip,
+		sum: container.Summary{ID: id, Names: []string{"/" + name}, Image: cfg.Image, Labels: cfg.Labels, State: "created",
+			NetworkSettings: &container.NetworkSettingsSummary{Networks: map[string]*network.EndpointSettings{"bridge": {IPAddress: ip}}}}}
 	return container.CreateResponse{ID: id}, nil
 }
 
@@ -132,7 +134,7 @@ func (e *fakeEngine) of(fn string) []*fakeContainer {
 }
 
 func newTestDocker(e *fakeEngine) *Docker {
-	return &Docker{cli: e, urls: map[string][]url.URL{}, Cpuset: "0",
+	return &Docker{cli: e, urls: map[string][]url.URL{}, Cpuset: "0", Probe: func(context.Context, url.URL) bool { return true },
 		SecretPath: func(name string) (string, error) { return "/run/keel/secrets/functions/" + name, nil }}
 }
 

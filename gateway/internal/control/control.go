@@ -37,6 +37,9 @@ type Server struct {
 	Logf     func(format string, args ...any) // one line per scale decision; nil: quiet
 	// OnDecision, when set, sees every decision (the gateway counts them in its metrics).
 	OnDecision func(Decision)
+	// Functions, when set, scales normal functions in the same loop (functions.go); its
+	// decisions join the chains'.
+	Functions *FunctionScaler
 
 	mu        sync.Mutex // serialises read-modify-write of instances and flows
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter

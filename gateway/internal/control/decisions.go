@@ -31,6 +31,8 @@ const (
 	KindClear     = "clear"     // reason: below_threshold
 	KindPack      = "pack"      // reason: consolidate | split
 	KindBatch     = "batch"     // reason: measured_cycles
+	// KindFunction is a normal function's replicas changed; Chain is the function.
+	KindFunction = "function" // reason: scale_up | scale_down | scale_to_zero | alert
 )
 
 // decisionLog keeps the latest decisions.
@@ -71,6 +73,11 @@ func (s *Server) Decisions() []Decision { return s.decisions.all() }
 func (s *Server) decide(d Decision, format string, args ...any) {
 	d.Time = time.Now().UTC()
 	d.Text = fmt.Sprintf(format, args...)
+	s.Record(d)
+}
+
+// Record keeps a decision made with its text (the function scaler's): log line, event list, OnDecision.
+func (s *Server) Record(d Decision) {
 	s.decisions.add(d)
 	s.logf("%s", d.Text)
 	if s.OnDecision != nil {

@@ -164,6 +164,11 @@ func (s *Server) Run(ctx context.Context, period time.Duration) {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 			s.logf("controller: %v", err)
 		}
+		if s.Functions != nil {
+			if err := s.Functions.Step(ctx); err != nil && ctx.Err() == nil {
+				s.logf("controller: functions: %v", err)
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,7 +45,8 @@ func writeError(w http.ResponseWriter, err error) {
 	for _, m := range []struct {
 		err  error
 		code int
-	}{{provider.ErrInvalid, http.StatusBadRequest}, {provider.ErrNotFound, http.StatusNotFound}, {provider.ErrConflict, http.StatusConflict}} {
+	}{{provider.ErrInvalid, http.StatusBadRequest}, {provider.ErrNotFound, http.StatusNotFound}, {provider.ErrConflict, http.StatusConflict},
+		{provider.ErrUnavailable, http.StatusServiceUnavailable}} {
 		if errors.Is(err, m.err) {
 			code = m.code
 			msg = strings.TrimPrefix(msg, m.err.Error()+": ")
@@ -216,18 +218,36 @@ func MakeScaleHandler(p *provider.Provider) http.HandlerFunc {
 	}
 }
 
-// MakeInfoHandler handles GET /system/info.
-func MakeInfoHandler() http.HandlerFunc {
+// MakeNamespacesHandler handles GET /system/namespaces: keel serves one namespace.
+func MakeNamespacesHandler(namespace string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, types.ProviderInfo{Name: "keel-gateway", Orchestration: "docker+keel",
-			Version: &types.VersionInfo{Release: Version, SHA: Version}})
+		writeJSON(w, []string{namespace})
 	}
 }
 
-// MakeNamespacesHandler handles GET /system/namespaces: keel has one namespace.
-func MakeNamespacesHandler() http.HandlerFunc {
+// inNamespace refuses, with 400 naming both, a call of the REST API for a namespace other
+// than the one keel serves: in the query (?namespace=, faas-cli's --namespace) or, on
+// deploy, in the body. faas-netes answers a namespace it does not serve the same way.
+func inNamespace(namespace string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, []string{Namespace})
+		ns := r.URL.Query().Get("namespace")
+		if ns == "" && r.Body != nil && (r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodDelete) &&
+			strings.HasPrefix(r.URL.Path, "/system/functions") {
+			body, ok := rereadable(w, r)
+			if !ok {
+				return
+			}
+			var in struct {
+				Namespace string `json:"namespace"`
+			}
+			_ = json.Unmarshal(body, &in) // the handler says what is wrong with a bad body
+			ns = in.Namespace
+		}
+		if ns != "" && ns != namespace {
+			http.Error(w, fmt.Sprintf("namespace %q is not served by keel-gateway: it serves %q (GET /system/namespaces)", ns, namespace), http.StatusBadRequest)
+			return
+		}
+		h(w, r)
 	}
 }
 
@@ -252,35 +272,44 @@ func writeJSON(w http.ResponseWriter, v any) {
 	}
 }
 
-// NewRouter builds faas-provider's routes and, with v, the operator's view (/ui/ and
-// /system/keel/topology); creds nil disables basic auth. With up, normal functions are
-// the upstream provider's (keel-gateway --upstream-provider): their calls, and secrets,
-// go there after keel's basic auth, and faas-cli list shows both sides.
-func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials, up *upstream.Provider) *mux.Router {
+// NewRouter builds faas-provider's routes, the OpenFaaS gateway's own (/system/info in its
+// shape, /function/ with call ids and scale from zero, /async-function/, /system/alert with
+// alerts set) and, with v, the operator's view (/ui/ and /system/keel/topology); creds nil
+// disables basic auth. With up, normal functions are the upstream provider's
+// (keel-gateway --upstream-provider): their calls, and secrets, go there after keel's basic
+// auth, and faas-cli list shows both sides. ctx bounds the asynchronous calls' workers.
+func NewRouter(ctx context.Context, p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials, up *upstream.Provider, alerts Alerter) *mux.Router {
 	guard := func(h http.HandlerFunc) http.HandlerFunc {
 		if creds == nil {
 			return h
 		}
 		return auth.DecorateWithBasicAuth(h, creds)
 	}
+	namespace := Namespace
+	if p != nil {
+		namespace = p.NamespaceName()
+	}
 	list, deploy, update, remove := MakeListHandler(p), MakeDeployHandler(p, false), MakeDeployHandler(p, true), MakeDeleteHandler(p)
 	status, scale, secretsH, logsH := MakeStatusHandler(p), MakeScaleHandler(p), MakeSecretsHandler(p), MakeLogsHandler(p)
 
 	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
 	fwd := proxy.NewHandlerFunc(cfg, p, false)
-	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+Namespace) }
-	invoke := func(w http.ResponseWriter, r *http.Request) {
-		if err := p.CheckInvocable(r.Context(), name(r)); err != nil {
-			writeError(w, err)
-			return
-		}
-		fwd(w, r)
+	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+namespace) }
+	invoke := makeInvoke(p, name, fwd)
+	orchestration := "docker"
+	if p != nil && p.Runtime != nil {
+		orchestration = p.Orchestration()
 	}
 	if up != nil {
+		orchestration = "upstream " + up.URL()
 		s := split{p: p, up: up}
 		list, deploy, update, remove = s.list, s.deploy(deploy), s.deploy(update), s.remove(remove)
 		status, scale, logsH = s.byName(statusName, status), s.byName(statusName, scale), s.byName(logsName, logsH)
 		secretsH, invoke = up.Forward, s.invoke(name, invoke)
+	} else {
+		ns := func(h http.HandlerFunc) http.HandlerFunc { return inNamespace(namespace, h) }
+		list, deploy, update, remove = ns(list), ns(deploy), ns(update), ns(remove)
+		status, scale, secretsH, logsH = ns(status), ns(scale), ns(secretsH), ns(logsH)
 	}
 
 	r := mux.NewRouter()
@@ -290,20 +319,31 @@ func NewRouter(p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth
 	r.HandleFunc("/system/functions", guard(remove)).Methods(http.MethodDelete)
 	r.HandleFunc("/system/function/{name:["+NameExpression+"]+}", guard(status)).Methods(http.MethodGet)
 	r.HandleFunc("/system/scale-function/{name:["+NameExpression+"]+}", guard(scale)).Methods(http.MethodPost)
-	r.HandleFunc("/system/info", guard(MakeInfoHandler())).Methods(http.MethodGet)
-	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler())).Methods(http.MethodGet)
+	r.HandleFunc("/system/info", guard(MakeInfoHandler(orchestration))).Methods(http.MethodGet)
+	r.HandleFunc("/system/namespaces", guard(MakeNamespacesHandler(namespace))).Methods(http.MethodGet)
 	r.HandleFunc("/system/secrets", guard(secretsH)).Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
 	r.HandleFunc("/system/logs", guard(logsH)).Methods(http.MethodGet)
+	if alerts != nil && up == nil {
+		r.HandleFunc("/system/alert", guard(MakeAlertHandler(alerts, namespace))).Methods(http.MethodPost)
+	}
 	if v != nil {
 		r.HandleFunc("/system/keel/topology", guard(ui.MakeTopologyHandler(v))).Methods(http.MethodGet)
 		r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 		r.PathPrefix("/ui/").Handler(guard(ui.StaticHandler("/ui/").ServeHTTP)).Methods(http.MethodGet, http.MethodHead)
 	}
 
-	instrumented := m.InstrumentInvocation(name, invoke)
+	instrumented := withCallID(m.InstrumentInvocation(name, invoke))
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}", instrumented)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", instrumented)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", instrumented)
+	if up == nil && p != nil {
+		// The background call runs the synchronous path, through the router so that its
+		// name is read as for any call (and counted in the metrics).
+		async := withCallID(newAsyncInvoker(ctx, p, name, func(w http.ResponseWriter, req *http.Request) { r.ServeHTTP(w, req) }).ServeHTTP)
+		r.HandleFunc("/async-function/{name:["+NameExpression+"]+}", async).Methods(http.MethodPost)
+		r.HandleFunc("/async-function/{name:["+NameExpression+"]+}/", async).Methods(http.MethodPost)
+		r.HandleFunc("/async-function/{name:["+NameExpression+"]+}/{params:.*}", async).Methods(http.MethodPost)
+	}
 	r.HandleFunc("/healthz", MakeHealthHandler()).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", m.Handler())
 	return r

@@ -37,7 +37,7 @@ func (emptyStore) Flows(context.Context, string) ([]*store.Flow, error)         
 func Test_operator_view_is_behind_basic_auth(t *testing.T) {
 	creds := &auth.BasicAuthCredentials{User: "admin", Password: "secret"}
 	v := &ui.View{Source: emptyStore{}, History: &ui.History{Keep: 1}}
-	r := NewRouter(nil, metrics.New(), v, creds, nil)
+	r := NewRouter(context.Background(), nil, metrics.New(), v, creds, nil, nil)
 	for _, path := range []string{"/ui/", "/ui/app.js", "/system/keel/topology"} {
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -72,7 +72,7 @@ func Test_invoking_a_packet_chain_or_function_says_how_it_is_used(t *testing.T) 
 		}
 	}
 	p := &provider.Provider{Store: st}
-	r := NewRouter(p, metrics.New(), nil, nil, nil)
+	r := NewRouter(context.Background(), p, metrics.New(), nil, nil, nil, nil)
 	for path, want := range map[string]string{
 		"/function/chain2":             `chain2 is a packet chain, not an HTTP function: it processes the packets of new flows that match its filter "dst net 198.18.2.0/24"`,
 		"/function/chain2.openfaas-fn": `chain2 is a packet chain`,
@@ -113,7 +113,7 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 	if err := st.PutInstance(ctx, &store.Instance{ID: "chain2/0", Chain: "chain2", Worker: "w1", State: store.Pooled, Core: -1}); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(&provider.Provider{Store: st}, metrics.New(), nil, nil, nil)
+	r := NewRouter(context.Background(), &provider.Provider{Store: st}, metrics.New(), nil, nil, nil, nil)
 	gw := httptest.NewServer(r) // faas-provider's log handler needs a real connection (CloseNotifier)
 	defer gw.Close()
 	resp, err := http.Get(gw.URL + "/system/logs?name=chain2&tail=2")
@@ -159,7 +159,7 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 func Test_secrets_are_created_listed_updated_and_removed_as_faas_cli_does(t *testing.T) {
 	st := testredis.Store(t)
 	p := &provider.Provider{Store: st, Secrets: &secrets.Store{Dir: filepath.Join(t.TempDir(), "functions")}}
-	r := NewRouter(p, metrics.New(), nil, nil, nil)
+	r := NewRouter(context.Background(), p, metrics.New(), nil, nil, nil, nil)
 	call := func(method, body string) (int, string) {
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, httptest.NewRequest(method, "/system/secrets", strings.NewReader(body)))

@@ -95,7 +95,7 @@ func splitGateway(t *testing.T, f *fakeUpstream) (http.Handler, *store.Store, st
 	}
 	st := testredis.Store(t)
 	p := &provider.Provider{Store: st, Metrics: metrics.New()}
-	return NewRouter(p, metrics.New(), nil, &auth.BasicAuthCredentials{User: "admin", Password: "keel-secret"}, up), st, srv.URL
+	return NewRouter(context.Background(), p, metrics.New(), nil, &auth.BasicAuthCredentials{User: "admin", Password: "keel-secret"}, up, nil), st, srv.URL
 }
 
 // call sends one request with keel's credentials and returns the status and body.
@@ -227,7 +227,7 @@ func Test_upstream_mode_names_the_upstream_when_it_does_not_answer(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := NewRouter(&provider.Provider{Store: testredis.Store(t), Metrics: metrics.New()}, metrics.New(), nil, nil, up)
+	h := NewRouter(context.Background(), &provider.Provider{Store: testredis.Store(t), Metrics: metrics.New()}, metrics.New(), nil, nil, up, nil)
 	// What keel refuses by itself never waits for the upstream.
 	for _, c := range []struct{ method, path, body string }{
 		{http.MethodDelete, "/system/functions", `{"functionName":""}`},

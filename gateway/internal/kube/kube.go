@@ -358,6 +358,22 @@ func (k *Kubernetes) Resolve(name string) (url.URL, error) {
 	return url.URL{Scheme: "http", Host: fmt.Sprintf("%s.%s.svc.%s:%d", name, k.Namespace, k.ClusterDomain, watchdogPort)}, nil
 }
 
+// Orchestration is what /system/info says runs normal functions.
+func (k *Kubernetes) Orchestration() string { return "kubernetes" }
+
+// Await returns once the function's Deployment has an available replica (its readiness
+// probe passed), checking the informer's copy every 100 ms, or ctx's error.
+func (k *Kubernetes) Await(ctx context.Context, name string) error {
+	for k.Running(name) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // Orphans returns the functions that have a keel-gateway Deployment but are not in known.
 func (k *Kubernetes) Orphans(ctx context.Context, known map[string]bool) ([]string, error) {
 	list, err := k.cs.AppsV1().Deployments(k.Namespace).List(ctx, metav1.ListOptions{

@@ -22,7 +22,8 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", "docker", "where normal functions run: docker (--docker, one container per replica) or\n"+
 		"kubernetes (a Deployment and a Service per function in --namespace, as faas-netes makes them)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "with --backend kubernetes: kubeconfig `FILE` (empty: the Pod's service account)")
-	fs.StringVar(&o.Namespace, "namespace", "openfaas-fn", "with --backend kubernetes: the functions' `NAMESPACE`")
+	fs.StringVar(&o.Namespace, "namespace", "openfaas-fn", "the one `NAMESPACE` of functions keel serves (faas-cli --namespace; others are refused with 400);\n"+
+		"with --backend kubernetes also where their Deployments and Services go")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "with --backend kubernetes: the cluster's DNS `DOMAIN` (Service addresses)")
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/openfaas/faas-provider/httputil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 )
 
@@ -23,6 +24,7 @@ import (
 type Metrics struct {
 	Registry    *prometheus.Registry
 	Invocations *prometheus.CounterVec
+	Started     *prometheus.CounterVec // calls begun: Started - Invocations is in flight
 	Seconds     *prometheus.HistogramVec
 	Services    *prometheus.GaugeVec
 
@@ -54,6 +56,9 @@ func New() *Metrics {
 		Invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_function_invocation_total", Help: "Function invocations by function and status code",
 		}, []string{"function_name", "code"}),
+		Started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_function_invocation_started", Help: "Function invocations begun, by function (minus gateway_function_invocation_total: in flight)",
+		}, fn),
 		Seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gateway_functions_seconds", Help: "Function invocation time taken",
 		}, []string{"function_name", "code"}),
@@ -86,7 +91,7 @@ func New() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.Invocations, m.Seconds, m.Services, m.ChainPackets, m.ChainDrops,
+	m.Registry.MustRegister(m.Invocations, m.Started, m.Seconds, m.Services, m.ChainPackets, m.ChainDrops,
 		m.ChainP99, m.ChainInstances, m.ChainCores, m.ChainFlows, m.ChainRate,
 		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -150,13 +155,57 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) InstrumentInvocation(name func(*http.Request) string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		fn := name(r)
+		m.Started.WithLabelValues(fn).Inc()
 		iw := httputil.NewHttpWriteInterceptor(w)
 		next(iw, r)
 		code := strconv.Itoa(iw.Status())
-		fn := name(r)
 		m.Invocations.WithLabelValues(fn, code).Inc()
 		m.Seconds.WithLabelValues(fn, code).Observe(time.Since(start).Seconds())
 	}
+}
+
+// Calls are a function's invocations as the gateway's counters hold them.
+type Calls struct {
+	Started, Completed float64
+}
+
+// InFlight is the calls begun and not yet answered.
+func (c Calls) InFlight() float64 { return max(0, c.Started-c.Completed) }
+
+// Calls reads every function's call counters (gateway_function_invocation_started and
+// gateway_function_invocation_total over all codes): what the controller scales normal
+// functions on. It collects the two counters alone, not the whole registry.
+func (m *Metrics) Calls() map[string]Calls {
+	out := map[string]Calls{}
+	read := func(c prometheus.Collector, add func(*Calls, float64)) {
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		for pm := range ch {
+			var d dto.Metric
+			if pm.Write(&d) != nil || d.Counter == nil {
+				continue
+			}
+			for _, l := range d.Label {
+				if l.GetName() == "function_name" {
+					c := out[l.GetValue()]
+					add(&c, d.Counter.GetValue())
+					out[l.GetValue()] = c
+				}
+			}
+		}
+	}
+	read(m.Started, func(c *Calls, v float64) { c.Started += v })
+	read(m.Invocations, func(c *Calls, v float64) { c.Completed += v })
+	return out
+}
+
+// ForgetFunction drops the series of a removed normal function.
+func (m *Metrics) ForgetFunction(name string) {
+	m.Services.DeleteLabelValues(name)
+	m.Started.DeleteLabelValues(name)
+	m.Invocations.DeletePartialMatch(prometheus.Labels{"function_name": name})
+	m.Seconds.DeletePartialMatch(prometheus.Labels{"function_name": name})
 }
 
 // ForgetChain drops every keel_* series of a removed chain.

@@ -87,7 +87,7 @@ func (p *Provider) Query(ctx context.Context, req logs.Request) (<-chan logs.Mes
 	go func() {
 		defer close(out)
 		for l := range lines {
-			m := logs.Message{Name: name, Namespace: "openfaas-fn", Instance: l.Container, Timestamp: l.Time, Text: l.Text}
+			m := logs.Message{Name: name, Namespace: p.NamespaceName(), Instance: l.Container, Timestamp: l.Time, Text: l.Text}
 			select {
 			case out <- m:
 			case <-ctx.Done():

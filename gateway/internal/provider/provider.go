@@ -22,6 +22,7 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
+	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
@@ -45,7 +46,16 @@ var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
 	ErrInvalid  = errors.New("invalid")
+	// ErrUnavailable: the function exists but no replica became ready in time (503).
+	ErrUnavailable = errors.New("unavailable")
 )
+
+// DefaultNamespace is OpenFaaS's namespace of functions, the one keel serves by default.
+const DefaultNamespace = "openfaas-fn"
+
+// DefaultWakeTimeout bounds how long a call of a function scaled to zero waits for its
+// first replica (OpenFaaS' gateway waits about as long).
+const DefaultWakeTimeout = 30 * time.Second
 
 // Runtime runs normal functions' replicas (Docker here, Kubernetes in production).
 type Runtime interface {
@@ -54,6 +64,8 @@ type Runtime interface {
 	Remove(ctx context.Context, name string) error
 	Running(name string) int
 	Resolve(name string) (url.URL, error)
+	// Await returns once the function has a replica ready for calls, or ctx's error.
+	Await(ctx context.Context, name string) error
 	Orphans(ctx context.Context, known map[string]bool) ([]string, error)
 	Logs(ctx context.Context, name string, o dockerlog.Options) (<-chan dockerlog.Line, error)
 }
@@ -91,6 +103,16 @@ type Provider struct {
 	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
 	// per-core load meets); its error is reported as invalid input.
 	CheckChain func(f *store.Function) error
+	// Namespace is the one namespace of functions keel serves ("" : DefaultNamespace).
+	Namespace string
+	// Scaling holds the defaults of normal functions' com.openfaas.scale.* labels (zero
+	// value: fnscale.OpenFaaS()).
+	Scaling *fnscale.Defaults
+	// WakeTimeout bounds a call's wait for a function scaled to zero (0: DefaultWakeTimeout).
+	WakeTimeout time.Duration
+	// OnReplicas, when set, hears of every change of a normal function's replicas that the
+	// autoscaler did not make (deploy, faas-cli scale, scale from zero), so it starts over.
+	OnReplicas func(name string, replicas uint64)
 
 	mu sync.Mutex // serialises changes to the deployment
 }
@@ -198,7 +220,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_CHAIN_REMOVED, Chain: events.ChainProto(f.Chain)})
 		p.Metrics.ForgetChain(name)
 	} else {
-		p.Metrics.Services.DeleteLabelValues(name)
+		p.Metrics.ForgetFunction(name)
 	}
 	return nil
 }
@@ -269,6 +291,16 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 	if p.Runtime == nil {
 		return fmt.Errorf("%w: no container engine", ErrInvalid)
 	}
+	if err := p.setReplicas(ctx, f, replicas); err != nil {
+		return err
+	}
+	p.heard(name, replicas)
+	return nil
+}
+
+// setReplicas runs replicas of normal function f and records them; the caller holds p.mu.
+func (p *Provider) setReplicas(ctx context.Context, f *store.Function, replicas uint64) error {
+	name := f.Deployment.Service
 	if err := p.Runtime.Apply(ctx, &f.Deployment, int(replicas)); err != nil {
 		return fmt.Errorf("scale %s: %w", name, err)
 	}
@@ -278,6 +310,20 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 	}
 	p.Metrics.Services.WithLabelValues(name).Set(float64(p.Runtime.Running(name)))
 	return nil
+}
+
+func (p *Provider) heard(name string, replicas uint64) {
+	if p.OnReplicas != nil {
+		p.OnReplicas(name, replicas)
+	}
+}
+
+// NamespaceName is the namespace keel serves.
+func (p *Provider) NamespaceName() string {
+	if p.Namespace == "" {
+		return DefaultNamespace
+	}
+	return p.Namespace
 }
 
 // checkCores refuses to scale chain f to n instances when they would not fit in the rack's

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,8 +22,15 @@ import (
 	"github.com/openfaas/faas-provider/types"
 )
 
-// fakeRuntime is a container engine that has the images in images and runs nothing.
-type fakeRuntime struct{ images map[string]bool }
+// fakeRuntime is a container engine that has the images in images and runs nothing; it
+// records the replicas Apply asks for, which are ready when ready is set.
+type fakeRuntime struct {
+	images   map[string]bool
+	ready    bool
+	mu       sync.Mutex
+	replicas map[string]int
+	applies  int
+}
 
 func (r *fakeRuntime) CheckImage(_ context.Context, image string) error {
 	if !r.images[image] {
@@ -30,11 +38,37 @@ func (r *fakeRuntime) CheckImage(_ context.Context, image string) error {
 	}
 	return nil
 }
-func (r *fakeRuntime) Apply(context.Context, *types.FunctionDeployment, int) error { return nil }
-func (r *fakeRuntime) Remove(context.Context, string) error                        { return nil }
-func (r *fakeRuntime) Running(string) int                                          { return 0 }
-func (r *fakeRuntime) Resolve(string) (url.URL, error)                             { return url.URL{}, errors.New("none") }
-func (r *fakeRuntime) Orphans(context.Context, map[string]bool) ([]string, error)  { return nil, nil }
+func (r *fakeRuntime) Apply(_ context.Context, fd *types.FunctionDeployment, n int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.replicas == nil {
+		r.replicas = map[string]int{}
+	}
+	r.replicas[fd.Service] = n
+	r.applies++
+	return nil
+}
+func (r *fakeRuntime) Remove(context.Context, string) error { return nil }
+func (r *fakeRuntime) Running(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ready {
+		return 0
+	}
+	return r.replicas[name]
+}
+func (r *fakeRuntime) Await(ctx context.Context, name string) error {
+	for r.Running(name) == 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+func (r *fakeRuntime) Resolve(string) (url.URL, error)                            { return url.URL{}, errors.New("none") }
+func (r *fakeRuntime) Orphans(context.Context, map[string]bool) ([]string, error) { return nil, nil }
 func (r *fakeRuntime) Logs(context.Context, string, dockerlog.Options) (<-chan dockerlog.Line, error) {
 	return nil, errors.New("none")
 }

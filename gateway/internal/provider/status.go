@@ -110,7 +110,8 @@ func (p *Provider) status(ctx context.Context, f *store.Function) (*types.Functi
 			ann[k] = v
 		}
 	}
-	st := &types.FunctionStatus{Name: fd.Service, Image: fd.Image, Namespace: fd.Namespace, EnvProcess: fd.EnvProcess,
+	labels["faas_function"] = fd.Service // as faas-netes labels what it deploys
+	st := &types.FunctionStatus{Name: fd.Service, Image: fd.Image, Namespace: p.NamespaceName(), EnvProcess: fd.EnvProcess,
 		EnvVars: fd.EnvVars, Constraints: fd.Constraints, Secrets: fd.Secrets, Labels: &labels, Annotations: &ann,
 		Limits: fd.Limits, Requests: fd.Requests, ReadOnlyRootFilesystem: fd.ReadOnlyRootFilesystem,
 		Replicas: f.Replicas, CreatedAt: f.CreatedAt, InvocationCount: p.Invocations(ctx, fd.Service)}
