@@ -557,40 +557,49 @@ func (d *Docker) CPUSeconds(ctx context.Context, name string) (float64, error) {
 	return total, nil
 }
 
-// cgroupCPUSeconds reads the CPU time of the cgroup process pid is in.
+// cgroupCPUSeconds reads the CPU time of the cgroup process pid is in: cgroup v1's
+// cpuacct.usage when the cpuacct controller is mounted (also on hybrid hosts), else v2's
+// cpu.stat.
 func cgroupCPUSeconds(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return 0, err
 	}
+	unified := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
-		switch {
-		case parts[0] == "0" && parts[1] == "": // cgroup v2
-			stat, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", parts[2], "cpu.stat"))
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+			continue
+		}
+		if slices.Contains(strings.Split(parts[1], ","), "cpuacct") {
+			v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", parts[1], parts[2], "cpuacct.usage"))
 			if err != nil {
 				return 0, err
 			}
-			for _, l := range strings.Split(string(stat), "\n") {
-				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-					us, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-					return us / 1e6, err
-				}
-			}
-			return 0, fmt.Errorf("no usage_usec in cpu.stat")
-		case slices.Contains(strings.Split(parts[1], ","), "cpuacct"): // cgroup v1
-			for _, dir := range []string{"cpu,cpuacct", "cpuacct,cpu", "cpuacct"} {
-				v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", dir, parts[2], "cpuacct.usage"))
-				if err == nil {
-					ns, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
-					return ns / 1e9, err
-				}
-			}
-			return 0, fmt.Errorf("cpuacct.usage of %s not found", parts[2])
+			ns, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
+			return ns / 1e9, err
 		}
 	}
-	return 0, fmt.Errorf("no cpu cgroup in /proc/%d/cgroup", pid)
+	if unified == "" {
+		return 0, fmt.Errorf("no cpu cgroup in /proc/%d/cgroup", pid)
+	}
+	base := "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(base, "cgroup.controllers")); err != nil {
+		base = "/sys/fs/cgroup/unified" // a hybrid host's v2 tree
+	}
+	stat, err := os.ReadFile(filepath.Join(base, unified, "cpu.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			us, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return us / 1e6, err
+		}
+	}
+	return 0, fmt.Errorf("no usage_usec in %s", filepath.Join(base, unified, "cpu.stat"))
 }

@@ -26,6 +26,8 @@ const (
 	// DefaultDownWindow is how long a lower replica count must be asked for before the
 	// function is scaled down to it (scale-up is immediate).
 	DefaultDownWindow = 30 * time.Second
+	// MinRateSpan is the least time a rate (rps, cpu) is taken over before it counts.
+	MinRateSpan = 2 * time.Second
 )
 
 // FunctionScaler scales normal functions.
@@ -245,6 +247,9 @@ func (fs *FunctionScaler) decide(name string, spec fnscale.Spec, current uint64,
 		return spec.Min, fmt.Sprintf("%s = %s = %d", fnscale.LabelMin, fnscale.LabelMax, spec.Min)
 	}
 	load := loadOf(st.samples)
+	if spec.Type != fnscale.Capacity && load.Span < MinRateSpan {
+		return current, "" // a rate over less is noise (just deployed, restarted or rescaled)
+	}
 	want := spec.Desired(load.For(spec.Type))
 	apply := st.stab.Next(s.at, want)
 	return apply, fmt.Sprintf("%s %.2f over %s, target %.4g x %.2f per replica, wants %d (highest of the last %s: %d)",
