@@ -22,6 +22,11 @@ JOBS    ?= $(shell nproc)
 GO      ?= $(shell command -v go || echo /usr/local/go/bin/go)
 GOBIN   := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 CMAKE_FLAGS ?=
+# What keel-gateway's /system/info (faas-cli version) reports: the checkout's git describe and commit.
+GIT_VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+GIT_SHA     := $(shell git rev-parse HEAD 2>/dev/null || echo dev)
+GATEWAY_LDFLAGS := -X github.com/keel-nfv/keel/gateway/internal/handlers.Version=$(GIT_VERSION) \
+	-X github.com/keel-nfv/keel/gateway/internal/handlers.SHA=$(GIT_SHA)
 ifeq ($(CI),true)
 CMAKE_FLAGS += -DKEEL_WERROR=ON
 endif
@@ -92,7 +97,7 @@ build: deps
 	    proto/keel/v1/coopsched.proto proto/keel/v1/control.proto proto/keel/v1/torctl.proto
 	cp proto/keel/v1/controltoken.py $(BUILD)/py/keel/v1/
 	PATH="$$PATH:$$(dirname $(GO))" proto/genproto.sh $(PY)
-	$(GO) build -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
+	$(GO) build -ldflags "$(GATEWAY_LDFLAGS)" -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
 	$(GO) build -o $(BUILD)/bin/keel-sim ./gateway/cmd/keel-sim
 

@@ -171,13 +171,15 @@ class Gateway:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, redis_addr, placer_addr, docker_engine, control_token):
+def gateway(request, tmp_path_factory, redis_addr, placer_addr, docker_engine, control_token):
+    """keel-gateway with its defaults; a test module's GATEWAY_ARGS (a list) adds flags."""
     binary = BIN / "keel-gateway"
     if not binary.exists():
         pytest.fail(f"{binary} is missing: run make build")
     if not Path(FAAS_CLI).exists():
         pytest.skip("faas-cli is not installed")
     gw = Gateway(tmp_path_factory.mktemp("gateway"), redis_addr, placer_addr, docker_engine.host, control_token)
+    gw.args += list(getattr(request.module, "GATEWAY_ARGS", []))
     gw.start()
     yield gw
     gw.stop()

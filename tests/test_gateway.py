@@ -18,6 +18,10 @@ import pytest
 from gateway_fixtures import ROOT, control_token, docker_engine, gateway, placer_addr, redis_addr  # noqa: F401  (fixtures)
 
 STACK = ROOT / "stack.yml"
+# hello is scaled to 2 by hand and checked at 2 by later tests of this module: the
+# autoscaler must not scale it back to its min (1) meanwhile, as it would after its default
+# 30 s down window without calls (tests/test_conformance.py runs the defaults).
+GATEWAY_ARGS = ["--scale-down-window", "10m"]
 CHAINS = ["chain1", "chain2", "chain3"]
 
 

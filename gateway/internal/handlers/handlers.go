@@ -33,8 +33,12 @@ const NameExpression = "-a-zA-Z_0-9."
 // Namespace is the one namespace keel has; faas-cli appends it to function names (NAME.openfaas-fn).
 const Namespace = "openfaas-fn"
 
-// Version is reported by /system/info.
-var Version = "dev"
+// Version and SHA are reported by /system/info (and faas-cli version): make build sets them
+// to git describe and the commit (-ldflags -X); "dev" otherwise.
+var (
+	Version = "dev"
+	SHA     = "dev"
+)
 
 const maxBody = 1 << 20
 

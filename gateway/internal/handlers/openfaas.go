@@ -38,7 +38,7 @@ type GatewayInfo struct {
 // (docker, kubernetes, or the upstream provider).
 func MakeInfoHandler(orchestration string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		v := &types.VersionInfo{Release: Version, SHA: Version}
+		v := &types.VersionInfo{Release: Version, SHA: SHA}
 		writeJSON(w, GatewayInfo{
 			Provider: &types.ProviderInfo{Name: "keel-gateway", Orchestration: orchestration, Version: v},
 			Version:  v, Arch: runtime.GOARCH})
