@@ -348,7 +348,13 @@ func run(o *options) error {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}
 	go view.Run(ctx, o.sample)
-	hs := &http.Server{Handler: handlers.NewRouter(ctx, p, m, view, creds, up, fsc), ReadHeaderTimeout: 10 * time.Second}
+	// Deadlines of the REST API's connections: headers (at most 1 MiB) in 10 s, an idle
+	// keep-alive connection closed after 2 min. No whole-request deadline: net/http cancels
+	// a request's context when its ReadTimeout passes, which would cut faas-cli logs
+	// --follow (bounded by LogsTimeout instead); a function call is bounded by the proxy's
+	// one-minute timeout, a change of the deployment by the provider's CallTimeout.
+	hs := &http.Server{Handler: handlers.NewRouter(ctx, p, m, view, creds, up, fsc), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
 
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(httpLn) }()

@@ -75,7 +75,31 @@ func (s *Server) chains(ctx context.Context) (*chainIndex, error) {
 		ix.byName[e.name()] = e
 	}
 	s.index.Store(ix)
+	s.prune(ix)
 	return ix, nil
+}
+
+// prune forgets the compiled filters and cost models that no deployed chain uses: both are
+// keyed by what a redeploy changes (a new filter, spec or SLO makes a new entry), so without
+// this they would grow with every redeploy and never shrink when a chain is removed.
+func (s *Server) prune(ix *chainIndex) {
+	filters, models := map[string]bool{}, map[string]bool{}
+	for _, e := range ix.chains {
+		filters[e.fn.Chain.Filter] = true
+		models[modelKey(e.fn)] = true
+	}
+	s.filters.Range(func(k, _ any) bool {
+		if !filters[k.(string)] {
+			s.filters.Delete(k)
+		}
+		return true
+	})
+	s.models.Range(func(k, _ any) bool {
+		if !models[k.(string)] {
+			s.models.Delete(k)
+		}
+		return true
+	})
 }
 
 // switchOnly: the chain has no NF on a server, so its flows need no instance.

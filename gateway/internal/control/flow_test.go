@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -383,5 +384,52 @@ func Test_flows_follow_deploy_scale_redeploy_and_remove(t *testing.T) {
 	}
 	if fl, _ := st.Flows(ctx, ""); len(fl) != 0 {
 		t.Fatalf("flows left after the remove: %+v", fl)
+	}
+}
+
+func syncMapLen(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// Test_index_forgets_filters_and_models_of_old_versions_and_removed_chains: redeploying a
+// chain with a new filter and spec, over and over, keeps one compiled filter and one model
+// per deployed chain; a removed chain's go.
+func Test_index_forgets_filters_and_models_of_old_versions_and_removed_chains(t *testing.T) {
+	srv, st, _ := flowRack(t, false)
+	ctx := context.Background()
+	if _, err := srv.chains(ctx); err != nil {
+		t.Fatal(err)
+	}
+	filters, models := syncMapLen(&srv.filters), syncMapLen(&srv.models)
+	if filters != 3 || models != 2 {
+		t.Fatalf("3 chains (2 with server NFs): %d filters, %d models", filters, models)
+	}
+	for i := 0; i < 20; i++ {
+		f, err := st.Get(ctx, "chain3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Chain.Filter = fmt.Sprintf("dst net 198.18.3.0/24 and udp port %d", 1000+i)
+		f.Chain.Spec = fmt.Sprintf("ACL -> NAT # version %d", i)
+		if err := st.Put(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.chains(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, m := syncMapLen(&srv.filters), syncMapLen(&srv.models); f != filters || m != models {
+		t.Fatalf("after 20 redeploys: %d filters, %d models; want %d and %d", f, m, filters, models)
+	}
+	if err := st.Delete(ctx, "chain3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.chains(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f, m := syncMapLen(&srv.filters), syncMapLen(&srv.models); f != 2 || m != 1 {
+		t.Fatalf("after chain3's removal: %d filters, %d models; want 2 and 1", f, m)
 	}
 }

@@ -29,9 +29,14 @@ type Modeler interface {
 	Model(f *store.Function, cfg policy.Config) (*Model, error)
 }
 
+// modelKey names a chain's version as far as its Model depends on it.
+func modelKey(f *store.Function) string {
+	return f.Deployment.Service + "\x00" + f.Chain.Spec + "\x00" + f.Chain.SLOText
+}
+
 // model returns a chain's Model, cached until its spec changes.
 func (s *Server) model(f *store.Function) (*Model, error) {
-	key := f.Deployment.Service + "\x00" + f.Chain.Spec + "\x00" + f.Chain.SLOText
+	key := modelKey(f)
 	if m, ok := s.models.Load(key); ok {
 		return m.(*Model), nil
 	}

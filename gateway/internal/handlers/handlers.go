@@ -299,7 +299,9 @@ func NewRouter(ctx context.Context, p *provider.Provider, m *metrics.Metrics, v 
 	cfg := types.FaaSConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxIdleConns: 256, MaxIdleConnsPerHost: 64}
 	fwd := proxy.NewHandlerFunc(cfg, p, false)
 	name := func(r *http.Request) string { return strings.TrimSuffix(mux.Vars(r)["name"], "."+namespace) }
-	invoke := makeInvoke(p, name, fwd)
+	// Calls are counted (gateway_function_invocation_*) once the function is known to
+	// exist: a name nobody deployed must not add a series per name to /metrics.
+	invoke := makeInvoke(p, name, m.InstrumentInvocation(name, fwd))
 	orchestration := "docker"
 	if p != nil && p.Runtime != nil {
 		orchestration = p.Orchestration()
@@ -309,7 +311,7 @@ func NewRouter(ctx context.Context, p *provider.Provider, m *metrics.Metrics, v 
 		s := split{p: p, up: up}
 		list, deploy, update, remove = s.list, s.deploy(deploy), s.deploy(update), s.remove(remove)
 		status, scale, logsH = s.byName(statusName, status), s.byName(statusName, scale), s.byName(logsName, logsH)
-		secretsH, invoke = up.Forward, s.invoke(name, invoke)
+		secretsH, invoke = up.Forward, m.InstrumentInvocation(name, s.invoke(name, makeInvoke(p, name, fwd)))
 	} else {
 		ns := func(h http.HandlerFunc) http.HandlerFunc { return inNamespace(namespace, h) }
 		list, deploy, update, remove = ns(list), ns(deploy), ns(update), ns(remove)
@@ -336,7 +338,7 @@ func NewRouter(ctx context.Context, p *provider.Provider, m *metrics.Metrics, v 
 		r.PathPrefix("/ui/").Handler(guard(ui.StaticHandler("/ui/").ServeHTTP)).Methods(http.MethodGet, http.MethodHead)
 	}
 
-	instrumented := withCallID(m.InstrumentInvocation(name, invoke))
+	instrumented := withCallID(invoke)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}", instrumented)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/", instrumented)
 	r.HandleFunc("/function/{name:["+NameExpression+"]+}/{params:.*}", instrumented)

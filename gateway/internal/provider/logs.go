@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -116,6 +117,15 @@ func newest(in <-chan dockerlog.Line, n int) <-chan dockerlog.Line {
 	return out
 }
 
+// agentClient reads agents' /logs: connecting and the answer's headers are bounded (an
+// agent that does not answer costs a faas-cli logs call 10 s at most); the stream itself is
+// not, since --follow runs until the caller stops it (LogsTimeout at most).
+var agentClient = &http.Client{Transport: &http.Transport{
+	DialContext:           (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+	ResponseHeaderTimeout: 10 * time.Second,
+	MaxIdleConnsPerHost:   2,
+}}
+
 // chainLogs merges the log streams of the agents whose workers run the chain's instances.
 func (p *Provider) chainLogs(ctx context.Context, name string, o dockerlog.Options) (<-chan dockerlog.Line, error) {
 	insts, err := p.Store.Instances(ctx, name)
@@ -150,23 +160,32 @@ func (p *Provider) chainLogs(ctx context.Context, name string, o dockerlog.Optio
 		q.Set("follow", "true")
 	}
 	out := make(chan dockerlog.Line, 64)
+	// Every agent at once, each bounded by agentClient's deadlines: one slow or dead agent
+	// costs the call at most those, not one after another.
+	resps := make([]*http.Response, len(addrs))
+	errs := make([]error, len(addrs))
+	var connect sync.WaitGroup
+	for i, addr := range addrs {
+		connect.Add(1)
+		go func() {
+			defer connect.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/logs?"+q.Encode(), nil)
+			if err == nil {
+				resps[i], err = agentClient.Do(req)
+			}
+			if err == nil && resps[i].StatusCode != http.StatusOK {
+				resps[i].Body.Close()
+				err = fmt.Errorf("agent %s: %s", addr, resps[i].Status)
+			}
+			errs[i] = err
+		}()
+	}
+	connect.Wait()
 	var wg sync.WaitGroup
-	var errs []error
-	var mu sync.Mutex
-	for _, addr := range addrs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/logs?"+q.Encode(), nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			err = fmt.Errorf("agent %s: %s", addr, resp.Status)
-		}
-		if err != nil {
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
+	failed := 0
+	for i, resp := range resps {
+		if errs[i] != nil {
+			failed++
 			continue
 		}
 		wg.Add(1)
@@ -188,7 +207,7 @@ func (p *Provider) chainLogs(ctx context.Context, name string, o dockerlog.Optio
 			}
 		}()
 	}
-	if len(errs) == len(addrs) {
+	if failed == len(addrs) {
 		return nil, errors.Join(errs...)
 	}
 	go func() {

@@ -142,6 +142,8 @@ func (p *Provider) Wake(ctx context.Context, name string) error {
 // scaleFromZero scales a function that has no replicas to its minimum; of calls that come
 // together, the first scales and the others find it done.
 func (p *Provider) scaleFromZero(ctx context.Context, name string) error {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, err := p.lookup(ctx, name)
@@ -163,6 +165,8 @@ func (p *Provider) scaleFromZero(ctx context.Context, name string) error {
 // Autoscale sets a normal function's replicas from `from` to `to` for the controller,
 // unless they changed meanwhile (a deploy, faas-cli scale, a call from zero): false then.
 func (p *Provider) Autoscale(ctx context.Context, name string, from, to uint64, why string) (bool, error) {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, err := p.lookup(ctx, name)

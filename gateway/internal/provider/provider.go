@@ -37,6 +37,11 @@ import (
 // end on their own first.
 const DefaultDrainTimeout = 60 * time.Second
 
+// DefaultCallTimeout bounds one change of the deployment (deploy, scale, remove), placer,
+// image checks and container engine calls included: the provider's lock is never held
+// longer, however slow a peer is.
+const DefaultCallTimeout = 2 * time.Minute
+
 // DefaultReportStale is three of keel-agent's heartbeats (--heartbeat 10s): an instance whose
 // agent has said nothing for that long is not counted available, whatever it said last.
 const DefaultReportStale = 30 * time.Second
@@ -110,6 +115,8 @@ type Provider struct {
 	Scaling *fnscale.Defaults
 	// WakeTimeout bounds a call's wait for a function scaled to zero (0: DefaultWakeTimeout).
 	WakeTimeout time.Duration
+	// CallTimeout bounds each change of the deployment (0: DefaultCallTimeout).
+	CallTimeout time.Duration
 	// OnReplicas, when set, hears of every change of a normal function's replicas that the
 	// autoscaler did not make (deploy, faas-cli scale, scale from zero), so it starts over.
 	OnReplicas func(name string, replicas uint64)
@@ -129,6 +136,8 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	if fd.Image == "" && kind == "" {
 		return fmt.Errorf("%w: image: missing", ErrInvalid)
 	}
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old, err := p.Store.Get(ctx, fd.Service)
@@ -161,6 +170,15 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	}
 }
 
+// bounded gives a change of the deployment its deadline (CallTimeout).
+func (p *Provider) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := p.CallTimeout
+	if d <= 0 {
+		d = DefaultCallTimeout
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 func kindName(kind string) string {
 	switch kind {
 	case chain.KindChain:
@@ -187,6 +205,8 @@ func annotation(fd *types.FunctionDeployment, key string) string {
 
 // Delete removes a function; a chain's instances, VLANs and keys go with it.
 func (p *Provider) Delete(ctx context.Context, name string) error {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, err := p.lookup(ctx, name)
@@ -256,6 +276,8 @@ func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error)
 
 // Scale sets a normal function's replicas or a chain's instance count.
 func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) error {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, err := p.lookup(ctx, name)
