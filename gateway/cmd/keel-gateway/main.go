@@ -54,7 +54,7 @@ type options struct {
 	coreGHz                                                                                    float64
 	kube                                                                                       kube.Options
 	upstream, upstreamUser, upstreamPasswordFile                                               string
-	loadWindow, downWindow, wakeTimeout                                                        time.Duration
+	loadWindow, downWindow, wakeTimeout, callTimeout                                           time.Duration
 	rpsTarget                                                                                  float64
 }
 
@@ -131,6 +131,8 @@ func parseFlags(args []string) (*options, error) {
 		"down to them (scale-up is immediate; a faas-cli scale or deploy also holds this long)")
 	fs.Float64Var(&o.rpsTarget, "scale-rps-target", fnscale.OpenFaaS().Target[fnscale.RPS], "normal functions: calls per second per replica when com.openfaas.scale.type=rps (the default\n"+
 		"type) and no com.openfaas.scale.target is set (OpenFaaS CE's alert threshold; OpenFaaS Pro uses 50)")
+	fs.DurationVar(&o.callTimeout, "call-timeout", provider.DefaultCallTimeout, "bound of one change of the deployment (deploy, scale, remove, an autoscale), placer and\n"+
+		"container engine calls included; a change that takes longer fails and leaves nothing half-done")
 	fs.DurationVar(&o.wakeTimeout, "wake-timeout", provider.DefaultWakeTimeout, "how long a call of a function scaled to zero waits for its first replica before 503")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -155,6 +157,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.upstream == "" && o.upstreamPasswordFile != "" {
 		return nil, fmt.Errorf("--upstream-password-file without --upstream-provider")
+	}
+	if o.callTimeout <= 0 {
+		return nil, fmt.Errorf("--call-timeout must be positive")
 	}
 	if o.loadWindow < 2*o.scalePeriod || o.downWindow < 0 || o.wakeTimeout <= 0 || !(o.rpsTarget > 0) {
 		return nil, fmt.Errorf("--scale-load-window must cover two --scale-period (%v), --scale-down-window be >= 0, --wake-timeout and --scale-rps-target positive (got %v, %v, %v, %v)",
@@ -273,7 +278,7 @@ func run(o *options) error {
 	scaling.Target[fnscale.RPS] = o.rpsTarget
 	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
 		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology)),
-		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout}
+		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout, CallTimeout: o.callTimeout}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()

@@ -31,7 +31,7 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		sample: 2 * time.Second, history: 10 * time.Minute,
 		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024,
 		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}, upstreamUser: "admin",
-		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, rpsTarget: 5}
+		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, callTimeout: 2 * time.Minute, rpsTarget: 5}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}
