@@ -114,7 +114,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pool, "pool", 1, "idle (pre-deployed, detached) instances each chain keeps ready, so that a new\n"+
 		"instance never waits for a cold start (Galleon Listing 1's scale-out threshold)")
 	fs.IntVar(&o.poolMax, "pool-max", 2, "idle instances a chain keeps at most; detached ones beyond are removed (scale-in threshold)")
-	fs.DurationVar(&o.scalePeriod, "scale-period", time.Second, "how often the controller reclaims idle cores, resizes pools, packs cores and sets batches")
+	fs.DurationVar(&o.scalePeriod, "scale-period", time.Second, "how often the controller reclaims idle cores, resizes pools, packs cores, sets batches and\n"+
+		"scales normal functions (com.openfaas.scale.* labels: README, \"Normal functions, as OpenFaaS runs them\")")
 	fs.DurationVar(&o.sample, "ui-sample", 2*time.Second, "how often the operator view (/ui/, /system/keel/topology) samples each chain's rate, cores and p99")
 	fs.DurationVar(&o.history, "ui-history", 10*time.Minute, "how much of each chain's samples the operator view keeps (in memory)")
 	fs.StringVar(&o.nfCosts, "nf-costs", "bench/results/nf_profile.json", "measured cycles per packet of each NF (make bench writes it; built-in figures if absent)")
@@ -132,7 +133,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.rpsTarget, "scale-rps-target", fnscale.OpenFaaS().Target[fnscale.RPS], "normal functions: calls per second per replica when com.openfaas.scale.type=rps (the default\n"+
 		"type) and no com.openfaas.scale.target is set (OpenFaaS CE's alert threshold; OpenFaaS Pro uses 50)")
 	fs.DurationVar(&o.callTimeout, "call-timeout", provider.DefaultCallTimeout, "bound of one change of the deployment (deploy, scale, remove, an autoscale), placer and\n"+
-		"container engine calls included; a change that takes longer fails and leaves nothing half-done")
+		"container engine calls included: the provider's lock is never held longer; a change past it fails")
 	fs.DurationVar(&o.wakeTimeout, "wake-timeout", provider.DefaultWakeTimeout, "how long a call of a function scaled to zero waits for its first replica before 503")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
