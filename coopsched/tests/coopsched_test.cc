@@ -141,13 +141,15 @@ pid_t StartProcess(const std::vector<std::string>& args, const std::string& log 
 }
 
 // Puts the calling child process in a mount namespace of its own, as a
-// container is, with a fresh tmpfs on /tmp and host_dir bind-mounted at
-// inner_dir (under /tmp): inner_dir exists for this process only. Exits with
-// 3 if it cannot. Only system calls: it runs between fork and exec.
-void EnterOwnMountNs(const char* host_dir, const char* inner_dir) {
+// container is, with a fresh tmpfs on veil (an empty directory of the test's
+// own) and host_dir bind-mounted at inner_dir (under veil): inner_dir exists
+// for this process only. The veil is not /tmp, so that a checkout (and the
+// test NF it execs next) under /tmp stays visible. Exits with 3 if it cannot.
+// Only system calls: it runs between fork and exec.
+void EnterOwnMountNs(const char* host_dir, const char* veil, const char* inner_dir) {
   if (unshare(CLONE_NEWNS) != 0 ||
       mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      mount("tmpfs", "/tmp", "tmpfs", 0, "mode=0755") != 0 || mkdir(inner_dir, 0700) != 0 ||
+      mount("tmpfs", veil, "tmpfs", 0, "mode=0755") != 0 || mkdir(inner_dir, 0700) != 0 ||
       mount(host_dir, inner_dir, nullptr, MS_BIND, nullptr) != 0) {
     perror("coopsched_test: a mount namespace of its own");
     _exit(3);
@@ -1334,13 +1336,15 @@ TEST_F(CoopschedTest, LongTurnsAndRapidFlipsAreNeverCutOff) {
 // the host does not have: coopsched must find the file inside their roots.
 TEST_F(CoopschedTest, PktbufPathIsResolvedInsideTheNfsMountNamespace) {
   StartDaemon();
-  const std::string inner_dir = "/tmp/keel-cs-" + std::to_string(getpid()) + "-inner";
+  // The NFs see their buffer at veil/inner/inner.pktbuf; on the host veil is empty.
+  const std::string veil = dir_ + "/veil";
+  ASSERT_EQ(mkdir(veil.c_str(), 0700), 0) << veil;
+  const std::string inner_dir = veil + "/inner";
   const std::string inner_path = inner_dir + "/inner.pktbuf";
-  ASSERT_NE(access(inner_dir.c_str(), F_OK), 0) << inner_dir << " exists on the host";
   chains_.push_back(std::make_unique<Chain>(dir_, "inner", 2));
   Chain& c = *chains_.back();
-  ASSERT_NO_FATAL_FAILURE(
-      c.Spawn({}, [&] { EnterOwnMountNs(dir_.c_str(), inner_dir.c_str()); }, inner_path));
+  ASSERT_NO_FATAL_FAILURE(c.Spawn(
+      {}, [&] { EnterOwnMountNs(dir_.c_str(), veil.c_str(), inner_dir.c_str()); }, inner_path));
   for (pid_t pid : c.pids()) ASSERT_NE(MountNs(pid), MountNs(getpid()));
   ASSERT_NE(access(inner_path.c_str(), F_OK), 0) << inner_path << " is visible on the host";
 
