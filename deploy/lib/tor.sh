@@ -8,6 +8,10 @@
 SRC_MAC=02:6b:65:00:00:01
 SINK_MAC=02:6b:65:00:00:02
 
+# The ToR bridge's OpenFlow datapath ID ("keel"), set as its other-config:datapath-id;
+# keel-torctl --datapath-id refuses any other switch.
+TOR_DPID=000000006b65656c
+
 # veth HOST PEER [NETNS]: a veth pair with TX checksum offload off (OVS' userspace datapath
 # loses TCP/UDP otherwise), PEER moved into NETNS if given; kept if it exists.
 veth() {

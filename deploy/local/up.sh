@@ -15,8 +15,8 @@
 #   ToR              OVS bridge keel-tor (OpenFlow 1.3, fail-mode secure) with ports to the
 #                    traffic source (netns keelsrc), the sink (netns keelsink), the ingress
 #                    and the worker's NIC bridge (keel-tor-local)
-#   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653; gRPC 127.0.0.1:50070,
-#                    /metrics on 127.0.0.1:9102
+#   keel-torctl      the ToR's OpenFlow controller, 127.0.0.1:6653, pinned to the ToR's datapath
+#                    ID (deploy/lib/tor.sh); gRPC 127.0.0.1:50070, /metrics on 127.0.0.1:9102
 #   keel-ingress     new flows from the ToR on keel-ing (AF_PACKET); /metrics on 127.0.0.1:9103
 #   prometheus       http://127.0.0.1:9090, scraping all of the above (deploy/local/prometheus.yml),
 #                    its data in run/prometheus/ kept 2 hours
@@ -274,7 +274,7 @@ part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --con
 source "$ROOT/deploy/lib/tor.sh"  # SRC_MAC, SINK_MAC, veth, tor_ports
 vsctl() { ovs-vsctl --timeout=10 "$@"; }
 vsctl --may-exist add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 \
-  fail-mode=secure -- set-controller keel-tor tcp:127.0.0.1:6653
+  fail-mode=secure other-config:datapath-id=$TOR_DPID -- set-controller keel-tor tcp:127.0.0.1:6653
 tor_ports
 vsctl --may-exist add-port keel-tor keel-tor-local
 say "  ToR: bridge keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing, worker local)"
@@ -289,7 +289,7 @@ torctl_ok() {
 alive keel-torctl > /dev/null || for addr in 127.0.0.1:6653 127.0.0.1:50070 127.0.0.1:9102; do port_free $addr; done
 part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:50070 --ofp-listen 127.0.0.1:6653 \
   --gateway 127.0.0.1:50051 --control-token-file "$TOKEN" --ingress-port keel-ting --egress-port keel-tsink \
-  --metrics 127.0.0.1:9102
+  --metrics 127.0.0.1:9102 --datapath-id "$TOR_DPID"
 
 ingress_ok() { http_ok http://127.0.0.1:9103/metrics; }
 alive keel-ingress > /dev/null || port_free 127.0.0.1:9103

@@ -64,6 +64,14 @@ def worker_port(text: str) -> tuple[str, str]:
     return worker, port
 
 
+def datapath_id(text: str) -> int:
+    """A datapath ID as OVS shows it (16 hex digits, other-config:datapath-id) or 0x-prefixed."""
+    t = text.lower().removeprefix("0x")
+    if not t or len(t) > 16 or any(c not in "0123456789abcdef" for c in t):
+        raise argparse.ArgumentTypeError(f"expected a datapath ID of at most 16 hex digits (e.g. 000000006b65656c), got {text!r}")
+    return int(t, 16)
+
+
 def positive(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"expected seconds 1-65535, got {text!r}")
@@ -92,6 +100,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-port", type=worker_port, action="append", default=[], metavar="WORKER=PORT",
                    help="switch port (VLAN trunk) toward a worker; repeatable; a worker not named "
                         "here is reached on port keel-tor-WORKER (a name over 6 bytes: keel-tor-h and 5 hex digits of its SHA-256, as keel-agent names its end)")
+    p.add_argument("--datapath-id", type=datapath_id, action="append", default=[], metavar="DPID",
+                   help="the ToR's OpenFlow datapath ID (repeat for several): a switch that connects with "
+                        "another is refused (logged, keel_torctl_switch_refused) and the pinned one keeps "
+                        "its connection. Default: $KEEL_TOR_DATAPATH_ID if set; without either, any peer "
+                        "that speaks OpenFlow 1.3 becomes the ToR (a warning says so at start)")
     p.add_argument("--idle-timeout", type=positive, default=10, metavar="S",
                    help="idle timeout of flow rules when InstallFlow gives none (default %(default)s s)")
     p.add_argument("--metrics", type=host_port, default="127.0.0.1:9102", metavar="HOST:PORT",
@@ -156,7 +169,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     LOG.info("%s %s", "generated the control-plane token in" if created else "control-plane token from",
              args.control_token_file)
     metrics = Metrics()
-    switch = Switch(metrics)
+    pins = frozenset(args.datapath_id)
+    if not pins and os.environ.get("KEEL_TOR_DATAPATH_ID"):
+        try:
+            pins = frozenset([datapath_id(os.environ["KEEL_TOR_DATAPATH_ID"])])
+        except argparse.ArgumentTypeError as e:
+            print(f"keel-torctl: KEEL_TOR_DATAPATH_ID: {e}", file=sys.stderr)
+            return 2
+    if pins:
+        LOG.info("switches allowed: datapath ID %s", ", ".join(f"{d:016x}" for d in sorted(pins)))
+    else:
+        LOG.warning("no --datapath-id: any OpenFlow peer that connects to %s:%d becomes the ToR", *args.ofp_listen)
+    switch = Switch(metrics, datapath_ids=pins)
     gw = Gateway(args.gateway, token) if args.gateway else None
     opts = Options(args.ingress_port, args.egress_port, dict(args.worker_port), args.idle_timeout,
                    caps, gw is not None)

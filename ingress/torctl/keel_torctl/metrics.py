@@ -33,6 +33,8 @@ class Metrics:
                                     "1 once the gateway's chains and instances are known (its Watch snapshot)",
                                     registry=r)
         self.reconnects = Counter("keel_torctl_reconnects", "switch connections after the first", registry=r)
+        self.switch_refused = Counter("keel_torctl_switch_refused",
+                                      "OpenFlow connections refused: their datapath ID is not a --datapath-id", registry=r)
 
     def connected(self, up: bool) -> None:
         self.switch_connected.set(1 if up else 0)

@@ -85,8 +85,10 @@ class Switch:
 
     MAX_IN_FLIGHT = 4  # batches sent whose barrier reply has not come yet
 
-    def __init__(self, metrics: Metrics, timeout_s: float = 5.0):
+    def __init__(self, metrics: Metrics, timeout_s: float = 5.0, datapath_ids: frozenset[int] = frozenset()):
         self.metrics = metrics
+        # The datapath IDs allowed to be the ToR (--datapath-id); empty: any.
+        self.datapath_ids = datapath_ids
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._pending_cv = threading.Condition(self._lock)
@@ -110,7 +112,15 @@ class Switch:
     # ----- called from os-ken's event handlers (never block) -----
 
     def connected(self, dp: Any) -> None:
-        """The switch finished its handshake (features and port descriptions)."""
+        """The switch finished its handshake (features and port descriptions). A switch whose
+        datapath ID is not pinned is refused: its connection is closed and the ToR, if
+        connected, keeps its own."""
+        if self.datapath_ids and dp.id not in self.datapath_ids:
+            LOG.warning("refused switch %016x: not a --datapath-id (%s)", dp.id,
+                        ", ".join(f"{d:016x}" for d in sorted(self.datapath_ids)))
+            self.metrics.switch_refused.inc()
+            dp.close()
+            return
         with self._lock:
             self._dp = dp
         LOG.info("switch %016x connected", dp.id)

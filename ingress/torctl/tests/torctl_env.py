@@ -272,7 +272,9 @@ class Torctl:
                 "--control-token-file", str(self.token_file),
                 "--ingress-port", PORTS["ingress"][0], "--egress-port", PORTS["egress"][0],
                 "--worker-port", f"{WORKER}={PORTS['trunk'][0]}", "--idle-timeout", "10",
-                "--metrics", f"127.0.0.1:{self.metrics_port}"]
+                "--metrics", f"127.0.0.1:{self.metrics_port}",
+                # pinned to the test's bridge: another switch is refused (test_switch_pin.py)
+                "--datapath-id", self.ovs.vsctl("get", "bridge", self.br, "datapath-id").strip().strip('"')]
         self.proc = subprocess.Popen(args, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
         self.ovs.vsctl("set-controller", self.br, f"tcp:127.0.0.1:{self.ofp_port}")
         self.wait_connected()
