@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,22 +94,50 @@ func Read(path string) (string, error) {
 // status that says what is missing or wrong.
 func check(ctx context.Context, token string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(Header)
-	if len(vals) == 0 {
-		return status.Error(codes.Unauthenticated, "keel control plane: no \"authorization: Bearer TOKEN\" metadata; "+
-			"give the client the control-token file (--control-token-file)")
+	var got string
+	if vals := md.Get(Header); len(vals) > 0 {
+		got = vals[0]
 	}
-	got, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok {
-		return status.Error(codes.Unauthenticated, "keel control plane: the authorization metadata is not \"Bearer TOKEN\"")
-	}
-	want, have := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(got))
-	if subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
-		return status.Error(codes.Unauthenticated, "keel control plane: wrong token; "+
-			"the client's --control-token-file must hold the same token as the server's")
+	if msg := verify(got, token, "metadata"); msg != "" {
+		return status.Error(codes.Unauthenticated, msg)
 	}
 	return nil
 }
+
+// verify checks an authorization value (gRPC metadata or an HTTP header: what) against
+// token: "" when it is "Bearer TOKEN", else what is missing or wrong (the tokens are
+// compared in constant time).
+func verify(authorization, token, what string) string {
+	if authorization == "" {
+		return "keel control plane: no \"authorization: Bearer TOKEN\" " + what + "; give the client the control-token file (--control-token-file)"
+	}
+	got, ok := strings.CutPrefix(authorization, "Bearer ")
+	if !ok {
+		return "keel control plane: the authorization " + what + " is not \"Bearer TOKEN\""
+	}
+	want, have := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(got))
+	if subtle.ConstantTimeCompare(want[:], have[:]) != 1 {
+		return "keel control plane: wrong token; the client's --control-token-file must hold the same token as the server's"
+	}
+	return ""
+}
+
+// RequireHTTP answers 401 to an HTTP request that does not carry "Authorization: Bearer
+// TOKEN", and passes the others to next: the control plane's HTTP endpoints (keel-agent's
+// /logs) take the same token as its gRPC calls.
+func RequireHTTP(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg := verify(r.Header.Get("Authorization"), token, "header"); msg != "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="keel control plane"`)
+			http.Error(w, msg, http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// SetHTTP puts the token into an HTTP request of the control plane.
+func SetHTTP(r *http.Request, token string) { r.Header.Set("Authorization", "Bearer "+token) }
 
 // UnaryServerInterceptor refuses unary calls that do not carry token.
 func UnaryServerInterceptor(token string) grpc.UnaryServerInterceptor {

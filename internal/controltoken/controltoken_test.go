@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,5 +186,37 @@ func Test_Read_refuses_missing_short_and_spaced_tokens(t *testing.T) {
 	}
 	if _, err := Read(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func Test_RequireHTTP_takes_only_the_bearer_token(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	h := RequireHTTP(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("logs")) }))
+	for _, c := range []struct {
+		auth string
+		code int
+		want string
+	}{
+		{"", http.StatusUnauthorized, `no "authorization: Bearer TOKEN" header`},
+		{"Basic YWRtaW46eA==", http.StatusUnauthorized, `is not "Bearer TOKEN"`},
+		{"Bearer wrong", http.StatusUnauthorized, "wrong token"},
+		{"Bearer " + token, http.StatusOK, "logs"},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/logs?chain=c", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.want) {
+			t.Errorf("%q: %d %q, want %d with %q", c.auth, rec.Code, rec.Body, c.code, c.want)
+		}
+	}
+	req := httptest.NewRequest(http.MethodGet, "/logs", nil)
+	SetHTTP(req, token)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("SetHTTP's request: %d", rec.Code)
 	}
 }

@@ -119,7 +119,8 @@ tmpfs and sets no cgroup cpu.rt_runtime_us then: the emptyDir holds the buffer,
 the kubelet the cgroups.
 
 Metrics at http://LISTEN/metrics (keel_agent_*), health at /healthz, the NF
-containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows).
+containers' logs of a chain at /logs?chain=NAME (what faas-cli logs CHAIN shows; the
+call must carry the control-plane token, "Authorization: Bearer TOKEN", as keel-gateway's do).
 
 flags:
 `
@@ -326,7 +327,9 @@ func run() int {
 	reg.MustRegister(agent.NewMetrics(a))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/logs", agent.LogsHandler(*worker, logs))
+	// A chain's NF logs are tenants' data: only keel-gateway (holding the control-plane
+	// token) reads them. /metrics and /healthz stay open, for Prometheus and probes.
+	mux.Handle("/logs", controltoken.RequireHTTP(token, agent.LogsHandler(*worker, logs)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		hctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

@@ -279,7 +279,8 @@ func run(o *options) error {
 	scaling.Target[fnscale.RPS] = o.rpsTarget
 	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
 		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology)),
-		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout, CallTimeout: o.callTimeout}
+		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout, CallTimeout: o.callTimeout,
+		ControlToken: token}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	docker, err := containers.NewDocker(dctx, o.docker)
 	cancel()

@@ -91,6 +91,10 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 	ctx := context.Background()
 	var asked []string
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer agents-token" {
+			http.Error(w, "no token", http.StatusUnauthorized) // keel-agent's /logs takes the control-plane token
+			return
+		}
 		asked = append(asked, r.URL.RequestURI())
 		for i, text := range []string{"keel-nf: urlfilter up", "keel-nf: encrypt up", "keel-nf: 12 blocked"} {
 			json.NewEncoder(w).Encode(dockerlog.Line{Container: fmt.Sprintf("keel-chain2-0-%d", i%2), Time: time.Unix(int64(i), 0).UTC(), Text: text})
@@ -113,7 +117,7 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 	if err := st.PutInstance(ctx, &store.Instance{ID: "chain2/0", Chain: "chain2", Worker: "w1", State: store.Pooled, Core: -1}); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(context.Background(), &provider.Provider{Store: st}, metrics.New(), nil, nil, nil, nil)
+	r := NewRouter(context.Background(), &provider.Provider{Store: st, ControlToken: "agents-token"}, metrics.New(), nil, nil, nil, nil)
 	gw := httptest.NewServer(r) // faas-provider's log handler needs a real connection (CloseNotifier)
 	defer gw.Close()
 	resp, err := http.Get(gw.URL + "/system/logs?name=chain2&tail=2")

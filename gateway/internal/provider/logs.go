@@ -19,6 +19,7 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/internal/controltoken"
 	"github.com/keel-nfv/keel/internal/dockerlog"
 	"github.com/openfaas/faas-provider/logs"
 )
@@ -171,6 +172,7 @@ func (p *Provider) chainLogs(ctx context.Context, name string, o dockerlog.Optio
 			defer connect.Done()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/logs?"+q.Encode(), nil)
 			if err == nil {
+				controltoken.SetHTTP(req, p.ControlToken)
 				resps[i], err = agentClient.Do(req)
 			}
 			if err == nil && resps[i].StatusCode != http.StatusOK {

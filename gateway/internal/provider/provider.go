@@ -115,6 +115,8 @@ type Provider struct {
 	Scaling *fnscale.Defaults
 	// WakeTimeout bounds a call's wait for a function scaled to zero (0: DefaultWakeTimeout).
 	WakeTimeout time.Duration
+	// ControlToken is the control-plane token, sent to the agents' /logs.
+	ControlToken string
 	// CallTimeout bounds each change of the deployment (0: DefaultCallTimeout).
 	CallTimeout time.Duration
 	// OnReplicas, when set, hears of every change of a normal function's replicas that the
