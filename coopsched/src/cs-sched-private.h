@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "cs-chain.h"
+#include "cs-guardian.h"
 #include "cs-sched.h"
 #include "cs-task.h"
 #include "cs-watchdog.h"
@@ -109,6 +110,7 @@ struct cs_sched {
   int lock_fds[CS_MAX_CORES]; /* the managed cores' locks, -1 if not taken */
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
   int64_t rt_saved_us;
+  struct cs_guardian guardian; /* undoes the above and the held threads if this process dies */
 };
 
 /* The enforcer thread of one managed core. */

@@ -215,8 +215,11 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
   }
   s->opt = *opt;
   s->watch_fd = -1;
+  s->guardian.fd = -1;
   for (int i = 0; i < CS_MAX_CORES; i++) s->lock_fds[i] = -1;
   if (claim_host(s, err)) goto fail;
+  /* Forked while this is the only thread (cs-guardian.h). */
+  if (cs_guardian_start(&s->guardian, s->rt_lifted, s->rt_saved_us, err)) goto fail;
   /* The master, the RPC threads and everything they start stay off the managed cores. */
   if (sched_setaffinity(0, sizeof rest, &rest) < 0) {
     cs_error_set(err, CS_EINTERNAL, "sched_setaffinity: %s", strerror(errno));
@@ -271,6 +274,7 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
 fail:
   if (s->watch_fd >= 0) close(s->watch_fd);
   release_host(s);
+  cs_guardian_stop(&s->guardian);
   free(s);
   return NULL;
 }
@@ -327,8 +331,9 @@ static void release_tasks(struct cs_group *g) {
   for (uint32_t i = 0; i < g->n; i++) cs_task_signal_stop(&g->tasks[i], 0);
 }
 
-/* Frees g, whose first `opened` tasks were opened. */
-static void free_group(struct cs_group *g, uint32_t opened) {
+/* Frees g, whose first `opened` tasks were opened; the guardian forgets them. */
+static void free_group(struct cs_sched *s, struct cs_group *g, uint32_t opened) {
+  for (uint32_t i = 0; i < opened; i++) cs_guardian_release(&s->guardian, &g->tasks[i]);
   for (uint32_t i = 0; i < opened; i++) cs_task_close(&g->tasks[i]);
   cs_chain_unmap(&g->chain);
   free(g);
@@ -396,6 +401,9 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
       goto fail;
     }
   }
+  /* The guardian learns of them before they are stopped: if this process dies from here
+   * on, it continues them and gives them their policy back. */
+  for (uint32_t i = 0; i < n; i++) cs_guardian_hold(&s->guardian, &g->tasks[i]);
   /* Stop first, then make it FIFO on the core: it never runs as FIFO before
    * it is arranged. */
   for (uint32_t i = 0; i < n; i++) cs_task_signal_stop(&g->tasks[i], 1);
@@ -433,7 +441,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   cs_watcher_wake(s);
   return CS_OK;
 fail:
-  free_group(g, opened);
+  free_group(s, g, opened);
   return err->cls;
 }
 
@@ -557,7 +565,7 @@ static void unregister_locked(struct cs_sched *s, struct cs_group *g) {
   pthread_mutex_unlock(&s->mu);
   cs_watcher_wake(s);
   release_tasks(g);
-  free_group(g, g->n);
+  free_group(s, g, g->n);
 }
 
 enum cs_errclass cs_sched_unregister(struct cs_sched *s, const char *group, struct cs_error *err) {
@@ -646,6 +654,7 @@ void cs_sched_destroy(struct cs_sched *s) {
   pthread_mutex_unlock(&s->ctl_mu);
   stop_enforcers(s);
   release_host(s);
+  cs_guardian_stop(&s->guardian); /* everything is undone: it has nothing to do */
   cs_events_logger_stop(&s->logger);
   cs_events_wake(&s->events);
   cs_events_destroy(&s->events);

@@ -875,6 +875,61 @@ TEST_F(CoopschedTest, NoRtThrottleLiftsThrottlingUntilExit) {
   EXPECT_EQ(RtRuntimeUs(), throttled.us());
 }
 
+// keel-coopsched killed with SIGKILL, a chain attached and RT throttling lifted: its guardian
+// (cs-guardian.h) continues the chain's threads, gives them their own policy and affinity
+// back and puts kernel.sched_rt_runtime_us back, so nothing is left stopped, spinning at FIFO
+// priority or unthrottled; the core's lock is free for the next keel-coopsched.
+TEST_F(CoopschedTest, GuardianUndoesEverythingWhenTheDaemonIsKilled) {
+  RtThrottleOn throttled;
+  StartDaemon({"--no-rt-throttle"});
+  ASSERT_EQ(RtRuntimeUs(), -1);
+  Chain& c = NewChain("guarded", 3);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "guarded"));
+  for (pid_t pid : c.pids()) ASSERT_EQ(FifoPriority(pid), 10) << pid;
+  const pid_t daemon = daemon_.pid();
+  ASSERT_EQ(kill(daemon, SIGKILL), 0);
+  waitpid(daemon, nullptr, 0);
+  auto state = [](pid_t pid) {
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t close = stat.rfind(')');
+    return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+  };
+  auto released = [&] {
+    for (pid_t pid : c.pids())
+      if (FifoPriority(pid) != -1 || state(pid) == 'T' || OnlyOnCore(pid, kManagedCore)) return false;
+    return RtRuntimeUs() == throttled.us();
+  };
+  EXPECT_TRUE(WaitFor(released, 3000)) << "after SIGKILL: rt_runtime_us " << RtRuntimeUs()
+                                       << ", thread 0 FIFO " << FifoPriority(c.pids()[0]) << " state "
+                                       << state(c.pids()[0]) << "\n" << daemon_.Log();
+  std::string log = daemon_.Log();
+  EXPECT_NE(log.find("guardian: keel-coopsched ended without releasing the host: 3 of 3 thread(s)"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("RT throttling restored"), std::string::npos) << log;
+  // The threads run again, under CFS, anywhere.
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds; }, 3000)) << "the chain's threads do not run";
+  // A new keel-coopsched takes the core (the guardian held no lock).
+  StartDaemon();
+  EXPECT_EQ(Status().cores_size(), 1);
+}
+
+// A clean stop leaves no guardian behind and nothing for it to do.
+TEST_F(CoopschedTest, GuardianExitsWithTheDaemon) {
+  StartDaemon();
+  Chain& c = NewChain("clean", 2);
+  ASSERT_NO_FATAL_FAILURE(Run(c, "clean"));
+  const pid_t daemon = daemon_.pid();
+  std::string kids = ReadFile("/proc/" + std::to_string(daemon) + "/task/" + std::to_string(daemon) + "/children");
+  ASSERT_FALSE(kids.empty()) << "no guardian process";
+  const pid_t guardian = std::stoi(kids);
+  EXPECT_NE(ReadFile("/proc/" + std::to_string(guardian) + "/comm").find("cs-guardian"), std::string::npos);
+  EXPECT_TRUE(daemon_.Stop());
+  EXPECT_TRUE(WaitFor([&] { return kill(guardian, 0) != 0; }, 3000)) << "the guardian outlived a clean stop";
+  EXPECT_EQ(daemon_.Log().find("guardian:"), std::string::npos) << daemon_.Log();
+  for (pid_t pid : c.pids()) EXPECT_EQ(FifoPriority(pid), -1) << pid;
+}
+
 TEST_F(CoopschedTest, SecondDaemonForACoreExitsAndFirstKeepsWorking) {
   StartDaemon();
   Chain& c = NewChain("first", 3);
