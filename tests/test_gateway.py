@@ -166,6 +166,11 @@ def test_normal_function_runs_in_docker_is_invoked_and_scaled(gateway, docker_en
     assert out.returncode == 0 and "hello from" in out.stdout and out.stdout.endswith(": keel"), out.stdout + out.stderr
     assert api(gateway, "POST", "/system/scale-function/hello", {"serviceName": "hello", "replicas": 2})[0] == 202
     assert len(docker_engine.containers()) == 2
+    # Calls go to ready replicas only (their watchdog's /_/health answers): wait for the new one.
+    deadline = time.time() + 30
+    while json.loads(api(gateway, "GET", "/system/function/hello")[1])["availableReplicas"] < 2:
+        assert time.time() < deadline, "the second replica did not become ready within 30 s"
+        time.sleep(0.2)
     hosts = {invoke(gateway, "hello", "x").stdout.split(":")[0] for _ in range(6)}
     assert len(hosts) == 2, hosts
     st = json.loads(api(gateway, "GET", "/system/function/hello")[1])

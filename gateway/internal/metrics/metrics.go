@@ -63,7 +63,7 @@ func New() *Metrics {
 			Name: "gateway_functions_seconds", Help: "Function invocation time taken",
 		}, []string{"function_name", "code"}),
 		Services: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gateway_service_count", Help: "Running replicas of a function (instances of a chain)",
+			Name: "gateway_service_count", Help: "Replicas of a function as deployed or scaled, ready or not (instances of a chain)",
 		}, fn),
 		ChainPackets:   NewSettableCounterVec("keel_chain_packets_total", "Packets a chain's instances processed (reported by agents)", ch),
 		ChainDrops:     NewSettableCounterVec("keel_chain_drops_total", "Packets a chain's instances dropped (reported by agents)", ch),

@@ -46,7 +46,7 @@ func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created 
 	if err := p.Store.Put(ctx, f); err != nil {
 		return err
 	}
-	p.Metrics.Services.WithLabelValues(fd.Service).Set(float64(p.Runtime.Running(fd.Service)))
+	p.Metrics.Services.WithLabelValues(fd.Service).Set(float64(f.Replicas))
 	p.heard(fd.Service, f.Replicas)
 	return nil
 }

@@ -332,7 +332,7 @@ func (p *Provider) setReplicas(ctx context.Context, f *store.Function, replicas 
 	if err := p.Store.Put(ctx, f); err != nil {
 		return err
 	}
-	p.Metrics.Services.WithLabelValues(name).Set(float64(p.Runtime.Running(name)))
+	p.Metrics.Services.WithLabelValues(name).Set(float64(replicas))
 	return nil
 }
 
@@ -411,7 +411,7 @@ func (p *Provider) Adopt(ctx context.Context) error {
 			if err := p.Runtime.Apply(ctx, &f.Deployment, int(f.Replicas)); err != nil {
 				return fmt.Errorf("adopt %s: %w", f.Deployment.Service, err)
 			}
-			p.Metrics.Services.WithLabelValues(f.Deployment.Service).Set(float64(p.Runtime.Running(f.Deployment.Service)))
+			p.Metrics.Services.WithLabelValues(f.Deployment.Service).Set(float64(f.Replicas))
 		case chain.KindChain:
 			p.UpdateChainMetrics(ctx, f.Deployment.Service)
 		}
