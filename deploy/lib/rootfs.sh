@@ -13,6 +13,23 @@ PATH_ENV="PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # / (rootfs.py says how they are chosen).
 rootfs_list() { python3 "$ROOTFS_LIB/rootfs.py" "$@"; }
 
+# import_rootfs IMAGE DIR CHANGE...: loads DIR as IMAGE:latest into the dockerd of
+# $DOCKER_HOST with docker import (each CHANGE a Dockerfile line, docker import --change) and
+# removes the image it replaces unless something still uses it. Sets IMPORTED_OLD and
+# IMPORTED_NEW to the image IDs before ("" : none) and after.
+import_rootfs() {
+  local image=$1 dir=$2 c
+  shift 2
+  local changes=()
+  for c in "$@"; do changes+=(--change "$c"); done
+  IMPORTED_OLD=$(docker image inspect -f '{{.Id}}' "$image:latest" 2>/dev/null || true)
+  tar -C "$dir" --numeric-owner -cf - . | docker import "${changes[@]}" - "$image:latest" >/dev/null
+  IMPORTED_NEW=$(docker image inspect -f '{{.Id}}' "$image:latest")
+  if [ -n "$IMPORTED_OLD" ] && [ "$IMPORTED_OLD" != "$IMPORTED_NEW" ]; then
+    docker image rm "$IMPORTED_OLD" >/dev/null 2>&1 || true
+  fi
+}
+
 # mkroot DIR LIST: copies the host's files named in LIST into DIR, with the host's
 # merged-/usr top-level links and the directories every image needs.
 mkroot() {

@@ -50,18 +50,10 @@ docker version >/dev/null 2>&1 || die "no dockerd answers at ${DOCKER_HOST:-the 
 WORK=$(mktemp -d /var/tmp/keel-images.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# import_image IMAGE DIR CHANGE...: loads DIR as IMAGE:latest; the image it replaces is removed
-# unless something still uses it.
+# import_image IMAGE DIR CHANGE...: loads DIR as IMAGE:latest (import_rootfs) and says so.
 import_image() {
-  local image=$1 dir=$2 old new
-  shift 2
-  local changes=()
-  for c in "$@"; do changes+=(--change "$c"); done
-  old=$(docker image inspect -f '{{.Id}}' "$image:latest" 2>/dev/null || true)
-  tar -C "$dir" --numeric-owner -cf - . | docker import "${changes[@]}" - "$image:latest" >/dev/null
-  new=$(docker image inspect -f '{{.Id}}' "$image:latest")
-  if [ -n "$old" ] && [ "$old" != "$new" ]; then docker image rm "$old" >/dev/null 2>&1 || true; fi
-  echo "$image:latest  $(du -sh "$dir" | cut -f1)  ${new:7:12}"
+  import_rootfs "$@"
+  echo "$1:latest  $(du -sh "$2" | cut -f1)  ${IMPORTED_NEW:7:12}"
 }
 
 start=$SECONDS

@@ -53,19 +53,23 @@ trap 'rm -rf "$WORK"' EXIT
 # the space-separated ALIASES too (with --certifier, or when an alias names the image being
 # replaced); the image it replaces is removed unless something still uses it.
 import_image() {
-  local image=$1 aliases=$2 dir=$3 old new alias size c
+  local image=$1 aliases=$2 dir=$3 old new alias size
   shift 3
-  local changes=()
-  for c in "$@"; do changes+=(--change "$c"); done
+  # An alias that named the image being replaced is moved to the new one (import_rootfs
+  # removes the old image unless an alias still holds it: read the aliases first).
   old=$(docker image inspect -f '{{.Id}}' "$image:latest" 2>/dev/null || true)
-  tar -C "$dir" --numeric-owner -cf - . | docker import "${changes[@]}" - "$image:latest" >/dev/null
-  new=$(docker image inspect -f '{{.Id}}' "$image:latest")
+  local follow=()
   for alias in $aliases; do
     if [ "$CERTIFIER" = 1 ] || { [ -n "$old" ] &&
         [ "$(docker image inspect -f '{{.Id}}' "$alias" 2>/dev/null || true)" = "$old" ]; }; then
-      docker tag "$new" "$alias"
-      [ "$(docker image inspect -f '{{.Id}}' "$alias")" = "$new" ] || die "$alias does not resolve to $image"
+      follow+=("$alias")
     fi
+  done
+  import_rootfs "$image" "$dir" "$@"
+  new=$IMPORTED_NEW
+  for alias in "${follow[@]}"; do
+    docker tag "$new" "$alias"
+    [ "$(docker image inspect -f '{{.Id}}' "$alias")" = "$new" ] || die "$alias does not resolve to $image"
   done
   if [ -n "$old" ] && [ "$old" != "$new" ]; then docker image rm "$old" >/dev/null 2>&1 || true; fi
   size=$(docker image inspect -f '{{.Size}}' "$new" | numfmt --to=si --suffix=B)
