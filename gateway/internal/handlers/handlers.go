@@ -30,8 +30,9 @@ import (
 // NameExpression matches a function name (faas-provider's bootstrap.NameExpression).
 const NameExpression = "-a-zA-Z_0-9."
 
-// Namespace is the one namespace keel has; faas-cli appends it to function names (NAME.openfaas-fn).
-const Namespace = "openfaas-fn"
+// Namespace is the namespace keel serves by default; faas-cli appends it to function names
+// (NAME.openfaas-fn). A provider with another (--namespace) says so (NamespaceName).
+const Namespace = provider.DefaultNamespace
 
 // Version and SHA are reported by /system/info (and faas-cli version): make build sets them
 // to git describe and the commit (-ldflags -X); "dev" otherwise.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
@@ -16,7 +15,7 @@ import (
 // used when someone invokes it over HTTP (faas-cli invoke); nil for a normal function or a
 // name the store does not know (the proxy answers those).
 func (p *Provider) CheckInvocable(ctx context.Context, name string) error {
-	name = strings.TrimSuffix(name, ".openfaas-fn")
+	name = p.trimNamespace(name)
 	if p.Runtime != nil && p.Runtime.Running(name) > 0 {
 		return nil // a normal function with replicas: no store read on the invoke path
 	}

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +36,7 @@ func (p *Provider) loggable(ctx context.Context, name string) (*store.Function, 
 	if name == "" {
 		return nil, fmt.Errorf("%w: name: missing (faas-cli logs NAME)", ErrInvalid)
 	}
-	f, err := p.lookup(ctx, strings.TrimSuffix(name, ".openfaas-fn"))
+	f, err := p.lookup(ctx, p.trimNamespace(name))
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +66,7 @@ func (p *Provider) loggable(ctx context.Context, name string) (*store.Function, 
 // one of its instances (GET http://AGENT/logs?chain=NAME). Without follow, the newest
 // req.Tail lines of all containers together, oldest first.
 func (p *Provider) Query(ctx context.Context, req logs.Request) (<-chan logs.Message, error) {
-	name := strings.TrimSuffix(req.Name, ".openfaas-fn")
+	name := p.trimNamespace(req.Name)
 	f, err := p.loggable(ctx, name)
 	if err != nil {
 		return nil, err

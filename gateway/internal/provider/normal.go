@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log"
 	"net/url"
-	"strings"
 
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/store"
@@ -243,7 +242,7 @@ func (p *Provider) Resolve(name string) (url.URL, error) {
 	if p.Runtime == nil {
 		return url.URL{}, fmt.Errorf("no container engine")
 	}
-	name = strings.TrimSuffix(name, ".openfaas-fn")
+	name = p.trimNamespace(name)
 	u, err := p.Runtime.Resolve(name)
 	if err == nil {
 		if err := p.Store.CountInvocation(context.Background(), name); err != nil {

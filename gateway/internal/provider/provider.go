@@ -342,6 +342,12 @@ func (p *Provider) heard(name string, replicas uint64) {
 	}
 }
 
+// trimNamespace drops the served namespace from a name as OpenFaaS clients write it
+// (NAME.NAMESPACE: faas-cli invoke, logs and the certifier do).
+func (p *Provider) trimNamespace(name string) string {
+	return strings.TrimSuffix(name, "."+p.NamespaceName())
+}
+
 // NamespaceName is the namespace keel serves.
 func (p *Provider) NamespaceName() string {
 	if p.Namespace == "" {

@@ -315,3 +315,19 @@ func Test_Status_counts_as_available_only_instances_their_agent_reported_running
 		t.Fatalf("describe does not say the report is old: %s", desc)
 	}
 }
+
+// A name as OpenFaaS clients write it, NAME.NAMESPACE, is read in the namespace the provider
+// serves (--namespace), not only in openfaas-fn.
+func Test_names_drop_the_served_namespace(t *testing.T) {
+	p := &Provider{Store: testredis.Store(t), Namespace: "fns"}
+	if got := p.trimNamespace("hello.fns"); got != "hello" {
+		t.Fatalf("hello.fns: %q", got)
+	}
+	if got := p.trimNamespace("hello.openfaas-fn"); got != "hello.openfaas-fn" {
+		t.Fatalf("another namespace's suffix must stay: %q", got)
+	}
+	err := p.CheckLogs(context.Background(), "ghost.fns")
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "function ghost") || strings.Contains(err.Error(), "ghost.fns") {
+		t.Fatalf("logs of ghost.fns: %v", err)
+	}
+}
