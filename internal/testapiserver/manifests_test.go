@@ -102,7 +102,7 @@ func Test_manifests_pass_the_apiservers_validation(t *testing.T) {
 		}
 		d.create(t, f, bytes.NewReader(b))
 	}
-	for _, k := range []string{"Namespace", "Role", "Deployment", "StatefulSet", "DaemonSet", "Service", "ConfigMap"} {
+	for _, k := range []string{"Namespace", "Role", "Deployment", "StatefulSet", "DaemonSet", "Service", "ConfigMap", "NetworkPolicy"} {
 		if d.kinds[k] == 0 {
 			t.Errorf("no %s in the manifests (%v)", k, d.kinds)
 		}
@@ -126,5 +126,77 @@ func Test_testcluster_overlay_passes_the_apiservers_validation(t *testing.T) {
 	d.create(t, "deploy/kubernetes-testcluster", bytes.NewReader(out))
 	if d.kinds["PersistentVolume"] != 2 || d.kinds["DaemonSet"] != 2 {
 		t.Errorf("kinds %v, want the base's and two PersistentVolumes", d.kinds)
+	}
+}
+
+// Test_namespaces_and_network_policies_hold_the_trust_boundary reads what the API server
+// admitted above and checks its intent (issue 31): each namespace enforces a Pod Security
+// level (normal functions at least baseline), chain instances have no Pod network at all,
+// and Redis and the placer admit keel-gateway only.
+func Test_namespaces_and_network_policies_hold_the_trust_boundary(t *testing.T) {
+	c := Start(t)
+	c.ApplyRBAC(t) // namespace.yaml, as the API server stored it
+	ctx := context.Background()
+	cs := c.Client(t, Admin)
+	want := map[string]string{"keel": "privileged", "openfaas-fn": "baseline", "keel-nf": "privileged"}
+	for ns, level := range want {
+		n, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Labels["pod-security.kubernetes.io/enforce"]; got != level {
+			t.Errorf("namespace %s enforces Pod Security %q, want %q", ns, got, level)
+		}
+		if n.Labels["pod-security.kubernetes.io/audit"] == "" {
+			t.Errorf("namespace %s audits no Pod Security level", ns)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(c.Root, "deploy", "kubernetes", "networkpolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type peer struct {
+		PodSelector       *metav1.LabelSelector `json:"podSelector"`
+		NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
+	}
+	type policy struct {
+		Metadata metav1.ObjectMeta
+		Spec     struct {
+			PodSelector metav1.LabelSelector `json:"podSelector"`
+			PolicyTypes []string             `json:"policyTypes"`
+			Ingress     []struct{ From []peer } `json:"ingress"`
+			Egress      []struct{}              `json:"egress"`
+		}
+	}
+	byName := map[string]policy{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var p policy
+		if err := dec.Decode(&p); err != nil {
+			break
+		}
+		byName[p.Metadata.Namespace+"/"+p.Metadata.Name] = p
+	}
+	deny, ok := byName["keel-nf/default-deny"]
+	if !ok || len(deny.Spec.PodSelector.MatchLabels) != 0 || len(deny.Spec.PolicyTypes) != 2 ||
+		len(deny.Spec.Ingress) != 0 || len(deny.Spec.Egress) != 0 {
+		t.Errorf("keel-nf: want a policy that denies every Pod all ingress and egress, have %+v", deny)
+	}
+	for _, name := range []string{"redis", "keel-place"} {
+		p, ok := byName["keel/"+name]
+		if !ok || p.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != name {
+			t.Errorf("no NetworkPolicy selects %s", name)
+			continue
+		}
+		for _, r := range p.Spec.Ingress {
+			for _, f := range r.From {
+				if f.PodSelector == nil || f.PodSelector.MatchLabels["app.kubernetes.io/name"] != "keel-gateway" {
+					t.Errorf("%s admits %+v, want keel-gateway only", name, f)
+				}
+			}
+		}
+	}
+	if _, ok := byName["openfaas-fn/from-the-gateway-only"]; !ok {
+		t.Errorf("normal functions take calls from anywhere: no openfaas-fn/from-the-gateway-only")
 	}
 }

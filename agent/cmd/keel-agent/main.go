@@ -142,7 +142,7 @@ func run() int {
 		dockerHost  = fs.String("docker", "unix:///var/run/docker.sock", "the Docker engine `URL`")
 		rtKind      = fs.String("runtime", "docker", "where NF containers run: docker (--docker) or kubernetes (one Pod per instance, see above)")
 		kubeconfig  = fs.String("kubeconfig", "", "with --runtime kubernetes: kubeconfig `FILE` (empty: the Pod's service account)")
-		namespace   = fs.String("namespace", "openfaas-fn", "with --runtime kubernetes: the `NAMESPACE` of instance Pods")
+		namespace   = fs.String("namespace", "keel-nf", "with --runtime kubernetes: the `NAMESPACE` of instance Pods (deploy/kubernetes/namespace.yaml: keel-nf, apart from normal functions)")
 		node        = fs.String("node", os.Getenv("NODE_NAME"), "with --runtime kubernetes: this worker's node `NAME` (default $NODE_NAME, else --worker)")
 		k8sCPUs     = fs.String("k8s-instance-cpus", "1", "with --runtime kubernetes: an instance Pod's cpu `QUANTITY`, shared by its NF containers: whole cores (1, 2) are the Pod's own (static CPU manager); a share below one core (250m) puts instances side by side on coopsched's cores")
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")

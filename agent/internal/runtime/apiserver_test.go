@@ -25,14 +25,14 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	ctx := context.Background()
 	admin := c.Client(t, testapiserver.Admin)
 	proc := fakeProc(t, map[string]string{"777": "4:cpuset:/kubepods/pod9/" + strings.Repeat("a", 64) + "\n"})
-	cfg := KubeConfig{Namespace: "openfaas-fn", Node: "node-a", CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
+	cfg := KubeConfig{Namespace: "keel-nf", Node: "node-a", CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20,
 		ProcRoot: proc, StartTimeout: 30 * time.Second}
 	k, err := NewKubernetes(c.Client(t, testapiserver.Agent), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	kubelet(t, admin, "openfaas-fn", func(int) corev1.ContainerState {
+	kubelet(t, admin, "keel-nf", func(int) corev1.ContainerState {
 		return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
 	})
 	var pid int
@@ -43,7 +43,7 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	if pid != 777 {
 		t.Errorf("position 0's pid %d, want 777", pid)
 	}
-	pods, err := admin.CoreV1().Pods("openfaas-fn").List(ctx, metav1.ListOptions{})
+	pods, err := admin.CoreV1().Pods("keel-nf").List(ctx, metav1.ListOptions{})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("pods %v %v", pods, err)
 	}
@@ -96,7 +96,7 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	if _, err := k2.CreateInstance(ctx, changed, nil); err == nil || !strings.Contains(err.Error(), "another spec") {
 		t.Errorf("a changed spec over a live Pod: %v", err)
 	}
-	if pods, _ := admin.CoreV1().Pods("openfaas-fn").List(ctx, metav1.ListOptions{}); len(pods.Items) != 1 {
+	if pods, _ := admin.CoreV1().Pods("keel-nf").List(ctx, metav1.ListOptions{}); len(pods.Items) != 1 {
 		t.Errorf("%d pods after the restart, want 1", len(pods.Items))
 	}
 
@@ -128,11 +128,12 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 	// What the agent's service account must not do.
 	agent := c.Client(t, testapiserver.Agent)
 	denied := map[string]error{}
-	_, denied["list secrets"] = agent.CoreV1().Secrets("openfaas-fn").List(ctx, metav1.ListOptions{})
-	_, denied["create deployment"] = agent.AppsV1().Deployments("openfaas-fn").Create(ctx,
+	_, denied["list secrets"] = agent.CoreV1().Secrets("keel-nf").List(ctx, metav1.ListOptions{})
+	_, denied["list pods of openfaas-fn"] = agent.CoreV1().Pods("openfaas-fn").List(ctx, metav1.ListOptions{})
+	_, denied["create deployment"] = agent.AppsV1().Deployments("keel-nf").Create(ctx,
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 	_, denied["list pods of keel"] = agent.CoreV1().Pods("keel").List(ctx, metav1.ListOptions{})
-	_, denied["update pod status"] = agent.CoreV1().Pods("openfaas-fn").UpdateStatus(ctx, &p, metav1.UpdateOptions{})
+	_, denied["update pod status"] = agent.CoreV1().Pods("keel-nf").UpdateStatus(ctx, &p, metav1.UpdateOptions{})
 	_, denied["list nodes"] = agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	other := cfg
 	other.Namespace = "kube-system"
@@ -142,5 +143,18 @@ func Test_Kubernetes_against_a_real_apiserver(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: %v, want forbidden", what, err)
 		}
+	}
+
+	// Pod Security (deploy/kubernetes/namespace.yaml): the instance Pod the agent made was
+	// admitted in keel-nf; the same Pod in openfaas-fn, whose normal functions get baseline
+	// enforced, is refused for what a packet path needs beyond it (a hostPath socket,
+	// NET_ADMIN).
+	nf := p.DeepCopy()
+	nf.ObjectMeta = metav1.ObjectMeta{Name: "nf-in-openfaas-fn", Namespace: "openfaas-fn"}
+	nf.Status = corev1.PodStatus{}
+	_, err = admin.CoreV1().Pods("openfaas-fn").Create(ctx, nf, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "violates PodSecurity \"baseline") ||
+		!strings.Contains(err.Error(), "hostPath") {
+		t.Errorf("an instance Pod in openfaas-fn: %v, want forbidden by PodSecurity baseline (hostPath)", err)
 	}
 }

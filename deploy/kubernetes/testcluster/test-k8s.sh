@@ -188,21 +188,21 @@ assert {"chain1", "chain2", "chain3"} <= {c["name"] for c in t["chains"]}, [c["n
 print("test-k8s: /system/keel/topology: worker keel-k8s with core 1, chains", sorted(c["name"] for c in t["chains"]))
 ' "$topo" || fail "the topology JSON: $topo"
 # With each chain's first instance attached, the controller pools one more: four Pods.
-four_running() { [ "$(kubectl -n openfaas-fn get pods -l com.keel.chain --field-selector status.phase=Running -o name | wc -l)" -ge 4 ]; }
+four_running() { [ "$(kubectl -n keel-nf get pods -l com.keel.chain --field-selector status.phase=Running -o name | wc -l)" -ge 4 ]; }
 until_ok 180 "four instance Pods Running (chain2's and chain3's, and a pooled one each)" four_running
 two_ready() { [ "$(HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -o 'phase=ready' | wc -l)" -ge 2 ]; }
 until_ok 120 "chain2's two instances ready (NFs registered with coopsched)" two_ready chain2
 until_ok 120 "chain3's two instances ready (NFs registered with coopsched)" two_ready chain3
-kubectl -n openfaas-fn get pods -o wide
+kubectl -n keel-nf get pods -o wide
 # Side by side on the node's one core: each instance's Pod Guaranteed with 100m of cpu
 # (KEEL_INSTANCE_CPUS), stack.yml's two server chains and their pooled instances.
-shape=$(kubectl -n openfaas-fn get pods -l com.keel.chain \
+shape=$(kubectl -n keel-nf get pods -l com.keel.chain \
   -o 'jsonpath={range .items[*]}{.status.qosClass}/{.spec.resources.limits.cpu}{"\n"}{end}' | sort | uniq -c)
 echo "test-k8s: instance Pods (count qos/cpu): $(echo $shape)"
 [ "$(echo $shape | awk '{print $2}')" = Guaranteed/100m ] && [ "$(echo "$shape" | wc -l)" = 1 ] &&
   [ "$(echo $shape | awk '{print $1}')" -ge 4 ] || fail "instance Pods are not all Guaranteed with 100m of cpu: $shape"
 (cd "$root" && HOME=$tmp "$faas" remove -f stack.yml -g "$gw")
-no_pods() { [ -z "$(kubectl -n openfaas-fn get pods -o name)" ]; }
+no_pods() { [ -z "$(kubectl -n keel-nf get pods -o name)" ]; }
 until_ok 120 "stack.yml's Pods deleted" no_pods
 echo "test-k8s: stack.yml's chains carried packets on the cluster"
 
@@ -212,12 +212,12 @@ kubectl -n keel rollout restart daemonset/keel-agent
 kubectl -n keel rollout status --timeout=180s daemonset/keel-agent
 (cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --filter chain3 -g "$gw")
 until_ok 180 "chain3 ready" ready chain3
-pod=$(kubectl -n openfaas-fn get pods -l com.keel.chain=chain3 --field-selector status.phase=Running \
+pod=$(kubectl -n keel-nf get pods -l com.keel.chain=chain3 --field-selector status.phase=Running \
   -o 'jsonpath={.items[0].metadata.name}')
-shape=$(kubectl -n openfaas-fn get pod "$pod" -o 'jsonpath={.status.qosClass}/{.spec.resources.limits.cpu}')
+shape=$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.qosClass}/{.spec.resources.limits.cpu}')
 [ "$shape" = Guaranteed/1 ] || fail "chain3's Pod $pod is $shape, want Guaranteed/1"
 # The kubelet's static CPU manager gave the Pod core 1 alone: its NF's cpuset cgroup.
-cid=$(kubectl -n openfaas-fn get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].containerID}')
+cid=$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.containerStatuses[0].containerID}')
 cid=${cid#containerd://}
 nf_pid=$(grep -l "$cid" /proc/[0-9]*/cgroup 2>/dev/null | head -1 | cut -d/ -f3)
 [ -n "$nf_pid" ] || fail "no process of $pod's NF container $cid"
@@ -229,7 +229,7 @@ line=$(HOME=$tmp "$faas" describe chain3 -g "$gw" | grep com.keel.instances)
 echo "test-k8s: chain3: $line"
 grep -Eq "chain3/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 " <<<"$line" || fail "chain3 is not attached on core 1"
 # The one core is the Pod's: the pooled instance the controller adds cannot have one here.
-kubectl -n openfaas-fn get pods -o wide
+kubectl -n keel-nf get pods -o wide
 (cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --filter chain3 -g "$gw")
 until_ok 120 "chain3's Pods deleted" no_pods
 echo "test-k8s: with whole cores, chain3's Pod ran on its own core 1 and carried packets"
