@@ -64,7 +64,8 @@ up() {
     ovs-vswitchd "unix:$ovsrun/db.sock" --pidfile="$run/ovs-vswitchd.pid" --no-chdir --detach \
       --log-file="$run/ovs-vswitchd.log" -vconsole:off -vsyslog:off
   fi
-  vsctl add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 fail-mode=secure
+  vsctl add-br keel-tor -- set bridge keel-tor datapath_type=netdev protocols=OpenFlow13 fail-mode=secure \
+    other-config:datapath-id=$TOR_DPID  # the ID config.yaml's keel-tor pins
   tor_ports
   say "Open vSwitch on $ovsrun/db.sock; ToR keel-tor (source netns keelsrc, sink netns keelsink, ingress keel-ing)"
 }
