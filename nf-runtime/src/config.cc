@@ -4,8 +4,11 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 namespace keel {
 
@@ -19,6 +22,53 @@ Json Config::ParseText(const std::string& text, const std::string& what) {
     /* A number out of double's range, say (out_of_range 406). */
     throw ConfigError(what + ": bad JSON: " + e.what() + ": " + text);
   }
+}
+
+static std::string& SecretsDirRef() {
+  static std::string dir = kDefaultSecretsDir;
+  return dir;
+}
+
+void SetSecretsDir(const std::string& dir) { SecretsDirRef() = dir; }
+const std::string& SecretsDir() { return SecretsDirRef(); }
+
+/* faas-cli's secret names (the gateway's secrets store takes the same). */
+static bool SecretNameOk(const std::string& n) {
+  if (n.empty() || n.size() > 253 || n == "." || n == ".." || !std::isalnum(static_cast<unsigned char>(n[0])))
+    return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+Json ResolveSecrets(const Json& v, const std::string& dir, const std::string& path) {
+  if (v.is_object() && v.size() == 1 && v.contains("secret")) {
+    const Json& name = v["secret"];
+    if (!name.is_string() || !SecretNameOk(name.get<std::string>()))
+      throw ConfigError(path + ": a secret's name is letters, digits, '-', '_' and '.', got " + name.dump());
+    std::string file = dir + "/" + name.get<std::string>();
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+      throw ConfigError(path + ": secret '" + name.get<std::string>() + "' is not mounted at " + file +
+                        " (faas-cli secret create " + name.get<std::string>() +
+                        ", and list it under the chain's secrets in stack.yml)");
+    std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    if (!value.empty() && value.back() == '\r') value.pop_back();
+    return value;
+  }
+  if (v.is_object()) {
+    Json out = Json::object();
+    for (auto it = v.begin(); it != v.end(); ++it)
+      out[it.key()] = ResolveSecrets(it.value(), dir, path.empty() ? it.key() : path + "." + it.key());
+    return out;
+  }
+  if (v.is_array()) {
+    Json out = Json::array();
+    for (size_t i = 0; i < v.size(); i++) out.push_back(ResolveSecrets(v[i], dir, path + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+  return v;
 }
 
 void Config::Fail(const std::string& msg) const { throw ConfigError(path_ + ": " + msg); }

@@ -146,7 +146,7 @@ std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_js
     for (const NfInfo* i : ListNfs()) known += (known.empty() ? "" : ", ") + i->name;
     throw ConfigError("unknown NF '" + name + "' (known: " + known + ")");
   }
-  Json j = Config::ParseText(config_json, name);
+  Json j = ResolveSecrets(Config::ParseText(config_json, name), SecretsDir(), name);
   nf->Init(Config(j, name));
   return nf;
 }

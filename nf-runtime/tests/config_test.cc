@@ -2,6 +2,10 @@
 #include "keel/config.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 
 namespace keel {
 namespace {
@@ -65,6 +69,30 @@ TEST(Config, NumberOutOfRangeIsAConfigError) {
   EXPECT_EQ(ErrorOf([&] { Config::ParseText("{\"vlan\":1e400}", "tunnel"); })
                 .rfind("tunnel: bad JSON", 0),
             0u);
+}
+
+TEST(Config, SecretsAreReadFromTheSecretsDirectoryWhereverTheyAppear) {
+  char tmpl[] = "/tmp/keel-secrets-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::ofstream(dir + "/aes-key") << "000102030405060708090a0b0c0d0e0f\n";
+  std::ofstream(dir + "/token") << "s3cret";
+  Json j = Config::ParseText(
+      R"({"key":{"secret":"aes-key"},"iv":"00","list":[{"t":{"secret":"token"}}],"obj":{"secret":"x","more":1}})", "t");
+  Json r = ResolveSecrets(j, dir, "encrypt");
+  EXPECT_EQ(r["key"], "000102030405060708090a0b0c0d0e0f");  // one trailing newline dropped
+  EXPECT_EQ(r["list"][0]["t"], "s3cret");
+  EXPECT_EQ(r["iv"], "00");
+  EXPECT_EQ(r["obj"]["secret"], "x");  // not a reference: more than the one key
+  EXPECT_EQ(ErrorOf([&] { ResolveSecrets(Config::ParseText(R"({"k":{"secret":"gone"}})", "t"), dir, "encrypt"); }),
+            "encrypt.k: secret 'gone' is not mounted at " + dir +
+                "/gone (faas-cli secret create gone, and list it under the chain's secrets in stack.yml)");
+  for (const char* bad : {R"({"k":{"secret":"../etc/passwd"}})", R"({"k":{"secret":"a/b"}})", R"({"k":{"secret":7}})",
+                          R"({"k":{"secret":".."}})"})
+    EXPECT_NE(ErrorOf([&] { ResolveSecrets(Config::ParseText(bad, "t"), dir, "nf"); }).find("a secret's name is"),
+              std::string::npos)
+        << bad;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

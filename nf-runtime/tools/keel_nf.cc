@@ -59,7 +59,11 @@ const char kUsage[] =
     "\n"
     "  --load NF.so         first load a tenant's packet function (built from the\n"
     "                       packet-cpp template) so --nf can name it; repeatable\n"
-    "  --nf NAME[=JSON]     the NF and its configuration (keel-chain --list shows them)\n"
+    "  --nf NAME[=JSON]     the NF and its configuration (keel-chain --list shows them);\n"
+    "                       an argument written {\"secret\":\"NAME\"} takes the value of\n"
+    "                       secret NAME (faas-cli secret create) from --secrets\n"
+    "  --secrets DIR        where the secrets are files, one per name (default\n"
+    "                       /var/openfaas/secrets, where keel-agent mounts a chain's)\n"
     "  --chain-id ID        the chain instance ([A-Za-z0-9_.-], names its files)\n"
     "  --position K --of N  this NF's place in the chain\n"
     "  --pktbuf PATH        the chain's buffer file (default /dev/shm/keel/ID/pktbuf);\n"
@@ -260,6 +264,7 @@ int main(int argc, char** argv) {
       {"check", no_argument, nullptr, 'K'},
       {"flow-capacity", required_argument, nullptr, 'F'},
       {"flow-idle-ms", required_argument, nullptr, 'E'},
+      {"secrets", required_argument, nullptr, 'Z'},
       {nullptr, 0, nullptr, 0}};
   opterr = 0;
   int c;
@@ -289,6 +294,7 @@ int main(int argc, char** argv) {
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
       case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
+      case 'Z': keel::SetSecretsDir(optarg); break;
       case 'E': flows.idle_timeout_ms = static_cast<uint64_t>(ParseInt("--flow-idle-ms", optarg, 0, 86400000)); break;
       case ':': UsageError(std::string(argv[optind - 1]) + " needs a value");
       default: UsageError(std::string("unknown option ") + argv[optind - 1]);

@@ -158,9 +158,17 @@ def _is_cidr(v: Any) -> bool:
                                              and int(length) <= 32))
 
 
+def is_secret_ref(v: Any) -> bool:
+    """{'secret': NAME}: the value of a faas-cli secret, which keel-nf reads when it starts
+    (keel-nf --help, --secrets); only keel-nf's own check, with the secret, sees the value."""
+    return isinstance(v, dict) and len(v) == 1 and isinstance(v.get("secret"), str)
+
+
 def check_value(schema: Mapping[str, Any], v: Any, path: str) -> str | None:
     """Return '<path>: problem' if v does not fit the type schema, else None."""
     t = schema["type"]
+    if is_secret_ref(v) and t not in ("array", "object"):
+        return None
 
     def bad(expect: str) -> str:
         return f"{path}: expected {expect}, got {v!r}"

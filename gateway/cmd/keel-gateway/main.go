@@ -273,12 +273,13 @@ func run(o *options) error {
 	}
 	m := metrics.New()
 	hub := events.NewHub()
+	functionSecrets := filepath.Join(o.secrets, "functions") // faas-cli secret create
 	v := &chain.Validator{Placer: pb.NewPlacerClient(conn), Topology: string(topology), Algo: o.algo,
-		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF}}
+		Catalog: library, Check: &nfcatalog.Local{KeelNF: o.keelNF, SecretsDir: functionSecrets}}
 	scaling := fnscale.OpenFaaS()
 	scaling.Target[fnscale.RPS] = o.rpsTarget
 	p := &provider.Provider{Store: st, Metrics: m, Hub: hub, PoolSize: o.pool, Validator: v, Library: library,
-		Secrets: &secrets.Store{Dir: filepath.Join(o.secrets, "functions")}, RackCores: chain.ServerCores(string(topology)),
+		Secrets: &secrets.Store{Dir: functionSecrets}, RackCores: chain.ServerCores(string(topology)),
 		Namespace: o.kube.Namespace, Scaling: &scaling, WakeTimeout: o.wakeTimeout, CallTimeout: o.callTimeout,
 		ControlToken: token}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -117,6 +117,9 @@ type Chain struct {
 	SwitchNFs []SwitchNF `json:"switch_nfs,omitempty"`
 	// Tenant is the function's namespace; it names the NF state in Redis.
 	Tenant string `json:"tenant"`
+	// Secrets are the faas-cli secrets the chain's NFs may name ({"secret": NAME}), sorted;
+	// keel-agent mounts their values read-only into the instance's containers.
+	Secrets []string `json:"secrets,omitempty"`
 	// MemoryBytes and CPUs limit each NF container (from the function's limits; 0 = none).
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
@@ -312,7 +315,9 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	for _, n := range pr.Chains[0].Nodes {
 		c.NFs = append(c.NFs, n.Name)
 	}
-	if c.NFConfigs, err = v.configure(ctx, pr.Chains[0].Nodes, tenants); err != nil {
+	c.Secrets = append([]string(nil), fd.Secrets...)
+	sort.Strings(c.Secrets)
+	if c.NFConfigs, err = v.configure(ctx, pr.Chains[0].Nodes, tenants, c.Secrets); err != nil {
 		return nil, nil, err
 	}
 
@@ -465,7 +470,8 @@ func tenantEntries(nfs []TenantNF) (map[string]*TenantNF, string, error) {
 // configure turns each NF's chain-language arguments into its keel-nf configuration, checked
 // by the NF's schema and by its Init: library NFs with the local keel-nf, tenant NFs with
 // their image's keel-nf (or by the schema alone without a container engine).
-func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants map[string]*TenantNF) ([]Member, error) {
+// An argument {"secret": NAME} must name one of the chain's secrets (stack.yml's secrets).
+func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants map[string]*TenantNF, secrets []string) ([]Member, error) {
 	out := make([]Member, 0, len(nodes))
 	for _, n := range nodes {
 		var (
@@ -486,6 +492,23 @@ func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants m
 			return nil, fmt.Errorf("placer returned NF %q, which is neither a library NF nor a deployed packet function", n.Nf)
 		}
 		config, err := schema.Config(n.Name, n.ArgsJson)
+		if err == nil {
+			refs, rerr := nfcatalog.SecretRefs(config)
+			if rerr != nil {
+				return nil, fmt.Errorf("NF %s: %w", n.Name, rerr)
+			}
+			for _, r := range refs {
+				if i := sort.SearchStrings(secrets, r); i == len(secrets) || secrets[i] != r {
+					return nil, invalid("annotations."+AnnotationChain, "NF %s: secret %q is not one of the chain's secrets "+
+						"(list it in stack.yml: secrets: [%s], after faas-cli secret create %s)", n.Name, r, r, r)
+				}
+			}
+			if _, inImage := checker.(*nfcatalog.Image); inImage && len(refs) > 0 {
+				// A secret never goes on a container's command line: a tenant NF's Init sees
+				// the value when the NF starts (a refusal then shows in the instance's phase).
+				checker = nil
+			}
+		}
 		if err == nil && checker != nil {
 			err = checker.Check(ctx, n.Name, schema.Name, config)
 		}

@@ -70,7 +70,7 @@ func InstanceProto(in *store.Instance) *pb.ChainInstance {
 // ChainProto converts a stored chain to its wire form.
 func ChainProto(c *chain.Chain) *pb.Chain {
 	pc := &pb.Chain{Name: c.Name, Filter: c.Filter, Spec: c.Spec, Slo: c.SLOText, Nfs: c.NFs,
-		MemoryBytes: c.MemoryBytes, Cpus: c.CPUs, Tenant: c.Tenant}
+		MemoryBytes: c.MemoryBytes, Cpus: c.CPUs, Tenant: c.Tenant, Secrets: c.Secrets}
 	for _, m := range c.Members {
 		pc.Members = append(pc.Members, &pb.ChainMember{Name: m.Name, Nf: m.NF, Image: m.Image, ConfigJson: m.Config})
 	}

@@ -241,6 +241,9 @@ func describe(v any) string {
 
 // checkValue returns the path of the bad (part of the) value and its problem, or "", "".
 func checkValue(a *Arg, v any, path string) (string, string) {
+	if _, ok := SecretRef(v); ok && a.Type != "array" && a.Type != "object" {
+		return "", "" // the value is the secret's: keel-nf --check sees it (Local.SecretsDir)
+	}
 	bad := func(expect string) (string, string) { return path, "expected " + expect + ", got " + describe(v) }
 	s, isString := v.(string)
 	switch a.Type {
@@ -368,9 +371,59 @@ type Checker interface {
 	Check(ctx context.Context, instance, nf, config string) error
 }
 
+// SecretRef reports whether v is an argument written {"secret": NAME} (keel-nf --help:
+// the value of faas-cli secret NAME, read by keel-nf when the NF starts) and its name.
+func SecretRef(v any) (string, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return "", false
+	}
+	name, ok := m["secret"].(string)
+	return name, ok
+}
+
+// SecretRefs lists the secrets a keel-nf configuration (JSON) names, sorted, without repeats.
+func SecretRefs(config string) ([]string, error) {
+	var v any
+	if config == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(config), &v); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	var walk func(any)
+	walk = func(v any) {
+		if name, ok := SecretRef(v); ok {
+			set[name] = true
+			return
+		}
+		switch t := v.(type) {
+		case map[string]any:
+			for _, x := range t {
+				walk(x)
+			}
+		case []any:
+			for _, x := range t {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // Local checks library NFs with a local keel-nf (`keel-nf --check --nf NF=CONFIG`).
 type Local struct {
 	KeelNF string
+	// SecretsDir is where the gateway keeps faas-cli's secrets, one file each (keel-nf
+	// --secrets): an argument {"secret": NAME} is checked with the secret's value.
+	SecretsDir string
 }
 
 // Check runs keel-nf --check.
@@ -378,7 +431,11 @@ func (l *Local) Check(ctx context.Context, instance, nf, config string) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, l.KeelNF, "--check", "--nf", nf+"="+config)
+	args := []string{"--check", "--nf", nf + "=" + config}
+	if l.SecretsDir != "" {
+		args = append([]string{"--secrets", l.SecretsDir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, l.KeelNF, args...)
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	var exit *exec.ExitError

@@ -7,16 +7,20 @@ import (
 	"fmt"
 
 	"github.com/openfaas/faas-provider/types"
+
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 )
 
 // checkSecrets refuses a deployment that names a secret that does not exist, or names secrets
-// in a chain or packet function (their NF containers do not mount secrets yet).
+// in a packet function (a chain's NFs take them: the chain lists them and an NF argument
+// names one as {"secret": NAME}).
 func (p *Provider) checkSecrets(fd *types.FunctionDeployment, kind string) error {
 	if len(fd.Secrets) == 0 {
 		return nil
 	}
-	if kind != "" {
-		return fmt.Errorf("%w: secrets: a %s cannot use secrets yet (only normal functions mount them)", ErrInvalid, kindName(kind))
+	if kind == chain.KindNF {
+		return fmt.Errorf("%w: secrets: a packet function takes secrets from the chain that runs it "+
+			"(list them under the chain's secrets and name one in an argument as {'secret': NAME})", ErrInvalid)
 	}
 	if p.Secrets == nil {
 		return fmt.Errorf("%w: secrets: this gateway keeps no secrets", ErrInvalid)

@@ -39,6 +39,21 @@ struct PortRange {
   bool Contains(uint16_t p) const { return p >= lo && p <= hi; }
 };
 
+/*
+ * Secrets. An argument written {"secret": "NAME"} (in a chain: key={'secret': 'NAME'}) takes
+ * the contents of the file NAME in the secrets directory, with one trailing newline removed:
+ * the value of `faas-cli secret create NAME`, which keel-agent mounts read-only where
+ * OpenFaaS mounts a function's secrets. The value never appears in the chain, its
+ * annotations or the NF's command line.
+ */
+inline constexpr const char* kDefaultSecretsDir = "/var/openfaas/secrets";
+/* Where MakeNf reads secrets (keel-nf --secrets); kDefaultSecretsDir unless set. */
+void SetSecretsDir(const std::string& dir);
+const std::string& SecretsDir();
+/* |v| with every {"secret": NAME} object replaced by the secret's value read from |dir|;
+ * throws ConfigError("<path>: secret 'NAME' ...") for a bad name or an unreadable file. */
+Json ResolveSecrets(const Json& v, const std::string& dir, const std::string& path);
+
 /* One JSON value together with its path inside the NF's configuration. */
 class Config {
  public:
