@@ -247,3 +247,27 @@ def test_nf_in_a_container_registers_by_its_host_tid_and_runs_fifo(tmp_path, nf_
             assert docker("inspect", "-f", "{{.State.ExitCode}}", name).stdout.strip() == "0"
         finally:
             docker("rm", "-f", name, check=False)
+
+
+def test_an_sgroups_cpu_time_is_the_kernels_account_while_attached(tmp_path, coopsched):
+    """GroupStatus.cpu_ns, which keel-agent divides by the VF's packets for the controller,
+    is the threads' CPU time from schedstat: it grows while the sgroup runs on its core and
+    stops while it is detached, whatever the chain's shared page says."""
+    in_pcap = tmp_path / "in.pcap"
+    pcapraw.write(in_pcap, (pcapraw.udp_frame(1000 + i, b"\xff" * 18) for i in range(100)))
+    procs, _, _ = start_chain(tmp_path, coopsched, "cpu", 2, in_pcap, idle_ms=600_000)
+    try:
+        before = group(coopsched, "cpu").cpu_ns
+        coopsched.Attach(pb.AttachRequest(group_id="cpu", core=MANAGED_CORE))
+        time.sleep(1.0)
+        coopsched.Detach(pb.DetachRequest(group_id="cpu"))
+        g = group(coopsched, "cpu")
+        assert g.cpu_ns == sum(t.cpu_ns for t in g.threads)
+        # polling NFs on a core of their own: most of the second, and no more than it
+        assert 0.5e9 < g.cpu_ns - before < 1.5e9, (before, g.cpu_ns)
+        time.sleep(0.3)
+        assert group(coopsched, "cpu").cpu_ns - g.cpu_ns < 0.05e9, "a detached sgroup's threads are stopped"
+        coopsched.Attach(pb.AttachRequest(group_id="cpu", core=MANAGED_CORE))
+        procs[0].terminate()
+    finally:
+        finish(procs, coopsched, "cpu")

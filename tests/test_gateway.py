@@ -303,11 +303,12 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
                 break
         assert seen[0][0] == pb.WatchEvent.WORKER_REGISTERED
         assert (pb.WatchEvent.INSTANCE_CHANGED, "chain2/0", "attached") in seen and seen[-1][2] == "pooled"
-        # the attached instance reports a NIC queue over its threshold: it is overloaded, and the
-        # next flow attaches the idle one; what the agent reports never changes what the gateway
-        # decided (state, core)
-        stats = [pb.InstanceStats(worker="local", instance="chain2/0", rate_gbps=0.05, packets=1000, drops=3,
-                                  p99_us=42, queue_len=100, flows=1, attached=False, core=-1, phase="ready")]
+        # the attached instance's VF refused packets (keel's own count; the NF's queue figure is
+        # only shown): it is overloaded, and the next flow attaches the idle one; what the agent
+        # reports never changes what the gateway decided (state, core)
+        stats = [pb.InstanceStats(worker="local", instance="chain2/0", rate_gbps=0.05, packets=1000, nf_reported_drops=3,
+                                  p99_us=42, vf_dropped=5, nf_reported_queue_len=100, flows=1, attached=False, core=-1,
+                                  phase="ready")]
         assert stub.StreamStats(iter(stats)).received == 1
         http2 = pb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.18.2.9", src_port=4001, dst_port=80, proto=6)
         b = stub.AssignFlow(pb.AssignFlowRequest(flow=http2))
@@ -339,7 +340,7 @@ def test_control_api_assigns_flows_by_listing_1(gateway, control_pb):
     assert code == 200 and (st["replicas"], st["availableReplicas"], st["invocationCount"]) == (2, 1, 3), st
     assert st["annotations"]["com.keel.pool"] == "1 idle instance(s), 0 ready"
     st, text = api(gateway, "GET", "/metrics", auth=False)
-    assert 'keel_chain_drops_total{chain="chain2"} 3' in text and 'keel_chain_flows{chain="chain2"} 2' in text
+    assert 'keel_chain_nf_reported_drops_total{chain="chain2"} 3' in text and 'keel_chain_flows{chain="chain2"} 2' in text
 
 
 def test_remove_releases_everything(gateway, redis_addr, docker_engine):

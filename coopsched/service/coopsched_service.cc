@@ -44,6 +44,7 @@ void Fill(const cs_group_info& info, keel::v1::GroupStatus* out) {
   out->set_handoffs(info.handoffs);
   out->set_packets(info.packets);
   out->set_turn(info.turn);
+  out->set_cpu_ns(info.cpu_ns);
   out->set_pktbuf_path(info.path);
   for (uint32_t i = 0; i < info.n; i++) {
     auto* t = out->add_threads();
@@ -51,6 +52,7 @@ void Fill(const cs_group_info& info, keel::v1::GroupStatus* out) {
     t->set_tid(info.threads[i].tid);
     t->set_pid(info.threads[i].pid);
     t->set_state(info.threads[i].state ? std::string(1, info.threads[i].state) : "gone");
+    t->set_cpu_ns(info.threads[i].cpu_ns);
   }
 }
 

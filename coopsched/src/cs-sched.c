@@ -608,6 +608,11 @@ static void fill_info(const struct cs_group *g, struct cs_group_info *out) {
     out->threads[i].tid = g->tasks[i].tid;
     out->threads[i].pid = g->tasks[i].pid;
     out->threads[i].state = cs_task_state(&g->tasks[i]);
+    struct cs_task_sched st;
+    if (cs_task_schedstat(&g->tasks[i], &st) == 0) {
+      out->threads[i].cpu_ns = st.cpu_ns;
+      out->cpu_ns += st.cpu_ns;
+    }
   }
 }
 

@@ -47,6 +47,7 @@ struct cs_thread_info {
   pid_t tid;
   pid_t pid;
   char state; /* /proc state letter, 0 if the thread is gone */
+  uint64_t cpu_ns; /* CPU time the kernel accounts to it (schedstat), 0 if gone */
 };
 
 struct cs_group_info {
@@ -56,10 +57,15 @@ struct cs_group_info {
   int core; /* -1 when detached */
   uint32_t n;
   uint32_t batch;
+  /* From the chain's scheduling words, which its NFs write: statistics, not
+   * evidence. */
   uint32_t turn;
   uint64_t rounds;
   uint64_t handoffs;
   uint64_t packets;
+  /* The kernel's account, read by coopsched: the threads' CPU time summed
+   * (a gone thread's no longer counts). */
+  uint64_t cpu_ns;
   struct cs_thread_info threads[KEEL_SCHED_MAX_NFS];
 };
 

@@ -57,6 +57,8 @@ func (f *fakeVF) List(context.Context) ([]vf.VF, error) {
 	return out, nil
 }
 
+func (f *fakeVF) Counters(context.Context, uint32) (vf.Counters, error) { return vf.Counters{}, nil }
+
 func (f *fakeVF) pid(instance string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,20 +9,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keel-nfv/keel/agent/internal/measure"
 	"github.com/keel-nfv/keel/agent/internal/nfstats"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// sampleState is an instance's last statistics sample, rates and report.
+// sampleState is an instance's last samples, rates and report: keel's own measurement
+// (the VF's counters, coopsched's account of CPU time), which the controller decides by,
+// and what its NFs' statistics files say, which is shown as theirs and checked against it.
 type sampleState struct {
-	cur      nfstats.Sample
+	cur      nfstats.Sample // the NFs' files
 	have     bool
-	pps      float64
+	pps      float64 // the NFs' rate (position 0's file)
 	gbps     float64
-	last     nfstats.Report
-	lastSent time.Time
+	keel     measure.Sample // keel's measurement
+	haveKeel bool
+	fig      measure.Figures // keel's figures over the last interval ...
+	prevFig  measure.Figures // ... and the one before (an NF's file lags up to an interval)
+	// Samples whose NF figures keel's contradicted, by figure, and when each was last logged.
+	mismatches map[string]uint64
+	loggedAt   map[string]time.Time
+	last       nfstats.Report
+	lastSent   time.Time
 }
+
+// mismatchLogEvery is how often at most a contradicted NF figure is logged, per instance
+// and figure (each one is counted).
+const mismatchLogEvery = time.Minute
 
 // statsOpener is how instance id's statistics files are read: beneath the instance's
 // directory on the host under Docker; under Kubernetes, where they are on an emptyDir of
@@ -110,20 +124,24 @@ func (s *statsStream) close() {
 
 func reportOf(m *pb.InstanceStats) nfstats.Report {
 	return nfstats.Report{Phase: m.Phase, Reason: m.Reason, Attached: m.Attached, Core: m.Core, Batch: m.Batch,
-		RatePPS: m.RatePps, Drops: m.Drops, QueueLen: m.QueueLen, Restarts: m.Restarts}
+		RatePPS: m.RatePps, VFDropped: m.VfDropped, Drops: m.NfReportedDrops, QueueLen: m.NfReportedQueueLen,
+		Restarts: m.Restarts}
 }
 
-// sample reads every desired instance's files, updates its rates and returns the reports due.
+// sample reads every desired instance's files and keel's own counters, updates its rates,
+// checks the files against the counters and returns the reports due.
 func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 	a.mu.Lock()
 	ids := make([]string, 0, len(a.status))
 	positions := map[string]int{}
+	vlans := map[string]uint32{}
 	for id, st := range a.status {
 		if st.phase == "" || a.instances[id] == nil {
 			continue
 		}
 		ids = append(ids, id)
 		positions[id] = len(st.members)
+		vlans[id] = a.instances[id].Vlan
 	}
 	a.mu.Unlock()
 	sort.Strings(ids)
@@ -135,6 +153,7 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 			a.forgetPod(id)
 		}
 	}
+	keel, tscHz := a.measure(ctx, now, ids, vlans)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var due []*pb.InstanceStats
@@ -159,6 +178,17 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 		} else {
 			ss.have, ss.pps, ss.gbps, ss.cur = false, 0, 0, nfstats.Sample{}
 		}
+		if k, ok := keel[id]; ok {
+			if ss.haveKeel {
+				ss.prevFig, ss.fig = ss.fig, measure.Between(ss.keel, k, tscHz)
+				if ss.have {
+					a.check(id, ss, k)
+				}
+			}
+			ss.keel, ss.haveKeel = k, true
+		} else {
+			ss.keel, ss.haveKeel, ss.fig, ss.prevFig = measure.Sample{}, false, measure.Figures{}, measure.Figures{}
+		}
 		m := a.statsMessage(id, st)
 		if ss.lastSent.IsZero() || nfstats.Significant(ss.last, reportOf(m)) || now.Sub(ss.lastSent) >= a.cfg.Heartbeat {
 			due = append(due, m)
@@ -167,19 +197,73 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 	return due
 }
 
-// statsMessage is an instance's InstanceStats (a.mu held).
+// measure reads keel's own counters of the instances ids (their VFs by VLAN, their sgroups'
+// CPU time from one coopsched Status) and the TSC rate coopsched measured. An instance
+// whose VF cannot be read is absent; one that coopsched does not know has no CPU time.
+func (a *Agent) measure(ctx context.Context, now time.Time, ids []string, vlans map[string]uint32) (map[string]measure.Sample, float64) {
+	out := map[string]measure.Sample{}
+	if a.VF == nil {
+		return out, 0
+	}
+	cpu := map[string]uint64{}
+	var tscHz float64
+	if a.Coopsched != nil {
+		if st, err := a.Coopsched.Status(ctx, &pb.StatusRequest{}); err == nil {
+			tscHz = float64(st.TscHz)
+			for _, g := range st.Groups {
+				if id, ok := InstanceOfGroup(g.GroupId); ok {
+					cpu[id] = g.CpuNs
+				}
+			}
+		}
+	}
+	for _, id := range ids {
+		c, err := a.VF.Counters(ctx, vlans[id])
+		if err != nil {
+			continue
+		}
+		ns, ok := cpu[id]
+		out[id] = measure.Sample{At: now, VF: c, CPUns: ns, HasCPU: ok}
+	}
+	return out, tscHz
+}
+
+// check counts and logs (at most every mismatchLogEvery per figure) the figures of the
+// instance's NF files that keel's measurement k contradicts (measure.Check); the rate is
+// held to the larger of keel's last two intervals, as the file may lag by one (a.mu held).
+func (a *Agent) check(id string, ss *sampleState, k measure.Sample) {
+	fig := ss.fig
+	fig.DeliveredPPS = max(ss.fig.DeliveredPPS, ss.prevFig.DeliveredPPS)
+	for _, m := range measure.Check(ss.pps, ss.cur, k.VF, fig) {
+		if ss.mismatches == nil {
+			ss.mismatches, ss.loggedAt = map[string]uint64{}, map[string]time.Time{}
+		}
+		ss.mismatches[m.Figure]++
+		if k.At.Sub(ss.loggedAt[m.Figure]) >= mismatchLogEvery {
+			ss.loggedAt[m.Figure] = k.At
+			a.Log.Warn("an NF's statistics file contradicts keel's measurement; the controller uses keel's",
+				"instance", id, "figure", m.Figure, "nf_reported", m.NF, "keel_measured", m.Keel,
+				"times", ss.mismatches[m.Figure])
+		}
+	}
+}
+
+// statsMessage is an instance's InstanceStats (a.mu held): keel's figures in the fields the
+// controller decides by, the NFs' own in the nf_reported ones.
 func (a *Agent) statsMessage(id string, st *instStatus) *pb.InstanceStats {
 	ss := &st.stats
 	m := &pb.InstanceStats{Worker: a.cfg.Worker, Instance: id, Phase: st.phase, Reason: st.reason,
 		Attached: st.attached, Core: st.core, Batch: st.batch, Restarts: st.restarts,
-		RatePps: ss.pps, RateGbps: ss.gbps, Packets: ss.cur.Packets, Drops: ss.cur.Drops,
-		QueueLen: ss.cur.QueueLen, CyclesPerBatch: ss.cur.CyclesPerBatch}
+		RatePps: ss.fig.OfferedPPS, RateGbps: ss.fig.OfferedGbps, Packets: ss.keel.VF.Offered(),
+		VfDropped: ss.keel.VF.RxDropped, CyclesPerPacket: ss.fig.CyclesPerPacket,
+		NfReportedRatePps: ss.pps, NfReportedDrops: ss.cur.Drops, NfReportedQueueLen: ss.cur.QueueLen,
+		NfReportedCyclesPerBatch: ss.cur.CyclesPerBatch}
 	for _, nf := range ss.cur.NFs {
 		name := nf.Name
 		if nf.Position < len(st.members) {
 			name = st.members[nf.Position]
 		}
-		m.Nfs = append(m.Nfs, &pb.NfStats{Name: name, Position: uint32(nf.Position), PacketsIn: nf.PacketsIn,
+		m.NfReportedNfs = append(m.NfReportedNfs, &pb.NfStats{Name: name, Position: uint32(nf.Position), PacketsIn: nf.PacketsIn,
 			PacketsOut: nf.PacketsOut, Dropped: nf.Dropped, CyclesPerPacket: nf.CyclesPerPacket})
 	}
 	return m
@@ -208,18 +292,23 @@ var (
 		{"keel_agent_instance_core", "Core the instance runs on, -1 when detached", inst},
 		{"keel_agent_instance_batch_bursts", "Bursts per turn coopsched runs the instance at", inst},
 		{"keel_agent_instance_restarts_total", "Times the agent rebuilt the instance after a failure", inst},
-		{"keel_agent_instance_rx_packets_per_second", "Packet rate received on the instance's VF", inst},
-		{"keel_agent_instance_rx_bits_per_second", "Bit rate received on the instance's VF", inst},
-		{"keel_agent_instance_rx_packets_total", "Packets received on the instance's VF", inst},
-		{"keel_agent_instance_rx_bytes_total", "Bytes received on the instance's VF", inst},
-		{"keel_agent_instance_dropped_packets_total", "Packets the instance dropped, by reason: nf (its NFs' verdicts), tx, copy, malformed",
+		{"keel_agent_instance_rx_packets_per_second", "Packets per second offered to the instance on its VF, as the host counts (handed over or refused)", inst},
+		{"keel_agent_instance_rx_bits_per_second", "Bits per second handed to the instance on its VF, as the host counts", inst},
+		{"keel_agent_instance_rx_packets_total", "Packets offered to the instance on its VF, as the host counts", inst},
+		{"keel_agent_instance_rx_bytes_total", "Bytes handed to the instance on its VF, as the host counts", inst},
+		{"keel_agent_instance_vf_dropped_packets_total", "Packets the instance's VF could not hand over (its receive side full), as the host counts", inst},
+		{"keel_agent_instance_cycles_per_packet", "TSC cycles the instance's threads ran per packet handed over in the last interval (coopsched's schedstat account over the VF's count; includes idle polls)", inst},
+		{"keel_agent_instance_nf_reported_rx_packets_per_second", "Packet rate position 0 reports it received (the NF's own figure)", inst},
+		{"keel_agent_instance_nf_reported_dropped_packets_total", "Packets the instance's NFs report they dropped, by reason: nf (their verdicts), tx, copy, malformed, descriptor (the NFs' own figures)",
 			[]string{"instance", "chain", "reason"}},
-		{"keel_agent_instance_queue_length_packets", "Packets waiting in the VF's receive queue", inst},
-		{"keel_agent_instance_cycles_per_batch", "TSC cycles of the first NF's turns that received packets, each on average", inst},
-		{"keel_agent_nf_packets_in_total", "Packets into an NF", nfLbl},
-		{"keel_agent_nf_packets_out_total", "Packets out of an NF", nfLbl},
-		{"keel_agent_nf_dropped_packets_total", "Packets an NF dropped", nfLbl},
-		{"keel_agent_nf_cycles_per_packet", "TSC cycles an NF spends per packet", nfLbl},
+		{"keel_agent_instance_nf_reported_queue_length_packets", "Packets waiting in the VF's receive queue, as position 0 reports (the NF's own figure)", inst},
+		{"keel_agent_instance_nf_reported_cycles_per_batch", "TSC cycles of the first NF's turns that received packets, each on average, as it reports (the NF's own figure)", inst},
+		{"keel_agent_nf_stats_mismatch_total", "Samples in which an instance's NF statistics contradicted keel's measurement, by figure: rate, queue, cycles",
+			[]string{"instance", "figure"}},
+		{"keel_agent_nf_packets_in_total", "Packets into an NF, as it reports (its own figure)", nfLbl},
+		{"keel_agent_nf_packets_out_total", "Packets out of an NF, as it reports (its own figure)", nfLbl},
+		{"keel_agent_nf_dropped_packets_total", "Packets an NF dropped, as it reports (its own figure)", nfLbl},
+		{"keel_agent_nf_cycles_per_packet", "TSC cycles an NF spends per packet, as it reports (its own figure)", nfLbl},
 	}
 )
 
@@ -260,18 +349,26 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		g("keel_agent_instance_batch_bursts", float64(st.batch), id, st.chain)
 		c("keel_agent_instance_restarts_total", float64(st.restarts), id, st.chain)
 		ss := &st.stats
+		for _, f := range measure.CheckedFigures {
+			c("keel_agent_nf_stats_mismatch_total", float64(ss.mismatches[f]), id, f)
+		}
+		if ss.haveKeel {
+			g("keel_agent_instance_rx_packets_per_second", ss.fig.OfferedPPS, id, st.chain)
+			g("keel_agent_instance_rx_bits_per_second", ss.fig.OfferedGbps*1e9, id, st.chain)
+			c("keel_agent_instance_rx_packets_total", float64(ss.keel.VF.Offered()), id, st.chain)
+			c("keel_agent_instance_rx_bytes_total", float64(ss.keel.VF.RxBytes), id, st.chain)
+			c("keel_agent_instance_vf_dropped_packets_total", float64(ss.keel.VF.RxDropped), id, st.chain)
+			g("keel_agent_instance_cycles_per_packet", ss.fig.CyclesPerPacket, id, st.chain)
+		}
 		if !ss.have {
 			continue
 		}
-		g("keel_agent_instance_rx_packets_per_second", ss.pps, id, st.chain)
-		g("keel_agent_instance_rx_bits_per_second", ss.gbps*1e9, id, st.chain)
-		c("keel_agent_instance_rx_packets_total", float64(ss.cur.Packets), id, st.chain)
-		c("keel_agent_instance_rx_bytes_total", float64(ss.cur.Bytes), id, st.chain)
+		g("keel_agent_instance_nf_reported_rx_packets_per_second", ss.pps, id, st.chain)
 		for _, r := range nfstats.DropReasons {
-			c("keel_agent_instance_dropped_packets_total", float64(ss.cur.DropsBy[r]), id, st.chain, r)
+			c("keel_agent_instance_nf_reported_dropped_packets_total", float64(ss.cur.DropsBy[r]), id, st.chain, r)
 		}
-		g("keel_agent_instance_queue_length_packets", float64(ss.cur.QueueLen), id, st.chain)
-		g("keel_agent_instance_cycles_per_batch", ss.cur.CyclesPerBatch, id, st.chain)
+		g("keel_agent_instance_nf_reported_queue_length_packets", float64(ss.cur.QueueLen), id, st.chain)
+		g("keel_agent_instance_nf_reported_cycles_per_batch", ss.cur.CyclesPerBatch, id, st.chain)
 		for _, nf := range ss.cur.NFs {
 			l := []string{id, st.chain, strconv.Itoa(nf.Position), nf.Name}
 			c("keel_agent_nf_packets_in_total", float64(nf.PacketsIn), l...)

@@ -15,18 +15,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-nfv/keel/agent/internal/measure"
 	"github.com/keel-nfv/keel/agent/internal/nfstats"
 	"github.com/keel-nfv/keel/agent/internal/runtime"
+	"github.com/keel-nfv/keel/agent/internal/vf"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
 )
 
 func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 	a := &Agent{status: map[string]*instStatus{}, actions: map[string]uint64{"attach ok": 2}, connected: true}
 	a.status["chain3/1"] = &instStatus{chain: "chain3", members: []string{"NAT"}, phase: "ready", attached: true, core: 1, batch: 2,
 		stats: sampleState{have: true, pps: 1000, gbps: 0.008, cur: nfstats.Sample{At: time.Now(), Packets: 10, Bytes: 10000, Drops: 3,
-			DropsBy: map[string]uint64{"nf": 2, "tx": 1}, NFs: []nfstats.NF{{Name: "nat", PacketsIn: 10, PacketsOut: 8, Dropped: 2}}}}}
+			DropsBy: map[string]uint64{"nf": 2, "tx": 1}, NFs: []nfstats.NF{{Name: "nat", PacketsIn: 10, PacketsOut: 8, Dropped: 2}}},
+			haveKeel: true, keel: measure.Sample{VF: vf.Counters{RxPackets: 10, RxBytes: 10000, RxDropped: 1}},
+			fig: measure.Figures{OfferedPPS: 1000, OfferedGbps: 0.008, CyclesPerPacket: 900}, mismatches: map[string]uint64{"rate": 4}}}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewMetrics(a))
 	fams, err := reg.Gather()
@@ -34,7 +39,7 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]bool{"instance": true, "chain": true, "position": true, "nf": true, "phase": true,
-		"action": true, "result": true, "reason": true}
+		"action": true, "result": true, "reason": true, "figure": true}
 	scaled := regexp.MustCompile(`_(gbps|mbps|gigabits|megabits|us|ms|microseconds|milliseconds)(_|$)`)
 	values := map[string]float64{}
 	for _, f := range fams {
@@ -51,7 +56,7 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 				if !allowed[l.GetName()] {
 					t.Errorf("%s: label %q is not from a bounded set", name, l.GetName())
 				}
-				if l.GetName() == "reason" {
+				if l.GetName() == "reason" || l.GetName() == "figure" {
 					key += "{" + l.GetValue() + "}"
 				}
 			}
@@ -59,14 +64,20 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]float64{
-		"keel_agent_instance_rx_bits_per_second":               8e6,
-		"keel_agent_instance_rx_bytes_total":                   10000,
-		"keel_agent_instance_dropped_packets_total{nf}":        2,
-		"keel_agent_instance_dropped_packets_total{tx}":        1,
-		"keel_agent_instance_dropped_packets_total{copy}":      0,
-		"keel_agent_instance_dropped_packets_total{malformed}": 0,
-		"keel_agent_instance_queue_length_packets":             0,
-		"keel_agent_nf_dropped_packets_total":                  2,
+		"keel_agent_instance_rx_bits_per_second":                           8e6,
+		"keel_agent_instance_rx_bytes_total":                               10000,
+		"keel_agent_instance_rx_packets_total":                             11,
+		"keel_agent_instance_vf_dropped_packets_total":                     1,
+		"keel_agent_instance_cycles_per_packet":                            900,
+		"keel_agent_instance_nf_reported_rx_packets_per_second":            1000,
+		"keel_agent_instance_nf_reported_dropped_packets_total{nf}":        2,
+		"keel_agent_instance_nf_reported_dropped_packets_total{tx}":        1,
+		"keel_agent_instance_nf_reported_dropped_packets_total{copy}":      0,
+		"keel_agent_instance_nf_reported_dropped_packets_total{malformed}": 0,
+		"keel_agent_instance_nf_reported_queue_length_packets":             0,
+		"keel_agent_nf_dropped_packets_total":                              2,
+		"keel_agent_nf_stats_mismatch_total{rate}":                         4,
+		"keel_agent_nf_stats_mismatch_total{queue}":                        0,
 	} {
 		if got, ok := values[k]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
@@ -211,6 +222,107 @@ func Test_allowedCores_reads_ranges_and_lists(t *testing.T) {
 		got, err := allowedCores(f)
 		if err != nil || fmt.Sprint(got) != want {
 			t.Errorf("%q: %v %v, want %s", list, got, err, want)
+		}
+	}
+}
+
+// coopschedStatus plays keel-coopsched's Status: the sgroups' CPU time as the kernel
+// accounts it.
+type coopschedStatus struct {
+	pb.CoopschedClient
+	st *pb.StatusResponse
+}
+
+func (c *coopschedStatus) Status(context.Context, *pb.StatusRequest, ...grpc.CallOption) (*pb.StatusResponse, error) {
+	return c.st, nil
+}
+
+// writeVethCounters writes the statistics of keelvf<vlan> into a fake sysfs at sys: tx is
+// what the bridge's end handed to the instance.
+func writeVethCounters(t *testing.T, sys string, vlan uint32, txPackets, txBytes, txDropped uint64) {
+	t.Helper()
+	dir := filepath.Join(sys, "class", "net", fmt.Sprintf("keelvf%d", vlan), "statistics")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]uint64{"tx_packets": txPackets, "tx_bytes": txBytes, "tx_dropped": txDropped,
+		"rx_packets": txPackets, "rx_bytes": txBytes} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strconv.FormatUint(v, 10)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// writeNFStats writes position 0's statistics file, as written at `at`.
+func writeNFStats(t *testing.T, dir string, at time.Time, rx, queue uint64, cyclesPerPacket float64) {
+	t.Helper()
+	body := fmt.Sprintf(`{"position":0,"of":1,"nfs":[{"nf":"nat","packets_in":%d,"packets_out":%d,"cycles_per_packet":%g}],`+
+		`"port":{"rx_packets":%d,"rx_bytes":%d,"rx_queue_len":%d},"cycles_per_batch":%g}`,
+		rx, rx, cyclesPerPacket, rx, rx*100, queue, cyclesPerPacket*32)
+	p := filepath.Join(dir, StatsName(0))
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sampleTwice runs an attached instance of one NF for a second of 10,000 packets/s on its
+// VF, in which its thread ran 0.5 s (at a 2 GHz TSC: 100,000 cycles per packet, most of it
+// idle polls), while its NF's file says what nfRx, nfQueue and nfCycles say at the second
+// sample. It returns the report and the instance's state.
+func sampleTwice(t *testing.T, nfRx, nfQueue uint64, nfCycles float64) (*pb.InstanceStats, *sampleState) {
+	t.Helper()
+	sys := t.TempDir()
+	veth := vf.NewOVSVeth("", "", "w1")
+	veth.Sys = sys
+	cs := &coopschedStatus{st: &pb.StatusResponse{TscHz: 2e9}}
+	a, id, dir := agentWithOneInstance(t, Config{StatsInterval: time.Second, Heartbeat: time.Minute}, nil)
+	a.VF, a.Coopsched = veth, cs
+	a.instances[id].Vlan = 100
+	a.status[id].attached = true
+	group := func(cpu uint64) []*pb.GroupStatus { return []*pb.GroupStatus{{GroupId: GroupID(id), CpuNs: cpu}} }
+
+	t0 := time.Now().Truncate(time.Second)
+	writeVethCounters(t, sys, 100, 1000, 100_000, 0)
+	cs.st.Groups = group(1e6)
+	writeNFStats(t, dir, t0, 1000, 0, 200)
+	a.sample(context.Background(), t0)
+
+	t1 := t0.Add(time.Second)
+	writeVethCounters(t, sys, 100, 11_000, 1_100_000, 0)
+	cs.st.Groups = group(1e6 + 5e8)
+	writeNFStats(t, dir, t1, nfRx, nfQueue, nfCycles)
+	due := a.sample(context.Background(), t1)
+	if len(due) != 1 {
+		t.Fatalf("%d reports due, want 1", len(due))
+	}
+	return due[0], &a.status[id].stats
+}
+
+func Test_a_forged_stats_file_does_not_change_the_figures_the_controller_decides_by(t *testing.T) {
+	honest, hs := sampleTwice(t, 11_000, 0, 200)
+	// The NF claims ten times the rate, a full receive queue and a cost per packet that would
+	// take a core by itself.
+	forged, fs := sampleTwice(t, 110_000, 4096, 5e6)
+	decide := func(m *pb.InstanceStats) [5]float64 {
+		return [5]float64{m.RatePps, m.RateGbps, float64(m.Packets), float64(m.VfDropped), m.CyclesPerPacket}
+	}
+	if decide(honest) != decide(forged) {
+		t.Fatalf("keel's figures moved with the NF's file: honest %v, forged %v", decide(honest), decide(forged))
+	}
+	if honest.RatePps != 10_000 || honest.Packets != 11_000 || honest.CyclesPerPacket != 100_000 {
+		t.Fatalf("keel's figures %v: want 10000 pps and 11000 packets on the VF, 100000 cycles per packet", decide(honest))
+	}
+	// The NF's own figures are reported as the NF's, not dropped.
+	if forged.NfReportedRatePps != 109_000 || forged.NfReportedQueueLen != 4096 || forged.NfReportedNfs[0].CyclesPerPacket != 5e6 {
+		t.Fatalf("NF's own figures: rate %v, queue %v, nfs %v", forged.NfReportedRatePps, forged.NfReportedQueueLen, forged.NfReportedNfs)
+	}
+	// Each contradicted figure is counted once for the one checked sample; the honest file none.
+	for _, f := range measure.CheckedFigures {
+		if fs.mismatches[f] != 1 || hs.mismatches[f] != 0 {
+			t.Errorf("%s: forged file counted %d times, honest %d; want 1 and 0", f, fs.mismatches[f], hs.mismatches[f])
 		}
 	}
 }

@@ -142,23 +142,27 @@ func Rate(prev, cur Sample) (pps, gbps float64) {
 
 // Report is what was last sent to the gateway for an instance, or is about to be.
 type Report struct {
-	Phase    string
-	Reason   string
-	Attached bool
-	Core     int32
-	Batch    uint32
-	RatePPS  float64
-	Drops    uint64
-	QueueLen uint32
-	Restarts uint64
+	Phase     string
+	Reason    string
+	Attached  bool
+	Core      int32
+	Batch     uint32
+	RatePPS   float64 // keel's, on the VF
+	VFDropped uint64  // keel's, on the VF
+	Drops     uint64  // the NFs' own
+	QueueLen  uint32  // the NFs' own
+	Restarts  uint64
 }
 
 // Significant reports whether cur differs enough from the last report to send it now:
-// any change of phase, attachment, core, batch or restarts, new drops, a rate that moved
-// by more than 10 % (or left or reached zero), or a NIC queue that started or stopped building.
+// any change of phase, attachment, core, batch or restarts, new drops (the VF's or the
+// NFs'), a rate that moved by more than 10 % (or left or reached zero), or a NIC queue that
+// started or stopped building. The NFs' figures only make a report sooner; the gateway
+// decides by keel's.
 func Significant(last, cur Report) bool {
 	if last.Phase != cur.Phase || last.Reason != cur.Reason || last.Attached != cur.Attached ||
-		last.Core != cur.Core || last.Batch != cur.Batch || last.Restarts != cur.Restarts || cur.Drops > last.Drops {
+		last.Core != cur.Core || last.Batch != cur.Batch || last.Restarts != cur.Restarts ||
+		cur.Drops > last.Drops || cur.VFDropped > last.VFDropped {
 		return true
 	}
 	if (last.RatePPS == 0) != (cur.RatePPS == 0) {

@@ -19,6 +19,7 @@ type OVSVeth struct {
 	Bridge string // keel-nic-<worker>
 	Uplink string // bridge side of the trunk veth, keel-up-<worker>
 	ToR    string // its peer, left in the root netns for the ToR, keel-tor-<worker>
+	Sys    string // sysfs mount point, /sys ("" too; a fake tree in tests)
 	Run    Runner
 }
 

@@ -36,6 +36,8 @@ type Provider interface {
 	Unplug(ctx context.Context, instance string, vlan uint32) error
 	// List returns the VFs that exist, by instance where known.
 	List(ctx context.Context) ([]VF, error)
+	// Counters reads the host's counters of the VF tagged vlan (see Counters).
+	Counters(ctx context.Context, vlan uint32) (Counters, error)
 }
 
 // CheckVLAN reports whether vlan is a usable 802.1Q VLAN id.

@@ -481,20 +481,14 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 		return status.Errorf(codes.NotFound, "instance %s: unknown", st.Instance)
 	}
 	// The agent reports what runs; what should run (state, core, batch) stays the gateway's.
-	in.RateGbps, in.P99us, in.QueueLen = st.RateGbps, st.P99Us, st.QueueLen
-	in.Packets, in.Drops = st.Packets, st.Drops
+	// The controller decides by keel's own figures (the VF's counters, coopsched's account of
+	// CPU time); what the NFs report of themselves is kept for describe and the dashboard only.
+	applyMeasured(in, st)
+	in.P99us = st.P99Us
+	in.NFQueueLen, in.NFDrops = st.NfReportedQueueLen, st.NfReportedDrops
 	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
 	in.ReportedAt = time.Now().UTC()
-	in.RatePps, in.FlowsAtStats = st.RatePps, in.Flows
-	// Keep the last cycles measured over real packets: an idle interval reports 0 and must not
-	// make the batch flap between the model's and the measured figure.
-	var cyc []float64
-	for _, nf := range st.Nfs {
-		cyc = append(cyc, nf.CyclesPerPacket)
-	}
-	if measured(cyc, len(cyc)) {
-		in.NFCycles = cyc
-	}
+	in.FlowsAtStats = in.Flows
 	if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
 		return status.Errorf(codes.NotFound, "instance %s: removed", st.Instance)
 	} else if err != nil {
@@ -526,6 +520,22 @@ func (s *Server) applyStats(ctx context.Context, st *pb.InstanceStats) error {
 	s.publish(in)
 	s.chainMetrics(ctx, chainName)
 	return nil
+}
+
+// applyMeasured records keel's figures of a report: the offered rate, the VF's refusals
+// since the last report (counters that went backwards: the VF was made again) and the last
+// cycles per packet measured over real packets (an idle interval reports 0 and must not make
+// the batch flap between the model's and the measured figure).
+func applyMeasured(in *store.Instance, st *pb.InstanceStats) {
+	in.RateGbps, in.RatePps, in.Packets = st.RateGbps, st.RatePps, st.Packets
+	in.NewVFDropped = st.VfDropped
+	if st.VfDropped >= in.VFDropped {
+		in.NewVFDropped = st.VfDropped - in.VFDropped
+	}
+	in.VFDropped = st.VfDropped
+	if st.CyclesPerPacket > 0 {
+		in.CyclesPerPacket = st.CyclesPerPacket
+	}
 }
 
 // Watch sends every chain, instance and worker as it is now, then each change.

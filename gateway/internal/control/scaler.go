@@ -112,21 +112,46 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 func policyInstance(in *store.Instance) policy.Instance {
 	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
 		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
-		RatePps: in.RatePps, QueueLen: int(in.QueueLen), Overloaded: in.Overloaded, Batch: int(in.Batch),
+		RatePps: in.RatePps, NewDrops: in.NewVFDropped, Overloaded: in.Overloaded, Batch: int(in.Batch),
 		IdleSince: in.IdleSince, Draining: in.Draining}
 }
 
-// batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the NF cycles the
-// agent measured, or the chain's modelled costs before the first measurement.
+// batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the chain's cost as
+// keel measured it (measuredCost), or the chain's modelled costs before the first measurement.
 func (s *Server) batchFor(m *Model, in *store.Instance) uint32 {
-	cost := m.Cost
-	if measured(in.NFCycles, len(cost.NFCycles)) {
-		cost.NFCycles = in.NFCycles
-	}
+	cost := measuredCost(m.Cost, in.CyclesPerPacket, int(in.Batch))
 	if cost.FreqHz == 0 {
 		return uint32(max(1, s.Policy.FixedBatch))
 	}
 	return uint32(s.Policy.BatchFor(cost, float64(max(1, cost.BurstMax))))
+}
+
+// measuredCost is the model's cost with its NFs' cycles scaled to what keel measured: cpp,
+// the cycles an instance's threads ran per packet (coopsched's account over the VF's count),
+// less the model's I/O, copy and handoffs at the batch it ran at. That is all eqs. 2–3 need
+// of the NFs (their sum). cpp includes the poll loop's idle turns, so a lightly loaded
+// instance seems costly and gets a small batch; near saturation it is the chain's cost. The
+// model stands when nothing was measured or the measurement is below its overheads.
+func measuredCost(model policy.Cost, cpp float64, batch int) policy.Cost {
+	sum := 0.0
+	for _, t := range model.NFCycles {
+		sum += t
+	}
+	overhead := model.IOCycles
+	if model.Isolated() {
+		fill := float64(max(1, model.BurstMax))
+		overhead += model.CopyCycles + float64(model.N())*model.HandoffCycles/(float64(max(1, batch))*fill)
+	}
+	nfs := cpp - overhead
+	if cpp <= 0 || sum <= 0 || nfs <= 0 {
+		return model
+	}
+	c := model
+	c.NFCycles = make([]float64, len(model.NFCycles))
+	for i, t := range model.NFCycles {
+		c.NFCycles[i] = t * nfs / sum
+	}
+	return c
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -365,18 +390,4 @@ func overloadReason(text string) string {
 	default:
 		return "drops"
 	}
-}
-
-// measured tells whether an instance's reported NF cycles can stand for its chain's n NFs:
-// one figure per NF, each from packets actually processed (an NF that saw none reports 0).
-func measured(cycles []float64, n int) bool {
-	if n == 0 || len(cycles) != n {
-		return false
-	}
-	for _, c := range cycles {
-		if c <= 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -83,26 +83,28 @@ func Test_Decisions_keeps_the_latest_in_order_and_tells_the_hook(t *testing.T) {
 	}
 }
 
-func Test_batchFor_uses_measured_cycles_only_when_every_NF_reported_packets(t *testing.T) {
+func Test_batchFor_uses_the_cycles_keel_measured_less_the_models_overheads(t *testing.T) {
 	s := &Server{Policy: policy.Keel()}
 	m := &Model{Cost: policy.Cost{NFCycles: []float64{100, 100}, IOCycles: 200, CopyCycles: 20, HandoffCycles: 1600,
 		FreqHz: 2e9, BurstMax: 32}}
 	// eqs. 2–3: B ≥ N·h / (b·S·(1/p − 1)) = 2·1600 / (32·420·(1/0.95 − 1)) = 4.52 → 5
-	model := s.batchFor(m, &store.Instance{})
+	model := s.batchFor(m, &store.Instance{Batch: 1})
 	if model != 5 {
 		t.Fatalf("model batch %d, want 5", model)
 	}
+	// At batch 1 the model's overheads per packet are 200 + 20 + 2·1600/32 = 320 cycles.
 	for _, tc := range []struct {
 		name string
-		cyc  []float64
+		cpp  float64
 		want uint32
 	}{
-		{"no measurement: the model", nil, model},
-		{"an NF saw no packets: the model", []float64{5000, 0}, model},
-		{"wrong length: the model", []float64{5000}, model},
-		{"heavy measured NFs need fewer bursts", []float64{5000, 5000}, 1},
+		{"no measurement: the model", 0, model},
+		{"below the model's overheads: the model", 300, model},
+		{"the model's own cost measured: the model's batch", 520, model},
+		{"heavy measured NFs need fewer bursts", 10_320, 1},
+		{"light measured NFs need more: 3200 / (32·240·0.0526) = 7.9", 340, 8},
 	} {
-		if got := s.batchFor(m, &store.Instance{NFCycles: tc.cyc}); got != tc.want {
+		if got := s.batchFor(m, &store.Instance{Batch: 1, CyclesPerPacket: tc.cpp}); got != tc.want {
 			t.Errorf("%s: batch %d, want %d", tc.name, got, tc.want)
 		}
 	}

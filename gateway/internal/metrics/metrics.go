@@ -29,7 +29,8 @@ type Metrics struct {
 	Services    *prometheus.GaugeVec
 
 	ChainPackets   *SettableCounterVec
-	ChainDrops     *SettableCounterVec
+	ChainNFDrops   *SettableCounterVec
+	ChainVFDropped *SettableCounterVec
 	ChainP99       *prometheus.GaugeVec
 	ChainInstances *prometheus.GaugeVec
 	ChainCores     *prometheus.GaugeVec
@@ -65,8 +66,9 @@ func New() *Metrics {
 		Services: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_service_count", Help: "Replicas of a function as deployed or scaled, ready or not (instances of a chain)",
 		}, fn),
-		ChainPackets:   NewSettableCounterVec("keel_chain_packets_total", "Packets a chain's instances processed (reported by agents)", ch),
-		ChainDrops:     NewSettableCounterVec("keel_chain_drops_total", "Packets a chain's instances dropped (reported by agents)", ch),
+		ChainPackets:   NewSettableCounterVec("keel_chain_packets_total", "Packets offered to a chain's instances on their VFs (measured by the agents)", ch),
+		ChainNFDrops:   NewSettableCounterVec("keel_chain_nf_reported_drops_total", "Packets a chain's instances dropped, as their NFs report (the NFs' own figures)", ch),
+		ChainVFDropped: NewSettableCounterVec("keel_chain_vf_dropped_packets_total", "Packets a chain's instances' VFs could not hand over, their receive side full (measured by the agents)", ch),
 		ChainP99:       gauge("keel_chain_p99_latency_seconds", "Worst p99 latency over a chain's instances", ch),
 		ChainInstances: gauge("keel_chain_instances", "Chain instances by state (pooled, attached)", []string{"chain", "state"}),
 		ChainCores:     gauge("keel_chain_cores", "Server cores a chain's placement uses", ch),
@@ -91,7 +93,7 @@ func New() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.Invocations, m.Started, m.Seconds, m.Services, m.ChainPackets, m.ChainDrops,
+	m.Registry.MustRegister(m.Invocations, m.Started, m.Seconds, m.Services, m.ChainPackets, m.ChainNFDrops, m.ChainVFDropped,
 		m.ChainP99, m.ChainInstances, m.ChainCores, m.ChainFlows, m.ChainRate,
 		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -214,7 +216,8 @@ func (m *Metrics) ForgetChain(name string) {
 		g.DeleteLabelValues(name)
 	}
 	m.ChainPackets.Delete(name)
-	m.ChainDrops.Delete(name)
+	m.ChainNFDrops.Delete(name)
+	m.ChainVFDropped.Delete(name)
 	m.FlowsAssigned.DeleteLabelValues(name)
 	m.ChainInstances.DeletePartialMatch(prometheus.Labels{"chain": name})
 	m.Services.DeleteLabelValues(name)

@@ -31,7 +31,8 @@ func exercised(t *testing.T) *Metrics {
 	m.Seconds.WithLabelValues("hello", "200").Observe(0.01)
 	m.Services.WithLabelValues("hello").Set(1)
 	m.ChainPackets.Set(10, "chain3")
-	m.ChainDrops.Set(1, "chain3")
+	m.ChainNFDrops.Set(1, "chain3")
+	m.ChainVFDropped.Set(1, "chain3")
 	m.ChainP99.WithLabelValues("chain3").Set(20e-6)
 	m.ChainInstances.WithLabelValues("chain3", "attached").Set(1)
 	m.ChainCores.WithLabelValues("chain3").Set(1)
@@ -86,7 +87,8 @@ func Test_metrics_follow_prometheus_conventions(t *testing.T) {
 	for _, want := range []string{"gateway_function_invocation_total", "gateway_functions_seconds", "gateway_service_count",
 		"keel_gateway_chains", "keel_gateway_instances", "keel_gateway_flows", "keel_gateway_flows_assigned_total",
 		"keel_gateway_scale_decisions_total", "keel_gateway_assign_flow_duration_seconds",
-		"keel_chain_packets_total", "keel_chain_drops_total", "keel_chain_rate_bits_per_second"} {
+		"keel_chain_packets_total", "keel_chain_nf_reported_drops_total", "keel_chain_vf_dropped_packets_total",
+		"keel_chain_rate_bits_per_second"} {
 		if !seen[want] {
 			t.Errorf("%s is not exported", want)
 		}
@@ -106,7 +108,7 @@ keel_gateway_instances{state="pooled"} 2
 # HELP keel_gateway_scale_decisions_total Controller decisions by kind and reason
 # TYPE keel_gateway_scale_decisions_total counter
 keel_gateway_scale_decisions_total{kind="attach",reason="cold_start"} 1
-# HELP keel_chain_packets_total Packets a chain's instances processed (reported by agents)
+# HELP keel_chain_packets_total Packets offered to a chain's instances on their VFs (measured by the agents)
 # TYPE keel_chain_packets_total counter
 keel_chain_packets_total{chain="chain3"} 10
 `
@@ -138,7 +140,7 @@ func Test_ForgetChain_drops_its_series(t *testing.T) {
 	for _, c := range []interface {
 		Describe(chan<- *prometheus.Desc)
 		Collect(chan<- prometheus.Metric)
-	}{m.ChainPackets, m.ChainDrops, m.ChainRate, m.FlowsAssigned} {
+	}{m.ChainPackets, m.ChainNFDrops, m.ChainVFDropped, m.ChainRate, m.FlowsAssigned} {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%d series left after ForgetChain", n)
 		}

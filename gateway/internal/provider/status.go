@@ -38,7 +38,7 @@ func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
 	}
 	name := f.Deployment.Service
 	var pooled, attached, flows float64
-	var packets, drops, rate, p99 float64
+	var packets, nfDrops, vfDropped, rate, p99 float64
 	for _, in := range insts {
 		if in.State == store.Attached {
 			attached++
@@ -47,7 +47,8 @@ func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
 		}
 		flows += float64(in.Flows)
 		packets += float64(in.Packets)
-		drops += float64(in.Drops)
+		nfDrops += float64(in.NFDrops)
+		vfDropped += float64(in.VFDropped)
 		rate += in.RateGbps
 		if in.P99us > p99 {
 			p99 = in.P99us
@@ -62,7 +63,8 @@ func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
 	m.ChainInstances.WithLabelValues(name, store.Attached).Set(attached)
 	m.ChainFlows.WithLabelValues(name).Set(flows)
 	m.ChainPackets.Set(packets, name)
-	m.ChainDrops.Set(drops, name)
+	m.ChainNFDrops.Set(nfDrops, name)
+	m.ChainVFDropped.Set(vfDropped, name)
 	m.ChainRate.WithLabelValues(name).Set(rate * 1e9)
 	m.ChainP99.WithLabelValues(name).Set(p99 / 1e6)
 	m.ChainCores.WithLabelValues(name).Set(float64(cores * len(insts)))

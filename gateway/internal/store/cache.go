@@ -207,7 +207,6 @@ func (s *Store) fetchInstances(chainName string) func(ctx context.Context) (func
 // cloneInstance is a copy of in that shares nothing with it.
 func cloneInstance(in *Instance) *Instance {
 	c := *in
-	c.NFCycles = slices.Clone(in.NFCycles)
 	if in.Runs != nil {
 		// Only a draining instance runs an older chain: a round trip through JSON, as through
 		// Redis, is cheap enough for it and copies every field the chain will ever have.

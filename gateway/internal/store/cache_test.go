@@ -88,7 +88,7 @@ func Test_the_cache_reads_what_Redis_holds_after_every_kind_of_write(t *testing.
 	b := &store.Instance{ID: "chain3/1", Chain: "chain3", Worker: "local", VLAN: 101, State: store.Pooled, Core: -1}
 	must("PutInstance", st.PutInstance(ctx, a))
 	must("PutInstance of another", st.PutInstance(ctx, b))
-	a.State, a.Core, a.Flows, a.NFCycles = store.Attached, 1, 1, []float64{120}
+	a.State, a.Core, a.Flows, a.CyclesPerPacket = store.Attached, 1, 1, 120
 	f1 := &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: a.ID, VLAN: 100, Since: time.Now().UTC()}
 	must("PutFlow", st.PutFlow(ctx, f1, a))
 	f2 := &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain4", Since: time.Now().UTC()}
@@ -112,7 +112,7 @@ func Test_reads_are_copies_the_caller_may_change(t *testing.T) {
 	if err := st.Put(ctx, chainFunction("chain3")); err != nil {
 		t.Fatal(err)
 	}
-	in := &store.Instance{ID: "chain3/0", Chain: "chain3", VLAN: 100, State: store.Pooled, Core: -1, NFCycles: []float64{100},
+	in := &store.Instance{ID: "chain3/0", Chain: "chain3", VLAN: 100, State: store.Pooled, Core: -1,
 		Runs: &chain.Chain{Name: "chain3", Spec: "NAT", NFs: []string{"nat"}}}
 	if err := st.PutInstance(ctx, in); err != nil {
 		t.Fatal(err)
@@ -121,11 +121,11 @@ func Test_reads_are_copies_the_caller_may_change(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What was written is not the cache's either.
-	in.Flows, in.NFCycles[0], in.Runs.NFs[0] = 7, 1, "acl"
+	in.Flows, in.Runs.NFs[0] = 7, "acl"
 	before := contents(t, st, "chain3")
 
 	insts, _ := st.Instances(ctx, "chain3")
-	insts[0].Flows, insts[0].NFCycles[0], insts[0].Runs.NFs[0], insts[0].Runs.Spec = 9, 2, "acl", "ACL"
+	insts[0].Flows, insts[0].Runs.NFs[0], insts[0].Runs.Spec = 9, "acl", "ACL"
 	one, _ := st.Instance(ctx, "chain3", "chain3/0")
 	one.State = store.Attached
 	ws, _ := st.Workers(ctx)
@@ -137,7 +137,7 @@ func Test_reads_are_copies_the_caller_may_change(t *testing.T) {
 	if after := contents(t, st, "chain3"); after != before {
 		t.Fatalf("changing what reads returned changed the store:\n%s\nwas\n%s", after, before)
 	}
-	if insts, _ := st.Instances(ctx, "chain3"); insts[0].Flows != 0 || insts[0].NFCycles[0] != 100 || insts[0].Runs.NFs[0] != "nat" {
+	if insts, _ := st.Instances(ctx, "chain3"); insts[0].Flows != 0 || insts[0].Runs.NFs[0] != "nat" {
 		t.Fatalf("instance read back %+v", insts[0])
 	}
 }

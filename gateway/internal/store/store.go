@@ -54,20 +54,22 @@ type Function struct {
 
 // Instance is one instance of a chain on a worker (Galleon: an sgroup with its VF and VLAN).
 type Instance struct {
-	ID         string    `json:"id"`
-	Chain      string    `json:"chain"`
-	Worker     string    `json:"worker"`
-	VFPort     uint32    `json:"vf_port"`
-	VLAN       uint32    `json:"vlan"`
-	State      string    `json:"state"` // pooled | attached
-	Core       int32     `json:"core"`  // -1 while pooled
-	Cores      int       `json:"cores"`
-	Flows      uint32    `json:"flows"`
-	RateGbps   float64   `json:"rate_gbps"`
-	P99us      float64   `json:"p99_us"`
-	QueueLen   uint32    `json:"queue_len"`
-	Packets    uint64    `json:"packets"`
-	Drops      uint64    `json:"drops"`
+	ID        string  `json:"id"`
+	Chain     string  `json:"chain"`
+	Worker    string  `json:"worker"`
+	VFPort    uint32  `json:"vf_port"`
+	VLAN      uint32  `json:"vlan"`
+	State     string  `json:"state"` // pooled | attached
+	Core      int32   `json:"core"`  // -1 while pooled
+	Cores     int     `json:"cores"`
+	Flows     uint32  `json:"flows"`
+	RateGbps  float64 `json:"rate_gbps"` // offered on its VF, as the agent measured it
+	P99us     float64 `json:"p99_us"`
+	Packets   uint64  `json:"packets"`    // offered on its VF, as the agent measured it
+	VFDropped uint64  `json:"vf_dropped"` // refused by its VF (its receive side full), as the agent measured it
+	// What its NFs report of themselves (their statistics files): shown, never decided by.
+	NFQueueLen uint32    `json:"nf_reported_queue_len"`
+	NFDrops    uint64    `json:"nf_reported_drops"`
 	Overloaded bool      `json:"overloaded"`
 	Batch      uint32    `json:"batch"`                // bursts per turn the gateway wants
 	Phase      string    `json:"phase,omitempty"`      // the agent's report: starting | ready | failed | removing
@@ -81,13 +83,16 @@ type Instance struct {
 	DrainUntil time.Time    `json:"drain_until,omitzero"`
 	Runs       *chain.Chain `json:"runs,omitempty"`
 	// The controller's bookkeeping (gateway/internal/policy).
-	RatePps      float64   `json:"rate_pps,omitempty"`       // packets/s, as the agent last reported
-	FlowsAtStats uint32    `json:"flows_at_stats,omitempty"` // flows assigned when RatePps was measured
-	NFCycles     []float64 `json:"nf_cycles,omitempty"`      // measured cycles per packet of each NF, in chain order
-	IdleSince    time.Time `json:"idle_since,omitzero"`      // attached and without flows since then
-	Load         float64   `json:"load,omitempty"`           // estimated fraction of a core, at the last decision
-	Threshold    float64   `json:"threshold,omitempty"`      // the chain's per-core load threshold then
-	Why          string    `json:"why,omitempty"`            // the controller's last decision about it, for describe
+	RatePps      float64 `json:"rate_pps,omitempty"`       // packets/s offered on its VF, as the agent last measured
+	FlowsAtStats uint32  `json:"flows_at_stats,omitempty"` // flows assigned when RatePps was measured
+	NewVFDropped uint64  `json:"new_vf_dropped,omitempty"` // VFDropped's increase at the last report
+	// The last cycles per packet measured over real packets: its threads' CPU time
+	// (coopsched's schedstat account) per packet handed over on its VF.
+	CyclesPerPacket float64   `json:"cycles_per_packet,omitempty"`
+	IdleSince       time.Time `json:"idle_since,omitzero"` // attached and without flows since then
+	Load            float64   `json:"load,omitempty"`      // estimated fraction of a core, at the last decision
+	Threshold       float64   `json:"threshold,omitempty"` // the chain's per-core load threshold then
+	Why             string    `json:"why,omitempty"`       // the controller's last decision about it, for describe
 }
 
 // Instance states.

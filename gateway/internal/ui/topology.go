@@ -68,7 +68,8 @@ type Sgroup struct {
 	RatePps    float64  `json:"rate_pps"`
 	Load       float64  `json:"load"`
 	Threshold  float64  `json:"threshold"`
-	QueueLen   uint32   `json:"queue_len"`
+	VFDropped  uint64   `json:"vf_dropped"`            // refused by its VF, its receive side full (keel's count)
+	NFQueueLen uint32   `json:"nf_reported_queue_len"` // its receive queue, as position 0 reports (the NF's own figure)
 	Batch      uint32   `json:"batch"`
 	P99us      float64  `json:"p99_us"`
 	SLOP99us   float64  `json:"slo_p99_us"` // 0: the chain has no latency bound
@@ -169,7 +170,7 @@ func Build(s Snapshot, decisions []control.Decision, history map[string][]Sample
 		for _, in := range s.Instances[ch.Name] {
 			sg := Sgroup{Chain: ch.Name, Instance: in.ID, NFs: ch.ServerNFs, State: in.State, Core: in.Core, VLAN: in.VLAN,
 				Flows: in.Flows, RateGbps: in.RateGbps, RatePps: in.RatePps, Load: in.Load, Threshold: in.Threshold,
-				QueueLen: in.QueueLen, Batch: in.Batch, P99us: in.P99us, SLOP99us: c.SLO.P99us, Overloaded: in.Overloaded,
+				VFDropped: in.VFDropped, NFQueueLen: in.NFQueueLen, Batch: in.Batch, P99us: in.P99us, SLOP99us: c.SLO.P99us, Overloaded: in.Overloaded,
 				Phase: in.Phase, Why: in.Why}
 			ch.Flows += int(in.Flows)
 			if in.State == store.Attached && in.Core >= 0 {

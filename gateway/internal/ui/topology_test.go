@@ -44,12 +44,12 @@ func rack() Snapshot {
 		},
 		Instances: map[string][]*store.Instance{
 			"chain2": {{ID: "chain2/1", Chain: "chain2", Worker: "local", State: store.Attached, Core: 1, VLAN: 101,
-				Flows: 3, RateGbps: 0.5, RatePps: 60000, Load: 0.3, Threshold: 0.8, QueueLen: 4, Batch: 2, P99us: 40, Phase: "ready"}},
+				Flows: 3, RateGbps: 0.5, RatePps: 60000, Load: 0.3, Threshold: 0.8, NFQueueLen: 4, VFDropped: 1, Batch: 2, P99us: 40, Phase: "ready"}},
 			"chain3": {
 				{ID: "chain3/1", Chain: "chain3", Worker: "local", State: store.Attached, Core: 1, VLAN: 102, Flows: 2,
 					RateGbps: 0.25, RatePps: 30000, Load: 0.2, Threshold: 0.7, P99us: 30, Phase: "ready"},
 				{ID: "chain3/2", Chain: "chain3", Worker: "local", State: store.Attached, Core: 2, VLAN: 103, Flows: 1,
-					RateGbps: 1, RatePps: 120000, Load: 0.75, Threshold: 0.7, QueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
+					RateGbps: 1, RatePps: 120000, Load: 0.75, Threshold: 0.7, NFQueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
 				{ID: "chain3/3", Chain: "chain3", Worker: "local", State: store.Pooled, Core: -1, VLAN: 104, Phase: "starting"},
 			},
 		},
@@ -83,7 +83,7 @@ func Test_Build_places_sgroups_on_their_workers_cores(t *testing.T) {
 		t.Errorf("core 1 load %v, want 0.5 (its sgroups' loads)", got)
 	}
 	sg := c1.Sgroups[0]
-	if strings.Join(sg.NFs, ",") != "ACL,UrlFilter,Encrypt" || sg.SLOP99us != 200 || sg.QueueLen != 4 || sg.Batch != 2 ||
+	if strings.Join(sg.NFs, ",") != "ACL,UrlFilter,Encrypt" || sg.SLOP99us != 200 || sg.NFQueueLen != 4 || sg.VFDropped != 1 || sg.Batch != 2 ||
 		sg.Threshold != 0.8 || sg.RateGbps != 0.5 {
 		t.Errorf("chain2's sgroup: %+v", sg)
 	}
@@ -141,7 +141,7 @@ func Test_topology_JSON_has_the_fields_the_page_and_scripts_read(t *testing.T) {
 		t.Fatal(err)
 	}
 	sg := j["workers"].([]any)[0].(map[string]any)["cores"].([]any)[0].(map[string]any)["sgroups"].([]any)[0].(map[string]any)
-	for _, k := range []string{"chain", "instance", "nfs", "rate_gbps", "rate_pps", "load", "threshold", "queue_len", "batch",
+	for _, k := range []string{"chain", "instance", "nfs", "rate_gbps", "rate_pps", "load", "threshold", "vf_dropped", "nf_reported_queue_len", "batch",
 		"p99_us", "slo_p99_us", "flows", "phase"} {
 		if _, ok := sg[k]; !ok {
 			t.Errorf("sgroup lacks %q: %s", k, b)

@@ -68,7 +68,8 @@ function sgroupCard(sg, chains) {
     kv([
       ["rate", `${gbps(sg.rate_gbps)} · ${pps(sg.rate_pps)}`, "rate"],
       ["load", `${sg.load.toFixed(2)} / threshold ${sg.threshold.toFixed(2)}${sg.overloaded ? " · overloaded" : ""}`, sg.overloaded ? "bad" : ""],
-      ["NIC queue", `${sg.queue_len} packets`, sg.queue_len >= 64 ? "warn" : ""],
+      ["VF refused", `${sg.vf_dropped} packets`, sg.vf_dropped > 0 ? "warn" : ""],
+      ["NIC queue (NF's own figure)", `${sg.nf_reported_queue_len} packets`],
       ["batch", `${sg.batch} bursts/turn`],
       ["p99", (sg.p99_us > 0 ? us(sg.p99_us) : "not reported") + slo, sg.p99_us > 0 ? p99cls : ""],
       ["flows", String(sg.flows)],
