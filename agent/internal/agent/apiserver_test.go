@@ -134,7 +134,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 	if err := os.WriteFile(filepath.Join(proc, "777", "cgroup"), []byte("0::/kubepods/pod1/"+criID+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.NewKubernetes(c.Client(t, testapiserver.Agent), runtime.KubeConfig{Namespace: "openfaas-fn", Node: worker,
+	rt, err := runtime.NewKubernetes(c.Client(t, testapiserver.Agent), runtime.KubeConfig{Namespace: "keel-nf", Node: worker,
 		CPU: resource.MustParse("1"), MemoryBytes: 256 << 20, BufferBytes: 4 << 20, ProcRoot: proc, StartTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 			ContainerID: "containerd://" + criID, Image: ct.Image,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}})
 	}
-	if _, err := admin.CoreV1().Pods("openfaas-fn").UpdateStatus(ctx, &pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := admin.CoreV1().Pods("keel-nf").UpdateStatus(ctx, &pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ready := func(s *pb.InstanceStats) bool { return s.Phase == "ready" }
@@ -206,7 +206,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 
 func onlyPods(t *testing.T, cs kubernetes.Interface) []corev1.Pod {
 	t.Helper()
-	l, err := cs.CoreV1().Pods("openfaas-fn").List(context.Background(), metav1.ListOptions{})
+	l, err := cs.CoreV1().Pods("keel-nf").List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
