@@ -38,6 +38,15 @@ def sh(*args, check=True, timeout=120, **kw):
     return subprocess.run(args, capture_output=True, text=True, check=check, timeout=timeout, **kw)
 
 
+def redis(*args: str, check: bool = True) -> list[str]:
+    """redis-cli on the stack's Redis (run/redis.sock) logged in as keel-gateway (make up's ACL:
+    the keys keel:*, no admin command; its password through the environment), --raw, its
+    output lines. List keys with "--scan", "--pattern", P: keel-gateway may not run KEYS."""
+    env = dict(os.environ, REDISCLI_AUTH=(RUN / "secrets" / "redis-gateway").read_text().strip())
+    return sh("redis-cli", "--user", "keel-gateway", "-s", str(RUN / "redis.sock"), "--raw", *args,
+              check=check, env=env).stdout.splitlines()
+
+
 def ovs(*args, check=True):
     return sh("ovs-vsctl", f"--db=unix:{RUN / 'ovs' / 'db.sock'}", *args, check=check)
 
@@ -226,14 +235,11 @@ def settle_removals(timeout: float = 60) -> None:
     state left in Redis for a chain that is no longer deployed. make down right after a
     remove stops the agent mid-teardown, and the next module would find its keys (Redis
     keeps them across make down/up). Best effort: a broken stack still goes down."""
-    def redis(*args: str) -> list[str]:
-        return sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", *args, check=False).stdout.split()
-
     def orphans() -> list[str]:
         # keel:state:<tenant>:<chain>.<N>:... of a chain faas-cli no longer lists (the
         # gateway keeps a removed chain's instance records until the agent tore them down).
         deployed = set(faas("list", "-q").stdout.split())
-        return [k for k in redis("KEYS", "keel:state:*") if k.split(":")[3].rpartition(".")[0] not in deployed]
+        return [k for k in redis("--scan", "--pattern", "keel:state:*", check=False) if k.split(":")[3].rpartition(".")[0] not in deployed]
 
     try:
         wait_for("the agent to delete removed instances' NF state", lambda: not orphans(), timeout=timeout)

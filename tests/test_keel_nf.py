@@ -310,6 +310,59 @@ def test_nat_state_in_redis_survives_a_restart_of_the_chain(tmp_path, redis_serv
     assert (back[0][IP].dst, back[0][TCP].dport) == ("198.18.0.7", 4444)
 
 
+def test_nat_state_through_the_instances_own_redis_login(tmp_path, redis_server):
+    """keel-nf --redis-auth-file logs in as the instance's ACL user (as keel-agent makes it:
+    only its own keys, only the mirror's commands): the NAT's state is kept and loaded as
+    without a login. A wrong password: a clear message (no password), empty state, no crash."""
+    host, port = redis_server.split(":")
+
+    def cli(*args):
+        return subprocess.run(["redis-cli", "-h", host, "-p", port, "--raw", *args],
+                              capture_output=True, text=True, timeout=10).stdout.split()
+
+    assert cli("ACL", "SETUSER", "keel-nf.natc.0", "reset", "on", ">nfpassword7", "~keel:state:t1:natc.0:*",
+               "resetchannels", "-@all", "+hscan", "+hset", "+hdel", "+hget", "+ping") == ["OK"]
+    auth = tmp_path / "redis-login"
+    auth.write_text("keel-nf.natc.0 nfpassword7\n")
+    auth.chmod(0o600)
+    nat = {"external_ip": "198.18.255.1", "port_range": [30000, 30999]}
+    nfs = [("stamp", {"index": 0}), ("nat", nat)]
+    redis = ["--redis", redis_server, "--tenant", "t1", "--redis-auth-file", str(auth)]
+    out_syn = Ether() / IP(src="198.18.0.7", dst="198.19.0.3") / TCP(sport=4444, dport=80, flags="S")
+    (tmp_path / "first").mkdir()
+    procs, out, _, _ = start_chain(tmp_path / "first", "natc.0", nfs, [out_syn], extra=redis)
+    wait_all(procs, timeout=60)
+    (translated,) = rdpcap(str(out))
+    assert cli("KEYS", "keel:state:*") == ["keel:state:t1:natc.0:1-nat"]
+    reply = Ether() / IP(src="198.19.0.3", dst="198.18.255.1") / TCP(sport=80, dport=translated[TCP].sport, flags="SA")
+    (tmp_path / "again").mkdir()
+    procs, out, _, _ = start_chain(tmp_path / "again", "natc.0", nfs, [reply], extra=redis)
+    wait_all(procs, timeout=60)
+    back = rdpcap(str(out))
+    assert len(back) == 1, "the restarted NAT lost the mapping it kept through its login"
+    assert (back[0][IP].dst, back[0][TCP].dport) == ("198.18.0.7", 4444)
+
+    auth.write_text("keel-nf.natc.0 notthepassword9\n")
+    (tmp_path / "refused").mkdir()
+    procs, out, _, _ = start_chain(tmp_path / "refused", "natc.0", nfs, [reply], extra=redis)
+    errs = []
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        errs.append(err)
+    nat_err = errs[1]
+    assert "refuses the login of user keel-nf.natc.0 (--redis-auth-file)" in nat_err and "WRONGPASS" in nat_err, nat_err
+    assert "refused the login; keel:state:t1:natc.0:1-nat starts with empty state" in nat_err, nat_err
+    assert "notthepassword9" not in "".join(errs)
+    assert len(rdpcap(str(out))) == 0, "a NAT without its state translated the reply"
+
+    auth.unlink()
+    (tmp_path / "nofile").mkdir()
+    procs, _, _, _ = start_chain(tmp_path / "nofile", "natc.0", nfs[1:], [reply], extra=redis)
+    _, err = procs[0].communicate(timeout=60)
+    assert procs[0].returncode == 1 and f"--redis-auth-file {auth}: No such file" in err, err
+
+
 def test_wait_iface_gives_up_with_a_message():
     start = time.time()
     r = subprocess.run([str(BIN / "keel-nf"), "--nf", "stamp", "--chain-id", "wait", "--position", "0", "--of", "1",

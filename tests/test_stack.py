@@ -100,12 +100,24 @@ def up() -> float:
     return took
 
 
-def redis_ping(family, addr) -> bytes:
+def redis_ping(family, addr, login: bool = True) -> bytes:
+    """PING, logged in as keel-gateway first (make up's ACL) unless not login: the replies."""
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect(addr)
+        want = b"+PONG\r\n"
+        if login:
+            password = (RUN / "secrets" / "redis-gateway").read_text().strip()
+            s.sendall(f"AUTH keel-gateway {password}\r\n".encode())
+            want = b"+OK\r\n" + want
         s.sendall(b"PING\r\n")
-        return s.recv(64)
+        got = b""
+        while len(got) < len(want) and b"-" not in got:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            got += chunk
+        return got
 
 
 def http_status(url: str) -> int:
@@ -182,8 +194,12 @@ def test_make_up_twice_then_make_down_leaves_nothing():
     assert set(PARTS) <= set(pids), f"missing PID files: {set(PARTS) - set(pids)}"
     assert ("dockerd" in pids) != dockerd_before, "dockerd started although one answered, or not started"
 
-    assert redis_ping(socket.AF_INET, ("127.0.0.1", 6379)) == b"+PONG\r\n"
-    assert redis_ping(socket.AF_UNIX, str(RUN / "redis.sock")) == b"+PONG\r\n"
+    assert redis_ping(socket.AF_INET, ("127.0.0.1", 6379)) == b"+OK\r\n+PONG\r\n"
+    assert redis_ping(socket.AF_UNIX, str(RUN / "redis.sock")) == b"+OK\r\n+PONG\r\n"
+    assert redis_ping(socket.AF_INET, ("127.0.0.1", 6379), login=False).startswith(b"-NOAUTH"), \
+        "Redis answers a client that did not log in"
+    for name in ("redis-gateway", "redis-agent"):
+        assert (RUN / "secrets" / name).stat().st_mode & 0o777 == 0o600, name
     assert sh("ovs-vsctl", f"--db={OVSDB}", "--timeout=5", "show").returncode == 0
     socket.create_connection(("127.0.0.1", 50062), timeout=5).close()
     assert http_status("http://127.0.0.1:8080/healthz") == 200

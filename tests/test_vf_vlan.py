@@ -19,7 +19,7 @@ import pytest
 
 from keelenv import BIN
 from keelstack import (SKIP_REASON, all_ready, capture, faas, nf_containers, running_stack, setup_counters,
-                       setup_delta, sh, udp, wait_for)
+                       redis, setup_delta, sh, udp, wait_for)
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
@@ -98,5 +98,5 @@ def test_a_tag_pushed_by_a_server_nf_reaches_the_sink(tmp_path):
             # the next module's stack).
             wait_for("tunsrv's and tunmon's NF containers removed", lambda: nf_containers() == [], timeout=60)
             wait_for("their NF state deleted", lambda: not [
-                k for k in sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", "KEYS", "keel:state:*").stdout.split()
+                k for k in redis("--scan", "--pattern", "keel:state:*")
                 if ":tunsrv." in k or ":tunmon." in k], timeout=30)

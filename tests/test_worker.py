@@ -20,7 +20,7 @@ import pytest
 import netns
 from keelenv import ROOT
 from keelstack import (CHAINS, GATEWAY, RUN, SKIP_REASON, all_ready, control_stub, coopsched_groups, describe, faas,
-                       instances, nf_containers, ovs, pid_of, running_stack, sh, wait_for)
+                       instances, nf_containers, ovs, pid_of, redis, running_stack, sh, wait_for)
 
 BRIDGE = "keel-nic-local"
 # chain 3's NAT in stack.yml
@@ -237,7 +237,7 @@ def test_remove_leaves_no_container_port_group_or_key(deployed):
     wait_for("every VF port removed", lambda: not [p for p in ovs("list-ports", BRIDGE).stdout.split()
                                                    if p.startswith("keelvf")], timeout=30)
     assert not re.search(r"^\d+: keelvf", sh("ip", "-o", "link", "show").stdout, re.M)
-    keys = sh("redis-cli", "-h", "127.0.0.1", "-p", "6379", "--raw", "KEYS", "keel:*").stdout.split()
+    keys = redis("--scan", "--pattern", "keel:*")
     assert not [k for k in keys if k.startswith(("keel:instances:", "keel:state:"))], keys
     assert coopsched_groups() == []
 

@@ -8,8 +8,8 @@
 # and so is everything else.
 #
 # Works after a crash (stale PID files, OVS killed, half-started stack) and when nothing runs;
-# running it twice is harmless. Redis' data (run/redis/) and the gateway's password
-# (run/secrets/) are kept for the next make up. Must run as root.
+# running it twice is harmless. Redis' data and users (run/redis/), the gateway's password and
+# the Redis logins (run/secrets/) are kept for the next make up. Must run as root.
 #
 # usage: deploy/local/down.sh
 set -euo pipefail

@@ -7,10 +7,13 @@
 #              process that started after its PID file was written is not ours (a recycled
 #              PID), nor is one without NAME's program in its command line
 #   NAME.log   its stdout and stderr
-#   redis/     Redis' data directory (appendonly), redis.sock its unix socket
+#   redis/     Redis' data directory (appendonly) and ACL file users.acl, redis.sock its unix
+#              socket
 #   ovs/       the private Open vSwitch: conf.db, db.sock, OVS' own pidfiles, control
 #              sockets and logs (OVS_RUNDIR, OVS_DBDIR, OVS_LOGDIR point here)
-#   secrets/   the gateway's basic-auth-user and basic-auth-password
+#   secrets/   the gateway's basic-auth-user and basic-auth-password, the control-plane token,
+#              the Redis passwords of keel-gateway and keel-agent (redis-gateway, redis-agent),
+#              and in nf/ each chain instance's Redis login (keel-agent --secrets-dir)
 #   dockerd/   only when make up started dockerd: dockerd's own pidfile
 #   pktbuf.mounted   present when make up mounted the chain-buffer tmpfs
 
@@ -18,6 +21,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RUN=$ROOT/run
 PKTBUF=/run/keel/pktbuf
 COOPSCHED_SOCK=/run/keel/coopsched.sock
+NF_SECRETS=$RUN/secrets/nf
 DOCKER_SOCK=/var/run/docker.sock
 MANAGED_CORES=1
 export OVS_RUNDIR=$RUN/ovs OVS_DBDIR=$RUN/ovs OVS_LOGDIR=$RUN/ovs
@@ -71,5 +75,9 @@ logtail() {
   say "    --- last lines of $log"
   tail -n 20 "$log" | sed 's/^/    /'
 }
+
+# redis_cli ARG...: redis-cli logged in as keel-gateway (its password through the environment,
+# not the command line).
+redis_cli() { REDISCLI_AUTH=$(cat "$RUN/secrets/redis-gateway") redis-cli --user keel-gateway "$@"; }
 
 docker_answers() { docker -H "unix://$DOCKER_SOCK" version >/dev/null 2>&1; }

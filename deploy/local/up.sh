@@ -3,7 +3,8 @@
 # Starts keel's local single-node stack in the background (`make up`), each part waited for
 # until it answers:
 #
-#   redis-server     127.0.0.1:6379 and unix socket run/redis.sock (AOF in run/redis/)
+#   redis-server     127.0.0.1:6379 and unix socket run/redis.sock (AOF in run/redis/), with
+#                    ACLs (run/redis/users.acl): no client without a login (see below)
 #   dockerd          only if none answers at /var/run/docker.sock
 #   ovsdb-server     private Open vSwitch database, run/ovs/db.sock
 #   ovs-vswitchd     userspace datapath (bridges use datapath_type=netdev)
@@ -25,6 +26,14 @@
 # (random, mode 0600; keel-place creates it at the first make up, every part gets
 # --control-token-file), and is refused without it. Like the basic-auth password beside it, it
 # survives make down.
+#
+# Redis has no default user: keel-gateway logs in as keel-gateway (the keys keel:*), keel-agent
+# as keel-agent (NF state keel:state:*, and the NFs' users), each with the password in
+# run/secrets/redis-gateway or redis-agent (random, mode 0600, made at the first make up and
+# kept; deploy/lib/redis-acl.sh writes run/redis/users.acl from deploy/redis/users.acl.in). Each
+# chain instance's NFs log in as keel-nf.<group>, a user keel-agent makes that may touch only
+# the instance's state; its login is in run/secrets/nf/<group>/redis. To look into Redis:
+#   REDISCLI_AUTH=$(cat run/secrets/redis-gateway) redis-cli --user keel-gateway -s run/redis.sock
 #
 # and builds the keel/nf-base image if the engine lacks it or keel-nf is newer. Logs and PID files are in run/
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
@@ -128,7 +137,7 @@ part() {
 
 http_ok() { curl -fsS -m 2 -o /dev/null "$1"; }
 redis_ok() {
-  [ "$(redis-cli -h 127.0.0.1 -p 6379 ping)" = PONG ] && [ "$(redis-cli -s "$RUN/redis.sock" ping)" = PONG ]
+  [ "$(redis_cli -h 127.0.0.1 -p 6379 ping)" = PONG ] && [ "$(redis_cli -s "$RUN/redis.sock" ping)" = PONG ]
 }
 ovsdb_ok() { ovs-vsctl --timeout=2 show; }
 vswitchd_ok() { ovs-appctl --timeout=2 -t ovs-vswitchd version; }
@@ -174,11 +183,18 @@ if [ ! -f "$RUN/ip_local_reserved_ports" ]; then
 fi
 
 # Redis: functions, chains, placements and NF state. NF containers have no network and use
-# the unix socket.
-alive redis > /dev/null || port_free 127.0.0.1:6379
+# the unix socket. Its ACL file: the control plane's users (passwords made once, kept) and the
+# NFs' users keel-agent saved there (ACL SAVE), which stay.
+if ! alive redis > /dev/null; then
+  port_free 127.0.0.1:6379
+  acl=$("$ROOT/deploy/lib/redis-acl.sh" "$RUN/secrets")
+  (umask 077 && { printf '%s\n' "$acl"; grep '^user keel-nf\.' "$RUN/redis/users.acl" 2>/dev/null || true; } \
+    > "$RUN/redis/users.acl.new")
+  mv "$RUN/redis/users.acl.new" "$RUN/redis/users.acl"
+fi
 part redis 20 redis_ok -- redis-server --bind 127.0.0.1 --port 6379 --protected-mode yes \
   --unixsocket "$RUN/redis.sock" --unixsocketperm 770 --dir "$RUN/redis" \
-  --appendonly yes --save "" --daemonize no
+  --aclfile "$RUN/redis/users.acl" --appendonly yes --save "" --daemonize no
 
 # Docker engine: the one that answers, else ours. --cpu-rt-runtime gives the docker cgroup
 # the real-time budget (cgroup v1 RT group scheduling) that containers' SCHED_FIFO NF threads
@@ -245,7 +261,8 @@ part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:
 
 for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
-  --redis "unix:$RUN/redis.sock" --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
+  --redis "unix:$RUN/redis.sock" --redis-user keel-gateway --redis-password-file "$RUN/secrets/redis-gateway" \
+  --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
   --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
   --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
@@ -266,7 +283,8 @@ alive keel-agent > /dev/null || port_free 127.0.0.1:9101
 part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --control-token-file "$TOKEN" \
   --worker local --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" --cores "$MANAGED_CORES" \
   --ovsdb "unix:$RUN/ovs/db.sock" --pktbuf-dir "$PKTBUF" --redis 127.0.0.1:6379 \
-  --redis-socket "$RUN/redis.sock" --listen 127.0.0.1:9101
+  --redis-user keel-agent --redis-password-file "$RUN/secrets/redis-agent" \
+  --redis-socket "$RUN/redis.sock" --secrets-dir "$NF_SECRETS" --listen 127.0.0.1:9101
 
 # The embedded ToR: an OVS bridge whose table-miss sends new flows to keel-ingress, ports to
 # the traffic source and sink network namespaces (fixed MACs; the source's next hop is the
@@ -320,6 +338,7 @@ keel is up ($((SECONDS - start)) s).
   password  $password (user $(cat "$RUN/secrets/basic-auth-user" 2>/dev/null || echo admin))
   log in    faas-cli login --password-stdin < $password
   gRPC      every call carries the control-plane token in $TOKEN
+  Redis     REDISCLI_AUTH=\$(cat $RUN/secrets/redis-gateway) redis-cli --user keel-gateway -s $RUN/redis.sock
   OVS       ovs-vsctl --db=unix:$RUN/ovs/db.sock show
   ToR flows ovs-ofctl -O OpenFlow13 dump-flows unix:$RUN/ovs/keel-tor.mgmt
   traffic   ip netns exec keelsrc ...  (source, 198.18.0.1; sends through the ToR)

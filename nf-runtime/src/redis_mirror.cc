@@ -5,8 +5,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "keel/monitor.h"
 
@@ -18,6 +21,24 @@ static constexpr timeval kIoTimeout = {0, 200 * 1000};
 std::string StateKey(const std::string& tenant, const std::string& chain, size_t position,
                      const std::string& nf) {
   return "keel:state:" + tenant + ":" + chain + ":" + std::to_string(position) + "-" + nf;
+}
+
+bool ReadRedisAuthFile(const std::string& path, RedisAuth* auth, std::string* err) {
+  std::ifstream f(path);
+  if (!f) {
+    *err = path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string line, extra;
+  std::getline(f, line);
+  std::istringstream words(line);
+  RedisAuth a;
+  if (!(words >> a.user >> a.password) || words >> extra || (f >> extra)) {
+    *err = path + ": want one line \"USER PASSWORD\"";
+    return false;
+  }
+  *auth = std::move(a);
+  return true;
 }
 
 RedisMirror::RedisMirror(const std::string& addr, std::chrono::milliseconds period, size_t max_pending)
@@ -52,10 +73,30 @@ bool RedisMirror::Connect() {
     return false;
   }
   redisSetTimeout(c, kIoTimeout);
+  if (!LogIn(c)) {
+    redisFree(c);
+    return false;
+  }
   ctx_ = c;
   connected_ = true;
   reconnects_++;
   return true;
+}
+
+/* AUTH on a new connection, if there is a user; a refusal is reported once
+ * (Redis' reason, e.g. WRONGPASS, never the password). */
+bool RedisMirror::LogIn(redisContext* c) {
+  if (auth_.user.empty()) return true;
+  auto* r = static_cast<redisReply*>(redisCommand(c, "AUTH %s %s", auth_.user.c_str(), auth_.password.c_str()));
+  bool ok = r && r->type != REDIS_REPLY_ERROR;
+  if (!ok && !refused_ && r)
+    std::fprintf(stderr, "keel: redis %s refuses the login of user %s (--redis-auth-file): %s; NF state is neither loaded nor mirrored until it accepts it\n",
+                 Address().c_str(), auth_.user.c_str(), r->str);
+  if (r) {
+    refused_ = !ok;
+    freeReplyObject(r);
+  }
+  return ok;
 }
 
 void RedisMirror::Disconnect() {
@@ -68,8 +109,8 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
   state->set_mirrored(true);
   tables_.push_back(Table{state, key, {}, {}, {}});
   if (!Connect()) {
-    std::fprintf(stderr, "keel: redis %s unreachable; %s starts with empty state\n",
-                 Address().c_str(), key.c_str());
+    std::fprintf(stderr, "keel: redis %s %s; %s starts with empty state\n", Address().c_str(),
+                 refused_ ? "refused the login" : "unreachable", key.c_str());
     return 0;
   }
   size_t loaded = 0;
@@ -78,6 +119,9 @@ size_t RedisMirror::Add(FlowState* state, const std::string& key) {
     auto* r = static_cast<redisReply*>(
         redisCommand(ctx_, "HSCAN %s %s COUNT 1000", key.c_str(), cursor.c_str()));
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      if (r && r->type == REDIS_REPLY_ERROR)
+        std::fprintf(stderr, "keel: redis %s: HSCAN %s: %s; it starts with empty state\n", Address().c_str(),
+                     key.c_str(), r->str);
       if (r) freeReplyObject(r);
       Disconnect();
       break;
@@ -145,6 +189,11 @@ bool RedisMirror::Flush(Table* t) {
     void* reply = nullptr;
     if (redisGetReply(ctx_, &reply) != REDIS_OK || !reply) return false;
     auto* r = static_cast<redisReply*>(reply);
+    if (r->type == REDIS_REPLY_ERROR && !write_refused_) {
+      write_refused_ = true;
+      std::fprintf(stderr, "keel: redis %s refuses %s of %s: %s\n", Address().c_str(), i < sent ? "a write" : "a read",
+                   t->key.c_str(), r->str);
+    }
     if (i >= sent) {
       StateRecord rec;
       rec.key = t->pulls[i - sent];

@@ -283,6 +283,67 @@ TEST(RedisMirror, PullsUnknownFlowsWrittenElsewhere) {
   mr.Stop(milliseconds(500));
 }
 
+TEST(RedisMirror, LogsInAsTheInstancesUserAndTreatsARefusalAsUnreachable) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  /* A user as keel-agent makes it: its instance's keys, the mirror's commands. */
+  redisContext* admin = redisConnect("127.0.0.1", redis.port());
+  ASSERT_TRUE(admin && !admin->err);
+  auto* r = static_cast<redisReply*>(redisCommand(admin, "ACL SETUSER keel-nf.c.0 reset on >pw ~keel:state:t:c.0:* "
+                                                         "resetchannels -@all +hscan +hset +hdel +hget +ping"));
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  const std::string key = StateKey("t", "c.0", 0, "nat");
+  {
+    FlowState s;
+    RedisMirror m(redis.unix_addr(), milliseconds(10));
+    m.SetAuth({"keel-nf.c.0", "pw"});
+    EXPECT_EQ(m.Add(&s, key), 0u);
+    EXPECT_TRUE(m.connected());
+    m.Start();
+    for (uint16_t i = 0; i < 10; i++) s.Update(Flow(i), Value{i, 3});
+    s.Sync(true);
+    m.Stop(milliseconds(2000));
+    EXPECT_EQ(m.writes(), 10u);
+  }
+  FlowState again;
+  RedisMirror m2(redis.addr(), milliseconds(10));
+  m2.SetAuth({"keel-nf.c.0", "pw"});
+  EXPECT_EQ(m2.Add(&again, key), 10u);
+
+  FlowState wrong;
+  RedisMirror m3(redis.addr(), milliseconds(10));
+  m3.SetAuth({"keel-nf.c.0", "not-pw"});
+  EXPECT_EQ(m3.Add(&wrong, key), 0u) << "a refused login starts with empty state";
+  EXPECT_FALSE(m3.connected());
+  redisFree(admin);
+}
+
+TEST(RedisMirror, ReadsALoginFileOfOneLine) {
+  char path[] = "/tmp/keel-auth-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  auto write_file = [&](const char* text) {
+    ASSERT_EQ(ftruncate(fd, 0), 0);
+    ASSERT_EQ(pwrite(fd, text, std::strlen(text), 0), static_cast<ssize_t>(std::strlen(text)));
+  };
+  RedisAuth a;
+  std::string err;
+  write_file("keel-nf.c.0 s3cret\n");
+  ASSERT_TRUE(ReadRedisAuthFile(path, &a, &err)) << err;
+  EXPECT_EQ(a.user, "keel-nf.c.0");
+  EXPECT_EQ(a.password, "s3cret");
+  for (const char* bad : {"", "user-only\n", "a b c\n", "a b\nc d\n"}) {
+    write_file(bad);
+    EXPECT_FALSE(ReadRedisAuthFile(path, &a, &err)) << bad;
+    EXPECT_EQ(err.find("s3cret"), std::string::npos);
+  }
+  close(fd);
+  unlink(path);
+  EXPECT_FALSE(ReadRedisAuthFile(path, &a, &err));
+  EXPECT_NE(err.find("No such file"), std::string::npos) << err;
+}
+
 TEST(RedisMirror, AFullQueueDropsTheNewestFlowsChanges) {
   RedisServer redis;
   if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";

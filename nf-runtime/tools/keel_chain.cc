@@ -35,6 +35,7 @@ const char kUsage[] =
     "usage: keel-chain --nf NAME[=JSON] [--nf NAME[=JSON] ...] [--burst N]\n"
     "                  [--exit-when-idle MS] [--stats FILE] [--stats-interval MS]\n"
     "                  [--pktbuf PATH] [--redis HOST:PORT] [--tenant NAME]\n"
+    "                  [--redis-auth-file FILE]\n"
     "                  [--chain-id ID] [--flow-capacity N] [--flow-idle-ms MS]\n"
     "                  -- <DPDK EAL arguments>\n"
     "       keel-chain --list [--json]\n"
@@ -60,6 +61,9 @@ const char kUsage[] =
     "                       processes does with --egress-copy)\n"
     "  --redis ADDR         mirror NF state to Redis (HOST:PORT or unix:PATH) and load it at start\n"
     "  --tenant NAME        tenant of the chain, for Redis keys (default: default)\n"
+    "  --redis-auth-file FILE  log in to --redis as the Redis ACL user in FILE, one line\n"
+    "                       \"USER PASSWORD\" (as keel-nf: a refused login runs the chain\n"
+    "                       as with Redis unreachable, an unreadable FILE exits 1)\n"
     "  --chain-id ID        chain instance id, for Redis keys (default: keel-chain)\n"
     "  --flow-capacity N    flows each NF's flow table holds at most (default 65536);\n"
     "                       a new flow beyond them is refused unless one is idle\n"
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
   std::vector<keel::NfSpec> specs;
   keel::RunnerOptions opt;
   keel::FlowLimits flows;
-  std::string redis, tenant = "default", chain_id = "keel-chain";
+  std::string redis, redis_auth_file, tenant = "default", chain_id = "keel-chain";
   bool list = false, json = false;
   int eal_at = argc;
   for (int i = 1; i < argc; i++)
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
       {"stats", required_argument, nullptr, 's'},  {"pktbuf", required_argument, nullptr, 'p'},
       {"stats-interval", required_argument, nullptr, 'S'},
       {"redis", required_argument, nullptr, 'r'},  {"tenant", required_argument, nullptr, 't'},
+      {"redis-auth-file", required_argument, nullptr, 'A'},
       {"chain-id", required_argument, nullptr, 'c'}, {"list", no_argument, nullptr, 'l'},
       {"json", no_argument, nullptr, 'j'},
       {"flow-capacity", required_argument, nullptr, 'F'},
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
       case 'S': opt.stats_interval_ms = ParseInt("--stats-interval", optarg, 10, 3600000); break;
       case 'p': opt.pktbuf_path = optarg; break;
       case 'r': redis = optarg; break;
+      case 'A': redis_auth_file = optarg; break;
       case 't': tenant = optarg; break;
       case 'c': chain_id = optarg; break;
       case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
@@ -140,6 +146,12 @@ int main(int argc, char** argv) {
   }
   if (specs.empty()) UsageError("no --nf given: a chain needs at least one NF");
   if (eal_at == argc) UsageError("missing '--' followed by the DPDK EAL arguments");
+  if (!redis_auth_file.empty() && redis.empty()) UsageError("--redis-auth-file goes with --redis");
+  keel::RedisAuth redis_auth;
+  if (std::string err; !redis_auth_file.empty() && !keel::ReadRedisAuthFile(redis_auth_file, &redis_auth, &err)) {
+    std::fprintf(stderr, "keel-chain: --redis-auth-file %s\n", err.c_str());
+    return 1;
+  }
 
   /* Names and JSON syntax are checked before DPDK starts, so that mistakes
    * are reported at once; Init runs after (some NFs use DPDK libraries). */
@@ -187,6 +199,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<keel::RedisMirror> mirror;
     if (err.empty() && !redis.empty()) {
       mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
+      mirror->SetAuth(redis_auth);
       for (size_t i = 0; i < chain->size(); i++)
         mirror->Add(&chain->nf(i)->state(), keel::StateKey(tenant, chain_id, i, chain->name(i)));
       mirror->Start();

@@ -44,7 +44,8 @@ constexpr auto kIfacePoll = std::chrono::milliseconds(10);
 const char kUsage[] =
     "usage: keel-nf [--load NF.so] --nf NAME[=JSON] --chain-id ID --position K --of N [--pktbuf PATH]\n"
     "               [--coopsched unix:PATH] [--exit-when-idle MS]\n"
-    "               [--stats FILE [--stats-interval MS]] [--redis ADDR [--tenant T]]\n"
+    "               [--stats FILE [--stats-interval MS]]\n"
+    "               [--redis ADDR [--tenant T] [--redis-auth-file FILE]]\n"
     "               [--wait-iface NAME[:MS]] [--flow-capacity N] [--flow-idle-ms MS]\n"
     "               [-- <DPDK EAL arguments, position 0 only>]\n"
     "       keel-nf [--load NF.so] --list [--json]\n"
@@ -84,6 +85,14 @@ const char kUsage[] =
     "                       position continues with its state (hash\n"
     "                       keel:state:TENANT:ID:K-NAME, as keel-chain's)\n"
     "  --tenant T           the chain's tenant, for the Redis key (default: default)\n"
+    "  --redis-auth-file FILE  log in to --redis (AUTH) as the Redis ACL user in FILE:\n"
+    "                       one line \"USER PASSWORD\" (keel-agent mounts each instance's\n"
+    "                       at /run/secrets/keel/redis, a user allowed only the\n"
+    "                       instance's keys). An unreadable or malformed FILE exits 1;\n"
+    "                       a login Redis refuses is reported once on stderr (never\n"
+    "                       the password) and the NF runs as with Redis unreachable:\n"
+    "                       empty state at start, changes retried every 500 ms, each\n"
+    "                       new connection logging in again\n"
     "  --flow-capacity N    flows the NF's flow table holds at most (default 65536);\n"
     "                       a new flow beyond them is refused unless one is idle\n"
     "  --flow-idle-ms MS    a flow unused for MS ms is evicted, as are NAT mappings\n"
@@ -236,7 +245,7 @@ int main(int argc, char** argv) {
   keel::MemberOptions opt;
   opt.count = 0;
   opt.position = -1;
-  std::string chain_id, coopsched, redis, tenant = "default", wait_iface;
+  std::string chain_id, coopsched, redis, redis_auth_file, tenant = "default", wait_iface;
   int wait_iface_ms = kWaitForIfaceMs;
   std::vector<std::string> loads, nfs;
   keel::FlowLimits flows;
@@ -260,6 +269,7 @@ int main(int argc, char** argv) {
       {"egress-copy", no_argument, nullptr, 'X'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
+      {"redis-auth-file", required_argument, nullptr, 'A'},
       {"list", no_argument, nullptr, 'l'},           {"json", no_argument, nullptr, 'j'},
       {"check", no_argument, nullptr, 'K'},
       {"flow-capacity", required_argument, nullptr, 'F'},
@@ -291,6 +301,7 @@ int main(int argc, char** argv) {
       case 'W': opt.wait_futex = true; break;
       case 'X': opt.egress_zero_copy = false; break;
       case 'r': redis = optarg; break;
+      case 'A': redis_auth_file = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
       case 't': tenant = optarg; break;
       case 'F': flows.capacity = static_cast<size_t>(ParseInt("--flow-capacity", optarg, 1, 1 << 24)); break;
@@ -323,6 +334,12 @@ int main(int argc, char** argv) {
     UsageError("--wait-futex is for chains without --coopsched (coopsched hands the core on itself)");
   if (!ValidId(tenant)) UsageError("--tenant: '" + tenant + "' is not a tenant name ([A-Za-z0-9_.-], 1-64)");
   if (!redis.empty() && !ValidRedisAddr(redis)) UsageError("--redis: '" + redis + "' is not HOST:PORT or unix:PATH");
+  if (!redis_auth_file.empty() && redis.empty()) UsageError("--redis-auth-file goes with --redis");
+  keel::RedisAuth redis_auth;
+  if (std::string err; !redis_auth_file.empty() && !keel::ReadRedisAuthFile(redis_auth_file, &redis_auth, &err)) {
+    std::fprintf(stderr, "keel-nf: --redis-auth-file %s\n", err.c_str());
+    return 1;
+  }
   if (!coopsched.empty() && coopsched.rfind("unix:", 0) != 0)
     UsageError("--coopsched: '" + coopsched + "' is not unix:PATH");
   keel::NfSpec spec = keel::ParseNfSpec(nf);
@@ -401,6 +418,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<keel::RedisMirror> mirror;
     if (err.empty() && !redis.empty()) {
       mirror = std::make_unique<keel::RedisMirror>(redis, std::chrono::milliseconds(100));
+      mirror->SetAuth(redis_auth);
       mirror->Add(&chain->nf(0)->state(), keel::StateKey(tenant, chain_id, static_cast<size_t>(opt.position),
                                                         chain->name(0)));
       mirror->Start();

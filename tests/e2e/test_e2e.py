@@ -31,7 +31,7 @@ import pytest
 from keelenv import BIN, ROOT
 from keelstack import (CHAINS, FAAS_CLI, RUN, SKIP_REASON, all_ready, capture, control_stub, coopsched_groups, faas,
                        instances,
-                       nf_containers, ovs, pid_of, restart, running_stack, sh, udp, wait_for)
+                       nf_containers, ovs, pid_of, redis, restart, running_stack, sh, udp, wait_for)
 
 sys.path.insert(0, str(ROOT / "bench"))
 import promtext  # noqa: E402 - bench/promtext.py
@@ -181,10 +181,6 @@ def ingress_metrics() -> dict:
 def tor_flows() -> list[str]:
     out = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", f"unix:{RUN / 'ovs' / 'keel-tor.mgmt'}").stdout
     return [l.strip() for l in out.splitlines() if "cookie=" in l]
-
-
-def redis(*args) -> list[str]:
-    return sh("redis-cli", "-s", str(RUN / "redis.sock"), "--raw", *args).stdout.splitlines()
 
 
 def stack_pids() -> dict[str, int]:

@@ -23,6 +23,7 @@ import (
 	"github.com/keel-nfv/keel/agent/internal/runtime"
 	"github.com/keel-nfv/keel/agent/internal/vf"
 	"github.com/keel-nfv/keel/internal/controltoken"
+	"github.com/keel-nfv/keel/internal/redisauth"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,7 +50,17 @@ for it (Watch), and makes them run:
   - the instance's directory <pktbuf-dir>/<group> (chain buffer, stats-K.json),
     bind-mounted at the same path into that instance's containers only, plus
     coopsched's socket at /run/keel/coopsched.sock and redis-server's socket at
-    /run/keel/redis.sock;
+    /run/keel/redis.sock (with --redis-socket);
+  - with --redis-socket: the instance's own Redis user keel-nf.<group>, allowed
+    only the keys keel:state:<tenant>:<group>:* (tenant: the gateway's chain) and
+    the commands HSCAN, HSET, HDEL, HGET and PING, made before its containers
+    start (ACL SETUSER, then ACL SAVE so it outlives a Redis restart; made again
+    when Redis lacks it or the agent restarts). Its login, one line "USER
+    PASSWORD" (random password, kept across rebuilds and agent restarts), is
+    <secrets-dir>/<group>/redis (mode 0600, directory 0700), that directory
+    mounted read-only at /run/secrets/keel in the instance's containers only;
+    keel-nf gets --redis-auth-file /run/secrets/keel/redis. The login appears in
+    no argument, environment variable, label or log;
   - one VF: position 0's container starts first, the VF (veth vf0, or an SR-IOV
     VF) is moved into its netns, then the other positions start. keel-nf
     announces each position to keel-coopsched; the sgroup forms detached
@@ -61,7 +72,14 @@ OVS ports, pktbuf directories), so a restarted agent re-adopts everything. A dea
 NF container or a FAILED / CUT_OFF sgroup is reported failed with the reason and
 the instance rebuilt in place (same id, VLAN, core; NF state from Redis) after a
 backoff of 1 s doubling to 60 s. A removed instance loses its sgroup,
-containers, VF, directory and Redis keys keel:state:<tenant>:<group>:*.
+containers, VF, directory, Redis keys keel:state:<tenant>:<group>:*, Redis user
+and secrets directory.
+
+Redis login: the agent logs in to --redis as --redis-user with the password in
+--redis-password-file (make up: keel-agent, allowed the keys keel:state:* with
+SCAN and DEL, and ACL SETUSER, DELUSER, SAVE, USERS and GETUSER for the NFs'
+users). It does not start when Redis refuses that login (exit status 2, naming
+the user and the file); a Redis that does not answer yet is retried.
 
 SCHED_FIFO in containers (cgroup v1 with RT group scheduling): the kernel
 refuses SCHED_FIFO to threads of a cgroup with cpu.rt_runtime_us = 0, Docker's
@@ -158,7 +176,8 @@ func run() int {
 		sriovPF     = fs.String("sriov-pf", "", "with --vf sriov: the physical function's `NETDEV`")
 		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")
 		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
-		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `HOST:PORT`, to delete a removed instance's NF state (empty: never)")
+		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `ADDR` (HOST:PORT or unix:PATH), to make the NFs' Redis users and delete a removed instance's NF state (empty: never; needs --redis-socket empty)")
+		secretsDir  = fs.String("secrets-dir", "/run/keel/secrets", "with --redis-socket: host `DIR` of one directory per instance holding its NFs' Redis login (see above; empty: NFs log in as Redis' default user)")
 		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
 		listen      = fs.String("listen", "127.0.0.1:9101", "`HOST:PORT` of /metrics, /healthz and /logs")
 		advertise   = fs.String("advertise", "", "`HOST:PORT` at which keel-gateway reaches --listen (faas-cli logs of a chain); default --listen, which then must name a host (not 0.0.0.0)")
@@ -169,6 +188,8 @@ func run() int {
 		waitIface   = fs.Duration("wait-iface", 30*time.Second, "how long position 0 waits for vf0 to appear (keel-nf --wait-iface)")
 		resync      = fs.Duration("resync", 5*time.Second, "a full reconcile pass at least this often (events trigger passes in between)")
 	)
+	var redisLogin redisauth.Flags
+	redisLogin.Register(fs, "keel-agent")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -195,6 +216,13 @@ func run() int {
 	}
 	if *statsEvery < 10*time.Millisecond || *heartbeat < *statsEvery {
 		return bad("--stats-interval must be >= 10ms and --heartbeat at least as long")
+	}
+	login, err := redisLogin.Login()
+	if err != nil {
+		return bad("%v", err)
+	}
+	if *redisSocket != "" && *secretsDir != "" && *redisAddr == "" {
+		return bad("--redis-socket with --secrets-dir needs --redis: the agent makes each instance's Redis user there")
 	}
 	token, err := controltoken.Read(*tokenFile)
 	if err != nil {
@@ -303,8 +331,17 @@ func run() int {
 	defer cs.Close()
 	var rdb *redis.Client
 	if *redisAddr != "" {
-		rdb = redis.NewClient(&redis.Options{Addr: *redisAddr})
+		rdb = redis.NewClient(redisauth.Options(*redisAddr, login))
 		defer rdb.Close()
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := redisauth.Ping(pctx, rdb, *redisAddr, login)
+		cancel()
+		if err != nil && redisauth.Refused(err) {
+			return bad("%v", err)
+		}
+		if err != nil {
+			log.Warn("redis does not answer yet; retried when needed", "err", err)
+		}
 	}
 
 	addr, err := advertised(*listen, *advertise)
@@ -313,7 +350,7 @@ func run() int {
 	}
 	cfg := agent.Config{
 		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedSocket: csPath,
-			RedisSocket: *redisSocket, Cpuset: joinCores(cores), VFDriver: *vfDriver,
+			RedisSocket: *redisSocket, SecretsDir: *secretsDir, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
 		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,

@@ -80,8 +80,12 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 	if in != nil {
 		own.vlans = appendNew(own.vlans, in.Vlan)
 	}
-	if ch != nil && own.tenant == "" {
-		own.tenant = ch.Tenant
+	tenant := "" // the gateway's, for the NFs' Redis user
+	if ch != nil {
+		tenant = ch.Tenant
+	}
+	if own.tenant == "" {
+		own.tenant = tenant
 	}
 	if own.tenant == "" {
 		own.tenant = failedTenant // a failed instance no longer desired: nothing else names it
@@ -94,7 +98,7 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 		case <-ctx.Done():
 			return
 		}
-		err := a.slow(context.WithoutCancel(ctx), act, in, specs, own)
+		err := a.slow(context.WithoutCancel(ctx), act, in, tenant, specs, own)
 		<-a.slots
 		a.countAction(act.Kind.String(), err)
 		a.mu.Lock()
@@ -111,12 +115,15 @@ type teardownInfo struct {
 	tenant     string
 }
 
-func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInstance, specs []runtime.Spec, own teardownInfo) error {
+func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInstance, tenant string, specs []runtime.Spec, own teardownInfo) error {
 	switch act.Kind {
 	case reconcile.Remove:
 		err := a.teardown(ctx, act.ID, own)
 		if err == nil {
 			err = a.deleteState(ctx, own.tenant, act.ID)
+		}
+		if err == nil && a.cfg.NFLogins() && a.Redis != nil {
+			err = a.deleteNFUser(ctx, act.ID)
 		}
 		if err == nil {
 			a.mu.Lock()
@@ -141,7 +148,7 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 		return nil // no longer desired: the next pass removes what is left
 	}
 	start := time.Now()
-	err := a.create(ctx, in, specs)
+	err := a.create(ctx, in, tenant, specs)
 	if err == nil {
 		a.awaitGroup(ctx, in.Id)
 	}
@@ -191,17 +198,25 @@ func (a *Agent) failed(id, reason string) {
 	a.reportNow()
 }
 
-// create builds an instance: a fresh directory, position 0's container, its VF moved in,
-// then the other positions (Docker; Kubernetes starts them together in one Pod; either
-// way pre-deployed detached: Galleon §5.3). keel-nf announces each
-// position to coopsched; the sgroup forms detached when all have.
-func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, specs []runtime.Spec) error {
+// create builds an instance: a fresh directory, its NFs' Redis user (of tenant), position
+// 0's container, its VF moved in, then the other positions (Docker; Kubernetes starts them
+// together in one Pod; either way pre-deployed detached: Galleon §5.3). keel-nf announces
+// each position to coopsched; the sgroup forms detached when all have.
+func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string, specs []runtime.Spec) error {
 	dir := a.cfg.InstanceDir(in.Id)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("stale files of %s: %w", in.Id, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("directory of %s: %w", in.Id, err)
+	}
+	if a.cfg.NFLogins() && a.Redis != nil {
+		rctx, cancel := context.WithTimeout(ctx, nfUserTimeout)
+		err := a.ensureNFUser(rctx, tenant, in.Id)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
 		// A device plugin's VF is the one the kubelet gave position 0's container.
@@ -255,8 +270,8 @@ func (a *Agent) deadContainers(ctx context.Context, id string) string {
 	return s
 }
 
-// teardown removes everything of an instance but its NF state: the sgroup (threads back
-// to CFS), the containers, the VF and the directory.
+// teardown removes everything of an instance but its NF state and Redis user: the sgroup
+// (threads back to CFS), the containers, the VF and the directory.
 func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error {
 	var errs []error
 	a.forgetPod(id)
@@ -293,7 +308,7 @@ func (a *Agent) deleteState(ctx context.Context, tenant, id string) error {
 	if a.Redis == nil {
 		return nil
 	}
-	pattern := "keel:state:" + globEscape(tenant) + ":" + globEscape(GroupID(id)) + ":*"
+	pattern := stateKeys(tenant, id)
 	iter := a.Redis.Scan(ctx, 0, pattern, 256).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keel-nfv/keel/agent/internal/reconcile"
@@ -45,8 +46,10 @@ type Deps struct {
 	VF        vf.Provider
 	Coopsched pb.CoopschedClient
 	Control   pb.ControlClient
-	Redis     *redis.Client // nil: removed instances' NF state is left in Redis
-	Log       *slog.Logger
+	// Redis deletes removed instances' NF state and, with NFLogins, keeps each instance's
+	// Redis user (nfuser.go); nil: neither.
+	Redis *redis.Client
+	Log   *slog.Logger
 }
 
 // failure is the rebuild backoff of one instance.
@@ -87,6 +90,9 @@ type Agent struct {
 	status    map[string]*instStatus
 	pods      map[string]*podProc // with StatsDir or PodCores: each instance's position 0 on the node
 	actions   map[string]uint64   // "kind result" -> count, for metrics
+	nfUsers   map[string]string   // instances whose Redis user this agent made, with the tenant
+
+	aclUnsaved atomic.Bool // ACL SAVE failed once (warned)
 
 	kick    chan struct{} // a reconcile pass is due
 	report  chan struct{} // a phase changed: report now
@@ -102,7 +108,8 @@ func New(cfg Config, deps Deps) *Agent {
 	return &Agent{cfg: cfg, Deps: deps,
 		chains: map[string]*pb.Chain{}, instances: map[string]*pb.ChainInstance{},
 		busy: map[string]bool{}, fails: map[string]*failure{}, status: map[string]*instStatus{}, actions: map[string]uint64{},
-		kick: make(chan struct{}, 1), report: make(chan struct{}, 1), slots: make(chan struct{}, cfg.MaxParallel)}
+		nfUsers: map[string]string{}, kick: make(chan struct{}, 1), report: make(chan struct{}, 1),
+		slots: make(chan struct{}, cfg.MaxParallel)}
 }
 
 // Kick asks for a reconcile pass soon.
@@ -203,6 +210,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		NotBefore: notBefore, RegisterTimeout: a.cfg.RegisterTimeout}
 	a.updateStatus(desired, obs, busy, start)
 	a.mu.Unlock()
+	a.ensureNFUsers(ctx, desired, obs, busy)
 
 	var next time.Time
 	for _, act := range reconcile.Diff(in) {

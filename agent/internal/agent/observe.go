@@ -129,15 +129,23 @@ func (a *Agent) observe(ctx context.Context) (*observed, error) {
 		o.actual[id] = act
 	}
 
-	ents, err := os.ReadDir(a.cfg.PktbufDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	// An instance's directories: its pktbuf directory, and its secrets directory (an
+	// instance that is gone but for its Redis login is removed, login and all).
+	dirs := []string{a.cfg.PktbufDir}
+	if a.cfg.NFLogins() {
+		dirs = append(dirs, a.cfg.SecretsDir)
 	}
-	for _, e := range ents {
-		if id, ok := InstanceOfGroup(e.Name()); ok && e.IsDir() {
-			act := get(id)
-			act.Dir = true
-			o.actual[id] = act
+	for _, dir := range dirs {
+		ents, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range ents {
+			if id, ok := InstanceOfGroup(e.Name()); ok && e.IsDir() {
+				act := get(id)
+				act.Dir = true
+				o.actual[id] = act
+			}
 		}
 	}
 	return o, nil

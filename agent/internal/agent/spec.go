@@ -32,6 +32,10 @@ const (
 const (
 	CoopschedSocketIn = "/run/keel/coopsched.sock"
 	RedisSocketIn     = "/run/keel/redis.sock"
+	// SecretsIn is where an instance's secrets directory is mounted read-only; RedisAuthIn
+	// is its NFs' Redis login there (keel-nf --redis-auth-file).
+	SecretsIn   = "/run/secrets/keel"
+	RedisAuthIn = SecretsIn + "/" + RedisAuthName
 	// PodStatsDir is where the NFs of an instance's Pod write their statistics files
 	// (--runtime kubernetes): an emptyDir in memory that all the Pod's containers mount.
 	PodStatsDir = "/run/keel/stats"
@@ -64,6 +68,10 @@ type SpecConfig struct {
 	StatsDir        string
 	CoopschedSocket string // host path of coopsched's socket
 	RedisSocket     string // host path of redis-server's socket ("" : NFs keep no state in Redis)
+	// SecretsDir is the host directory holding one directory per instance with its NFs'
+	// Redis login (RedisAuthName), mounted read-only into that instance's containers only
+	// ("": NFs log in as Redis' default user).
+	SecretsDir      string
 	Cpuset          string // the managed cores, e.g. "1"
 	VFDriver        string // af_packet | af_xdp
 	StatsIntervalMs int
@@ -77,6 +85,14 @@ type SpecConfig struct {
 func (c SpecConfig) InstanceDir(instance string) string {
 	return filepath.Join(c.PktbufDir, GroupID(instance))
 }
+
+// SecretDir is the host directory of an instance's secrets.
+func (c SpecConfig) SecretDir(instance string) string {
+	return filepath.Join(c.SecretsDir, GroupID(instance))
+}
+
+// NFLogins reports whether each instance's NFs log in to Redis as a user of their own.
+func (c SpecConfig) NFLogins() bool { return c.RedisSocket != "" && c.SecretsDir != "" }
 
 // StatsFile is position k's statistics file: the same path on the host and in the
 // container, or with StatsDir the path inside the instance's containers.
@@ -126,6 +142,10 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 		if c.RedisSocket != "" {
 			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
 			mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})
+			if c.NFLogins() {
+				args = append(args, "--redis-auth-file", RedisAuthIn)
+				mounts = append(mounts, runtime.Mount{Source: c.SecretDir(in.Id), Target: SecretsIn, ReadOnly: true, Dir: true})
+			}
 		}
 		s := runtime.Spec{
 			Name:  fmt.Sprintf("keel-%s-%d", group, k),

@@ -3,9 +3,12 @@
 package agent
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/keel-nfv/keel/agent/internal/runtime"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
@@ -85,6 +88,41 @@ func Test_Specs_hash_changes_with_what_defines_the_instance(t *testing.T) {
 	ch.Members[1].ConfigJson = `{"external_ip":"198.18.0.2"}`
 	if cfg.Specs(in, ch)[0].Labels[LabelSpec] == h {
 		t.Fatal("a new NF configuration kept the spec")
+	}
+}
+
+func Test_Specs_give_each_instance_its_Redis_login_read_only_and_out_of_the_spec(t *testing.T) {
+	cfg := testSpecConfig()
+	cfg.SecretsDir = t.TempDir()
+	in := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101}
+	specs := cfg.Specs(in, testChain())
+	for _, s := range specs {
+		if a := strings.Join(s.Args, " "); !strings.Contains(a, "--redis unix:/run/keel/redis.sock --tenant openfaas-fn --redis-auth-file /run/secrets/keel/redis") {
+			t.Fatalf("%s: args %s", s.Name, a)
+		}
+		var secrets []runtime.Mount
+		for _, m := range s.Mounts {
+			if m.Target == SecretsIn {
+				secrets = append(secrets, m)
+			}
+		}
+		if len(secrets) != 1 || secrets[0].Source != filepath.Join(cfg.SecretsDir, "c3.1") || !secrets[0].ReadOnly || !secrets[0].Dir {
+			t.Fatalf("%s: secrets mount %+v", s.Name, secrets)
+		}
+	}
+	// The login file (its password) is no part of the spec: the hash stays when it is made.
+	h := specs[0].Labels[LabelSpec]
+	if _, err := cfg.nfLogin("c3/1"); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Specs(in, testChain())[0].Labels[LabelSpec] != h {
+		t.Fatal("the login file changed the spec")
+	}
+	_, pw := nfLoginOf(t, cfg, "c3/1")
+	for _, s := range cfg.Specs(in, testChain()) {
+		if b, _ := json.Marshal(s); strings.Contains(string(b), pw) {
+			t.Fatalf("%s: the password is in the container's spec", s.Name)
+		}
 	}
 }
 

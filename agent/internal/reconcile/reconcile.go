@@ -56,7 +56,7 @@ type Actual struct {
 	Group      GroupState
 	GroupCore  int32
 	GroupBatch uint32
-	Dir        bool // its pktbuf directory exists
+	Dir        bool // its pktbuf or secrets directory exists
 }
 
 // Exists reports whether anything of the instance but its directory exists.

@@ -247,9 +247,12 @@ func (k *Kubernetes) Pod(specs []Spec) (*corev1.Pod, error) {
 				if !ok {
 					v = volumeName(m.Target, len(hostVolumes))
 					hostVolumes[m.Source] = v
-					sock := corev1.HostPathSocket
+					kind := corev1.HostPathSocket
+					if m.Dir {
+						kind = corev1.HostPathDirectory
+					}
 					volumes = append(volumes, corev1.Volume{Name: v, VolumeSource: corev1.VolumeSource{
-						HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &sock}}})
+						HostPath: &corev1.HostPathVolumeSource{Path: m.Source, Type: &kind}}})
 				}
 				vol = v
 			}

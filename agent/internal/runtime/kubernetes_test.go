@@ -146,6 +146,28 @@ func Test_Pod_is_guaranteed_at_pod_level_so_its_NFs_share_its_cores_and_buffer(t
 	}
 }
 
+func Test_Pod_mounts_an_instances_secrets_directory_read_only(t *testing.T) {
+	k, _ := testKube(t, KubeConfig{})
+	specs := testSpecs()
+	for i := range specs {
+		specs[i].Mounts = append(specs[i].Mounts, Mount{Source: "/run/keel/secrets/Chain_1.3", Target: "/run/secrets/keel", ReadOnly: true, Dir: true})
+	}
+	p, err := k.Pod(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := p.Spec.Volumes[len(p.Spec.Volumes)-2] // before the stats emptyDir
+	if v.HostPath == nil || v.HostPath.Path != "/run/keel/secrets/Chain_1.3" || *v.HostPath.Type != corev1.HostPathDirectory {
+		t.Fatalf("secrets volume %+v", v)
+	}
+	for _, c := range p.Spec.Containers {
+		m := c.VolumeMounts[len(c.VolumeMounts)-1]
+		if m.Name != v.Name || m.MountPath != "/run/secrets/keel" || !m.ReadOnly {
+			t.Errorf("%s: secrets mount %+v", c.Name, m)
+		}
+	}
+}
+
 func Test_PodName_never_shares_a_name(t *testing.T) {
 	a, b, c := PodName("keel-a_b.0-0"), PodName("keel-a-b.0-0"), PodName("keel-a-b-0-0")
 	if a == b || b == c || c != "keel-a-b-0" || len(validation.IsDNS1123Label(a)) > 0 {

@@ -18,6 +18,9 @@ var ErrImageMissing = errors.New("image not found on the worker")
 type Mount struct {
 	Source, Target string
 	ReadOnly       bool
+	// Dir marks a host directory (an instance's secrets); other host paths are sockets.
+	// Kubernetes checks the hostPath's type.
+	Dir bool
 	// Instance marks the instance's own directory (chain buffer, stats files): a host
 	// directory under Docker, a hugepages-2Mi emptyDir of the instance's Pod under
 	// Kubernetes; shared by that instance's containers only either way.

@@ -37,6 +37,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/ui"
 	"github.com/keel-nfv/keel/gateway/internal/upstream"
 	"github.com/keel-nfv/keel/internal/controltoken"
+	"github.com/keel-nfv/keel/internal/redisauth"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/auth"
 	"google.golang.org/grpc"
@@ -53,6 +54,7 @@ type options struct {
 	packetBytes                                                                                int
 	coreGHz                                                                                    float64
 	kube                                                                                       kube.Options
+	redisLogin                                                                                 redisauth.Flags
 	upstream, upstreamUser, upstreamPasswordFile                                               string
 	loadWindow, downWindow, wakeTimeout, callTimeout                                           time.Duration
 	rpsTarget                                                                                  float64
@@ -80,6 +82,10 @@ func parseFlags(args []string) (*options, error) {
 			"a call without it (UNAUTHENTICATED), and the gateway sends it to the placer and keel-torctl.\n"+
 			"TOKEN is the content of --control-token-file, created at first start (random, mode 0600)\n"+
 			"if it does not exist; give the same file to every other component.\n\n"+
+			"Redis login: the gateway logs in to --redis as the ACL user --redis-user with the password in\n"+
+			"--redis-password-file (make up: keel-gateway, allowed the keys keel:* and no admin command;\n"+
+			"NF containers get users of their own, made by keel-agent). It does not start when Redis\n"+
+			"refuses the login, and says so naming the user and the file, never the password.\n\n"+
 			"Joining a cluster that already runs OpenFaaS: with --upstream-provider URL (faas-netes, or\n"+
 			"any faas-provider) keel keeps only packet functions and chains. faas-cli deploy of a normal\n"+
 			"function, and its describe, scale, remove, logs and secrets go to URL, authenticated as\n"+
@@ -94,6 +100,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.grpcListen, "grpc-listen", "127.0.0.1:50051", "keel.v1.Control gRPC address")
 	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "Redis address (HOST:PORT, or unix:PATH for its Unix socket: cheaper per round trip) that keeps functions, chains and placements; "+
 		"the gateway caches what it writes there, so nothing else may write its keel:* keys (NF state, keel:state:*, aside)")
+	o.redisLogin.Register(fs, "keel-gateway")
 	fs.StringVar(&o.placer, "placer", "127.0.0.1:50062", "keel-place serve address (keel.v1.Placer)")
 	fs.StringVar(&o.torctl, "torctl", "", "keel-torctl address (keel.v1.TorControl): flows whose ToR rules expire are released\n"+
 		"(their instance's flow count drops); \"\" = no ToR")
@@ -248,7 +255,11 @@ func run(o *options) error {
 		log.Printf("control-plane token from %s", tokenFile)
 	}
 
-	st, err := store.New(ctx, o.redis)
+	login, err := o.redisLogin.Login()
+	if err != nil {
+		return err
+	}
+	st, err := store.New(ctx, o.redis, login)
 	if err != nil {
 		return err
 	}

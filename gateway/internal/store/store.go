@@ -20,6 +20,7 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
+	"github.com/keel-nfv/keel/internal/redisauth"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/redis/go-redis/v9"
 )
@@ -140,17 +141,16 @@ type Store struct {
 }
 
 // New connects to Redis at addr, HOST:PORT or unix:PATH (a Unix socket: a round trip costs
-// the gateway less CPU than over loopback TCP), and checks that it answers.
-func New(ctx context.Context, addr string) (*Store, error) {
+// the gateway less CPU than over loopback TCP), logged in as login, and checks that it
+// answers; the error says whether Redis refused the login or did not answer.
+func New(ctx context.Context, addr string, login redisauth.Login) (*Store, error) {
 	s := &Store{c: newCache()}
-	opt := &redis.Options{Network: "tcp", Addr: addr, OnConnect: s.connected}
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		opt.Network, opt.Addr = "unix", path
-	}
+	opt := redisauth.Options(addr, login)
+	opt.OnConnect = s.connected
 	s.rdb = redis.NewClient(opt)
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	if err := redisauth.Ping(ctx, s.rdb, addr, login); err != nil {
 		s.rdb.Close()
-		return nil, fmt.Errorf("redis %s: %w", addr, err)
+		return nil, err
 	}
 	return s, nil
 }

@@ -1,95 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package testredis starts a throw-away redis-server for a package's unit tests.
+// Package testredis starts a throw-away redis-server for the gateway's unit tests, with its
+// store on it.
 package testredis
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/internal/redisauth"
+	base "github.com/keel-nfv/keel/internal/testredis"
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is a throw-away redis-server on a loopback port, without persistence.
-type Server struct {
-	Addr     string // HOST:PORT
-	Socket   string // unix:PATH, the same server
-	bin, dir string
-	port     int
-	cmd      *exec.Cmd
-}
+// Server is a throw-away redis-server (keel's internal/testredis) with the gateway's store
+// on it.
+type Server struct{ *base.Server }
 
 // Start starts redis-server on a free loopback port and stops it when the test ends. It skips
 // the test when redis-server is not installed.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed (apt-get install redis-server; make deps does)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	// The socket's directory is short: a Unix socket's path has at most 107 bytes, and
-	// t.TempDir is named after the test.
-	sock, err := os.MkdirTemp("", "keel-redis")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sock) })
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Socket: "unix:" + filepath.Join(sock, "redis.sock"),
-		bin: bin, dir: t.TempDir(), port: port}
-	s.run(t)
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *Server) run(t testing.TB) {
-	t.Helper()
-	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--unixsocket", strings.TrimPrefix(s.Socket, "unix:"), "--unixsocketperm", "700")
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (s *Server) stop() {
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-}
-
-// Restart stops the server and starts it again on the same port, empty: a Redis that lost
-// its data (restarted without persistence, or with an AOF behind its writes). It returns
-// once the new server accepts connections.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
-	s.stop()
-	s.run(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", s.Addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not come back within 10 s: %v", s.Addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return &Server{base.Start(t)}
 }
 
 // Store returns a new store on the server over TCP (each has its own cache), closed when the
@@ -105,7 +40,7 @@ func (s *Server) StoreAt(t testing.TB, addr string) *store.Store {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := store.New(ctx, addr)
+		st, err := store.New(ctx, addr, redisauth.Login{})
 		cancel()
 		if err == nil {
 			t.Cleanup(func() { st.Close() })

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,18 @@ namespace keel {
 std::string StateKey(const std::string& tenant, const std::string& chain, size_t position,
                      const std::string& nf);
 
+/* A Redis ACL user and its password (keel-agent gives each chain instance one
+ * that may touch only that instance's keys). */
+struct RedisAuth {
+  std::string user;
+  std::string password;
+};
+
+/* Reads a login file (--redis-auth-file): one line "USER PASSWORD". False with
+ * the reason in |*err| (which never holds the file's content) if it cannot be
+ * read or holds anything else. */
+bool ReadRedisAuthFile(const std::string& path, RedisAuth* auth, std::string* err);
+
 class RedisMirror {
  public:
   /* |addr| is HOST:PORT or unix:PATH; |period| is how often changes are
@@ -43,6 +56,10 @@ class RedisMirror {
   ~RedisMirror();
   /* The Redis address as given: HOST:PORT or unix:PATH. */
   std::string Address() const;
+  /* Before Add: log in as |auth| (AUTH) on every connection. A refused login
+   * is reported once, on stderr, and the mirror behaves as with Redis
+   * unreachable (empty state at start; changes held and retried). */
+  void SetAuth(RedisAuth auth) { auth_ = std::move(auth); }
 
   /* Before Start: mirrors |state| into hash |key| and loads what the hash
    * already holds into it, so a restarted NF continues with its state.
@@ -69,6 +86,7 @@ class RedisMirror {
     std::vector<StateRecord> pulled;
   };
   bool Connect();
+  bool LogIn(redisContext* c);
   void Disconnect();
   bool Flush(Table* t);
   void Loop(pid_t packet_tid);
@@ -77,6 +95,9 @@ class RedisMirror {
   std::string host_;
   int port_ = 0;
   std::string unix_path_; /* set for unix:PATH: a unix socket instead of TCP */
+  RedisAuth auth_;        /* user "": no AUTH */
+  bool refused_ = false;  /* the last login was refused (reported once) */
+  bool write_refused_ = false; /* Redis refused a write (reported once) */
   std::chrono::milliseconds period_;
   size_t max_pending_;
   redisContext* ctx_ = nullptr;
