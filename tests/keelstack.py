@@ -78,9 +78,10 @@ def nf_containers(**labels) -> list[dict]:
     return [json.loads(l) for l in sh(*args).stdout.splitlines() if l.strip()]
 
 
-def capture(sink_filter: str, send: str, timeout=10) -> list[str]:
+def capture(sink_filter: str, send: str, timeout=10, payload=False) -> list[str]:
     """Sends scapy packets (the expression `send`) from keelsrc and returns a summary line per
-    packet the sink receives that passes the Python expression sink_filter (p: the packet)."""
+    packet the sink receives that passes the Python expression sink_filter (p: the packet);
+    with payload, each line ends with the L4 payload in hex."""
     sniff = subprocess.Popen(
         ["ip", "netns", "exec", "keelsink", sys.executable, "-W", "ignore", "-c", f"""
 import sys, time
@@ -92,7 +93,8 @@ sn.stop()
 for p in sn.results:
     vlan = p[Dot1Q].vlan if p.haslayer(Dot1Q) else 0
     l4 = p[UDP] if p.haslayer(UDP) else p[TCP]
-    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport)
+    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport,
+          bytes(l4.payload).hex() if {payload} else "")
 """], stdout=subprocess.PIPE, text=True)
     try:
         assert sniff.stdout.readline().strip() == "ready"

@@ -125,6 +125,9 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 		if err == nil && a.cfg.NFLogins() && a.Redis != nil {
 			err = a.deleteNFUser(ctx, act.ID)
 		}
+		if err == nil && a.cfg.SecretsDir != "" {
+			err = os.RemoveAll(a.cfg.SecretDir(act.ID)) // the chain's secrets too
+		}
 		if err == nil {
 			a.mu.Lock()
 			delete(a.fails, act.ID)
@@ -213,6 +216,14 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 	if a.cfg.NFLogins() && a.Redis != nil {
 		rctx, cancel := context.WithTimeout(ctx, nfUserTimeout)
 		err := a.ensureNFUser(rctx, tenant, in.Id)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	if needsChainSecrets(specs) {
+		sctx, cancel := context.WithTimeout(ctx, nfUserTimeout)
+		err := a.writeChainSecrets(sctx, in.Id)
 		cancel()
 		if err != nil {
 			return err

@@ -147,6 +147,9 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 				mounts = append(mounts, runtime.Mount{Source: c.SecretDir(in.Id), Target: SecretsIn, ReadOnly: true, Dir: true})
 			}
 		}
+		if c.chainSecrets(ch) {
+			mounts = append(mounts, runtime.Mount{Source: c.ChainSecretsDir(in.Id), Target: ChainSecretsIn, ReadOnly: true, Dir: true})
+		}
 		s := runtime.Spec{
 			Name:  fmt.Sprintf("keel-%s-%d", group, k),
 			Image: m.Image,

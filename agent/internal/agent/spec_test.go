@@ -155,3 +155,35 @@ func Test_a_draining_instance_keeps_the_spec_of_the_version_it_runs(t *testing.T
 		t.Fatalf("an instance of the current version does not run the chain's current spec")
 	}
 }
+
+// A chain that lists secrets gets them mounted read-only where keel-nf reads {"secret": NAME}
+// from; the values are not in the spec (args, env, labels).
+func Test_Specs_mount_the_chains_secrets_read_only(t *testing.T) {
+	c := testSpecConfig()
+	c.SecretsDir = "/run/keel/secrets"
+	ch := testChain()
+	in := &pb.ChainInstance{Id: "c3/1", Chain: "c3", Vlan: 101}
+	for _, s := range c.Specs(in, ch) {
+		for _, m := range s.Mounts {
+			if m.Target == ChainSecretsIn {
+				t.Fatalf("a chain without secrets mounts %v", m)
+			}
+		}
+	}
+	ch.Secrets = []string{"aes-key"}
+	specs := c.Specs(in, ch)
+	if !needsChainSecrets(specs) {
+		t.Fatal("no chain secrets mount")
+	}
+	for _, s := range specs {
+		var found bool
+		for _, m := range s.Mounts {
+			if m.Target == ChainSecretsIn {
+				found = m.Source == "/run/keel/secrets/c3.1/chain" && m.ReadOnly && m.Dir
+			}
+		}
+		if !found {
+			t.Errorf("%s: mounts %+v, want /run/keel/secrets/c3.1/chain read-only at %s", s.Name, s.Mounts, ChainSecretsIn)
+		}
+	}
+}
