@@ -30,6 +30,8 @@ const (
 
 // Paths inside an NF container.
 const (
+	// CoopschedSocketIn is where an NF container finds keel-coopsched's NF socket (the
+	// host's SpecConfig.CoopschedNFSocket): RegisterThread of its own threads only.
 	CoopschedSocketIn = "/run/keel/coopsched.sock"
 	RedisSocketIn     = "/run/keel/redis.sock"
 	// PodStatsDir is where the NFs of an instance's Pod write their statistics files
@@ -61,14 +63,16 @@ type SpecConfig struct {
 	// on a Scratch mount shared by the instance's containers (--runtime kubernetes: the
 	// instance directory is the Pod's hugetlbfs emptyDir, which takes no write(2)); "": in
 	// the instance directory, on the host.
-	StatsDir        string
-	CoopschedSocket string // host path of coopsched's socket
-	RedisSocket     string // host path of redis-server's socket ("" : NFs keep no state in Redis)
-	Cpuset          string // the managed cores, e.g. "1"
-	VFDriver        string // af_packet | af_xdp
-	StatsIntervalMs int
-	RTRuntimeUs     int64
-	WaitIfaceMs     int
+	StatsDir string
+	// CoopschedNFSocket is the host path of keel-coopsched's NF socket (--nf-listen), the
+	// one mounted into NF containers; its admin socket, which the agent calls, never is.
+	CoopschedNFSocket string
+	RedisSocket       string // host path of redis-server's socket ("" : NFs keep no state in Redis)
+	Cpuset            string // the managed cores, e.g. "1"
+	VFDriver          string // af_packet | af_xdp
+	StatsIntervalMs   int
+	RTRuntimeUs       int64
+	WaitIfaceMs       int
 }
 
 // InstanceDir is the host directory of an instance's chain buffer and stats files. It is
@@ -119,7 +123,7 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 			"--pktbuf", filepath.Join(dir, "pktbuf")}
 		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
 			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
-		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
+		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedNFSocket, Target: CoopschedSocketIn}}
 		if c.StatsDir != "" {
 			mounts = append(mounts, runtime.Mount{Target: c.StatsDir, Scratch: true})
 		}
