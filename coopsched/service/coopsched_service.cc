@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coopsched_service.h"
 
+#include <cstdlib>
 #include <vector>
 
 #include "cs-pidns.h"
@@ -99,7 +100,7 @@ grpc::Status Service::RegisterThread(grpc::ServerContext*,
   if (req->pid_ns() != 0 && req->pid_ns() != own_pid_ns_ &&
       cs_pidns_host_tid(req->pid_ns(), req->tid(), &tid, &err) != CS_OK)
     return ToStatus(err);
-  if (cs_sched_announce(sched_, req->group_id().c_str(), req->position(), req->count(), tid,
+  if (cs_sched_announce(sched_, req->group_id().c_str(), req->position(), req->count(), tid, 0,
                         req->pktbuf_path().c_str(), &announced, &registered, &err) != CS_OK)
     return ToStatus(err);
   out->set_announced(announced);
@@ -171,6 +172,10 @@ grpc::Status Service::Status(grpc::ServerContext*, const keel::v1::StatusRequest
   uint64_t last = cs_events_last(log);
   size_t got = cs_events_read(log, last > 64 ? last - 64 : 0, evs.data(), evs.size(), 0);
   for (size_t i = 0; i < got; i++) Fill(evs[i], out->add_events());
+  auto* refused = out->mutable_refused();
+  for (int r = CS_REFUSED_NONE + 1; r < CS_REFUSED_N; r++)
+    (*refused)[cs_refusal_name(static_cast<cs_refusal>(r))] =
+        cs_sched_refusals(sched_, static_cast<cs_refusal>(r));
   return grpc::Status::OK;
 }
 
@@ -189,6 +194,124 @@ grpc::Status Service::Events(grpc::ServerContext* ctx, const keel::v1::EventsReq
     }
   }
   return grpc::Status::OK;
+}
+
+void PeerTable::Set(int fd, const cs_caller& caller) {
+  std::lock_guard<std::mutex> lock(mu_);
+  by_fd_[fd] = caller;
+}
+
+bool PeerTable::Find(const std::string& peer, cs_caller* out) const {
+  if (peer.rfind("fd:", 0) != 0) return false;
+  char* end;
+  long fd = std::strtol(peer.c_str() + 3, &end, 10);
+  if (end == peer.c_str() + 3 || *end) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_fd_.find(static_cast<int>(fd));
+  if (it == by_fd_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+grpc::Status NfService::Refuse(enum cs_refusal why, const std::string& group, pid_t pid,
+                               const std::string& message) {
+  cs_sched_refused(sched_, why, group.c_str(), pid, message.c_str());
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, message);
+}
+
+grpc::Status NfService::AdminOnly(grpc::ServerContext* ctx, const char* method,
+                                  const std::string& group) {
+  cs_caller caller{};
+  peers_->Find(ctx->peer(), &caller);
+  return Refuse(CS_REFUSED_METHOD, group, caller.pid,
+                std::string("check method: keel-coopsched's NF socket serves only RegisterThread; ") +
+                    method + " is the agent's, on the admin socket " + admin_socket_);
+}
+
+grpc::Status NfService::RegisterThread(grpc::ServerContext* ctx,
+                                       const keel::v1::RegisterThreadRequest* req,
+                                       keel::v1::RegisterThreadResponse* out) {
+  const std::string& group = req->group_id();
+  cs_caller caller{};
+  if (!peers_->Find(ctx->peer(), &caller))
+    return Refuse(CS_REFUSED_CALLER, group, 0,
+                  "check caller: connection " + ctx->peer() + " was not accepted by keel-coopsched");
+  // gRPC cancels a connection's calls before it closes its descriptor, which only then can
+  // be reused: a call not cancelled after the look-up looked up its own connection.
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+  cs_caller_ask ask{group.c_str(), req->tid(), req->pid_ns(), req->pktbuf_path().c_str()};
+  cs_caller_grant grant{};
+  cs_error err{};
+  std::lock_guard<std::mutex> lock(mu_);
+  enum cs_refusal why = cs_caller_check(&policy_, &caller, &ask, &grant, &err);
+  if (why != CS_REFUSED_NONE) return Refuse(why, group, caller.pid, err.msg);
+  if (policy_.pod_dirs) {
+    // Kubernetes: the instance directory is the Pod's emptyDir, which coopsched cannot
+    // see, so the group is bound to the buffer file its first announcer presents (as seen
+    // in that caller's root); every later announcer must present the very same file.
+    for (auto it = bound_.begin(); it != bound_.end();)
+      it = cs_sched_known(sched_, it->first.c_str()) ? std::next(it) : bound_.erase(it);
+    const std::pair<uint64_t, uint64_t> file{grant.buf_dev, grant.buf_ino};
+    auto it = bound_.find(group);
+    if (it == bound_.end() && !cs_sched_known(sched_, group.c_str())) {
+      bound_[group] = file;
+    } else if (it == bound_.end() || it->second != file) {
+      return Refuse(CS_REFUSED_PKTBUF_FILE, group, caller.pid,
+                    "check pktbuf-file: " + req->pktbuf_path() + " in the root of process " +
+                        std::to_string(caller.pid) + " is not the file sgroup \"" + group +
+                        "\" was announced with");
+    }
+  }
+  uint32_t announced = 0;
+  int registered = 0;
+  if (cs_sched_announce(sched_, group.c_str(), req->position(), req->count(), grant.host_tid,
+                        grant.tid_start, req->pktbuf_path().c_str(), &announced, &registered,
+                        &err) != CS_OK)
+    return ToStatus(err);
+  out->set_announced(announced);
+  out->set_registered(registered != 0);
+  if (!registered) return grpc::Status::OK;
+  cs_group_info info;
+  if (cs_sched_group(sched_, group.c_str(), &info, &err) != CS_OK) return ToStatus(err);
+  Fill(info, out->mutable_group());
+  return grpc::Status::OK;
+}
+
+grpc::Status NfService::RegisterGroup(grpc::ServerContext* ctx,
+                                      const keel::v1::RegisterGroupRequest* req,
+                                      keel::v1::GroupStatus*) {
+  return AdminOnly(ctx, "RegisterGroup", req->group_id());
+}
+
+grpc::Status NfService::Attach(grpc::ServerContext* ctx, const keel::v1::AttachRequest* req,
+                               keel::v1::GroupStatus*) {
+  return AdminOnly(ctx, "Attach", req->group_id());
+}
+
+grpc::Status NfService::Detach(grpc::ServerContext* ctx, const keel::v1::DetachRequest* req,
+                               keel::v1::DetachResponse*) {
+  return AdminOnly(ctx, "Detach", req->group_id());
+}
+
+grpc::Status NfService::Unregister(grpc::ServerContext* ctx,
+                                   const keel::v1::UnregisterRequest* req,
+                                   keel::v1::UnregisterResponse*) {
+  return AdminOnly(ctx, "Unregister", req->group_id());
+}
+
+grpc::Status NfService::SetBatch(grpc::ServerContext* ctx, const keel::v1::SetBatchRequest* req,
+                                 keel::v1::GroupStatus*) {
+  return AdminOnly(ctx, "SetBatch", req->group_id());
+}
+
+grpc::Status NfService::Status(grpc::ServerContext* ctx, const keel::v1::StatusRequest*,
+                               keel::v1::StatusResponse*) {
+  return AdminOnly(ctx, "Status", "");
+}
+
+grpc::Status NfService::Events(grpc::ServerContext* ctx, const keel::v1::EventsRequest*,
+                               grpc::ServerWriter<keel::v1::Event>*) {
+  return AdminOnly(ctx, "Events", "");
 }
 
 }  // namespace keel::coopsched

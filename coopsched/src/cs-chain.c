@@ -14,7 +14,9 @@
  *    whatever file they name wherever it is. RESOLVE_IN_ROOT refuses them
  *    today too, but openat2(2) asks callers to say so explicitly.
  *  - O_NOFOLLOW still refuses a symlink as the last component, as the plain
- *    open(2) before did: the buffer itself must be a regular file.
+ *    open(2) before did: the buffer itself must be a regular file. It is
+ *    looked up as an O_PATH descriptor and opened for reading and writing,
+ *    through that descriptor, only once fstat says it is a regular file.
  *
  * RESOLVE_NO_XDEV is not used: a real buffer is always across a mount point
  * from the NF's root (the agent's bind mount under Docker, the emptyDir's
@@ -70,11 +72,9 @@ static int same_view(const struct cs_task *t, int root) {
          own_ns.st_ino == nf_ns.st_ino;
 }
 
-/* Opens path inside root for reading and writing, as the module comment
- * says; -errno (-ENOSYS: the kernel is older than 5.6). */
-static int open_in_root(int root, const char *path) {
+int cs_open_in_root(int root, const char *path, int flags) {
   struct open_how how = {
-      .flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC,
+      .flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
   };
   int e = EAGAIN;
@@ -98,20 +98,37 @@ static enum cs_errclass open_as(const struct cs_task *t, const char *path, int *
                         (int)t->tid, strerror(-root));
   if (same_view(t, root)) where[0] = '\0';
   else snprintf(where, where_len, " (resolved inside the root of thread %d)", (int)t->tid);
-  *fd = open_in_root(root, path);
+  /* Looked up as an O_PATH descriptor, which opens nothing: only a regular file is then
+   * opened, through that descriptor. Opening a device node an NF made (it may have
+   * CAP_MKNOD, and keel-coopsched is not bound by its container's device cgroup) can act
+   * by itself: a watchdog device starts counting down when it is opened. */
+  int pfd = cs_open_in_root(root, path, O_PATH);
   close(root);
-  if (*fd == -ENOSYS)
+  if (pfd == -ENOSYS)
     return cs_error_set(err, CS_EINTERNAL,
                         "pktbuf %s: cannot open: this kernel has no openat2 (Linux 5.6 or later "
                         "is needed to open it inside the NF's root)",
                         path);
-  if (*fd < 0)
-    return cs_error_set(err, CS_EINVAL, "pktbuf %s: cannot open: %s%s", path, strerror(-*fd),
+  /* O_PATH | O_NOFOLLOW gives a symlink itself where a plain open fails with ELOOP. */
+  if (pfd >= 0 && fstat(pfd, st) == 0 && S_ISLNK(st->st_mode)) {
+    close(pfd);
+    pfd = -ELOOP;
+  }
+  if (pfd < 0)
+    return cs_error_set(err, CS_EINVAL, "pktbuf %s: cannot open: %s%s", path, strerror(-pfd),
                         where);
-  if (fstat(*fd, st) < 0 || !S_ISREG(st->st_mode)) {
-    close(*fd);
+  if (fstat(pfd, st) < 0 || !S_ISREG(st->st_mode)) {
+    close(pfd);
     return cs_error_set(err, CS_EINVAL, "pktbuf %s: not a regular file%s", path, where);
   }
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+  *fd = open(self, O_RDWR | O_CLOEXEC);
+  int e = errno;
+  close(pfd);
+  if (*fd < 0)
+    return cs_error_set(err, CS_EINVAL, "pktbuf %s: cannot open: %s%s", path, strerror(e),
+                        where);
   return CS_OK;
 }
 

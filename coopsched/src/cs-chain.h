@@ -36,6 +36,13 @@ struct cs_chain {
 enum cs_errclass cs_chain_map(struct cs_chain *c, const char *path, const struct cs_task *tasks,
                               uint32_t nnfs, struct cs_error *err);
 
+/* Opens path inside the directory root with openat2(2) and flags, O_NOFOLLOW
+ * added: RESOLVE_IN_ROOT keeps "/", ".." and every symlink on the way inside
+ * root, RESOLVE_NO_MAGICLINKS refuses /proc/PID/fd-style links, the last
+ * component is never a symlink followed (see cs-chain.c). Returns the
+ * descriptor or -errno (-ENOSYS: the kernel is older than 5.6). */
+int cs_open_in_root(int root, const char *path, int flags);
+
 /* Unmaps the words; c may be unmapped already. */
 void cs_chain_unmap(struct cs_chain *c);
 

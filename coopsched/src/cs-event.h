@@ -21,7 +21,7 @@ extern "C" {
 struct cs_event {
   uint64_t seq; /* 1, 2, ... */
   uint64_t unix_ns;
-  char kind[16]; /* demoted, cut-off, detach-forced, stop-forced, thread-exited, finished */
+  char kind[16]; /* demoted, cut-off, detach-forced, stop-forced, thread-exited, finished, refused */
   char group[CS_GROUP_ID_MAX];
   uint32_t position;
   pid_t tid;

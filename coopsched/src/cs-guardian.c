@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cs-caller.h"
 #include "cs-rt.h"
 
 /* One message from keel-coopsched: H(old), R(eleased) or S(top). */
@@ -26,21 +27,8 @@ struct guard_msg {
 
 /* Field 22 of /proc/TID/stat: when the thread started; 0 if it is gone. */
 static unsigned long long start_time(pid_t tid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
-  if (!p) return 0;
-  unsigned long long v = 0;
-  /* after ") ": state is field 3; start time is field 22, i.e. the 20th after the state */
-  if (sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu", &v) != 1)
-    return 0;
-  return v;
+  uint64_t v;
+  return cs_proc_starttime("/proc", tid, 0, &v) == 0 ? v : 0;
 }
 
 static void send_msg(struct cs_guardian *g, const struct guard_msg *m) {

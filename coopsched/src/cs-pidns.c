@@ -17,8 +17,7 @@ static uint64_t ns_inode(const char *path) {
 
 uint64_t cs_pidns_self(void) { return ns_inode("/proc/self/ns/pid"); }
 
-/* The first and the last id of the NSpid line in a status file, 0 on failure. */
-static int nspid_ends(const char *status_path, pid_t *first, pid_t *last) {
+int cs_pidns_nspid(const char *status_path, pid_t *first, pid_t *last) {
   char buf[4096];
   int fd = open(status_path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -53,7 +52,7 @@ static pid_t find_in_process(const char *pid, pid_t ns_tid) {
     if (!isdigit((unsigned char)e->d_name[0])) continue;
     pid_t first, last;
     snprintf(path, sizeof path, "/proc/%s/task/%s/status", pid, e->d_name);
-    if (nspid_ends(path, &first, &last) && last == ns_tid) found = first;
+    if (cs_pidns_nspid(path, &first, &last) && last == ns_tid) found = first;
   }
   closedir(d);
   return found;
@@ -84,5 +83,5 @@ pid_t cs_pidns_inner_tid(pid_t host_tid) {
   char path[64];
   pid_t first, last;
   snprintf(path, sizeof path, "/proc/%d/status", (int)host_tid);
-  return nspid_ends(path, &first, &last) ? last : -1;
+  return cs_pidns_nspid(path, &first, &last) ? last : -1;
 }

@@ -30,6 +30,11 @@ enum cs_errclass cs_pidns_host_tid(uint64_t pid_ns, pid_t ns_tid, pid_t *host_ti
  * host_tid itself outside containers; -1 if the thread does not exist. */
 pid_t cs_pidns_inner_tid(pid_t host_tid);
 
+/* Reads the NSpid line of a /proc status file: its first id (in the PID
+ * namespace of that /proc) into *first, its last (in the task's own
+ * namespace) into *last. Returns 1, or 0 if the file or the line is missing. */
+int cs_pidns_nspid(const char *status_path, pid_t *first, pid_t *last);
+
 #ifdef __cplusplus
 }
 #endif

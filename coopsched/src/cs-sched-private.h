@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 
+#include "cs-caller.h"
 #include "cs-chain.h"
 #include "cs-guardian.h"
 #include "cs-sched.h"
@@ -111,6 +112,12 @@ struct cs_sched {
   int rt_lifted;              /* RT throttling lifted: restore rt_saved_us at exit */
   int64_t rt_saved_us;
   struct cs_guardian guardian; /* undoes the above and the held threads if this process dies */
+  /* Calls the NF socket refused, by check (cs-caller.h), and when each check last posted
+   * a "refused" event: at most one a second each, so that a caller cannot flush the
+   * event log. Under mu. */
+  uint64_t refused[CS_REFUSED_N];
+  uint64_t refused_posted_ns[CS_REFUSED_N];
+  uint64_t refused_unposted[CS_REFUSED_N];
 };
 
 /* The enforcer thread of one managed core. */

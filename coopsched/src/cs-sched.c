@@ -27,6 +27,7 @@ struct cs_announce {
   uint32_t count;
   uint32_t mask;
   pid_t tids[KEEL_SCHED_MAX_NFS];
+  uint64_t starts[KEEL_SCHED_MAX_NFS]; /* each thread's start time when it was announced */
 };
 
 void cs_options_default(struct cs_options *opt) {
@@ -339,8 +340,11 @@ static void free_group(struct cs_sched *s, struct cs_group *g, uint32_t opened) 
   free(g);
 }
 
+/* Registers an sgroup (ctl_mu held). starts, if not NULL, are the threads' start times
+ * when they were announced: a thread that is not that one any more is refused. */
 static enum cs_errclass register_locked(struct cs_sched *s, const char *id, const pid_t *tids,
-                                        uint32_t n, const char *path, struct cs_error *err) {
+                                        const uint64_t *starts, uint32_t n, const char *path,
+                                        struct cs_error *err) {
   if (check_id(id, err)) return err->cls;
   if (n == 0 || n > KEEL_SCHED_MAX_NFS)
     return cs_error_set(err, CS_EINVAL, "an sgroup has 1..%d threads, not %u", KEEL_SCHED_MAX_NFS,
@@ -375,6 +379,16 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   for (uint32_t i = 0; i < n; i++) {
     if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
     opened++;
+    /* Read after the pidfd is open: a thread that still lives then is the one read. */
+    uint64_t start;
+    if (starts && (cs_proc_starttime("/proc", g->tasks[i].pid, tids[i], &start) != 0 ||
+                   start != starts[i] || cs_task_gone(&g->tasks[i]))) {
+      cs_error_set(err, CS_ENOENT,
+                   "thread %d of position %u exited after it was announced (its id names "
+                   "another thread now)",
+                   (int)tids[i], i);
+      goto fail;
+    }
   }
   /* The path is the NFs' own: it is resolved inside their roots, which the
    * threads' descriptors, opened above, pin down. */
@@ -448,13 +462,13 @@ fail:
 enum cs_errclass cs_sched_register(struct cs_sched *s, const char *group, const pid_t *tids,
                                    uint32_t n, const char *pktbuf, struct cs_error *err) {
   pthread_mutex_lock(&s->ctl_mu);
-  enum cs_errclass cls = register_locked(s, group, tids, n, pktbuf, err);
+  enum cs_errclass cls = register_locked(s, group, tids, NULL, n, pktbuf, err);
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
 }
 
 enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32_t position,
-                                   uint32_t count, pid_t tid, const char *pktbuf,
+                                   uint32_t count, pid_t tid, uint64_t start, const char *pktbuf,
                                    uint32_t *announced, int *registered, struct cs_error *err) {
   *announced = 0;
   *registered = 0;
@@ -464,6 +478,8 @@ enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32
                         position, count, KEEL_SCHED_MAX_NFS);
   if (!pktbuf || !pktbuf[0] || strlen(pktbuf) >= CS_PATH_MAX)
     return cs_error_set(err, CS_EINVAL, "pktbuf path missing or too long");
+  if (start == 0 && (tid <= 0 || cs_proc_starttime("/proc", tid, 0, &start) != 0))
+    return cs_error_set(err, CS_ENOENT, "thread %d does not exist", (int)tid);
   pthread_mutex_lock(&s->ctl_mu);
   enum cs_errclass cls = CS_OK;
   pthread_mutex_lock(&s->mu);
@@ -492,17 +508,74 @@ enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32
       pp = &s->announces;
     }
     a->tids[position] = tid;
+    a->starts[position] = start;
     a->mask |= 1u << position;
     *announced = (uint32_t)__builtin_popcount(a->mask);
     if (*announced == count) {
       *pp = a->next;
-      cls = register_locked(s, a->id, a->tids, a->count, a->path, err);
+      cls = register_locked(s, a->id, a->tids, a->starts, a->count, a->path, err);
       *registered = cls == CS_OK;
       free(a);
     }
   }
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
+}
+
+int cs_sched_known(struct cs_sched *s, const char *group) {
+  pthread_mutex_lock(&s->ctl_mu);
+  int known = 0;
+  for (struct cs_announce *a = s->announces; a && !known; a = a->next) known = !strcmp(a->id, group);
+  pthread_mutex_lock(&s->mu);
+  known = known || find_group(s, group) != NULL;
+  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->ctl_mu);
+  return known;
+}
+
+/* Copies text into out, each byte outside printable ASCII made '?': a refused caller's
+ * words reach the event log and stderr, one line per event. */
+static void printable(char *out, size_t size, const char *text) {
+  size_t i = 0;
+  for (; text && text[i] && i + 1 < size; i++)
+    out[i] = text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+  out[i] = '\0';
+}
+
+void cs_sched_refused(struct cs_sched *s, enum cs_refusal r, const char *group, pid_t tid,
+                      const char *message) {
+  if (r <= CS_REFUSED_NONE || r >= CS_REFUSED_N) return;
+  uint64_t now = cs_mono_ns(), unposted = 0;
+  int post = 0;
+  pthread_mutex_lock(&s->mu);
+  s->refused[r]++;
+  if (!s->refused_posted_ns[r] || now - s->refused_posted_ns[r] >= 1000000000ull) {
+    post = 1;
+    unposted = s->refused_unposted[r];
+    s->refused_unposted[r] = 0;
+    s->refused_posted_ns[r] = now;
+  } else {
+    s->refused_unposted[r]++;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (!post) return;
+  char msg[sizeof ((struct cs_event *)0)->message], clean[sizeof msg], id[CS_GROUP_ID_MAX];
+  if (unposted)
+    snprintf(msg, sizeof msg, "%llu more since the last such event; %s",
+             (unsigned long long)unposted, message);
+  else
+    snprintf(msg, sizeof msg, "%s", message);
+  printable(clean, sizeof clean, msg);
+  printable(id, sizeof id, group);
+  cs_events_post(&s->events, "refused", id, 0, tid, 0, clean);
+}
+
+uint64_t cs_sched_refusals(struct cs_sched *s, enum cs_refusal r) {
+  if (r <= CS_REFUSED_NONE || r >= CS_REFUSED_N) return 0;
+  pthread_mutex_lock(&s->mu);
+  uint64_t n = s->refused[r];
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }
 
 enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core,

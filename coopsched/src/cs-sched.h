@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cs-caller.h"
 #include "cs-error.h"
 #include "cs-event.h"
 #include "keel/chain_sched.h"
@@ -98,11 +99,26 @@ void cs_sched_destroy(struct cs_sched *s);
 enum cs_errclass cs_sched_register(struct cs_sched *s, const char *group, const pid_t *tids,
                                    uint32_t n, const char *pktbuf, struct cs_error *err);
 
-/* Records that position of a count-long chain is thread tid; registers the
- * sgroup once every position is known (*registered = 1). */
+/* Records that position of a count-long chain is thread tid, which started
+ * at tick start (field 22 of its /proc stat, as the caller checked it; 0:
+ * read it now); registers the sgroup once every position is known
+ * (*registered = 1). A thread whose start time is not that any more when
+ * the sgroup forms has exited and its id names another thread: CS_ENOENT. */
 enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32_t position,
-                                   uint32_t count, pid_t tid, const char *pktbuf,
+                                   uint32_t count, pid_t tid, uint64_t start, const char *pktbuf,
                                    uint32_t *announced, int *registered, struct cs_error *err);
+
+/* Returns 1 if group is registered or has positions announced, else 0. */
+int cs_sched_known(struct cs_sched *s, const char *group);
+
+/* Counts a call the NF socket refused for reason r and posts a "refused"
+ * event with message (at most one a second per reason; the event says how
+ * many were not posted since the last). */
+void cs_sched_refused(struct cs_sched *s, enum cs_refusal r, const char *group, pid_t tid,
+                      const char *message);
+
+/* How many calls the NF socket refused for reason r since start. */
+uint64_t cs_sched_refusals(struct cs_sched *s, enum cs_refusal r);
 
 /* Attaches a detached sgroup to a managed core: run priority and SIGCONT in chain order. */
 enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core,

@@ -216,12 +216,18 @@ class Daemon {
   ~Daemon() { Stop(); }
 
   // stderr_fd: where the daemon's stderr goes instead of its log, if not -1.
+  // The NF socket is the default one beside the admin socket; the agent's chain-buffer
+  // root is dir/pktbuf.
   void Start(const std::string& dir, const std::vector<std::string>& extra, int stderr_fd = -1) {
     sock_ = dir + "/run/coopsched.sock";
+    nf_sock_ = dir + "/run/coopsched-nf.sock";
+    pktbuf_dir_ = dir + "/pktbuf";
     log_ = dir + "/daemon.log";
     lock_dir_ = dir + "/lock";
+    mkdir(pktbuf_dir_.c_str(), 0700);
     std::vector<std::string> args = {KEEL_COOPSCHED_BIN, "--cores", std::to_string(kManagedCore),
-                                     "--listen", "unix:" + sock_, "--lock-dir", lock_dir_};
+                                     "--listen", "unix:" + sock_, "--lock-dir", lock_dir_,
+                                     "--pktbuf-dir", pktbuf_dir_};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = StartProcess(args, log_, stderr_fd);
     ASSERT_GE(pid_, 0);
@@ -231,7 +237,7 @@ class Daemon {
         [&] {
           if (waitpid(pid_, nullptr, WNOHANG) == pid_) return true;
           struct stat sb;
-          if (stat(sock_.c_str(), &sb) != 0) return false;
+          if (stat(sock_.c_str(), &sb) != 0 || stat(nf_sock_.c_str(), &sb) != 0) return false;
           channel_ = grpc::CreateChannel("unix:" + sock_, grpc::InsecureChannelCredentials());
           stub_ = keel::v1::Coopsched::NewStub(channel_);
           keel::v1::StatusResponse st;
@@ -264,12 +270,14 @@ class Daemon {
 
   pid_t pid() const { return pid_; }
   const std::string& sock() const { return sock_; }
+  const std::string& nf_sock() const { return nf_sock_; }
+  const std::string& pktbuf_dir() const { return pktbuf_dir_; }
   const std::string& lock_dir() const { return lock_dir_; }
   keel::v1::Coopsched::Stub& stub() { return *stub_; }
 
  private:
   pid_t pid_ = -1;
-  std::string sock_, log_, lock_dir_;
+  std::string sock_, nf_sock_, pktbuf_dir_, log_, lock_dir_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<keel::v1::Coopsched::Stub> stub_;
 };
@@ -277,8 +285,11 @@ class Daemon {
 // A test chain: its buffer file and one coopsched_test_nf process per position.
 class Chain {
  public:
-  Chain(const std::string& dir, const std::string& name, uint32_t n) : n_(n) {
-    path_ = dir + "/" + name + ".pktbuf";
+  Chain(const std::string& dir, const std::string& name, uint32_t n)
+      : Chain(dir + "/" + name + ".pktbuf", n) {}
+
+  // A chain whose buffer file is path.
+  Chain(const std::string& path, uint32_t n) : n_(n), path_(path) {
     int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     EXPECT_GE(fd, 0) << path_;
     EXPECT_EQ(ftruncate(fd, TC_FILE_SIZE), 0);
@@ -300,17 +311,25 @@ class Chain {
 
   // Starts the positions; extra[k] are more arguments for position k. Each
   // position runs in_child, if given, before it execs, and opens the buffer
-  // by nf_path, the path it sees (the file's own path if empty).
+  // by nf_path, the path it sees (the file's own path if empty). With wrap,
+  // position k is the command wrap(k) followed by the test NF's (which that
+  // command execs in the end) and Spawn does not wait for it.
   void Spawn(const std::vector<std::vector<std::string>>& extra = {},
-             const std::function<void()>& in_child = nullptr, const std::string& nf_path = "") {
+             const std::function<void()>& in_child = nullptr, const std::string& nf_path = "",
+             const std::function<std::vector<std::string>(uint32_t)>& wrap = nullptr) {
     for (uint32_t k = 0; k < n_; k++) {
       std::vector<std::string> args = {KEEL_COOPSCHED_TEST_NF, nf_path.empty() ? path_ : nf_path,
                                        std::to_string(k)};
       if (k < extra.size()) args.insert(args.end(), extra[k].begin(), extra[k].end());
+      if (wrap) {
+        std::vector<std::string> cmd = wrap(k);
+        args.insert(args.begin(), cmd.begin(), cmd.end());
+      }
       pid_t pid = StartProcess(args, "", -1, in_child);
       ASSERT_GE(pid, 0);
       pids_.push_back(pid);
     }
+    if (wrap) return;
     ASSERT_TRUE(WaitFor(
         [&] {
           for (uint32_t k = 0; k < n_; k++)
@@ -348,6 +367,67 @@ class Chain {
   keel_chain_sched* w_ = nullptr;
   tc_area* a_ = nullptr;
   std::vector<pid_t> pids_;
+};
+
+// What coopsched_test_caller printed: the gRPC status code, the caller's pid, the message.
+struct CallResult {
+  int code = -1;
+  pid_t pid = -1;
+  std::string message;
+};
+
+// Runs coopsched_test_caller SOCKET RPC args... in a child that runs in_child, if given,
+// before it execs; waits for it to exit and returns what it printed.
+CallResult Call(const std::string& sock, const std::string& rpc,
+                const std::vector<std::string>& args,
+                const std::function<void()>& in_child = nullptr) {
+  int fds[2];
+  CallResult r;
+  if (pipe(fds) != 0) return r;
+  std::vector<std::string> all = {KEEL_COOPSCHED_TEST_CALLER, "unix:" + sock, rpc};
+  all.insert(all.end(), args.begin(), args.end());
+  pid_t pid = StartProcess(all, "", -1, [&] {
+    dup2(fds[1], 1);
+    if (in_child) in_child();
+  });
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  std::istringstream in(out);
+  in >> r.code >> r.pid;
+  std::getline(in >> std::ws, r.message);
+  if (r.code < 0) r.message = "coopsched_test_caller printed \"" + out + "\"";
+  return r;
+}
+
+// The inode of this process's PID namespace.
+uint64_t OwnPidNs() {
+  struct stat sb {};
+  stat("/proc/self/ns/pid", &sb);
+  return sb.st_ino;
+}
+
+// A process that only waits to be killed: what a tenant must not reach.
+class Sacrificial {
+ public:
+  Sacrificial() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      for (;;) pause();
+    }
+  }
+  ~Sacrificial() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_;
 };
 
 class CoopschedTest : public ::testing::Test {
@@ -1494,6 +1574,189 @@ TEST_F(CoopschedTest, SymlinksInTheNfsRootNeverReachAHostFile) {
   maps = ReadFile("/proc/" + std::to_string(daemon_.pid()) + "/maps");
   EXPECT_NE(maps.find(nf_file), std::string::npos) << maps;
   ASSERT_TRUE(Unregister("inside").ok());
+}
+
+// Issue 31 item 2: NF containers get the NF socket, and an NF there announces its own
+// thread for its own instance. Each position here calls from a PID namespace of its own
+// (as from a container), with the id its namespace gives it, then becomes the test NF.
+TEST_F(CoopschedTest, NfSocketTakesAnNfsOwnThreadForItsInstance) {
+  StartDaemon();
+  const std::string inst = daemon_.pktbuf_dir() + "/legit";
+  ASSERT_EQ(mkdir(inst.c_str(), 0700), 0);
+  chains_.push_back(std::make_unique<Chain>(inst + "/pktbuf", 2));
+  Chain& c = *chains_.back();
+  ASSERT_NO_FATAL_FAILURE(c.Spawn({}, nullptr, "", [&](uint32_t k) {
+    return std::vector<std::string>{KEEL_COOPSCHED_TEST_CALLER, "unix:" + daemon_.nf_sock(),
+                                    "register-thread", "--own-pid-ns", "--group", "legit",
+                                    "--position", std::to_string(k), "--count", "2",
+                                    "--pktbuf", c.path(), "--exec"};
+  }));
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        keel::v1::StatusResponse st = Status();
+        for (const auto& g : st.groups())
+          if (g.group_id() == "legit") gs = g;
+        return gs.threads_size() == 2;
+      },
+      10000))
+      << "the sgroup did not form";
+  EXPECT_EQ(gs.state(), keel::v1::GROUP_STATE_DETACHED);
+  for (const auto& t : gs.threads()) {
+    // A host thread id whose own namespace calls it 2: the caller's, not its init's.
+    std::string status = ReadFile("/proc/" + std::to_string(t.tid()) + "/status");
+    EXPECT_NE(status.find("NSpid:\t" + std::to_string(t.tid()) + "\t2\n"), std::string::npos)
+        << status;
+  }
+  ASSERT_TRUE(Attach("legit").ok());
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds + 1000; }, 5000))
+      << "the chain does not run: " << c.rounds() - rounds << " rounds";
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("legit", &det).ok());
+  ExpectClean(c);
+  keel::v1::StatusResponse st = Status();
+  for (const auto& [check, n] : st.refused()) EXPECT_EQ(n, 0u) << check;
+}
+
+// What a tenant did through the one socket all NF containers shared: announce a thread
+// of another process (here a sacrificial child of the test, never a real daemon),
+// claim the host's PID namespace, or another instance's buffer. Each is refused by the
+// check that names it, counted, and posted as an event; the process is left alone.
+TEST_F(CoopschedTest, NfSocketRefusesWhatIsNotTheCallersOwn) {
+  StartDaemon();
+  const std::string pktbuf = daemon_.pktbuf_dir();
+  ASSERT_EQ(mkdir((pktbuf + "/victim").c_str(), 0700), 0);
+  chains_.push_back(std::make_unique<Chain>(pktbuf + "/victim/pktbuf", 1));
+  const std::string victim = chains_.back()->path();
+  // An instance of the tenant's whose buffer is a symlink to the victim's.
+  ASSERT_EQ(mkdir((pktbuf + "/sym").c_str(), 0700), 0);
+  ASSERT_EQ(symlink(victim.c_str(), (pktbuf + "/sym/pktbuf").c_str()), 0);
+  Sacrificial sac;
+  ASSERT_GT(sac.pid(), 0);
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(sac.pid(), sizeof before, &before), 0);
+
+  // Another instance's container: its own mount namespace, where the victim's
+  // directory is one of its own making, holding a buffer file.
+  const std::string fake_dir = pktbuf + "/victim";
+  auto fake_victim = [&] {
+    int fd = -1;
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) ||
+        mount("tmpfs", pktbuf.c_str(), "tmpfs", 0, "mode=0700") != 0 ||
+        mkdir(fake_dir.c_str(), 0700) != 0 ||
+        (fd = open(victim.c_str(), O_CREAT | O_RDWR, 0600)) < 0 || ftruncate(fd, TC_FILE_SIZE)) {
+      perror("coopsched_test: the fake victim directory");
+      _exit(3);
+    }
+    close(fd);
+  };
+  const std::string sac_pid = std::to_string(sac.pid());
+  const std::string host_ns = std::to_string(OwnPidNs());
+  struct Attack {
+    std::string what;
+    std::vector<std::string> args;
+    std::function<void()> in_child;
+    std::string check;
+  };
+  const std::vector<Attack> attacks = {
+      {"a host process's thread, from the host's namespace",
+       {"--group", "victim", "--tid", sac_pid, "--pid-ns", "0", "--pktbuf", victim},
+       nullptr,
+       "check thread: tid " + sac_pid + " is not a thread of the calling process"},
+      {"pid_ns 0 from a container",
+       {"--own-pid-ns", "--group", "victim", "--pid-ns", "0", "--pktbuf", victim},
+       nullptr,
+       "check pid-ns: pid_ns 0 (keel-coopsched's own) is not the PID namespace"},
+      {"the host's pid_ns from a container, a host tid",
+       {"--own-pid-ns", "--group", "victim", "--tid", sac_pid, "--pid-ns", host_ns, "--pktbuf",
+        victim},
+       nullptr,
+       "check pid-ns: pid_ns " + host_ns + " is not the PID namespace"},
+      {"another process of its own namespace",
+       {"--own-pid-ns", "--group", "victim", "--tid", "1", "--pktbuf", victim},
+       nullptr,
+       "check thread: tid 1 is not a thread of the calling process"},
+      {"another instance's group, from a container that has a directory of that name",
+       {"--own-pid-ns", "--group", "victim", "--pktbuf", victim},
+       fake_victim,
+       "check instance-dir: " + fake_dir + " in the root of process"},
+      {"another instance's buffer for a group of its own",
+       {"--own-pid-ns", "--group", "sym", "--pktbuf", victim},
+       nullptr,
+       "check pktbuf-path: pktbuf " + victim + " is not " + pktbuf + "/sym/pktbuf"},
+      {"a buffer that is a symlink",
+       {"--own-pid-ns", "--group", "sym", "--pktbuf", pktbuf + "/sym/pktbuf"},
+       nullptr,
+       "check pktbuf-file: pktbuf " + pktbuf + "/sym/pktbuf in the root of process"},
+  };
+  for (const Attack& a : attacks) {
+    CallResult r = Call(daemon_.nf_sock(), "register-thread", a.args, a.in_child);
+    EXPECT_EQ(r.code, grpc::StatusCode::PERMISSION_DENIED) << a.what << ": " << r.message;
+    EXPECT_NE(r.message.find(a.check), std::string::npos) << a.what << ": " << r.message;
+  }
+  EXPECT_NE(ProcState(sac.pid()), 'T');
+  EXPECT_EQ(sched_getscheduler(sac.pid()), SCHED_OTHER);
+  cpu_set_t after;
+  ASSERT_EQ(sched_getaffinity(sac.pid(), sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after));
+
+  keel::v1::StatusResponse st = Status();
+  EXPECT_EQ(st.groups_size(), 0);
+  auto refused = st.refused();
+  EXPECT_EQ(refused["thread"], 2u);
+  EXPECT_EQ(refused["pid-ns"], 2u);
+  EXPECT_EQ(refused["instance-dir"], 1u);
+  EXPECT_EQ(refused["pktbuf-path"], 1u);
+  EXPECT_EQ(refused["pktbuf-file"], 1u);
+  EXPECT_EQ(refused["caller"], 0u);
+  EXPECT_EQ(refused["method"], 0u);
+  int events = 0;
+  for (const auto& e : st.events())
+    if (e.kind() == "refused") events++;
+  EXPECT_EQ(events, 5) << "one event per check and second";
+}
+
+// Only RegisterThread is served on the NF socket, whoever calls: the agent's methods
+// are refused there, naming the admin socket, and still work on the admin socket.
+TEST_F(CoopschedTest, NfSocketServesNothingButRegisterThread) {
+  StartDaemon();
+  struct stat sb;
+  ASSERT_EQ(stat(daemon_.nf_sock().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  Chain& c = NewChain("other", 2);
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(c, "other", &gs).ok());
+  for (const char* rpc : {"attach", "detach", "set-batch", "unregister", "status", "events",
+                          "register-group"}) {
+    CallResult r = Call(daemon_.nf_sock(), rpc, {"--group", "other", "--pktbuf", c.path()});
+    EXPECT_EQ(r.code, grpc::StatusCode::PERMISSION_DENIED) << rpc << ": " << r.message;
+    EXPECT_NE(r.message.find("check method: keel-coopsched's NF socket serves only "
+                             "RegisterThread"),
+              std::string::npos)
+        << r.message;
+    EXPECT_NE(r.message.find("on the admin socket unix:" + daemon_.sock()), std::string::npos)
+        << r.message;
+  }
+  keel::v1::StatusResponse st = Status();
+  EXPECT_EQ(st.refused().at("method"), 7u);
+  ASSERT_EQ(st.groups_size(), 1);
+  EXPECT_EQ(st.groups(0).state(), keel::v1::GROUP_STATE_DETACHED);
+  EXPECT_EQ(st.groups(0).batch(), 1u);
+  for (pid_t pid : c.pids()) EXPECT_EQ(ProcState(pid), 'T');
+  // The admin socket: everything.
+  keel::v1::SetBatchRequest sbr;
+  sbr.set_group_id("other");
+  sbr.set_batch(4);
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(daemon_.stub().SetBatch(&ctx, sbr, &gs).ok());
+  ASSERT_TRUE(Attach("other").ok());
+  uint64_t rounds = c.rounds();
+  EXPECT_TRUE(WaitFor([&] { return c.rounds() > rounds + 1000; }, 5000));
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("other", &det).ok());
+  ASSERT_TRUE(Unregister("other").ok());
+  ExpectClean(c);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <string>
 
 #include "coopsched_service.h"
+#include "cs-pidns.h"
+#include "nf_socket.h"
 #include "cs-rt.h"
 #include "cs-sched.h"
 
@@ -27,13 +29,39 @@ constexpr char kUsage[] =
     "on the managed cores with SCHED_FIFO (Galleon 4.3.1). One enforcer thread per\n"
     "managed core, pinned there at the highest FIFO priority, attaches and detaches\n"
     "sgroups and runs the yield watchdog; the daemon's other threads stay on the\n"
-    "other cores, which remain with CFS. Must run as root. Only the agent should\n"
-    "call it: the socket is created mode 0600.\n"
+    "other cores, which remain with CFS. Must run as root.\n"
+    "\n"
+    "Two sockets, both created mode 0600. The admin socket (--listen) serves the whole\n"
+    "API to the agent and is never mounted into a container. The NF socket\n"
+    "(--nf-listen), which the agent mounts into NF containers, serves RegisterThread\n"
+    "only, and only for a thread of the calling process itself: keel-coopsched accepts\n"
+    "its connections itself and knows each caller by SO_PEERCRED (its pid) and its\n"
+    "start time (/proc/PID/stat). RegisterThread there is refused (PERMISSION_DENIED,\n"
+    "\"check NAME: ...\") unless: the caller still runs as the process that connected\n"
+    "(caller); pid_ns is its own PID namespace (pid-ns); tid is one of its threads\n"
+    "(thread); pktbuf_path is <pktbuf-dir>/<group>/pktbuf (pktbuf-path); the caller sees\n"
+    "that instance directory, the very one keel-coopsched has at that path, which only\n"
+    "the instance's own containers have mounted (instance-dir); and the buffer is a\n"
+    "regular file there, not a symlink (pktbuf-file). Every other method is refused\n"
+    "(method). Refusals are counted in Status (refused, by check) and posted as\n"
+    "\"refused\" events, at most one a second per check.\n"
     "\n"
     "  --cores LIST             managed cores, e.g. 1 or 1,3 or 2-5 (required;\n"
     "                           at least one core must stay unmanaged)\n"
-    "  --listen unix:PATH       gRPC socket (default unix:/run/keel/coopsched.sock;\n"
-    "                           the directory is created)\n"
+    "  --listen unix:PATH       the admin socket, the whole API (default\n"
+    "                           unix:/run/keel/coopsched.sock; the directory is created)\n"
+    "  --nf-listen unix:PATH    the NF socket, RegisterThread of the caller's own thread\n"
+    "                           (default: --listen's path with -nf before .sock,\n"
+    "                           unix:/run/keel/coopsched-nf.sock)\n"
+    "  --pktbuf-dir DIR         the agent's chain-buffer root (its --pktbuf-dir): an NF's\n"
+    "                           buffer must be DIR/<group>/pktbuf (default /run/keel/pktbuf)\n"
+    "  --pktbuf-in-pods         the instance directories are the NF Pods' own (Kubernetes:\n"
+    "                           an emptyDir at DIR/<group> in the Pod) and not the host's\n"
+    "                           DIR/<group>: instead of the instance-dir check, a group is\n"
+    "                           bound to the buffer file its first announcer presents and\n"
+    "                           later announcers must present the same file (weaker: a\n"
+    "                           tenant that announces another instance's group first\n"
+    "                           keeps that instance from forming)\n"
     "  --yield-timeout-us N     watchdog: an NF thread that runs N us without yielding\n"
     "                           while another thread of its core waits is demoted and\n"
     "                           its sgroup cut off (default 10000)\n"
@@ -91,6 +119,22 @@ constexpr char kUsage[] =
     "under CFS: no enforcer waits on I/O. SIGINT/SIGTERM unregister every sgroup\n"
     "and exit. Exit code 2: bad arguments or a failed start.\n";
 
+// Returns true if addr is unix: and an absolute path.
+bool UnixPath(const std::string& addr) {
+  return addr.rfind("unix:", 0) == 0 && addr.size() > 5 && addr[5] == '/';
+}
+
+// The default NF socket beside the admin socket: /run/keel/coopsched.sock gives
+// /run/keel/coopsched-nf.sock; a path without .sock gets -nf appended.
+std::string NfSocketOf(const std::string& admin) {
+  const std::string ext = ".sock";
+  size_t slash = admin.rfind('/');
+  if (admin.size() > ext.size() && admin.compare(admin.size() - ext.size(), ext.size(), ext) == 0 &&
+      admin.size() - ext.size() > slash + 1)
+    return admin.substr(0, admin.size() - ext.size()) + "-nf" + ext;
+  return admin + "-nf";
+}
+
 bool ParseU64(const char* s, uint64_t* out) {
   char* end;
   errno = 0;
@@ -134,11 +178,15 @@ void WarnIfRtThrottled(const cs_options& opt) {
 int main(int argc, char** argv) {
   cs_options opt;
   cs_options_default(&opt);
-  std::string listen = "unix:/run/keel/coopsched.sock";
-  bool have_cores = false;
+  std::string listen = "unix:/run/keel/coopsched.sock", nf_listen;
+  std::string pktbuf_dir = "/run/keel/pktbuf";
+  bool have_cores = false, pktbuf_in_pods = false;
   static const option kLong[] = {
       {"cores", required_argument, nullptr, 'c'},
       {"listen", required_argument, nullptr, 'l'},
+      {"nf-listen", required_argument, nullptr, 'N'},
+      {"pktbuf-dir", required_argument, nullptr, 'P'},
+      {"pktbuf-in-pods", no_argument, nullptr, 'K'},
       {"yield-timeout-us", required_argument, nullptr, 'y'},
       {"detach-timeout-us", required_argument, nullptr, 'd'},
       {"run-priority", required_argument, nullptr, 'r'},
@@ -159,6 +207,9 @@ int main(int argc, char** argv) {
         have_cores = true;
         break;
       case 'l': listen = optarg; break;
+      case 'N': nf_listen = optarg; break;
+      case 'P': pktbuf_dir = optarg; break;
+      case 'K': pktbuf_in_pods = true; break;
       case 'y':
         if (!ParseU64(optarg, &opt.yield_timeout_us)) return Fail("bad --yield-timeout-us");
         break;
@@ -185,9 +236,16 @@ int main(int argc, char** argv) {
   }
   if (optind != argc) return Fail("unexpected argument " + std::string(argv[optind]));
   if (!have_cores) return Fail("--cores is required (see --help)");
-  if (listen.rfind("unix:", 0) != 0 || listen.size() <= 5 || listen[5] != '/')
-    return Fail("--listen must be unix:/absolute/path");
+  if (!UnixPath(listen)) return Fail("--listen must be unix:/absolute/path");
   const std::string sock = listen.substr(5);
+  if (nf_listen.empty()) nf_listen = "unix:" + NfSocketOf(sock);
+  if (!UnixPath(nf_listen)) return Fail("--nf-listen must be unix:/absolute/path");
+  const std::string nf_sock = nf_listen.substr(5);
+  if (nf_sock == sock) return Fail("--nf-listen must not be the admin socket, --listen");
+  while (pktbuf_dir.size() > 1 && pktbuf_dir.back() == '/') pktbuf_dir.pop_back();
+  if (pktbuf_dir.size() < 2 || pktbuf_dir[0] != '/' || pktbuf_dir.find("/../") != std::string::npos ||
+      pktbuf_dir.find("/./") != std::string::npos)
+    return Fail("--pktbuf-dir must be an absolute directory other than /");
 
   // Signals are taken by sigwait below; every thread inherits the mask.
   sigset_t sigs;
@@ -200,9 +258,11 @@ int main(int argc, char** argv) {
   if (!sched) return Fail(err.msg);
   WarnIfRtThrottled(opt);
 
-  if (!MakeParent(sock)) {
-    cs_sched_destroy(sched);
-    return Fail("cannot create the directory of " + sock + ": " + std::strerror(errno));
+  for (const std::string& path : {sock, nf_sock}) {
+    if (!MakeParent(path)) {
+      cs_sched_destroy(sched);
+      return Fail("cannot create the directory of " + path + ": " + std::strerror(errno));
+    }
   }
   struct stat st;
   if (lstat(sock.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(sock.c_str());
@@ -219,19 +279,43 @@ int main(int argc, char** argv) {
   }
   chmod(sock.c_str(), 0600);
 
+  // The NF socket: a gRPC server without ports of its own, fed the connections that
+  // nf_socket accepts (and knows the caller of).
+  keel::coopsched::PeerTable peers;
+  const cs_caller_policy policy{"/proc", pktbuf_dir.c_str(), pktbuf_in_pods ? 1 : 0,
+                                cs_pidns_self()};
+  keel::coopsched::NfService nf_service(sched, policy, &peers, listen);
+  grpc::ServerBuilder nf_builder;
+  nf_builder.RegisterService(&nf_service);
+  std::unique_ptr<grpc::Server> nf_server = nf_builder.BuildAndStart();
+  keel::coopsched::NfSocket nf_socket;
+  std::string why;
+  if (!nf_server || !nf_socket.Listen(nf_sock, &why)) {
+    server->Shutdown();
+    if (nf_server) nf_server->Shutdown();
+    cs_sched_destroy(sched);
+    unlink(sock.c_str());
+    return Fail("cannot listen on " + nf_listen + ": " + why);
+  }
+  nf_socket.Serve(nf_server.get(), &peers, sched);
+
   std::string cores;
   for (int i = 0; i < opt.ncores; i++) cores += (i ? "," : "") + std::to_string(opt.cores[i]);
   std::fprintf(stderr,
                "keel-coopsched: managing cores %s; tsc %llu Hz; handoff %llu cycles; "
-               "yield timeout %llu us; listening on %s\n",
+               "yield timeout %llu us; listening on %s (admin) and %s (NFs; pktbuf-dir %s%s)\n",
                cores.c_str(), static_cast<unsigned long long>(cs_sched_tsc_hz(sched)),
                static_cast<unsigned long long>(cs_sched_handoff_cycles(sched)),
-               static_cast<unsigned long long>(opt.yield_timeout_us), listen.c_str());
+               static_cast<unsigned long long>(opt.yield_timeout_us), listen.c_str(),
+               nf_listen.c_str(), pktbuf_dir.c_str(), pktbuf_in_pods ? ", in pods" : "");
 
   int sig = 0;
   sigwait(&sigs, &sig);
   std::fprintf(stderr, "keel-coopsched: signal %d, giving every sgroup back\n", sig);
   service.Stop();
+  nf_socket.Stop();
+  nf_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  nf_server->Wait();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   server->Wait();
   cs_sched_destroy(sched);

@@ -20,7 +20,8 @@
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 RUN=$ROOT/run
 PKTBUF=/run/keel/pktbuf
-COOPSCHED_SOCK=/run/keel/coopsched.sock
+COOPSCHED_SOCK=/run/keel/coopsched.sock         # the admin socket: the agent's
+COOPSCHED_NF_SOCK=/run/keel/coopsched-nf.sock   # the NF socket: mounted into NF containers
 NF_SECRETS=$RUN/secrets/nf
 DOCKER_SOCK=/var/run/docker.sock
 MANAGED_CORES=1

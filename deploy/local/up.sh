@@ -11,7 +11,8 @@
 #   chain buffers    tmpfs with 2 MB pages on /run/keel/pktbuf (if not mounted yet)
 #   keel-place       placer service, 127.0.0.1:50062
 #   keel-gateway     OpenFaaS API http://127.0.0.1:8080, gRPC 127.0.0.1:50051
-#   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock
+#   keel-coopsched   manages core 1, unix:/run/keel/coopsched.sock (the agent's) and
+#                    unix:/run/keel/coopsched-nf.sock (the NF containers')
 #   keel-agent       the worker "local", /healthz and /metrics on 127.0.0.1:9101
 #   ToR              OVS bridge keel-tor (OpenFlow 1.3, fail-mode secure) with ports to the
 #                    traffic source (netns keelsrc), the sink (netns keelsink), the ingress
@@ -143,7 +144,7 @@ ovsdb_ok() { ovs-vsctl --timeout=2 show; }
 vswitchd_ok() { ovs-appctl --timeout=2 -t ovs-vswitchd version; }
 placer_ok() { listener "$PID" 127.0.0.1:50062; }
 gateway_ok() { http_ok http://127.0.0.1:8080/healthz && listener "$PID" 127.0.0.1:50051; }
-coopsched_ok() { listener "$PID" "$COOPSCHED_SOCK"; }
+coopsched_ok() { listener "$PID" "$COOPSCHED_SOCK" && listener "$PID" "$COOPSCHED_NF_SOCK"; }
 # The agent answers, and has registered with the gateway and read its desired state (so a
 # deploy right after make up reaches it).
 agent_ok() {
@@ -267,7 +268,7 @@ part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 -
   --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
 part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \
-  --listen "unix:$COOPSCHED_SOCK" --no-rt-throttle
+  --listen "unix:$COOPSCHED_SOCK" --nf-listen "unix:$COOPSCHED_NF_SOCK" --pktbuf-dir "$PKTBUF" --no-rt-throttle
 
 # The image every library NF runs in (keel/nf-sdk comes with it), rebuilt when keel-nf is
 # newer than it.
@@ -281,7 +282,8 @@ fi
 
 alive keel-agent > /dev/null || port_free 127.0.0.1:9101
 part keel-agent 30 agent_ok -- "$BIN/keel-agent" --gateway 127.0.0.1:50051 --control-token-file "$TOKEN" \
-  --worker local --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" --cores "$MANAGED_CORES" \
+  --worker local --docker "unix://$DOCKER_SOCK" --coopsched "unix:$COOPSCHED_SOCK" \
+  --coopsched-nf "unix:$COOPSCHED_NF_SOCK" --cores "$MANAGED_CORES" \
   --ovsdb "unix:$RUN/ovs/db.sock" --pktbuf-dir "$PKTBUF" --redis 127.0.0.1:6379 \
   --redis-user keel-agent --redis-password-file "$RUN/secrets/redis-agent" \
   --redis-socket "$RUN/redis.sock" --secrets-dir "$NF_SECRETS" --listen 127.0.0.1:9101

@@ -49,8 +49,11 @@ for it (Watch), and makes them run:
     no restart policy (the agent rebuilds); never privileged;
   - the instance's directory <pktbuf-dir>/<group> (chain buffer, stats-K.json),
     bind-mounted at the same path into that instance's containers only, plus
-    coopsched's socket at /run/keel/coopsched.sock and redis-server's socket at
-    /run/keel/redis.sock (with --redis-socket);
+    coopsched's NF socket (--coopsched-nf) at /run/keel/coopsched.sock and
+    redis-server's socket at /run/keel/redis.sock (with --redis-socket). The NF
+    socket serves only RegisterThread of the caller's own thread for the instance
+    whose directory it sees; the agent's own calls go to coopsched's admin socket
+    (--coopsched), which no container gets;
   - with --redis-socket: the instance's own Redis user keel-nf.<group>, allowed
     only the keys keel:state:<tenant>:<group>:* (tenant: the gateway's chain) and
     the commands HSCAN, HSET, HDEL, HGET and PING, made before its containers
@@ -168,7 +171,8 @@ func run() int {
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
 		podResSock  = fs.String("pod-resources-socket", vf.DefaultPodResourcesSocket, "with --sriov-resource: the kubelet's PodResources `SOCKET`")
 		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid and read the NFs' statistics inside its root")
-		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's socket `unix:PATH`")
+		coopsched   = fs.String("coopsched", "unix:/run/keel/coopsched.sock", "keel-coopsched's admin socket `unix:PATH` (its --listen), which the agent calls")
+		coopschedNF = fs.String("coopsched-nf", "", "keel-coopsched's NF socket `unix:PATH` (its --nf-listen), mounted into NF containers (default: --coopsched's path with -nf before .sock, unix:/run/keel/coopsched-nf.sock)")
 		coresFlag   = fs.String("cores", "1", "the cores coopsched manages, a comma `LIST`: NF containers' cpuset, told to the gateway")
 		ovsdb       = fs.String("ovsdb", "", "Open vSwitch database `unix:PATH` (default: OVS's own, /var/run/openvswitch/db.sock)")
 		bridge      = fs.String("bridge", "", "the worker's NIC bridge `NAME` (default keel-nic-<worker>; a worker name over 6 bytes is hashed: keel-nic-hXXXXX)")
@@ -210,6 +214,13 @@ func run() int {
 	csPath, ok := strings.CutPrefix(*coopsched, "unix:")
 	if !ok || csPath == "" {
 		return bad("--coopsched %q is not unix:PATH", *coopsched)
+	}
+	if *coopschedNF == "" {
+		*coopschedNF = "unix:" + nfSocketOf(csPath)
+	}
+	csNFPath, ok := strings.CutPrefix(*coopschedNF, "unix:")
+	if !ok || csNFPath == "" || csNFPath == csPath {
+		return bad("--coopsched-nf %q is not unix:PATH other than --coopsched's", *coopschedNF)
 	}
 	if *vfDriver != "af_packet" && *vfDriver != "af_xdp" {
 		return bad("--vf-driver %q is not af_packet or af_xdp", *vfDriver)
@@ -349,7 +360,7 @@ func run() int {
 		return bad("%v", err)
 	}
 	cfg := agent.Config{
-		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedSocket: csPath,
+		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedNFSocket: csNFPath,
 			RedisSocket: *redisSocket, SecretsDir: *secretsDir, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
@@ -448,4 +459,14 @@ func advertised(listen, advertise string) (string, error) {
 		return "", fmt.Errorf("--listen %q listens on every address: say with --advertise HOST:PORT where keel-gateway reaches it", listen)
 	}
 	return listen, nil
+}
+
+// nfSocketOf is keel-coopsched's default NF socket beside its admin socket, as keel-coopsched
+// derives it: /run/keel/coopsched.sock gives /run/keel/coopsched-nf.sock; a path without
+// .sock gets -nf appended.
+func nfSocketOf(admin string) string {
+	if base, ok := strings.CutSuffix(admin, ".sock"); ok && base != "" && !strings.HasSuffix(base, "/") {
+		return base + "-nf.sock"
+	}
+	return admin + "-nf"
 }

@@ -25,3 +25,15 @@ func Test_the_agent_advertises_an_address_the_gateway_can_reach(t *testing.T) {
 		}
 	}
 }
+
+func Test_the_NF_socket_defaults_to_keel_coopscheds_own(t *testing.T) {
+	for admin, want := range map[string]string{
+		"/run/keel/coopsched.sock": "/run/keel/coopsched-nf.sock",
+		"/tmp/cs":                  "/tmp/cs-nf",
+		"/tmp/.sock":               "/tmp/.sock-nf",
+	} {
+		if got := nfSocketOf(admin); got != want {
+			t.Errorf("%s: %s, want %s", admin, got, want)
+		}
+	}
+}

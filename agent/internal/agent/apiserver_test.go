@@ -149,7 +149,7 @@ func Test_agent_runs_a_chain_instance_as_a_Pod_on_a_real_apiserver(t *testing.T)
 	pktbuf := t.TempDir()
 	gw := serve(t, func(s *grpc.Server) { pb.RegisterControlServer(s, fc) })
 	cs := serve(t, func(s *grpc.Server) { pb.RegisterCoopschedServer(s, &fakeCoopsched{vf: vfs, pktbuf: pktbuf}) })
-	cfg := Config{SpecConfig: SpecConfig{Worker: worker, PktbufDir: pktbuf, CoopschedSocket: "/run/keel/coopsched.sock",
+	cfg := Config{SpecConfig: SpecConfig{Worker: worker, PktbufDir: pktbuf, CoopschedNFSocket: "/run/keel/coopsched-nf.sock",
 		Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 200, WaitIfaceMs: 30000, StatsDir: PodStatsDir},
 		Address: "127.0.0.1:9101", Cores: []int32{1}, Heartbeat: time.Second, StatsInterval: 100 * time.Millisecond,
 		Resync: 200 * time.Millisecond, RegisterTimeout: 30 * time.Second, ReadyResetAfter: time.Minute, MaxParallel: 2}
@@ -229,12 +229,16 @@ func checkInstancePod(t *testing.T, p *corev1.Pod, node string) {
 	if v := p.Spec.Volumes[0]; v.Name != runtime.BufferVolume || v.EmptyDir == nil || v.EmptyDir.Medium != "HugePages-2Mi" {
 		t.Errorf("the chain buffer's volume: %+v", v)
 	}
+	// The NFs get coopsched's NF socket, never its admin socket.
 	hostSock := false
 	for _, v := range p.Spec.Volumes {
-		hostSock = hostSock || (v.HostPath != nil && v.HostPath.Path == "/run/keel/coopsched.sock")
+		hostSock = hostSock || (v.HostPath != nil && v.HostPath.Path == "/run/keel/coopsched-nf.sock")
+		if v.HostPath != nil && v.HostPath.Path == "/run/keel/coopsched.sock" {
+			t.Errorf("coopsched's admin socket is mounted into an instance's Pod: %+v", v)
+		}
 	}
 	if !hostSock {
-		t.Errorf("no hostPath volume of coopsched's socket: %+v", p.Spec.Volumes)
+		t.Errorf("no hostPath volume of coopsched's NF socket: %+v", p.Spec.Volumes)
 	}
 	// The NFs write their statistics on an emptyDir in memory that every container mounts.
 	stats := false

@@ -136,7 +136,8 @@ func sh(t *testing.T, name string, args ...string) string {
 // and keel-coopsched (they must run; core 1 taken under flock /tmp/keel-core1.lock by the
 // caller) with a fake gateway: the instance comes up pooled (sgroup detached), attaches,
 // survives a killed NF container and an agent restart, and is removed without a trace.
-// KEEL_AGENT_SMOKE=1 runs it; KEEL_OVSDB=unix:PATH, KEEL_COOPSCHED=unix:PATH and
+// KEEL_AGENT_SMOKE=1 runs it; KEEL_OVSDB=unix:PATH, KEEL_COOPSCHED=unix:PATH (the admin
+// socket), KEEL_COOPSCHED_NF=unix:PATH (the NF socket the containers get) and
 // KEEL_NF_IMAGE pick the services and the image. keel-coopsched must map the thread ids
 // a containerised keel-nf announces to the host's (NSpid).
 func Test_agent_smoke_runs_an_ACL_NAT_instance(t *testing.T) {
@@ -150,6 +151,7 @@ func Test_agent_smoke_runs_an_ACL_NAT_instance(t *testing.T) {
 		return def
 	}
 	ovsdb, coop, image := env("KEEL_OVSDB", ""), env("KEEL_COOPSCHED", "unix:/run/keel/coopsched.sock"), env("KEEL_NF_IMAGE", "keel/nf-base")
+	coopNF := env("KEEL_COOPSCHED_NF", "unix:/run/keel/coopsched-nf.sock")
 	const worker, id, vlan = "keelsm", "smoke/0", 3901
 	group := GroupID(id)
 	ch := &pb.Chain{Name: "smoke", Tenant: "smoketenant", MemoryBytes: 512 << 20, Members: []*pb.ChainMember{
@@ -196,7 +198,7 @@ func Test_agent_smoke_runs_an_ACL_NAT_instance(t *testing.T) {
 	if rt {
 		rtus = 10000
 	}
-	cfg := Config{SpecConfig: SpecConfig{Worker: worker, PktbufDir: dir, CoopschedSocket: strings.TrimPrefix(coop, "unix:"),
+	cfg := Config{SpecConfig: SpecConfig{Worker: worker, PktbufDir: dir, CoopschedNFSocket: strings.TrimPrefix(coopNF, "unix:"),
 		Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 200, RTRuntimeUs: rtus, WaitIfaceMs: 30000},
 		Address: "127.0.0.1:0", Cores: []int32{1}, Heartbeat: 2 * time.Second, StatsInterval: 200 * time.Millisecond,
 		Resync: 2 * time.Second, RegisterTimeout: 30 * time.Second, ReadyResetAfter: time.Minute, MaxParallel: 2}

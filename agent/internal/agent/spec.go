@@ -30,6 +30,8 @@ const (
 
 // Paths inside an NF container.
 const (
+	// CoopschedSocketIn is where an NF container finds keel-coopsched's NF socket (the
+	// host's SpecConfig.CoopschedNFSocket): RegisterThread of its own threads only.
 	CoopschedSocketIn = "/run/keel/coopsched.sock"
 	RedisSocketIn     = "/run/keel/redis.sock"
 	// SecretsIn is where an instance's secrets directory is mounted read-only; RedisAuthIn
@@ -65,12 +67,14 @@ type SpecConfig struct {
 	// on a Scratch mount shared by the instance's containers (--runtime kubernetes: the
 	// instance directory is the Pod's hugetlbfs emptyDir, which takes no write(2)); "": in
 	// the instance directory, on the host.
-	StatsDir        string
-	CoopschedSocket string // host path of coopsched's socket
-	RedisSocket     string // host path of redis-server's socket ("" : NFs keep no state in Redis)
+	StatsDir string
+	// CoopschedNFSocket is the host path of keel-coopsched's NF socket (--nf-listen), the
+	// one mounted into NF containers; its admin socket, which the agent calls, never is.
+	CoopschedNFSocket string
+	RedisSocket       string // host path of redis-server's socket ("" : NFs keep no state in Redis)
 	// SecretsDir is the host directory holding one directory per instance with its NFs'
-	// Redis login (RedisAuthName), mounted read-only into that instance's containers only
-	// ("": NFs log in as Redis' default user).
+	// Redis login (RedisAuthName) and its chain's secrets, mounted read-only into that
+	// instance's containers only ("": NFs log in as Redis' default user).
 	SecretsDir      string
 	Cpuset          string // the managed cores, e.g. "1"
 	VFDriver        string // af_packet | af_xdp
@@ -135,7 +139,7 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 			"--pktbuf", filepath.Join(dir, "pktbuf")}
 		args = append(args, "--coopsched", "unix:"+CoopschedSocketIn,
 			"--stats", c.StatsFile(in.Id, k), "--stats-interval", strconv.Itoa(c.StatsIntervalMs))
-		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedSocket, Target: CoopschedSocketIn}}
+		mounts := []runtime.Mount{{Source: dir, Target: dir, Instance: true}, {Source: c.CoopschedNFSocket, Target: CoopschedSocketIn}}
 		if c.StatsDir != "" {
 			mounts = append(mounts, runtime.Mount{Target: c.StatsDir, Scratch: true})
 		}

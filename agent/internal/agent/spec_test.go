@@ -13,7 +13,7 @@ import (
 )
 
 func testSpecConfig() SpecConfig {
-	return SpecConfig{Worker: "local", PktbufDir: "/run/keel/pktbuf", CoopschedSocket: "/run/keel/coopsched.sock",
+	return SpecConfig{Worker: "local", PktbufDir: "/run/keel/pktbuf", CoopschedNFSocket: "/run/keel/coopsched-nf.sock",
 		RedisSocket: "/run/keel/redis.sock", Cpuset: "1", VFDriver: "af_packet", StatsIntervalMs: 1000, RTRuntimeUs: 10000, WaitIfaceMs: 30000}
 }
 
@@ -63,7 +63,7 @@ func Test_Specs_run_keel_nf_per_member_with_position_0_owning_the_VF(t *testing.
 	for _, m := range specs[0].Mounts {
 		mounts[m.Target] = m.Source
 	}
-	if mounts["/run/keel/pktbuf/c3.1"] != "/run/keel/pktbuf/c3.1" || mounts["/run/keel/coopsched.sock"] == "" ||
+	if mounts["/run/keel/pktbuf/c3.1"] != "/run/keel/pktbuf/c3.1" || mounts["/run/keel/coopsched.sock"] != "/run/keel/coopsched-nf.sock" ||
 		mounts["/run/keel/redis.sock"] != "/run/keel/redis.sock" || len(mounts) != 3 {
 		t.Fatalf("mounts %v", mounts)
 	}

@@ -159,6 +159,38 @@ func Test_ReadBeneath_never_follows_what_an_NF_put_in_its_directory(t *testing.T
 	}
 }
 
+// What an NF puts in its directory is looked at before it is opened: a node that is not a
+// regular file (here a FIFO, whose opening a writer waits for; a device's opening may act
+// by itself) is never opened.
+func Test_ReadBeneath_opens_nothing_but_a_regular_file(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "stats-0.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan struct{})
+	go func() {
+		// Returns once a reader opens the FIFO.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		close(opened)
+	}()
+	time.Sleep(100 * time.Millisecond) // the writer waits in open(2)
+	if _, _, err := ReadBeneath(dir, "stats-0.json"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("error %v, want one saying not a regular file", err)
+	}
+	select {
+	case <-opened:
+		t.Error("ReadBeneath opened the FIFO")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+		<-opened
+		r.Close()
+	}
+}
+
 func Test_ReadInRoot_resolves_absolute_symlinks_inside_the_root(t *testing.T) {
 	root := t.TempDir()
 	// The container's view: /run/keel/i/stats-0.json -> /etc/stats (an absolute link, as

@@ -19,9 +19,12 @@ const MaxFileBytes = 1 << 20
 
 // An instance's statistics files live in a directory its NF containers can write, so the
 // agent never trusts the path: an NF could replace its file with a symlink to a file of
-// the host, a FIFO that blocks the reader, or something huge. Both readers below resolve
-// the name with openat2(2) so that it can never leave the instance's side, open it without
-// blocking, refuse anything but a regular file, and read at most MaxFileBytes.
+// the host, a FIFO that blocks the reader, a device node (an NF container may have
+// CAP_MKNOD, and the agent is not bound by its device cgroup: opening a watchdog device
+// starts it), or something huge. Both readers below resolve the name with openat2(2) so
+// that it can never leave the instance's side, look it up as an O_PATH descriptor (which
+// opens nothing), refuse anything but a regular file, only then open it for reading
+// through that descriptor, and read at most MaxFileBytes.
 
 // ReadBeneath reads file name of directory dir (the instance's directory on the host,
 // bind-mounted into its containers): no symlink is followed and no ".." leaves dir.
@@ -45,7 +48,7 @@ func read(dir, name string, resolve uint64) ([]byte, time.Time, error) {
 	}
 	defer d.Close()
 	fd, err := unix.Openat2(int(d.Fd()), name, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY,
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: resolve,
 	})
 	if errors.Is(err, unix.ENOSYS) {
@@ -54,15 +57,22 @@ func read(dir, name string, resolve uint64) ([]byte, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, &os.PathError{Op: "openat2", Path: filepath.Join(dir, name), Err: err}
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dir, name))
-	defer f.Close()
-	st, err := f.Stat()
+	p := os.NewFile(uintptr(fd), filepath.Join(dir, name))
+	defer p.Close()
+	st, err := p.Stat()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, time.Time{}, fmt.Errorf("%s: not a regular file (%s)", f.Name(), st.Mode().Type())
+		return nil, time.Time{}, fmt.Errorf("%s: not a regular file (%s)", p.Name(), st.Mode().Type())
 	}
+	// The file the O_PATH descriptor holds, opened without a second look-up.
+	rfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, time.Time{}, &os.PathError{Op: "open", Path: p.Name(), Err: err}
+	}
+	f := os.NewFile(uintptr(rfd), p.Name())
+	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, time.Time{}, err

@@ -25,7 +25,7 @@ func testSpecs() []Spec {
 			"com.keel.position": pos, "com.keel.of": "2", "com.keel.tenant": "t1", "com.keel.vlan": "103", "com.keel.spec": "abc"}
 	}
 	mounts := []Mount{{Source: "/run/keel/pktbuf/Chain_1.3", Target: "/run/keel/pktbuf/Chain_1.3", Instance: true},
-		{Source: "/run/keel/coopsched.sock", Target: "/run/keel/coopsched.sock"},
+		{Source: "/run/keel/coopsched-nf.sock", Target: "/run/keel/coopsched.sock"},
 		{Source: "/var/run/redis/redis.sock", Target: "/run/keel/redis.sock"},
 		{Target: "/run/keel/stats", Scratch: true}}
 	return []Spec{
@@ -115,7 +115,7 @@ func Test_Pod_is_guaranteed_at_pod_level_so_its_NFs_share_its_cores_and_buffer(t
 	if st := p.Spec.Volumes[3]; st.Name != StatsVolume || st.EmptyDir == nil || st.EmptyDir.Medium != corev1.StorageMediumMemory {
 		t.Errorf("stats volume %+v", st)
 	}
-	if hpv := p.Spec.Volumes[1].HostPath; hpv == nil || hpv.Path != "/run/keel/coopsched.sock" || p.Spec.Volumes[1].Name != "coopsched-sock" {
+	if hpv := p.Spec.Volumes[1].HostPath; hpv == nil || hpv.Path != "/run/keel/coopsched-nf.sock" || p.Spec.Volumes[1].Name != "coopsched-sock" {
 		t.Errorf("coopsched volume %+v", p.Spec.Volumes[1])
 	}
 	for _, c := range p.Spec.Containers {
