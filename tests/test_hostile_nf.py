@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -139,6 +140,15 @@ def state_of(key: str) -> bytes:
     return r.stdout
 
 
+def mismatches(instance_ids: list[str]) -> dict[str, float]:
+    """keel-agent's count of samples in which the instances' NF statistics contradicted keel's
+    own measurement (keel_agent_nf_stats_mismatch_total), by instance and figure."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import promtext  # bench/promtext.py
+    return {k: v for k, v in promtext.scrape("http://127.0.0.1:9101/metrics").items()
+            if k.startswith("keel_agent_nf_stats_mismatch_total") and any(f'"{i}"' in k for i in instance_ids)}
+
+
 def group_of(instance_id: str) -> str:
     return instance_id.replace("/", ".")
 
@@ -191,7 +201,8 @@ def test_a_hostile_nf_reaches_nothing_but_its_own_packets(hostile_image, sacrifi
             assert rep["stats_forged"] >= ROUNDS, rep
 
         # The sacrificial host process: running as before, neither stopped, FIFO nor moved.
-        assert proc_state(sacrificial) == before_proc
+        state, policy, cpus = proc_state(sacrificial)
+        assert state in "RS" and (policy, cpus) == before_proc[1:], (state, policy, cpus, before_proc)
         # The victim: every packet of the same flow arrives with the same mapping; its state,
         # function record, instances, containers and coopsched groups are as they were.
         again = victim_packets(SPORT)
@@ -211,6 +222,10 @@ def test_a_hostile_nf_reaches_nothing_but_its_own_packets(hostile_image, sacrifi
             attacker_traffic()
             time.sleep(2)
         assert set(instances(ATTACKER)) == attacker_ids, (attacker_ids, instances(ATTACKER))
+        # ... and the agent saw the forgery for what it is: the NF's figures contradict keel's.
+        forged = mismatches(attached)
+        print(f"keel_agent_nf_stats_mismatch_total of {attached}: {forged}")
+        assert sum(forged.values()) > 0, forged
         assert len([v for v in instances(ATTACKER).values() if v["state"] == "attached"]) == len(attached)
     finally:
         for name in (ATTACKER, VICTIM, "hostile"):  # the packet function after the chain that uses it
