@@ -4,7 +4,6 @@ package vf
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,44 +81,19 @@ func (s *SRIOV) Counters(ctx context.Context, vlan uint32) (Counters, error) {
 // ParseVFCounters decodes each tagged VF's counters, by VLAN, from `ip -j -s link show PF`
 // (vfinfo_list[].stats; iproute2 names the tx counters tx_bytes and tx_packets).
 func ParseVFCounters(out []byte) (map[uint32]Counters, error) {
-	var links []struct {
-		VFs []struct {
-			VLANs []struct {
-				VLAN uint32 `json:"vlan"`
-			} `json:"vlan_list"`
-			VLAN  uint32 `json:"vlan"`
-			Stats struct {
-				Rx struct {
-					Bytes   uint64 `json:"bytes"`
-					Packets uint64 `json:"packets"`
-					Dropped uint64 `json:"dropped"`
-				} `json:"rx"`
-				Tx struct {
-					Bytes     uint64 `json:"bytes"`
-					Packets   uint64 `json:"packets"`
-					TxBytes   uint64 `json:"tx_bytes"`
-					TxPackets uint64 `json:"tx_packets"`
-				} `json:"tx"`
-			} `json:"stats"`
-		} `json:"vfinfo_list"`
-	}
-	if err := json.Unmarshal(out, &links); err != nil {
-		return nil, fmt.Errorf("ip -j -s link: %w", err)
+	vfs, err := parseVFInfo(out)
+	if err != nil {
+		return nil, err
 	}
 	m := map[uint32]Counters{}
-	for _, l := range links {
-		for _, v := range l.VFs {
-			vlan := v.VLAN
-			if len(v.VLANs) > 0 {
-				vlan = v.VLANs[0].VLAN
-			}
-			if vlan == 0 {
-				continue
-			}
-			st := v.Stats
-			m[vlan] = Counters{RxPackets: st.Rx.Packets, RxBytes: st.Rx.Bytes, RxDropped: st.Rx.Dropped,
-				TxPackets: max(st.Tx.Packets, st.Tx.TxPackets), TxBytes: max(st.Tx.Bytes, st.Tx.TxBytes)}
+	for i := range vfs {
+		vlan := vfs[i].vlan()
+		if vlan == 0 {
+			continue
 		}
+		st := vfs[i].Stats
+		m[vlan] = Counters{RxPackets: st.Rx.Packets, RxBytes: st.Rx.Bytes, RxDropped: st.Rx.Dropped,
+			TxPackets: max(st.Tx.Packets, st.Tx.TxPackets), TxBytes: max(st.Tx.Bytes, st.Tx.TxBytes)}
 	}
 	return m, nil
 }

@@ -71,29 +71,61 @@ func readInt(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// ParseVFVLANs decodes the VLAN of each VF from `ip -j link show PF` (vfinfo_list).
-func ParseVFVLANs(out []byte) (map[int]uint32, error) {
+// vfInfo is one VF of `ip -j [-s] link show PF` (vfinfo_list; Stats only with -s; iproute2
+// names the tx counters tx_bytes and tx_packets).
+type vfInfo struct {
+	VF    int `json:"vf"`
+	VLANs []struct {
+		VLAN uint32 `json:"vlan"`
+	} `json:"vlan_list"`
+	VLAN  uint32 `json:"vlan"`
+	Stats struct {
+		Rx struct {
+			Bytes   uint64 `json:"bytes"`
+			Packets uint64 `json:"packets"`
+			Dropped uint64 `json:"dropped"`
+		} `json:"rx"`
+		Tx struct {
+			Bytes     uint64 `json:"bytes"`
+			Packets   uint64 `json:"packets"`
+			TxBytes   uint64 `json:"tx_bytes"`
+			TxPackets uint64 `json:"tx_packets"`
+		} `json:"tx"`
+	} `json:"stats"`
+}
+
+// vlan is the VF's VLAN: the first of vlan_list, or vlan.
+func (v *vfInfo) vlan() uint32 {
+	if len(v.VLANs) > 0 {
+		return v.VLANs[0].VLAN
+	}
+	return v.VLAN
+}
+
+// parseVFInfo decodes every VF of every link in `ip -j [-s] link` output.
+func parseVFInfo(out []byte) ([]vfInfo, error) {
 	var links []struct {
-		VFs []struct {
-			VF    int `json:"vf"`
-			VLANs []struct {
-				VLAN uint32 `json:"vlan"`
-			} `json:"vlan_list"`
-			VLAN uint32 `json:"vlan"`
-		} `json:"vfinfo_list"`
+		VFs []vfInfo `json:"vfinfo_list"`
 	}
 	if err := json.Unmarshal(out, &links); err != nil {
 		return nil, fmt.Errorf("ip -j link: %w", err)
 	}
-	m := map[int]uint32{}
+	var vfs []vfInfo
 	for _, l := range links {
-		for _, v := range l.VFs {
-			vlan := v.VLAN
-			if len(v.VLANs) > 0 {
-				vlan = v.VLANs[0].VLAN
-			}
-			m[v.VF] = vlan
-		}
+		vfs = append(vfs, l.VFs...)
+	}
+	return vfs, nil
+}
+
+// ParseVFVLANs decodes the VLAN of each VF from `ip -j link show PF` (vfinfo_list).
+func ParseVFVLANs(out []byte) (map[int]uint32, error) {
+	vfs, err := parseVFInfo(out)
+	if err != nil {
+		return nil, err
+	}
+	m := map[int]uint32{}
+	for i := range vfs {
+		m[vfs[i].VF] = vfs[i].vlan()
 	}
 	return m, nil
 }
