@@ -162,8 +162,8 @@ func Test_namespaces_and_network_policies_hold_the_trust_boundary(t *testing.T) 
 	type policy struct {
 		Metadata metav1.ObjectMeta
 		Spec     struct {
-			PodSelector metav1.LabelSelector `json:"podSelector"`
-			PolicyTypes []string             `json:"policyTypes"`
+			PodSelector metav1.LabelSelector    `json:"podSelector"`
+			PolicyTypes []string                `json:"policyTypes"`
 			Ingress     []struct{ From []peer } `json:"ingress"`
 			Egress      []struct{}              `json:"egress"`
 		}

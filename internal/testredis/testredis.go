@@ -19,7 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Server is a throw-away redis-server on a loopback port, without persistence of its data.
+// Server is a throw-away redis-server on a loopback port, without persistence of its data
+// (but with StartACLAOF).
 type Server struct {
 	Addr    string // HOST:PORT
 	Socket  string // unix:PATH, the same server
@@ -27,6 +28,7 @@ type Server struct {
 	bin     string
 	dir     string
 	port    int
+	aof     bool
 	cmd     *exec.Cmd
 }
 
@@ -34,13 +36,25 @@ type Server struct {
 // the test when redis-server is not installed.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	return start(t, "")
+	return start(t, "", false)
 }
 
 // StartACL is Start with keel's control-plane users (deploy/redis/users.acl.in: the default
 // user off, keel-gateway and keel-agent) logging in with passwords[user]; it returns once the
 // server answers.
 func StartACL(t testing.TB, passwords map[string]string) *Server {
+	t.Helper()
+	return startACL(t, passwords, false)
+}
+
+// StartACLAOF is StartACL with the append-only file on (fsync'd at every write), as make up
+// runs Redis: Restart then brings the data back.
+func StartACLAOF(t testing.TB, passwords map[string]string) *Server {
+	t.Helper()
+	return startACL(t, passwords, true)
+}
+
+func startACL(t testing.TB, passwords map[string]string, aof bool) *Server {
 	t.Helper()
 	_, self, _, _ := goruntime.Caller(0)
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "deploy", "redis", "users.acl.in"))
@@ -63,12 +77,12 @@ func StartACL(t testing.TB, passwords map[string]string) *Server {
 	if err := os.WriteFile(file, []byte(acl.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, file)
+	s := start(t, file, aof)
 	s.await(t)
 	return s
 }
 
-func start(t testing.TB, aclFile string) *Server {
+func start(t testing.TB, aclFile string, aof bool) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -88,7 +102,7 @@ func start(t testing.TB, aclFile string) *Server {
 	}
 	t.Cleanup(func() { os.RemoveAll(sock) })
 	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Socket: "unix:" + filepath.Join(sock, "redis.sock"),
-		ACLFile: aclFile, bin: bin, dir: t.TempDir(), port: port}
+		ACLFile: aclFile, bin: bin, dir: t.TempDir(), port: port, aof: aof}
 	s.run(t)
 	t.Cleanup(s.stop)
 	return s
@@ -96,8 +110,12 @@ func start(t testing.TB, aclFile string) *Server {
 
 func (s *Server) run(t testing.TB) {
 	t.Helper()
-	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--unixsocket", strings.TrimPrefix(s.Socket, "unix:"), "--unixsocketperm", "700"}
+	aof := []string{"--appendonly", "no"}
+	if s.aof {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "",
+		"--dir", s.dir, "--unixsocket", strings.TrimPrefix(s.Socket, "unix:"), "--unixsocketperm", "700"}, aof...)
 	if s.ACLFile != "" {
 		args = append(args, "--aclfile", s.ACLFile)
 	}
@@ -112,9 +130,9 @@ func (s *Server) stop() {
 	s.cmd.Wait()
 }
 
-// Restart stops the server and starts it again on the same port, empty: a Redis that lost
-// its data (restarted without persistence, or with an AOF behind its writes); with StartACL
-// it loads its ACL file again. It returns once the new server accepts connections.
+// Restart stops the server and starts it again on the same port: empty (a Redis that lost
+// its data: restarted without persistence, or with an AOF behind its writes), or with
+// StartACLAOF what its append-only file holds; with StartACL it loads its ACL file again. It returns once the new server accepts connections.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.stop()
