@@ -310,13 +310,23 @@ def test_control_plane_runs_from_the_images(ctr, built, tmp_path):
         return ["--mount", f"type=bind,src={src},dst={dst},options=rbind:{'ro' if ro else 'rw'}"]
 
     tok = mount(token, "/run/secrets/keel")
+    # The Secret keel-redis as README "On Kubernetes" makes it: Redis' ACL file (no default
+    # user) and keel-gateway's password, each where the manifests mount them.
+    acl, login = tmp_path / "redis-acl", tmp_path / "redis-login"
+    login.mkdir()
+    users = subprocess.run([str(ROOT / "deploy" / "lib" / "redis-acl.sh"), str(acl)], capture_output=True, text=True,
+                           check=True).stdout
+    (acl / "users.acl").write_text(users)
+    shutil.copy(acl / "redis-gateway", login / "gateway")
+    gateway_pw = (acl / "redis-gateway").read_text().strip()
     redis = built.config("redis")["Entrypoint"]
-    ctr("run", "-d", *mount(data, "/data", ro=False), normalized(built.ref["redis"]), "kt-redis", *redis,
-        *manifest_args(docs, "redis", ""))
+    ctr("run", "-d", *mount(data, "/data", ro=False), *mount(acl, "/etc/keel/redis"), normalized(built.ref["redis"]),
+        "kt-redis", *redis, *manifest_args(docs, "redis", ""))
     pid = ctr.pid("kt-redis")
     deadline = time.time() + 20
-    while ctr("task", "exec", "--exec-id", "ping", "kt-redis", "redis-cli", "ping", check=False).stdout.strip() != "PONG":
-        assert time.time() < deadline, "redis-cli ping (the readiness probe) never answered PONG"
+    while ctr("task", "exec", "--exec-id", "ping", "kt-redis", "redis-cli", "--user", "keel-gateway", "--pass", gateway_pw,
+              "--no-auth-warning", "ping", check=False).stdout.strip() != "PONG":
+        assert time.time() < deadline, "redis-cli ping as keel-gateway never answered PONG"
         time.sleep(0.2)
     subprocess.run(["nsenter", "-t", str(pid), "-n", "ip", "link", "add", "keelkt0", "type", "veth", "peer",
                     "name", "keelkt1"], check=True)
@@ -329,7 +339,8 @@ def test_control_plane_runs_from_the_images(ctr, built, tmp_path):
             *built.config(image)["Entrypoint"], *manifest_args(docs, workload, "keelkt0"))
 
     start("keel-place", "placer")
-    start("keel-gateway", "gateway", *mount(topo, "/etc/keel"), *mount(secrets, "/var/lib/keel/secrets", ro=False))
+    start("keel-gateway", "gateway", *mount(topo, "/etc/keel"), *mount(secrets, "/var/lib/keel/secrets", ro=False),
+          *mount(login, "/run/secrets/keel-redis"))
     wait_http(pid, "http://127.0.0.1:8080/healthz")
     start("keel-torctl", "torctl")
     wait_http(pid, "http://127.0.0.1:9102/metrics", "keel_torctl_gateway_synced 1")
