@@ -93,8 +93,10 @@ sn.stop()
 for p in sn.results:
     vlan = p[Dot1Q].vlan if p.haslayer(Dot1Q) else 0
     l4 = p[UDP] if p.haslayer(UDP) else p[TCP]
-    print(p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport,
-          bytes(l4.payload).hex() if {payload} else "")
+    fields = [p[Ether].dst, vlan, p[IP].src, p[IP].dst, p[IP].ttl, l4.sport, l4.dport]
+    if {payload}:
+        fields.append(bytes(l4.payload).hex())
+    print(*fields)
 """], stdout=subprocess.PIPE, text=True)
     try:
         assert sniff.stdout.readline().strip() == "ready"

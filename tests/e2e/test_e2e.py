@@ -467,8 +467,15 @@ def test_remove_leaves_nothing_of_the_chains(stack, control):
 
 @pytest.fixture(scope="module")
 def ttlguard_image(stack, tmp_path_factory):
-    """keel/nf-ttlguard:latest, built once by faas-cli from the packet-cpp template if missing."""
-    if sh("docker", "image", "inspect", "keel/nf-ttlguard:latest", check=False).returncode == 0:
+    """keel/nf-ttlguard:latest, built by faas-cli from the packet-cpp template if missing or
+    older than keel/nf-base (it carries the keel-nf it was built on, which must take the
+    arguments today's agent gives)."""
+    def created(image):
+        r = sh("docker", "image", "inspect", "-f", "{{.Created}}", image, check=False)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    have, base = created("keel/nf-ttlguard:latest"), created("keel/nf-base:latest")
+    if have and base and have >= base:
         return
     if sh("docker", "image", "inspect", "keel/nf-sdk:latest", check=False).returncode != 0:
         sh("make", "-s", "images", timeout=900, cwd=ROOT)
