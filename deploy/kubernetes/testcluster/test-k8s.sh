@@ -83,6 +83,7 @@ step "2. keel's control plane from deploy/kubernetes-testcluster"
 # As the README's "On Kubernetes" says, with the test overlay for deploy/kubernetes.
 kubectl apply -f "$root/deploy/kubernetes/namespace.yaml"
 kubectl -n keel create secret generic keel-control-token --from-literal=control-token="$(openssl rand -hex 32)"
+mkdir -p "$tmp/redis"
 "$root/deploy/lib/redis-acl.sh" "$tmp/redis" >"$tmp/redis/users.acl.tmp" && mv "$tmp/redis/users.acl.tmp" "$tmp/redis/users.acl"
 kubectl -n keel create secret generic keel-redis --from-file=users.acl="$tmp/redis/users.acl" \
   --from-file=gateway="$tmp/redis/redis-gateway" --from-file=agent="$tmp/redis/redis-agent"
