@@ -201,8 +201,8 @@ func (a *Agent) failed(id, reason string) {
 	a.reportNow()
 }
 
-// create builds an instance: a fresh directory, its NFs' Redis user (of tenant), position
-// 0's container, its VF moved in, then the other positions (Docker; Kubernetes starts them
+// create builds an instance: a fresh directory, its NFs' Redis user (of tenant) and its
+// chain's secrets, position 0's container, its VF moved in, then the other positions (Docker; Kubernetes starts them
 // together in one Pod; either way pre-deployed detached: Galleon §5.3). keel-nf announces
 // each position to coopsched; the sgroup forms detached when all have.
 func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string, specs []runtime.Spec) error {
