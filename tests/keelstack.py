@@ -42,9 +42,17 @@ def redis(*args: str, check: bool = True) -> list[str]:
     """redis-cli on the stack's Redis (run/redis.sock) logged in as keel-gateway (make up's ACL:
     the keys keel:*, no admin command; its password through the environment), --raw, its
     output lines. List keys with "--scan", "--pattern", P: keel-gateway may not run KEYS."""
-    env = dict(os.environ, REDISCLI_AUTH=(RUN / "secrets" / "redis-gateway").read_text().strip())
-    return sh("redis-cli", "--user", "keel-gateway", "-s", str(RUN / "redis.sock"), "--raw", *args,
-              check=check, env=env).stdout.splitlines()
+    return sh(*redis_cli(*args), check=check, env=redis_env()).stdout.splitlines()
+
+
+def redis_cli(*args: str) -> list[str]:
+    """The redis-cli command line of redis() (--raw ARGS as keel-gateway, on run/redis.sock)."""
+    return ["redis-cli", "--user", "keel-gateway", "-s", str(RUN / "redis.sock"), "--raw", *args]
+
+
+def redis_env() -> dict:
+    """redis-cli's environment for redis(): keel-gateway's password, never on the command line."""
+    return dict(os.environ, REDISCLI_AUTH=(RUN / "secrets" / "redis-gateway").read_text().strip())
 
 
 def ovs(*args, check=True):

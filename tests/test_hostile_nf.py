@@ -24,8 +24,8 @@ import time
 import pytest
 
 from keelenv import ROOT
-from keelstack import (RUN, SKIP_REASON, all_ready, capture, coopsched_groups, faas, instances, nf_containers,
-                       redis, running_stack, sh, udp, wait_for)
+from keelstack import (SKIP_REASON, all_ready, capture, coopsched_groups, faas, instances, nf_containers,
+                       redis, redis_cli, redis_env, running_stack, sh, udp, wait_for)
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "n/a")
 
@@ -50,13 +50,17 @@ VICTIM, ATTACKER = f"victim{os.getpid() % 10000}", f"attacker{os.getpid() % 1000
 ROUNDS = 3  # attack rounds to wait for (each after a batch, ≥ 0.5 s apart)
 
 
-def stack_yaml(host_tid: int, host_pidns: int) -> str:
-    return f"""version: 1.0
+# A stack file's start, as faas-cli reads it, for the make up gateway.
+HEADER = """version: 1.0
 provider:
   name: openfaas
   gateway: http://127.0.0.1:8080
 functions:
-  hostile:
+"""
+
+
+def stack_yaml(host_tid: int, host_pidns: int) -> str:
+    return HEADER + f"""  hostile:
     image: {IMAGE}
     labels:
       com.keel.kind: nf
@@ -133,9 +137,7 @@ def victim_packets(sport: int) -> list[tuple]:
 
 def state_of(key: str) -> bytes:
     """HGETALL of an NF state hash as raw bytes (its fields are binary flow keys)."""
-    env = dict(os.environ, REDISCLI_AUTH=(RUN / "secrets" / "redis-gateway").read_text().strip())
-    r = subprocess.run(["redis-cli", "--user", "keel-gateway", "-s", str(RUN / "redis.sock"), "--raw", "HGETALL", key],
-                       capture_output=True, env=env, timeout=30)
+    r = subprocess.run(redis_cli("HGETALL", key), capture_output=True, env=redis_env(), timeout=30)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -243,12 +245,7 @@ SEALED_NET = "198.18.8.0/24"
 
 def sealed_yaml(listed: bool) -> str:
     secrets = "\n    secrets: [keel-aes-key]" if listed else ""
-    return f"""version: 1.0
-provider:
-  name: openfaas
-  gateway: http://127.0.0.1:8080
-functions:
-  sealed:
+    return HEADER + f"""  sealed:
     image: keel/chain:latest{secrets}
     labels:
       com.keel.kind: chain
