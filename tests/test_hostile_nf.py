@@ -44,9 +44,7 @@ ATTACKS = {
 # Source ports of this run: a flow the gateway still records from an earlier run (Redis keeps
 # flows across make down/up until they expire) would go where that run sent it.
 SPORT = 20000 + (os.getpid() * 7) % 30000
-# The chains' names, of this run: records an interrupted earlier run left in Redis (it keeps
-# them across make down/up) cannot be taken for this run's.
-VICTIM, ATTACKER = f"victim{os.getpid() % 10000}", f"attacker{os.getpid() % 10000}"
+VICTIM, ATTACKER = "victim", "attacker"  # the two tenants' chains
 ROUNDS = 3  # attack rounds to wait for (each after a batch, ≥ 0.5 s apart)
 
 
