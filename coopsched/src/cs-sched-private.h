@@ -36,6 +36,7 @@ struct cs_group {
   char path[CS_PATH_MAX];
   uint32_t n;
   struct cs_task tasks[KEEL_SCHED_MAX_NFS];
+  uint64_t starts[KEEL_SCHED_MAX_NFS]; /* each thread's start time (/proc stat field 22) */
   struct cs_chain chain;
   enum cs_group_state state;
   int core; /* the core it is attached to, -1 when detached */

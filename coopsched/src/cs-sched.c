@@ -15,6 +15,7 @@
 #include "cs-pidns.h"
 #include "cs-rt.h"
 #include "cs-sched-private.h"
+#include "cs-state.h"
 #include "cs-tsc.h"
 
 #define CS_REGISTER_STOP_TIMEOUT_MS 1000
@@ -380,15 +381,16 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
     if (cs_task_open(&g->tasks[i], tids[i], err)) goto fail;
     opened++;
     /* Read after the pidfd is open: a thread that still lives then is the one read. */
-    uint64_t start;
-    if (starts && (cs_proc_starttime("/proc", g->tasks[i].pid, tids[i], &start) != 0 ||
-                   start != starts[i] || cs_task_gone(&g->tasks[i]))) {
+    uint64_t start = 0;
+    if (cs_proc_starttime("/proc", g->tasks[i].pid, tids[i], &start) != 0 ||
+        (starts && (start != starts[i] || cs_task_gone(&g->tasks[i])))) {
       cs_error_set(err, CS_ENOENT,
                    "thread %d of position %u exited after it was announced (its id names "
                    "another thread now)",
                    (int)tids[i], i);
       goto fail;
     }
+    g->starts[i] = start;
   }
   /* The path is the NFs' own: it is resolved inside their roots, which the
    * threads' descriptors, opened above, pin down. */
@@ -459,10 +461,42 @@ fail:
   return err->cls;
 }
 
+/* Writes the sgroups in service to the state file (ctl_mu held, so that writes follow the
+ * table's changes in order). A failure is reported, not returned: the change it follows
+ * has happened; only a successor's adoption is at stake. */
+static void persist_locked(struct cs_sched *s) {
+  if (!s->opt.state_file[0]) return;
+  size_t n = 0, i = 0;
+  pthread_mutex_lock(&s->mu);
+  for (struct cs_group *g = s->groups; g; g = g->next) n++;
+  struct cs_state_entry *v = calloc(n ? n : 1, sizeof *v);
+  for (struct cs_group *g = s->groups; g && v; g = g->next) {
+    if (g->state != CS_DETACHED && g->state != CS_ATTACHED && g->state != CS_DETACHING)
+      continue; /* out of service: the agent rebuilds it */
+    struct cs_state_entry *e = &v[i++];
+    snprintf(e->id, sizeof e->id, "%s", g->id);
+    snprintf(e->path, sizeof e->path, "%s", g->path);
+    e->core = g->state == CS_ATTACHED ? g->core : -1;
+    e->n = g->n;
+    for (uint32_t k = 0; k < g->n; k++) {
+      e->tids[k] = g->tasks[k].tid;
+      e->starts[k] = g->starts[k];
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  struct cs_error err;
+  if (!v)
+    fprintf(stderr, "keel-coopsched: state file %s not written: out of memory\n", s->opt.state_file);
+  else if (cs_state_write(s->opt.state_file, v, i, &err) != CS_OK)
+    fprintf(stderr, "keel-coopsched: %s (a successor could not take the chains back)\n", err.msg);
+  free(v);
+}
+
 enum cs_errclass cs_sched_register(struct cs_sched *s, const char *group, const pid_t *tids,
                                    uint32_t n, const char *pktbuf, struct cs_error *err) {
   pthread_mutex_lock(&s->ctl_mu);
   enum cs_errclass cls = register_locked(s, group, tids, NULL, n, pktbuf, err);
+  if (cls == CS_OK) persist_locked(s);
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
 }
@@ -515,6 +549,7 @@ enum cs_errclass cs_sched_announce(struct cs_sched *s, const char *group, uint32
       *pp = a->next;
       cls = register_locked(s, a->id, a->tids, a->starts, a->count, a->path, err);
       *registered = cls == CS_OK;
+      if (*registered) persist_locked(s);
       free(a);
     }
   }
@@ -578,28 +613,73 @@ uint64_t cs_sched_refusals(struct cs_sched *s, enum cs_refusal r) {
   return n;
 }
 
+static void unregister_locked(struct cs_sched *s, struct cs_group *g);
+
+/* Attaches g to core (ctl_mu and mu held). */
+static enum cs_errclass attach_locked(struct cs_sched *s, struct cs_group *g, int core,
+                                      struct cs_error *err) {
+  if (!cs_sched_enforcer(s, core))
+    return cs_error_set(err, CS_EINVAL, "core %d is not managed by keel-coopsched", core);
+  if (check_in_service(g, err)) return err->cls;
+  if (g->state != CS_DETACHED)
+    return cs_error_set(err, CS_ESTATE, "sgroup \"%s\" is %s on core %d", g->id,
+                        cs_group_state_name(g->state), g->core);
+  run_op(s, g, CS_OP_ATTACH, core);
+  if (g->op_err.cls) return cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
+  return CS_OK;
+}
+
 enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core,
                                  struct cs_error *err) {
   pthread_mutex_lock(&s->ctl_mu);
   pthread_mutex_lock(&s->mu);
   struct cs_group *g;
   enum cs_errclass cls = lookup(s, group, &g, err);
-  if (cls) goto out;
-  if (!cs_sched_enforcer(s, core)) {
-    cls = cs_error_set(err, CS_EINVAL, "core %d is not managed by keel-coopsched", core);
-  } else if (check_in_service(g, err)) {
-    cls = err->cls;
-  } else if (g->state != CS_DETACHED) {
-    cls = cs_error_set(err, CS_ESTATE, "sgroup \"%s\" is %s on core %d", group,
-                       cs_group_state_name(g->state), g->core);
-  } else {
-    run_op(s, g, CS_OP_ATTACH, core);
-    if (g->op_err.cls) cls = cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
-  }
-out:
+  if (!cls) cls = attach_locked(s, g, core, err);
   pthread_mutex_unlock(&s->mu);
+  if (!cls) persist_locked(s);
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
+}
+
+enum cs_errclass cs_sched_adopt(struct cs_sched *s, uint32_t *adopted, uint32_t *dropped,
+                                struct cs_error *err) {
+  *adopted = *dropped = 0;
+  if (!s->opt.state_file[0]) return CS_OK;
+  struct cs_state_entry *v;
+  size_t n;
+  if (cs_state_read(s->opt.state_file, &v, &n, err)) return err->cls;
+  pthread_mutex_lock(&s->ctl_mu);
+  for (size_t i = 0; i < n; i++) {
+    struct cs_state_entry *e = &v[i];
+    struct cs_error why = {0};
+    /* The predecessor's guardian gave the threads back their own policy and let them run:
+     * registering stops them again, as for a new sgroup, after checking each is the very
+     * thread that was registered. */
+    int ok = register_locked(s, e->id, e->tids, e->starts, e->n, e->path, &why) == CS_OK;
+    if (ok && e->core >= 0) {
+      pthread_mutex_lock(&s->mu);
+      struct cs_group *g = find_group(s, e->id);
+      ok = g && attach_locked(s, g, e->core, &why) == CS_OK;
+      pthread_mutex_unlock(&s->mu);
+      if (!ok && g) unregister_locked(s, g); /* given back; the agent rebuilds it */
+    }
+    char msg[sizeof ((struct cs_event *)0)->message];
+    if (ok) {
+      (*adopted)++;
+      if (e->core >= 0) snprintf(msg, sizeof msg, "taken back from the state file, attached to core %d", e->core);
+      else snprintf(msg, sizeof msg, "taken back from the state file, detached");
+      cs_events_post(&s->events, "adopted", e->id, 0, 0, 0, msg);
+    } else {
+      (*dropped)++;
+      snprintf(msg, sizeof msg, "not taken back from the state file: %.120s", why.msg);
+      cs_events_post(&s->events, "not-adopted", e->id, 0, 0, 0, msg);
+    }
+  }
+  persist_locked(s);
+  pthread_mutex_unlock(&s->ctl_mu);
+  free(v);
+  return CS_OK;
 }
 
 /* Detaches g (s->mu held); a no-op if it is detached, cut off or failed. */
@@ -623,6 +703,7 @@ enum cs_errclass cs_sched_detach(struct cs_sched *s, const char *group, int *at_
   if (!cls) cls = check_in_service(g, err);
   if (!cls) detach_locked(s, g, at_boundary, wait_us);
   pthread_mutex_unlock(&s->mu);
+  if (!cls) persist_locked(s);
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
 }
@@ -647,7 +728,10 @@ enum cs_errclass cs_sched_unregister(struct cs_sched *s, const char *group, stru
   struct cs_group *g;
   enum cs_errclass cls = lookup(s, group, &g, err);
   pthread_mutex_unlock(&s->mu);
-  if (!cls) unregister_locked(s, g);
+  if (!cls) {
+    unregister_locked(s, g);
+    persist_locked(s);
+  }
   pthread_mutex_unlock(&s->ctl_mu);
   return cls;
 }
@@ -724,6 +808,7 @@ struct cs_events *cs_sched_events(struct cs_sched *s) { return &s->events; }
 void cs_sched_destroy(struct cs_sched *s) {
   pthread_mutex_lock(&s->ctl_mu);
   while (s->groups) unregister_locked(s, s->groups);
+  persist_locked(s); /* every thread was given back: nothing for a successor to take */
   while (s->announces) {
     struct cs_announce *a = s->announces;
     s->announces = a->next;

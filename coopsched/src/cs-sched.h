@@ -32,6 +32,7 @@ struct cs_options {
   int probe_handoff;          /* measure the handoff cost at start-up */
   char lock_dir[CS_PATH_MAX]; /* where the lock file of each managed core is */
   int no_rt_throttle;         /* lift the kernel's RT throttling while running */
+  char state_file[CS_PATH_MAX]; /* the sgroups in service, for a successor (cs-state.h); "" none */
 };
 
 enum cs_group_state {
@@ -93,6 +94,14 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
  * enforcers, puts the RT throttling back as it was, releases the cores'
  * locks and frees s. */
 void cs_sched_destroy(struct cs_sched *s);
+
+/* Takes back the sgroups a predecessor that died left in opt->state_file (cs-state.h):
+ * each whose threads all still live (same tids, same start times) is registered again and
+ * attached to the core it had, without its NFs doing anything; the others are dropped (the
+ * agent rebuilds them). Sets how many were adopted and dropped; an unreadable or malformed
+ * file adopts nothing and is an error naming it. Call once, before serving. */
+enum cs_errclass cs_sched_adopt(struct cs_sched *s, uint32_t *adopted, uint32_t *dropped,
+                                struct cs_error *err);
 
 /* Registers an sgroup: stops the threads, pins them to a managed core as FIFO
  * at the wait priority. The sgroup is detached. */

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -992,6 +993,69 @@ TEST_F(CoopschedTest, GuardianUndoesEverythingWhenTheDaemonIsKilled) {
   // A new keel-coopsched takes the core (the guardian held no lock).
   StartDaemon();
   EXPECT_EQ(Status().cores_size(), 1);
+}
+
+// keel-coopsched killed with SIGKILL and started again (as make up or the DaemonSet would):
+// it takes back, from its state file, every sgroup whose threads still live, attached to the
+// core it had or detached as it was, without the NFs doing anything; a chain that lost a
+// thread meanwhile is not taken back (the agent rebuilds it). No round is lost or repeated
+// across the two daemons and the guardian's interval under CFS. A clean stop leaves nothing
+// to take back.
+TEST_F(CoopschedTest, RestartedDaemonTakesItsChainsBack) {
+  StartDaemon();
+  Chain& kept = NewChain("kept", 3);
+  Chain& parked = NewChain("parked", 2);
+  Chain& broken = NewChain("broken", 2);
+  ASSERT_NO_FATAL_FAILURE(Run(kept, "kept"));
+  ASSERT_NO_FATAL_FAILURE(Run(broken, "broken"));
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(parked, "parked", &gs).ok());
+  uint64_t rounds = kept.rounds();
+  ASSERT_TRUE(WaitFor([&] { return kept.rounds() > rounds + 1000; }, 5000));
+  const pid_t daemon = daemon_.pid();
+  ASSERT_EQ(kill(daemon, SIGKILL), 0);
+  waitpid(daemon, nullptr, 0);
+  // The guardian lets everything run under CFS; one of broken's processes dies meanwhile.
+  ASSERT_TRUE(WaitFor([&] { return FifoPriority(kept.pids()[0]) == -1; }, 3000));
+  ASSERT_EQ(kill(broken.pids()[1], SIGKILL), 0);
+  rounds = kept.rounds();
+  ASSERT_TRUE(WaitFor([&] { return kept.rounds() > rounds + 100; }, 3000)) << "kept does not run under CFS";
+
+  StartDaemon();
+  keel::v1::StatusResponse st = Status();
+  std::map<std::string, keel::v1::GroupStatus> groups;
+  for (const auto& g : st.groups()) groups[g.group_id()] = g;
+  ASSERT_EQ(groups.count("kept"), 1u) << daemon_.Log();
+  EXPECT_EQ(groups["kept"].state(), keel::v1::GROUP_STATE_ATTACHED);
+  EXPECT_EQ(groups["kept"].core(), static_cast<uint32_t>(kManagedCore));
+  ASSERT_EQ(groups.count("parked"), 1u) << daemon_.Log();
+  EXPECT_EQ(groups["parked"].state(), keel::v1::GROUP_STATE_DETACHED);
+  EXPECT_EQ(groups.count("broken"), 0u);
+  std::map<std::string, std::string> events;
+  for (const auto& e : st.events()) events[e.group_id()] = e.kind();
+  EXPECT_EQ(events["kept"], "adopted");
+  EXPECT_EQ(events["parked"], "adopted");
+  EXPECT_EQ(events["broken"], "not-adopted");
+  EXPECT_NE(daemon_.Log().find("took back 2 sgroup(s)"), std::string::npos) << daemon_.Log();
+  for (pid_t pid : kept.pids()) {
+    EXPECT_EQ(FifoPriority(pid), 10) << pid;
+    EXPECT_TRUE(OnlyOnCore(pid, kManagedCore)) << pid;
+  }
+  for (pid_t pid : parked.pids()) EXPECT_TRUE(WaitFor([&] { return ProcState(pid) == 'T'; }, 1000)) << pid;
+  rounds = kept.rounds();
+  EXPECT_TRUE(WaitFor([&] { return kept.rounds() > rounds + 1000; }, 3000)) << "kept does not run on its core";
+  // It is the agent's to command as before.
+  ASSERT_TRUE(Attach("parked").ok());
+  keel::v1::DetachResponse det;
+  ASSERT_TRUE(Detach("kept", &det).ok());
+  EXPECT_TRUE(det.at_boundary());
+  ExpectClean(kept);
+  ASSERT_TRUE(Detach("parked", &det).ok());
+  ExpectClean(parked);
+  // A clean stop gives everything back and leaves nothing to take.
+  EXPECT_TRUE(daemon_.Stop());
+  StartDaemon();
+  EXPECT_EQ(Status().groups_size(), 0);
 }
 
 // A clean stop leaves no guardian behind and nothing for it to do.

@@ -74,6 +74,15 @@ constexpr char kUsage[] =
     "                           with the holder's pid (default /run/keel; created 0755).\n"
     "                           A second keel-coopsched for a core exits with code 2\n"
     "                           and names the pid that holds it\n"
+    "  --state-file PATH|none   where the sgroups in service are written after every\n"
+    "                           change (default <lock-dir>/coopsched.state). A\n"
+    "                           keel-coopsched started after one that died (SIGKILL, a\n"
+    "                           crash) takes them back from it: each sgroup whose threads\n"
+    "                           all still live (same tids and start times) is registered\n"
+    "                           again and attached to the core it had, and its NFs do\n"
+    "                           nothing; between the two, the guardian has let them run\n"
+    "                           under CFS. The others are dropped (\"not-adopted\" events)\n"
+    "                           and the agent rebuilds them. A clean stop empties the file\n"
     "  --no-rt-throttle         lift the kernel's RT throttling while running. Linux lets\n"
     "                           SCHED_FIFO threads run only kernel.sched_rt_runtime_us of\n"
     "                           every sched_rt_period_us (950000 of 1000000 by default),\n"
@@ -180,6 +189,7 @@ int main(int argc, char** argv) {
   cs_options_default(&opt);
   std::string listen = "unix:/run/keel/coopsched.sock", nf_listen;
   std::string pktbuf_dir = "/run/keel/pktbuf";
+  std::string state_file;  // default: <lock-dir>/coopsched.state
   bool have_cores = false, pktbuf_in_pods = false;
   static const option kLong[] = {
       {"cores", required_argument, nullptr, 'c'},
@@ -194,6 +204,7 @@ int main(int argc, char** argv) {
       {"no-handoff-probe", no_argument, nullptr, 'n'},
       {"lock-dir", required_argument, nullptr, 'L'},
       {"no-rt-throttle", no_argument, nullptr, 'R'},
+      {"state-file", required_argument, nullptr, 'S'},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0},
   };
@@ -230,6 +241,10 @@ int main(int argc, char** argv) {
         std::snprintf(opt.lock_dir, sizeof opt.lock_dir, "%s", optarg);
         break;
       case 'R': opt.no_rt_throttle = 1; break;
+      case 'S':
+        if (!optarg[0]) return Fail("bad --state-file (a path, or none)");
+        state_file = optarg;
+        break;
       case 'h': std::fputs(kUsage, stdout); return 0;
       default: std::fputs(kUsage, stderr); return 2;
     }
@@ -246,6 +261,12 @@ int main(int argc, char** argv) {
   if (pktbuf_dir.size() < 2 || pktbuf_dir[0] != '/' || pktbuf_dir.find("/../") != std::string::npos ||
       pktbuf_dir.find("/./") != std::string::npos)
     return Fail("--pktbuf-dir must be an absolute directory other than /");
+  if (state_file.empty()) state_file = std::string(opt.lock_dir) + "/coopsched.state";
+  if (state_file != "none") {
+    if (state_file[0] != '/' || state_file.size() + 5 >= sizeof opt.state_file)
+      return Fail("--state-file must be an absolute path (or none)");
+    std::snprintf(opt.state_file, sizeof opt.state_file, "%s", state_file.c_str());
+  }
 
   // Signals are taken by sigwait below; every thread inherits the mask.
   sigset_t sigs;
@@ -257,6 +278,13 @@ int main(int argc, char** argv) {
   cs_sched* sched = cs_sched_create(&opt, &err);
   if (!sched) return Fail(err.msg);
   WarnIfRtThrottled(opt);
+  // Chains a predecessor that died left running (cs-state.h), before anyone may call.
+  uint32_t adopted = 0, dropped = 0;
+  if (cs_sched_adopt(sched, &adopted, &dropped, &err) != CS_OK)
+    std::fprintf(stderr, "keel-coopsched: warning: no sgroup taken back: %s\n", err.msg);
+  else if (adopted || dropped)
+    std::fprintf(stderr, "keel-coopsched: took back %u sgroup(s) from %s; %u could not be (see the "
+                 "\"not-adopted\" events)\n", adopted, opt.state_file, dropped);
 
   for (const std::string& path : {sock, nf_sock}) {
     if (!MakeParent(path)) {
