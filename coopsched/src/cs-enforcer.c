@@ -161,7 +161,7 @@ static void do_attach(struct cs_sched *s, struct cs_enforcer *e, struct cs_group
     if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.run_priority);
   }
   if (rc != 0) {
-    for (uint32_t j = 0; j < g->n; j++) cs_task_set_fifo(&g->tasks[j], s->opt.wait_priority);
+    for (uint32_t j = 0; j < g->n; j++) cs_task_set_waiting(&g->tasks[j], s->opt.wait_priority);
     cs_error_set(&g->op_err, rc == -ESRCH ? CS_ENOENT : CS_EINTERNAL,
                  "attach %s: position %u (thread %d): %s", g->id, i - 1,
                  (int)g->tasks[i - 1].tid, strerror(-rc));
@@ -206,7 +206,7 @@ static void cut_off(struct cs_sched *s, struct cs_group *g, uint32_t pos, uint64
 static void finish_stop(struct cs_sched *s, struct cs_group *g) {
   for (uint32_t i = 0; i < g->n; i++)
     if (cs_task_is_fifo(&g->tasks[i]))
-      cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
+      cs_task_set_waiting(&g->tasks[i], s->opt.wait_priority);
   CS_STORE(g->chain.w->detach_req, 0u);
   /* A detach does not save an sgroup the watchdog has demoted a thread of. */
   if (g->demoted_mask && !g->cut) cut_off(s, g, g->demoted_pos, g->demoted_busy_us, cs_mono_ns());

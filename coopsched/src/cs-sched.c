@@ -35,7 +35,7 @@ void cs_options_default(struct cs_options *opt) {
   memset(opt, 0, sizeof *opt);
   opt->yield_timeout_us = 10000;
   opt->detach_timeout_us = 500000;
-  opt->wait_priority = 1;
+  opt->wait_priority = 0;
   opt->run_priority = 10;
   opt->probe_handoff = 1;
   snprintf(opt->lock_dir, sizeof opt->lock_dir, "/run/keel");
@@ -157,9 +157,9 @@ static enum cs_errclass check_options(const struct cs_options *opt, cpu_set_t *r
   }
   if (CPU_COUNT(rest) == 0)
     return cs_error_set(err, CS_EINVAL, "every core would be managed: leave at least one to CFS");
-  if (opt->wait_priority < 1 || opt->run_priority <= opt->wait_priority ||
+  if (opt->wait_priority < 0 || opt->run_priority <= opt->wait_priority ||
       opt->run_priority >= sched_get_priority_max(SCHED_FIFO))
-    return cs_error_set(err, CS_EINVAL, "priorities must satisfy 1 <= wait < run < %d",
+    return cs_error_set(err, CS_EINVAL, "priorities must satisfy 0 <= wait < run < %d",
                         sched_get_priority_max(SCHED_FIFO));
   if (opt->yield_timeout_us < 100)
     return cs_error_set(err, CS_EINVAL, "yield timeout %llu us is below 100 us",
@@ -438,7 +438,7 @@ static enum cs_errclass register_locked(struct cs_sched *s, const char *id, cons
   }
   for (uint32_t i = 0; i < n; i++) {
     int rc = cs_task_set_core(&g->tasks[i], s->opt.cores[0]);
-    if (rc == 0) rc = cs_task_set_fifo(&g->tasks[i], s->opt.wait_priority);
+    if (rc == 0) rc = cs_task_set_waiting(&g->tasks[i], s->opt.wait_priority);
     if (rc != 0) {
       char why[768] = "";
       if (rc == -EPERM) cs_rt_explain_eperm(tids[i], why, sizeof why);

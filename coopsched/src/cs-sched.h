@@ -27,7 +27,7 @@ struct cs_options {
   int ncores;
   uint64_t yield_timeout_us;  /* watchdog: longest turn an NF may hold */
   uint64_t detach_timeout_us; /* longest wait for a batch boundary on Detach */
-  int wait_priority;          /* FIFO priority of detached threads */
+  int wait_priority;          /* FIFO priority of detached threads; 0: SCHED_OTHER */
   int run_priority;           /* FIFO priority of attached threads */
   int probe_handoff;          /* measure the handoff cost at start-up */
   char lock_dir[CS_PATH_MAX]; /* where the lock file of each managed core is */
@@ -74,7 +74,7 @@ struct cs_group_info {
 struct cs_sched;
 
 /* Sets the defaults: yield timeout 10 ms, detach timeout 500 ms, wait
- * priority 1, run priority 10, handoff probe on, lock directory /run/keel,
+ * priority 0 (SCHED_OTHER), run priority 10, handoff probe on, lock directory /run/keel,
  * RT throttling left as it is; no cores. */
 void cs_options_default(struct cs_options *opt);
 
@@ -103,8 +103,8 @@ void cs_sched_destroy(struct cs_sched *s);
 enum cs_errclass cs_sched_adopt(struct cs_sched *s, uint32_t *adopted, uint32_t *dropped,
                                 struct cs_error *err);
 
-/* Registers an sgroup: stops the threads, pins them to a managed core as FIFO
- * at the wait priority. The sgroup is detached. */
+/* Registers an sgroup: stops the threads, pins them to a managed core at the wait
+ * priority (SCHED_OTHER if 0, else SCHED_FIFO). The sgroup is detached. */
 enum cs_errclass cs_sched_register(struct cs_sched *s, const char *group, const pid_t *tids,
                                    uint32_t n, const char *pktbuf, struct cs_error *err);
 

@@ -160,6 +160,13 @@ int cs_task_set_fifo(const struct cs_task *t, int priority) {
   return sched_setscheduler(t->tid, SCHED_FIFO, &sp) < 0 ? -errno : 0;
 }
 
+int cs_task_set_waiting(const struct cs_task *t, int priority) {
+  if (priority > 0) return cs_task_set_fifo(t, priority);
+  if (cs_task_gone(t)) return -ESRCH;
+  struct sched_param sp = {.sched_priority = 0};
+  return sched_setscheduler(t->tid, SCHED_OTHER, &sp) < 0 ? -errno : 0;
+}
+
 int cs_task_set_core(const struct cs_task *t, int core) {
   if (cs_task_gone(t)) return -ESRCH;
   cpu_set_t set;

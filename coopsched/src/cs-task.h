@@ -64,6 +64,12 @@ int cs_task_signal_stop(const struct cs_task *t, int stop);
 /* Sets SCHED_FIFO at the given priority; -errno on failure. */
 int cs_task_set_fifo(const struct cs_task *t, int priority);
 
+/* How a detached, stopped thread waits: SCHED_FIFO at priority if it is above 0, else
+ * SCHED_OTHER (the default: a thread killed while it waits must get the CPU to exit, which
+ * a FIFO priority below the running chain's never gives it; CFS does, through the kernel's
+ * fair server from Linux 6.12). */
+int cs_task_set_waiting(const struct cs_task *t, int priority);
+
 /* Pins the thread to one core; -errno on failure. */
 int cs_task_set_core(const struct cs_task *t, int core);
 
