@@ -6,6 +6,8 @@
 #   make test   deps + build + every test (C++ unit tests, Go tests with a real kube-apiserver, pytest)
 #   make bench  deps + build + benchmarks (bench/results/*.json), keel-sim's rack simulations
 #   make demo   deps + build + run the demo and print its report
+#   make chaos  deps + build + the chaos run: parts of the stack killed under traffic
+#               (CHAOS_SECONDS, CHAOS_SEED, CHAOS_INTERVAL; bench/results/chaos.json)
 #   make fuzz   clang + libFuzzer: each fuzz harness for FUZZ_SECONDS (tests/fuzz)
 #   make images the bases of packet-function images (dockerd must run)
 #   make up     deps + build + start the local stack in the background (run/)
@@ -41,7 +43,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo images up down clean \
+.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo chaos images up down clean \
 	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
@@ -184,6 +186,19 @@ bench: build
 
 demo: build
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin
+
+# The chaos run (tests/chaos/chaos.py): make up, faas-cli deploy -f stack.yml, steady traffic,
+# and every CHAOS_INTERVAL seconds for CHAOS_SECONDS one part of the stack (NF container, agent,
+# coopsched, ingress, torctl, gateway, Redis, ovs-vswitchd) killed with SIGKILL and started
+# again; then checks that no chain, NF state or resource was lost and writes
+# bench/results/chaos.json; make down at the end. CHAOS_SEED replays a run (default: the time).
+# make test runs a short one (tests/chaos/test_chaos.py).
+CHAOS_SECONDS  ?= 300
+CHAOS_INTERVAL ?= 20
+CHAOS_SEED     ?=
+chaos: build
+	KEEL_BIN=$(abspath $(BUILD))/bin CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_INTERVAL=$(CHAOS_INTERVAL) \
+	    CHAOS_SEED=$(CHAOS_SEED) $(PY) tests/chaos/chaos.py --down
 
 clean:
 	rm -rf $(BUILD)

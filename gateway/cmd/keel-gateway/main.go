@@ -360,7 +360,11 @@ func run(o *options) error {
 			return fmt.Errorf("--torctl %s: %w", o.torctl, err)
 		}
 		defer tc.Close()
-		go cs.FollowTor(ctx, pb.NewTorControlClient(tc), log.Printf)
+		tor := pb.NewTorControlClient(tc)
+		go cs.FollowTor(ctx, tor, log.Printf)
+		// Expiries reported while the stream was down are found by listing both sides, once
+		// per flow idle timeout of torctl (10 s).
+		go cs.SyncFlows(ctx, tor, 10*time.Second, log.Printf)
 	}
 	view := &ui.View{Source: st, Decisions: cs.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
 		OnSample: func(t ui.Topology) {

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+)
+
+// Flow reconciliation with the ToR. keel-torctl reports each expired flow rule once, on the
+// WatchFlowsRemoved stream (FollowTor); a report made while the stream is down (the gateway
+// or torctl restarting) is lost, and the gateway would count that flow for good: its instance
+// never reaches zero flows and never gives its core back. SyncFlows closes that gap the level-
+// triggered way: it compares the flows the gateway holds with the flow rules torctl reads back
+// from the switch, and releases those the switch no longer has.
+//
+// A flow is released only when two listings in a row, at least one interval apart, lack it
+// and it was assigned before the first of them: a rule being installed right now, or one the
+// switch lost and torctl is putting back from ListFlows (after an OVS restart), is not
+// mistaken for an expired one. A listing that fails (torctl down, switch not connected) says
+// nothing and is skipped.
+
+// flowSync is SyncFlows' memory between listings: when each missing flow was first missed.
+type flowSync struct {
+	missing map[string]time.Time
+}
+
+// SyncFlows reconciles the gateway's flows with torctl's every interval until ctx ends.
+func (s *Server) SyncFlows(ctx context.Context, tor pb.TorControlClient, interval time.Duration, logf func(string, ...any)) {
+	fs := &flowSync{missing: map[string]time.Time{}}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.syncFlowsOnce(ctx, tor, fs, time.Now(), interval)
+		if err != nil {
+			logf("flow reconciliation with keel-torctl skipped: %v", err)
+		} else if n > 0 {
+			logf("flow reconciliation: released %d flow(s) whose ToR rules are gone (their expiry was not reported)", n)
+		}
+	}
+}
+
+// syncFlowsOnce is one round of SyncFlows at now: it lists both sides and releases the flows
+// missing from the switch in this listing and the one at least gap before. It returns how
+// many it released.
+func (s *Server) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient, fs *flowSync, now time.Time, gap time.Duration) (int, error) {
+	// The gateway's flows first: one assigned after this read is not judged this round.
+	held, err := s.Store.Flows(ctx, "")
+	if err != nil {
+		return 0, fmt.Errorf("the gateway's flows: %w", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	installed, err := tor.ListFlows(lctx, &pb.ListTorFlowsRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("keel-torctl ListFlows: %w", err)
+	}
+	onSwitch := map[string]bool{}
+	for _, f := range installed.GetFlows() {
+		if flow, err := parseFlow(f.GetAssignment().GetFlow()); err == nil && !f.GetReinjectOnly() {
+			onSwitch[flowKey(flow)] = true
+		}
+	}
+	released := 0
+	missing := map[string]time.Time{}
+	for _, f := range held {
+		if onSwitch[f.Key] || !f.Since.Before(now.Add(-gap)) {
+			continue
+		}
+		first, seen := fs.missing[f.Key]
+		if !seen {
+			missing[f.Key] = now
+			continue
+		}
+		if now.Sub(first) < gap {
+			missing[f.Key] = first
+			continue
+		}
+		ok, err := s.release(ctx, f.Key)
+		if err != nil {
+			return released, err
+		}
+		if ok {
+			released++
+		}
+	}
+	fs.missing = missing
+	return released, nil
+}
