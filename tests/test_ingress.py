@@ -457,9 +457,12 @@ def test_a_wrong_control_token_is_refused_and_no_chain_is_loaded(rig, tmp_path):
     ing = start("--control-token-file", str(wrong), chains=0)
     assert wire.wait_for(lambda: any(m.endswith("/Watch") for m, _ in gw.refused), timeout=5), gw.refused
     assert all("wrong token" in why for _, why in gw.refused)
-    wire.send([frame(30001, 5001, 0)])  # no chain known yet: the no-chain path, no AssignFlow
+    # No chain known yet: the ingress fails closed. The packet is dropped and counted, not
+    # sent on the normal path (where a chain's packets would reach the sink untransformed).
+    wire.send([frame(30001, 5001, 0)])
     time.sleep(0.3)
     assert ing.metrics()["keel_ingress_chains"] == 0 and not gw.assigned
+    assert wire.take() == [] and drops(ing.metrics(), "not_synced") == 1
     ing.stop()
     assert "wrong token" in ing.proc.stderr.read()
 

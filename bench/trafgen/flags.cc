@@ -116,7 +116,8 @@ Result (JSON): duration_s, tsc_hz, rx_poll_max_us, chains[] (offered/delivered
 packets and Mbps, loss, reordered, duplicates, p50/p99/p999/max_us,
 setup_p50/p99_us, open_timeouts, flows, flows_with_loss, transform_errors
 and up to 5 examples, blocked_sent, blocked_delivered, nat_changes,
-payload_bytes_compared), timeline[] per second and chain, malformed_sent,
+payload_bytes_compared), timeline[] per second and chain (rates, live flows, p99,
+loss and transform_errors so far), malformed_sent,
 malformed_delivered, foreign_rx (frames of no flow of this run), port_stats.
 
 Exit status: 0 the run completed (with or without loss), 2 bad scenario or

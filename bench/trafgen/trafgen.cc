@@ -389,10 +389,12 @@ void Trafgen::Tick(uint64_t now) {
                          {"delivered_mbps", Round(delivered)},
                          {"flows", live},
                          {"p99_us", Round(p99, 1)},
-                         {"loss", loss}});
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "%s %s %.1f/%.1f Mbps %zu flows p99 %.0fus loss %llu", c ? " |" : "",
-                  cr.chain->name.c_str(), offered, delivered, live, p99, static_cast<unsigned long long>(loss));
+                         {"loss", loss},
+                         {"transform_errors", cr.transform_errors}});
+    char buf[192];
+    std::snprintf(buf, sizeof(buf), "%s %s %.1f/%.1f Mbps %zu flows p99 %.0fus loss %llu wrong %llu", c ? " |" : "",
+                  cr.chain->name.c_str(), offered, delivered, live, p99, static_cast<unsigned long long>(loss),
+                  static_cast<unsigned long long>(cr.transform_errors));
     line += buf;
   }
   if (!flags_.quiet) std::fprintf(stderr, "%s\n", line.c_str());

@@ -173,7 +173,11 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
     case Verdict::kUnknown:
       break;
   }
-  int chain = filters_ ? filters_->Match(frame, rte_pktmbuf_data_len(m), rte_pktmbuf_pkt_len(m)) : -1;
+  /* Fail closed until the gateway's chains arrive (after a start or restart): a chain's flow
+   * sent on the normal path would reach its destination untransformed (unencrypted, past
+   * its ACL). */
+  if (!filters_) return Drop(m, DropReason::kNotSynced);
+  int chain = filters_->Match(frame, rte_pktmbuf_data_len(m), rte_pktmbuf_pkt_len(m));
   if (chain >= 0) return StartFlow(key, chain, m, now);
   if (!cfg_.no_chain_forward) return Drop(m, DropReason::kNoChain);
   counters_->packets_normal_path.Add(1);

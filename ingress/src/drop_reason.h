@@ -22,6 +22,8 @@ enum class DropReason {
   kControlBusy,    /* the control thread's ring was full */
   kTxFull,         /* the port's TX queue stayed full */
   kNoHeadroom,     /* no room in front of the frame for the normal path's VLAN tag */
+  kNotSynced,      /* a new flow before the gateway's chains arrived (a restart): not sent on
+                    * the normal path, which would deliver a chain's packets untransformed */
   kCount,
 };
 
@@ -30,7 +32,7 @@ inline const char* DropReasonName(DropReason r) {
   static const char* const kNames[] = {"truncated",   "bad_ihl",        "fragment",        "unknown_ethertype",
                                        "not_ipv4",    "no_chain",       "buffer_full",     "flow_table_full",
                                        "assign_failed", "install_failed", "timeout",        "control_busy",
-                                       "tx_full",     "no_headroom"};
+                                       "tx_full",     "no_headroom",    "not_synced"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(DropReason::kCount));
   return kNames[static_cast<size_t>(r)];
 }

@@ -89,12 +89,12 @@ class Traffic(threading.Thread):
     """keel-trafgen in the background; records each of its per-second lines (loss so far per
     chain, delivered Mbps) with the wall-clock time it arrived."""
 
-    LINE = re.compile(r"(\w+) ([\d.]+)/([\d.]+) Mbps (\d+) flows p99 \d+us loss (\d+)")
+    LINE = re.compile(r"(\w+) ([\d.]+)/([\d.]+) Mbps (\d+) flows p99 \d+us loss (\d+) wrong (\d+)")
 
     def __init__(self, seconds: float, out: Path):
         super().__init__(daemon=True)
         self.out = out
-        self.ticks = []  # (wall time, {chain: (delivered_mbps, cumulative loss)})
+        self.ticks = []  # (wall time, {chain: (delivered_mbps, loss so far, wrong packets so far)})
         path = RUN / "chaos-scenario.json"
         path.write_text(json.dumps(scenario(seconds)))
         self.proc = subprocess.Popen([str(BIN / "keel-trafgen"), "--scenario", str(path), "--out", str(out),
@@ -104,12 +104,14 @@ class Traffic(threading.Thread):
     def run(self):
         for line in self.proc.stderr:
             if line.startswith("t="):
-                self.ticks.append((time.time(), {m[1]: (float(m[3]), int(m[5])) for m in self.LINE.finditer(line)}))
+                self.ticks.append((time.time(), {m[1]: (float(m[3]), int(m[5]), int(m[6]))
+                                                 for m in self.LINE.finditer(line)}))
 
-    def loss_at(self, t: float) -> dict:
-        """Packets lost so far per chain (trafgen's live count) at the last tick before t."""
+    def at(self, t: float, what: int) -> dict:
+        """Per chain, packets lost (what=1, trafgen's live count) or delivered wrong (what=2) so
+        far, at the last tick before t."""
         before = [tk for w, tk in self.ticks if w <= t]
-        return {c: v[1] for c, v in before[-1].items()} if before else {}
+        return {c: v[what] for c, v in before[-1].items()} if before else {}
 
     def flowing_since(self, t: float):
         """The start of the first two-second stretch after t in which no chain lost a packet and
@@ -135,24 +137,61 @@ def topology() -> dict:
     return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
+def group_instance(group: str) -> str:
+    """coopsched's group (and the NF state's) name of an instance, CHAIN.N, as CHAIN/N."""
+    chain, _, n = group.rpartition(".")
+    return f"{chain}/{n}"
+
+
 def snapshot() -> dict:
-    """What must come back to where it was: counts of what the stack holds."""
+    """What the stack holds, counted, and what it holds that no instance of the gateway's
+    accounts for (orphans)."""
     topo = topology()
     chains = [c for c in topo.get("chains", []) if c["name"] in CHAINS]
+    insts = [sg for v in instances_of(topo).values() for sg in v]
+    ids = {sg["instance"] for sg in insts}
+    containers = nf_containers()
+    groups = coopsched_groups()
+    state_keys = redis("--scan", "--pattern", "keel:state:*", check=False)
     return {
-        "instances": sum(len(v) for v in instances_of(topo).values()),
+        "instances": len(insts),
+        "pooled": sum(1 for sg in insts if sg["state"] != "attached"),
         "cores": sum(1 for w in topo.get("workers", []) for core in w["cores"] if core["sgroups"]),
         "flows": sum(c.get("flows", 0) for c in chains),
         "rules": tor_rules(),
-        "containers": len(nf_containers()),
+        "containers": len(containers),
         "vf_links": sum(1 for n in stack_links() if n.startswith("keelvf")),
-        "sgroups": len(coopsched_groups()),
+        "sgroups": len(groups),
         "redis_keys": len(redis("--scan", "--pattern", "keel:*", check=False)),
+        "orphans": {
+            "container": sum(1 for c in containers if re.search(r"com\.keel\.instance=([^,]+)", c["Labels"])
+                             and re.search(r"com\.keel\.instance=([^,]+)", c["Labels"])[1] not in ids),
+            "sgroup": sum(1 for g in groups if group_instance(g) not in ids),
+            "redis_key": sum(1 for k in state_keys if len(k.split(":")) > 3 and group_instance(k.split(":")[3]) not in ids),
+        },
     }
 
 
-def leaks(before: dict, after: dict) -> dict:
-    return {k: max(0, after[k] - before[k]) for k in before}
+def leaks(idle: dict, after: dict, pool_max: int = 2) -> dict:
+    """What the stack holds after the traffic (flows expired) that it should not: flows and
+    cores still held, idle instances beyond the pool's bound (keel-gateway --pool-max), and
+    containers, VF links, sgroups, ToR rules and NF state that no instance accounts for (each
+    instance has one VF link, one sgroup, one ToR rule beyond the chains'; its containers and
+    NF state carry its name)."""
+    grown = after["instances"] - idle["instances"]
+    out = {"flow": after["flows"], "core": after["cores"],
+           "instance": max(0, after["pooled"] - pool_max * len(CHAINS)),
+           "veth": max(0, after["vf_links"] - after["instances"]),
+           "rule": max(0, after["rules"] - idle["rules"] - grown)}
+    out.update({k: max(0, v - idle["orphans"][k]) for k, v in after["orphans"].items()})
+    return out
+
+
+def leaks_after_remove(before_deploy: dict, removed: dict) -> dict:
+    """After faas-cli remove of everything: the stack as before the deploy."""
+    keys = {"instances": "instance", "cores": "core", "flows": "flow", "rules": "rule", "containers": "container",
+            "vf_links": "veth", "sgroups": "sgroup", "redis_keys": "redis_key"}
+    return {kind: max(0, removed[k] - before_deploy[k]) for k, kind in keys.items()}
 
 
 def wait(what: str, fn, timeout: float, every=0.2):
@@ -294,8 +333,9 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
     # before the next kill (or the end of the traffic).
     bounds = [f["t_s"] + t0 for f in faults] + [time.time() + 10]
     for i, f in enumerate(faults):
-        a, b = traffic.loss_at(bounds[i] - 1), traffic.loss_at(bounds[i + 1] - 1)
-        f["lost_by_chain"] = {c: max(0, b.get(c, 0) - a.get(c, 0)) for c in CHAINS}
+        for what, key in ((1, "lost_by_chain"), (2, "wrong_by_chain")):
+            a, b = traffic.at(bounds[i] - 1, what), traffic.at(bounds[i + 1] - 1, what)
+            f[key] = {c: max(0, b.get(c, 0) - a.get(c, 0)) for c in CHAINS}
         f["lost_packets"] = sum(f["lost_by_chain"].values())
     result = json.loads(traffic.out.read_text())
 
@@ -304,7 +344,7 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
     say(f"traffic done; waiting for the flows to expire and the controller to settle (up to {settle:.0f} s)")
     t_end = time.time() + settle
     after = snapshot()
-    while time.time() < t_end and any(after[k] > idle[k] for k in after):
+    while time.time() < t_end and any(leaks(idle, after).values()):
         time.sleep(2)
         after = snapshot()
     leaked = leaks(idle, after)
@@ -313,12 +353,12 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
         faas("remove", name)
     removed = before_deploy
     try:
-        removed = wait("faas-cli remove to leave nothing", lambda: (lambda s: s if all(
-            s[k] <= before_deploy[k] for k in s) else None)(snapshot()), 60, every=1)
+        removed = wait("faas-cli remove to leave nothing", lambda: (lambda s: s if not any(
+            leaks_after_remove(before_deploy, s).values()) else None)(snapshot()), 60, every=1)
     except TimeoutError:
         removed = snapshot()
-    for k, v in leaks(before_deploy, removed).items():
-        leaked[k] = max(leaked[k], v)
+    for k, v in leaks_after_remove(before_deploy, removed).items():
+        leaked[k] = max(leaked.get(k, 0), v)
 
     state_lost = sum(c.get("nat_changes", 0) for c in result["chains"])
     out_faults = []
