@@ -11,7 +11,9 @@
 #      (agent/internal/runtime/node_test.go, reading the node's /proc);
 #   2. keel's control plane from deploy/kubernetes-testcluster with the images of
 #      images.sh: keel-gateway, keel-place, keel-torctl and Redis Running, and the stock
-#      faas-cli logged in to keel-gateway through its Service, listing its functions;
+#      faas-cli logged in to keel-gateway through its Service, listing its functions; two
+#      keel-gateway replicas, the leader's Pod the Service's: its Pod deleted, the standby
+#      takes over and faas-cli answers again through the Service (the time is printed);
 #   3. stack.yml's normal function: faas-cli deploy -f stack.yml --filter hello through
 #      keel-gateway makes its Deployment and Service, and hello answers through the
 #      gateway (/function/hello) and on its own Service, from its Pod.
@@ -119,6 +121,22 @@ until_ok 30 "the README's faas-cli login through kubectl port-forward" readme_lo
 HOME=$tmp/readme "$faas" list -g http://127.0.0.1:18080 >/dev/null
 kill "$pf"
 echo "test-k8s: the README's login (port-forward, password by kubectl exec) works"
+
+# Two keel-gateway replicas: the leader's Pod is the Service's; the other waits. Killing the
+# leader's Pod hands the Service to the standby (the Lease runs out, or is given up).
+leader=$(kubectl -n keel get pods -l keel.dev/gateway-role=leader -o 'jsonpath={.items[*].metadata.name}')
+[ "$(wc -w <<<"$leader")" = 1 ] || { echo "test-k8s: want one keel-gateway leader Pod, got '$leader'"; exit 1; }
+t0=$(date +%s%N)
+kubectl -n keel delete pod "$leader" --grace-period=0 --force >/dev/null 2>&1
+for t in $(seq 120); do
+  new=$(kubectl -n keel get pods -l keel.dev/gateway-role=leader -o 'jsonpath={.items[*].metadata.name}')
+  if [ -n "$new" ] && [ "$new" != "$leader" ] && HOME=$tmp "$faas" list -g "$gw" >/dev/null 2>&1; then
+    break
+  fi
+  [ "$t" != 120 ] || { echo "test-k8s: no keel-gateway took over within 30 s of $leader's death"; exit 1; }
+  sleep 0.25
+done
+echo "test-k8s: keel-gateway failed over from $leader to $new in $(( ($(date +%s%N) - t0) / 1000000 )) ms (faas-cli list answers again)"
 
 step "3. stack.yml's hello through keel-gateway and its Service"
 (cd "$root" && HOME=$tmp "$faas" deploy -f stack.yml --filter hello -g "$gw")

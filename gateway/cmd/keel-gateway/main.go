@@ -28,6 +28,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/handlers"
 	"github.com/keel-nfv/keel/gateway/internal/kube"
+	"github.com/keel-nfv/keel/gateway/internal/leader"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -54,6 +55,7 @@ type options struct {
 	packetBytes                                                                                int
 	coreGHz                                                                                    float64
 	kube                                                                                       kube.Options
+	leader                                                                                     leader.Options
 	redisLogin                                                                                 redisauth.Flags
 	upstream, upstreamUser, upstreamPasswordFile                                               string
 	loadWindow, downWindow, wakeTimeout, callTimeout                                           time.Duration
@@ -111,6 +113,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.topology, "topology", "deploy/local/topology.yaml", "rack topology YAML for the placer (switch, workers, cores, NICs); with a SmartNIC or numa_nodes > 1 the gateway also asks the placer to refine (SmartChain/UNO, Octans) and faas-cli describe shows it")
 	fs.StringVar(&o.docker, "docker", "unix:///var/run/docker.sock", "Docker engine that runs normal functions")
 	o.kube.Register(fs)
+	o.leader.Register(fs)
 	fs.StringVar(&o.upstream, "upstream-provider", "", "`URL` of an existing faas-provider (e.g. faas-netes, http://gateway.openfaas:8080) that\n"+
 		"runs normal functions instead of keel (see above); \"\" = keel runs them itself (--backend)")
 	fs.StringVar(&o.upstreamUser, "upstream-user", "admin", "with --upstream-provider: the basic-auth `USER` of the upstream")
@@ -176,6 +179,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.sample <= 0 || o.history < o.sample {
 		return nil, fmt.Errorf("--ui-sample must be positive and --ui-history at least one sample (got %v, %v)", o.sample, o.history)
 	}
+	if err := o.leader.Check(); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -213,6 +219,29 @@ func main() {
 func run(o *options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.leader.Enabled {
+		// Nothing is written (secrets, the store) and nothing served before this replica leads.
+		cs, err := o.kube.Client()
+		if err != nil {
+			return fmt.Errorf("--leader-elect: %w", err)
+		}
+		// A standby answers only /healthz (its Pod is ready, for rollouts; the Service sends
+		// it nothing: it selects the leader's Pod).
+		standby := &http.Server{Addr: o.listen, ReadHeaderTimeout: 10 * time.Second,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/healthz" {
+					http.Error(w, "keel-gateway standby: another replica leads", http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintln(w, "standby")
+			})}
+		go standby.ListenAndServe() //nolint:errcheck // closed below
+		ctx, err = leader.Lead(ctx, cs, o.leader, log.Printf)
+		standby.Close() //nolint:errcheck
+		if err != nil {
+			return err
+		}
+	}
 
 	topology, err := os.ReadFile(o.topology)
 	if err != nil {
@@ -393,6 +422,9 @@ func run(o *options) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	gs.Stop()
+	if errors.Is(context.Cause(ctx), leader.ErrLost) {
+		return context.Cause(ctx) // exit: Kubernetes starts this replica again, as a standby
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -27,16 +27,8 @@ func (o *Options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "with --backend kubernetes: the cluster's DNS `DOMAIN` (Service addresses)")
 }
 
-// Open returns the Kubernetes backend, following its Deployments until ctx ends, when
-// --backend kubernetes; nil for docker.
-func (o *Options) Open(ctx context.Context, secretPath func(string) (string, error)) (*Kubernetes, error) {
-	switch o.Backend {
-	case "docker":
-		return nil, nil
-	case "kubernetes":
-	default:
-		return nil, fmt.Errorf("--backend %q is not docker or kubernetes", o.Backend)
-	}
+// Client is a client of the API server of --kubeconfig, else of the Pod's service account.
+func (o *Options) Client() (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if o.Kubeconfig == "" {
@@ -50,6 +42,23 @@ func (o *Options) Open(ctx context.Context, secretPath func(string) (string, err
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	return cs, nil
+}
+
+// Open returns the Kubernetes backend, following its Deployments until ctx ends, when
+// --backend kubernetes; nil for docker.
+func (o *Options) Open(ctx context.Context, secretPath func(string) (string, error)) (*Kubernetes, error) {
+	switch o.Backend {
+	case "docker":
+		return nil, nil
+	case "kubernetes":
+	default:
+		return nil, fmt.Errorf("--backend %q is not docker or kubernetes", o.Backend)
+	}
+	cs, err := o.Client()
+	if err != nil {
+		return nil, err
 	}
 	k := New(cs, o.Namespace)
 	k.ClusterDomain, k.SecretPath = o.ClusterDomain, secretPath
