@@ -51,6 +51,20 @@ COMPONENTS = ("nf", "agent", "coopsched", "ingress", "torctl", "gateway", "redis
 # make up's name for each process (run/NAME.pid)
 PROCESS = {"agent": "keel-agent", "coopsched": "keel-coopsched", "ingress": "keel-ingress",
            "torctl": "keel-torctl", "gateway": "keel-gateway", "redis": "redis", "ovs": "ovs-vswitchd"}
+# How to tell that a part answers again (its own health check, as make up waits for it).
+def _http(url):
+    return lambda: sh("curl", "-fsS", "-m", "1", "-o", "/dev/null", url, check=False).returncode == 0
+
+
+ANSWERS = {
+    "agent": _http("http://127.0.0.1:9101/healthz"),
+    "coopsched": lambda: sh("ss", "-Hlx", "src", "/run/keel/coopsched.sock", check=False).stdout.strip() != "",
+    "ingress": _http("http://127.0.0.1:9103/metrics"),
+    "torctl": _http("http://127.0.0.1:9102/metrics"),
+    "gateway": _http("http://127.0.0.1:8080/healthz"),
+    "redis": lambda: redis("ping", check=False) == ["PONG"],
+    "ovs": lambda: sh("ovs-appctl", "-t", "ovs-vswitchd", "version", check=False).returncode == 0,
+}
 # Faults of the control plane: no packet of an established flow may be lost to them.
 CONTROL_PLANE = ("gateway", "agent", "torctl", "redis", "ingress")
 CHAINS = ("chain1", "chain2", "chain3")
@@ -64,12 +78,14 @@ def say(msg: str) -> None:
     print(f"chaos: {msg}", flush=True)
 
 
-def scenario(seconds: float) -> dict:
-    """keel-trafgen's scenario: stack.yml's chains at a steady, modest rate for `seconds`."""
+def scenario(warm: float, seconds: float) -> dict:
+    """keel-trafgen's scenario: stack.yml's chains at a steady, modest rate for warm + seconds:
+    chain1's and chain2's flows are short (new ones all the time), chain3's eight flows all
+    open during the first `warm` seconds and live to the end."""
     def chain(name, net, lifetime, new_per_s, extra):
         return {"name": name, "dst_net": net, "proto": "udp", "dport": 5001, "sizes": [[256, 1], [1024, 2]],
                 "flow_lifetime_s": lifetime,
-                "phases": [{"name": "steady", "seconds": seconds, "mbps": 2.0, "new_flows_per_s": new_per_s}],
+                "phases": [{"name": "steady", "seconds": warm + seconds, "mbps": 2.0, "new_flows_per_s": new_per_s}],
                 **extra}
     c2 = chain("chain2", "198.18.2.0/24", 15, 0.5, {
         "expect": {"encrypt": {"key": "000102030405060708090a0b0c0d0e0f", "iv": "0f0e0d0c0b0a09080706050403020100"}},
@@ -79,9 +95,12 @@ def scenario(seconds: float) -> dict:
     return {"chains": [
         chain("chain1", "198.18.1.0/24", 15, 0.5, {"expect": {"vlan": 7, "dst_mac": "02:00:00:00:01:01"}}),
         c2,
-        # few flows, each for the whole run: its NAT mapping must survive every fault
-        chain("chain3", "198.18.3.0/24", math.ceil(seconds), 8 / seconds,
-              {"expect": {"snat": {"ip": "198.18.100.1", "ports": [1024, 65535]}}}),
+        # established flows only once the faults begin: its NAT mappings must survive every
+        # fault, and no control-plane fault may cost them a packet
+        chain("chain3", "198.18.3.0/24", math.ceil(warm + seconds), 0, {
+            "expect": {"snat": {"ip": "198.18.100.1", "ports": [1024, 65535]}},
+            "phases": [{"name": "open", "seconds": warm, "mbps": 2.0, "new_flows_per_s": 8 / warm},
+                       {"name": "established", "seconds": seconds, "mbps": 2.0, "new_flows_per_s": 0}]}),
     ]}
 
 
@@ -91,12 +110,12 @@ class Traffic(threading.Thread):
 
     LINE = re.compile(r"(\w+) ([\d.]+)/([\d.]+) Mbps (\d+) flows p99 \d+us loss (\d+) wrong (\d+)")
 
-    def __init__(self, seconds: float, out: Path):
+    def __init__(self, warm: float, seconds: float, out: Path):
         super().__init__(daemon=True)
         self.out = out
         self.ticks = []  # (wall time, {chain: (delivered_mbps, loss so far, wrong packets so far)})
         path = RUN / "chaos-scenario.json"
-        path.write_text(json.dumps(scenario(seconds)))
+        path.write_text(json.dumps(scenario(warm, seconds)))
         self.proc = subprocess.Popen([str(BIN / "keel-trafgen"), "--scenario", str(path), "--out", str(out),
                                       "--drain-ms", "2000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
@@ -230,6 +249,13 @@ def chains_ready() -> bool:
     return bool(topo) and not not_ready(topo)
 
 
+def _catch(fn, errors: list) -> None:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - handed to the caller
+        errors.append(e)
+
+
 def up() -> None:
     r = sh(str(ROOT / "deploy" / "local" / "up.sh"), "--bin", str(BIN), check=False, timeout=300, cwd=ROOT)
     if r.returncode:
@@ -265,15 +291,25 @@ def recover(component: str, what: str, t_kill: float, traffic: Traffic, limit: f
         # docker marks it exited; then the agent starts it again or replaces its instance
         wait(f"{what} to stop", lambda: state() != "running", 10, every=0.05)
         wait(f"the agent to restart or replace {what}", lambda: state() in ("running", "gone"), limit)
+        answers = time.time()
     else:
-        up()
+        # make up's script in the background (it checks every part, which takes seconds);
+        # meanwhile, when the part itself answers again
+        failed = []
+        upper = threading.Thread(target=lambda: _catch(up, failed), daemon=True)
+        upper.start()
+        answers = wait(f"{component} to answer again", ANSWERS[component], limit, every=0.05) and time.time()
+        upper.join(timeout=limit)
+        if failed or upper.is_alive():
+            raise RuntimeError(f"deploy/local/up.sh: {failed[0] if failed else 'did not finish'}")
     restarted = time.time()
     wait("every chain's instances to be ready", chains_ready, limit - (time.time() - t_kill))
     ready = time.time()
     flowing = wait("every chain to deliver again without loss",
                    lambda: traffic.flowing_since(t_kill), limit - (time.time() - t_kill), every=0.5)
     ms = {k: round((v - t_kill) * 1000) for k, v in
-          (("restart_ms", restarted), ("ready_ms", ready), ("flowing_ms", max(flowing, t_kill)))}
+          (("answers_ms", answers), ("restart_ms", restarted), ("ready_ms", ready),
+           ("flowing_ms", max(flowing, t_kill)))}
     ms["recover_ms"] = max(ms["ready_ms"], ms["flowing_ms"])
     return ms
 
@@ -283,8 +319,10 @@ def p99(xs):
     return xs[min(len(xs) - 1, math.ceil(0.99 * len(xs)) - 1)] if xs else None
 
 
-def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 45) -> dict:
-    """The chaos run on a stack that is up and logged in (faas-cli); returns the result."""
+def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 45, count: int = 0) -> dict:
+    """The chaos run on a stack that is up and logged in (faas-cli); returns the result. Faults
+    are injected for `seconds`, or, with count, until count faults were (however long their
+    recoveries take)."""
     rng = random.Random(seed)
     t0 = time.time()
     say(f"seed {seed}, {seconds:.0f} s of faults, one every {interval:.0f} s")
@@ -297,13 +335,17 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
     say(f"deployed; before the traffic: {idle}")
 
     warm, cool = 10.0, 20.0
-    traffic = Traffic(warm + seconds + cool, RUN / "chaos-traffic.json")
+    # The traffic is long enough for slow recoveries; it is stopped (SIGINT: keel-trafgen drains
+    # and writes its result) `cool` seconds after the last fault.
+    slack = 240.0
+    traffic = Traffic(warm, seconds + cool + slack, RUN / "chaos-traffic.json")
     traffic.start()
     try:
         time.sleep(warm)
         faults, order = [], []
-        end = time.time() + seconds
-        while time.time() < end:
+        started = time.time()
+        end, last = started + seconds, started + seconds + slack - 2 * interval
+        while (len(faults) < count if count else time.time() < end) and time.time() < last:
             if not order:
                 order = list(COMPONENTS)
                 rng.shuffle(order)
@@ -313,6 +355,7 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
                 what = kill(component, rng)
             except RuntimeError as e:
                 say(f"t={t_kill - t0:.0f}s could not kill {component}: {e}")
+                time.sleep(1)
                 continue
             say(f"t={t_kill - t0:.0f}s killed {component} ({what})")
             try:
@@ -324,7 +367,10 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
                 up()  # whatever it takes to go on
             faults.append({"component": component, "what": what, "t_s": round(t_kill - t0, 1), **ms})
             time.sleep(max(0.0, t_kill + interval - time.time()))
-        traffic.proc.wait(timeout=warm + seconds + cool + 120)
+        injected = time.time() - started
+        time.sleep(cool)
+        traffic.proc.send_signal(signal.SIGINT)
+        traffic.proc.wait(timeout=60)
     except BaseException:
         traffic.proc.kill()  # a fault run that broke: no traffic left behind
         raise
@@ -369,11 +415,12 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
             out_faults.append({"component": comp, "count": len(fs),
                                "lost_packets_max": max(f["lost_packets"] for f in fs),
                                "recover_ms_p99": None if None in rec else p99(rec)})
-    res = {"seed": seed, "duration_s": round(seconds), "faults": out_faults, "leaks": leaked,
+    res = {"seed": seed, "duration_s": round(injected), "faults": out_faults, "leaks": leaked,
            "state_lost": state_lost}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
-    detail = {**res, "faults_each": faults, "chains_not_ready": missing, "snapshots": {
+    detail = {**res, "faults_each": faults, "chains_not_ready": missing,
+              "wrong_packets": sum(c["transform_errors"] for c in result["chains"]), "snapshots": {
         "before_deploy": before_deploy, "before_traffic": idle, "after_traffic": after, "after_remove": removed},
         "traffic": {k: result[k] for k in ("chains", "malformed_sent", "foreign_rx") if k in result},
         "method": "lost_packets: keel-trafgen's live loss count (all chains) from the tick before the kill to the "
@@ -385,6 +432,7 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
         say(f"  {f['component']:<10} x{f['count']}  lost at most {f['lost_packets_max']:>6} packets, "
             f"recovered in {f['recover_ms_p99']} ms (p99)")
     say(f"  leaks {leaked}; NAT mappings changed {state_lost}; chains not ready {missing}; "
+        f"wrong packets {detail['wrong_packets']}; "
         f"total lost {sum(c['loss'] for c in result['chains'])} of {sum(c['offered_pkts'] for c in result['chains'])}")
     return {**detail}
 
@@ -415,7 +463,7 @@ def main() -> int:
         if args.down:
             sh("make", "-s", "down", check=False, timeout=300, cwd=ROOT)
     bad = [f for f in res["faults"] if f["recover_ms_p99"] is None] or any(res["leaks"].values()) or \
-        res["state_lost"] or res["chains_not_ready"]
+        res["state_lost"] or res["chains_not_ready"] or res["wrong_packets"]
     return 1 if bad else 0
 
 
