@@ -376,8 +376,9 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
         raise
     traffic.join(timeout=10)
     # Each fault's loss: what trafgen counted lost from the tick before the kill to the tick
-    # before the next kill (or the end of the traffic).
-    bounds = [f["t_s"] + t0 for f in faults] + [time.time() + 10]
+    # before the next kill (the last's: until the cool-down began, before the traffic stopped).
+    bounds = [f["t_s"] + t0 for f in faults]
+    bounds.append(max(bounds[-1] + interval, time.time() - cool) if bounds else time.time())
     for i, f in enumerate(faults):
         for what, key in ((1, "lost_by_chain"), (2, "wrong_by_chain")):
             a, b = traffic.at(bounds[i] - 1, what), traffic.at(bounds[i + 1] - 1, what)
