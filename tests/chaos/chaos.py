@@ -63,7 +63,8 @@ ANSWERS = {
     "torctl": _http("http://127.0.0.1:9102/metrics"),
     "gateway": _http("http://127.0.0.1:8080/healthz"),
     "redis": lambda: redis("ping", check=False) == ["PONG"],
-    "ovs": lambda: sh("ovs-appctl", "-t", "ovs-vswitchd", "version", check=False).returncode == 0,
+    "ovs": lambda: sh("ovs-appctl", "-t", "ovs-vswitchd", "version", check=False,
+                      env=dict(os.environ, OVS_RUNDIR=str(RUN / "ovs"))).returncode == 0,
 }
 # Faults of the control plane: no packet of an established flow may be lost to them.
 CONTROL_PLANE = ("gateway", "agent", "torctl", "redis", "ingress")
