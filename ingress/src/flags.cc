@@ -93,8 +93,9 @@ data plane:
                            (on this VM ~1.4 % of a core at 2000 us,
                            ~9 % at 200 us)                             [2000]
   A setup that has no answer after assign timeout x attempts + install
-  timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives, every
-  flow takes the no-chain path.
+  timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives (at
+  start, and after a restart) new flows are dropped as not_synced: the no-chain path would
+  deliver a chain's packets untransformed.
 
 reports:
   --metrics HOST:PORT      Prometheus /metrics (keel_ingress_*); "" disables [127.0.0.1:9103]
