@@ -100,6 +100,7 @@ type chainLengthFile struct {
 	Handoff float64 `json:"handoff_cycles"`
 	Rows    []struct {
 		Length int     `json:"length"`
+		Bytes  float64 `json:"packet_bytes"` // absent in files of one packet size
 		NF     float64 `json:"nf_cycles_per_pkt"`
 		Single float64 `json:"single_cycles_per_pkt"`
 	} `json:"rows"`
@@ -166,9 +167,11 @@ func Load(nfProfilePath, chainLengthPath string) (*Table, error) {
 				return nil, fmt.Errorf("%s: handoff_cycles: must be positive", chainLengthPath)
 			}
 			t.HandoffCycles = f.Handoff
-			found := false
+			// The I/O of the smallest packets the file has a one-NF row for (80 B).
+			found, bytes := false, 0.0
 			for _, r := range f.Rows {
-				if r.Length == 1 {
+				if r.Length == 1 && (!found || r.Bytes < bytes) {
+					bytes = r.Bytes
 					if r.Single < r.NF {
 						return nil, fmt.Errorf("%s: rows (length 1): single_cycles_per_pkt < nf_cycles_per_pkt", chainLengthPath)
 					}

@@ -26,10 +26,11 @@ func Test_load_committedFilesGiveIOAndHandoff(t *testing.T) {
 	if err != nil || json.Unmarshal(b, &f) != nil || f.Handoff <= 0 {
 		t.Fatalf("%s: %v", path, err)
 	}
-	io := -1.0
+	io, bytes := -1.0, math.Inf(1)
 	for _, r := range f.Rows {
-		if r["length"] == 1.0 {
-			io = r["single_cycles_per_pkt"].(float64) - r["nf_cycles_per_pkt"].(float64)
+		b, _ := r["packet_bytes"].(float64) // the smallest packets' row
+		if r["length"] == 1.0 && b < bytes {
+			io, bytes = r["single_cycles_per_pkt"].(float64)-r["nf_cycles_per_pkt"].(float64), b
 		}
 	}
 	if io <= 0 {
