@@ -9,6 +9,7 @@
 #include <rte_memory.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "keel/port.h"
@@ -77,7 +78,8 @@ std::unique_ptr<ChainRxPool> ChainRxPool::Create(PktBuf* buf, uint16_t port, std
    * packet at RTE_PKTMBUF_HEADROOM (= kSlotHeadroom), as Push places it. */
   static_assert(RTE_PKTMBUF_HEADROOM == kSlotHeadroom, "a received packet starts where a copied one does");
   std::string name = "keel_rx_" + std::to_string(port);
-  p->pool_ = rte_pktmbuf_pool_create_extbuf(name.c_str(), buf->nbufs(), kRxPoolCache, 0,
+  const unsigned cache = std::min<unsigned>(kRxPoolCache, buf->nbufs() * 2 / 3); /* DPDK: n >= 1.5 x cache */
+  p->pool_ = rte_pktmbuf_pool_create_extbuf(name.c_str(), buf->nbufs(), cache, 0,
                                             static_cast<uint16_t>(kSlotSize), rte_socket_id(), &ext, 1);
   if (!p->pool_) {
     *err = name + ": " + rte_strerror(rte_errno);

@@ -30,6 +30,8 @@
 #ifndef KEEL_RX_POOL_H_
 #define KEEL_RX_POOL_H_
 
+#include <rte_dev.h>
+#include <rte_mbuf.h>
 #include <rte_mempool.h>
 
 #include <memory>
@@ -64,7 +66,7 @@ class ChainRxPool {
   ChainRxPool() = default;
   PktBuf* buf_ = nullptr;
   rte_mempool* pool_ = nullptr;
-  struct rte_device* dev_ = nullptr; /* set when mapped for DMA */
+  rte_device* dev_ = nullptr; /* set when mapped for DMA */
   void* dma_addr_ = nullptr;
   size_t dma_len_ = 0;
 };
