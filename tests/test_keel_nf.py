@@ -204,7 +204,8 @@ IV = "f0e0d0c0b0a090807060504030201000"
 
 def capture_cases():
     """Chains and captures of the kind the NF tests use (stack.yml's chains,
-    growing NFs, every size up to the longest frame, malformed frames)."""
+    growing NFs, sizes up to 2040 bytes, which a tag still leaves inside a
+    slot's data room, malformed frames)."""
     macs = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 
     def tcp(i, dst="198.19.0.1", payload=None):
@@ -212,7 +213,7 @@ def capture_cases():
                 TCP(sport=5000 + i % 4, dport=80, flags="PA") / Raw(payload or b"d%04d" % i))
 
     mixed = [Ether(**macs) / IP(src="198.18.0.1", dst="198.19.0.%d" % (1 + i % 50)) /
-             UDP(sport=1000 + i, dport=5001) / Raw(bytes([i % 251]) * (8 + (i * 37) % 2000)) for i in range(600)]
+             UDP(sport=1000 + i, dport=5001) / Raw(bytes([i % 251]) * (8 + (i * 37) % 1990)) for i in range(600)]
     mixed[100:100] = [Ether(**macs) / Raw(b"\x08"), Ether(**macs) / IP(ihl=3) / Raw(b"z" * 30)]  # malformed
     return {
         "acl-nat-tunnel": ([("acl", {"rules": [{"dst_ip": "198.19.0.0/16", "proto": "tcp", "drop": False}]}),
@@ -251,6 +252,26 @@ def test_receiving_into_the_chain_buffer_sends_the_bytes_rx_copy_sends(tmp_path,
     assert ports["zero-copy"]["copied"] == 0 and ports["copy"]["copied"] > 0
     for k in ("rx_packets", "rx_malformed", "tx_packets", "tx_too_long", "copy_dropped"):
         assert ports["zero-copy"][k] == ports["copy"][k], k
+
+
+@pytest.mark.parametrize("rx", ["rx-zero-copy", "rx-copy"])
+def test_a_frame_the_head_grows_past_the_data_room_stays_whole_when_received_in_place(tmp_path, rx):
+    # 2046 bytes, tagged by the first NF: 2050. Copied into the chain buffer
+    # it no longer fits a slot's 2048-byte data room and is dropped and
+    # counted (copy_dropped); received in place it keeps its slot's headroom
+    # and goes out whole, as keel-chain sends it.
+    pkts = [udp_frame(100), udp_frame(2046, sport=8), udp_frame(100)]
+    nfs = [("tunnel", {"vlan": 5}), ("macswap", {})]
+    extra = ("--rx-copy",) if rx == "rx-copy" else ()
+    procs, out, stats, _ = start_chain(tmp_path, f"head{rx}", nfs, pkts, extra=extra)
+    wait_all(procs, timeout=30)
+    got = [bytes(p) for p in rdpcap(str(out))]
+    port = json.loads(stats[0].read_text())["port"]
+    if rx == "rx-copy":
+        assert [len(p) for p in got] == [104, 104] and port["copy_dropped"] == 1
+    else:
+        assert got == keel_chain_output(tmp_path, nfs, tmp_path / "in.pcap", "head")
+        assert [len(p) for p in got] == [104, 2050, 104] and port["copy_dropped"] == 0
 
 
 def service_threads(pid, name):
