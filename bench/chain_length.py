@@ -16,14 +16,15 @@ fed 80-byte and 1024-byte packets (--sizes), in these modes (Galleon §7.1):
           adaptive B (item 3 of issue 15)
   copy    one keel-nf process per NF under keel-coopsched, each NF after the
           first copies every packet into a buffer from its own pool and back
-          (EdgeOS/NFVnice isolation by copying), one burst per turn: neither
+          (EdgeOS/NFVnice isolation by copying), and the first copies it into
+          the chain buffer (--rx-copy), one burst per turn: neither
           system batches adaptively. Also measured at keel's B
           (copy_same_batch_mpps).
   nfvnice one keel-nf process per NF under the normal scheduler (SCHED_OTHER,
           CFS, at nice -20 so that other work on the machine takes little
           from it), all on the managed core, each asleep on its own semaphore
           (a futex, keel-nf --wait-futex) until its predecessor posts it a
-          batch, with a copy per hop (--copy-each-hop): NFVnice's libnf
+          batch, with a copy per hop (--copy-each-hop --rx-copy): NFVnice's libnf
           mechanism (NFs woken through semaphores, no cooperative scheduler),
           one burst per turn.
   control (length 1 only) a second keel-chain identical to `single` on its own
@@ -368,8 +369,9 @@ class Group:
         return a
 
     def _start(self, tmp, gen, port, nfs, copy_each_hop):
+        # The copying baseline copies at every hop, the first included.
         extra = (["--coopsched", self.stub.target] + (["--copy-each-hop"] if copy_each_hop else []) +
-                 (["--rx-copy"] if self.rx_copy else []))
+                 (["--rx-copy"] if self.rx_copy or copy_each_hop else []))
         self._launch(tmp, gen, port, nfs, extra, ["taskset", "-c", str(GEN_CPU)])
         deadline = time.time() + 15
         while self.status() is None:
@@ -413,7 +415,7 @@ class Nfvnice(Group):
         nfs = nfs or bpf_nfs(n)
         self.n = len(nfs)
         try:
-            self._launch(tmp, gen, port, nfs, ["--wait-futex", "--copy-each-hop"],
+            self._launch(tmp, gen, port, nfs, ["--wait-futex", "--copy-each-hop", "--rx-copy"],
                          ["nice", "-n", "-20", "taskset", "-c", str(CORE)])
             deadline = time.time() + 20
             while self.page.packets() == 0:

@@ -549,7 +549,7 @@ def test_wait_futex_chain_keeps_chain_order_with_a_copy_per_hop(tmp_path):
     # The NFVnice-style baseline of bench/chain_length.py: positions asleep
     # on their semaphores, each hop copying; every packet still passes every
     # NF in order, and each position counts where its turns' cycles went.
-    finals, _ = stamp_chain_in_order(tmp_path, "futex3", 3000, extra=("--wait-futex", "--copy-each-hop"))
+    finals, _ = stamp_chain_in_order(tmp_path, "futex3", 3000, extra=("--wait-futex", "--copy-each-hop", "--rx-copy"))
     for k, s in enumerate(finals):
         c = s["cycles"]
         assert c["turns"] > 0 and c["nf"] > 0 and c["handoff"] > 0
