@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 #include <rte_mbuf.h>
 #include <unistd.h>
 
@@ -305,6 +306,33 @@ TEST(EngineRxZeroCopy, ADescriptorNamingAnotherSlotIsDroppedAndNoSlotLeaks) {
   EXPECT_EQ(back[0], m[1]);
   rte_pktmbuf_free(back[0]);
   EXPECT_EQ(in.avail(), kBufs) << "the refused packet's slot went back to the pool";
+}
+
+TEST(EngineRxZeroCopy, ATagThePortLeftBesideTheFrameGoesBackIn) {
+  /* af_packet reports a tag the kernel stripped in vlan_tci and puts it back
+   * with rte_vlan_insert, which refuses mbufs with pinned external buffers:
+   * the runtime puts it back itself. */
+  ASSERT_TRUE(Eal()) << eal_err;
+  Instance in;
+  ASSERT_TRUE(in.rx) << in.err;
+  Position0 p0(&in, {{"macswap", ""}, {"stamp", R"({"index":0})"}});
+  rte_mbuf* m = Frame(in.rx->pool(), 100, 4);
+  m->vlan_tci = 0x2005;
+  m->ol_flags |= RTE_MBUF_F_RX_VLAN | RTE_MBUF_F_RX_VLAN_STRIPPED;
+  EXPECT_NE(rte_vlan_insert(&m), 0) << "DPDK's own insert refuses this mbuf";
+  Send(&m, 1);
+  ASSERT_EQ(p0.engine.Head(1), 1u);
+  p0.engine.Egress();
+  rte_mbuf* back[4];
+  ASSERT_EQ(rte_eth_rx_burst(kPort, 0, back, 4), 1);
+  const uint8_t* d = rte_pktmbuf_mtod(back[0], uint8_t*);
+  EXPECT_EQ(rte_pktmbuf_pkt_len(back[0]), 104u);
+  EXPECT_EQ(d[12], 0x81);
+  EXPECT_EQ(d[13], 0x00);
+  EXPECT_EQ(d[14], 0x20);
+  EXPECT_EQ(d[15], 0x05);
+  EXPECT_EQ(d[16], 0x08) << "the ethertype follows the tag";
+  rte_pktmbuf_free(back[0]);
 }
 
 TEST(EngineRxZeroCopy, EgressCopyFreesTheReceivedSlots) {
