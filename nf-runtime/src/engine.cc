@@ -125,36 +125,31 @@ void Engine::Egress() {
   while (uint32_t used = buf_->used()) {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
     rte_mbuf* out[kMaxBurst];
+    int nout;
+    uint64_t t1;
     if (rx_zero_copy_ && zero_copy_) {
       /* Nothing to copy or attach: the port's own mbufs go back out. */
-      int nout = ReturnHeld(static_cast<uint32_t>(n), used, out);
+      nout = ReturnHeld(static_cast<uint32_t>(n), used, out);
       zero_copy_packets_.Add(static_cast<uint64_t>(nout));
-      uint64_t t1 = Rdtsc();
-      buf_->Release(static_cast<uint32_t>(n));
-      TransmitBurst(opt_.tx_port, out, nout, &port_);
-      uint64_t t2 = Rdtsc();
-      Charge(KEEL_CYCLES_VIEW, t1 - t0);
-      Charge(KEEL_CYCLES_TX, t2 - t1);
-      t0 = t2;
-      continue;
-    }
-    Packet views[kMaxBurst];
-    uint32_t slots[kMaxBurst];
-    PacketBatch batch;
-    for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
-      if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
-      slots[i] = buf_->SlotIndex(i);
-      buf_->View(i, &views[i], rx_zero_copy_ ? HeldSlot(held_[slots[i]]) : PktBuf::kAnySlot);
-      if (!views[i].dropped()) batch.Add(&views[i]);
-    }
-    uint64_t t1 = Rdtsc();
-    int nout = zero_copy_ ? AttachOut(&batch, views, slots, out)
-                          : CopyOut(&batch, pool_, tx_chains_, out, &port_);
-    if (rx_zero_copy_) /* copied out: the received mbufs go back to the pool */
+      t1 = Rdtsc();
+    } else {
+      Packet views[kMaxBurst];
+      uint32_t slots[kMaxBurst];
+      PacketBatch batch;
       for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
-        rte_pktmbuf_free(held_[slots[i]]);
-        held_[slots[i]] = nullptr;
+        if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
+        slots[i] = buf_->SlotIndex(i);
+        buf_->View(i, &views[i], rx_zero_copy_ ? HeldSlot(held_[slots[i]]) : PktBuf::kAnySlot);
+        if (!views[i].dropped()) batch.Add(&views[i]);
       }
+      t1 = Rdtsc();
+      nout = zero_copy_ ? AttachOut(&batch, views, slots, out) : CopyOut(&batch, pool_, tx_chains_, out, &port_);
+      if (rx_zero_copy_) /* copied out: the received mbufs go back to the pool */
+        for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
+          rte_pktmbuf_free(held_[slots[i]]);
+          held_[slots[i]] = nullptr;
+        }
+    }
     uint64_t t2 = Rdtsc();
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.tx_port, out, nout, &port_);
