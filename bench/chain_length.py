@@ -312,6 +312,8 @@ class Single:
         """Each NF's cycles a packet between the last two samples, which
         window() takes while the chain has the core (a SIGSTOP in the middle
         of a batch would count the stopped time to that batch)."""
+        if not self.prev_nfs or any(p1 <= p0 for (_, p0), (_, p1) in zip(self.prev_nfs, self.nfs)):
+            return None  # the statistics file was not rewritten between the samples
         return [(c1 - c0) / (p1 - p0) for (c0, p0), (c1, p1) in zip(self.prev_nfs, self.nfs)]
 
     def account(self):
@@ -492,14 +494,22 @@ def choose_batch(single, keel, n, seconds, p, hz, handoff):
     # sizes are the fallback when no B reaches p.
     points = ("single",) + ((1, 4, 16, 64) if n > 1 else ())
     cal = {m: [] for m in points}
+    cycles = None
     for r in range(3):
         for m in points[r % len(points):] + points[:r % len(points)]:
             if m == "single":
                 cal[m].append(window(single, seconds))
-                cycles = single.nf_cycles()
+                cycles = single.nf_cycles() or cycles
             else:
                 keel.set_batch(m)
                 cal[m].append(window(keel, seconds))
+    for _ in range(5):  # a busy machine may have left no two distinct samples
+        if cycles:
+            break
+        window(single, seconds)
+        cycles = single.nf_cycles()
+    if not cycles:
+        raise RuntimeError("keel-chain's statistics file never moved between two samples")
     cal = {m: statistics.median(v) for m, v in cal.items()}
     chain_single = hz / (cal["single"] * 1e6)  # cycles a packet, receive and transmit included
     effective, copy_cycles = handoff, 0.0
