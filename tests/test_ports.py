@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from scapy.all import Ether, IP, UDP, Raw, rdpcap, wrpcap
+from scapy.all import Dot1Q, Ether, IP, UDP, Raw, rdpcap, wrpcap
 
 import netns
 from keelenv import BIN
@@ -68,3 +68,52 @@ def test_af_packet_port_on_a_veth(veth_into_netns, tmp_path):
     st = json.loads(stats.read_text())
     assert st["port"]["rx_port"] == "net_af_packet0"
     assert st["port"]["rx_packets"] == n and st["port"]["tx_packets"] == n
+
+
+@needs_root
+@pytest.mark.parametrize("rx", ["rx-zero-copy", "rx-copy"])
+def test_tagged_frames_keep_their_tag_through_a_chain_of_processes(veth_into_netns, tmp_path, rx):
+    # The kernel hands af_packet a VLAN tag beside the frame; the PMD puts it
+    # back with rte_vlan_insert, which refuses the chain buffer's mbufs when
+    # the port receives straight into it (issue 33): keel-nf puts it back
+    # itself, and the frames leave a chain of two processes tagged as they came.
+    ns, host, peer = veth_into_netns
+    n = 100
+    pkts = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=7) /
+            IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=2000 + i, dport=5001) / Raw(b"t" * 40)
+            for i in range(n)]
+    wrpcap(str(tmp_path / "send.pcap"), pkts)
+    pktbuf, stats = tmp_path / "pktbuf", tmp_path / "stats0.json"
+    extra = ["--rx-copy"] if rx == "rx-copy" else []
+    common = ["--chain-id", f"vlan{rx}", "--of", "2", "--pktbuf", str(pktbuf)] + extra
+    procs = [subprocess.Popen([str(BIN / "keel-nf"), "--nf", "macswap", "--position", "0", *common,
+                               "--stats", str(stats), "--exit-when-idle", "4000", "--", "--no-pci", "--no-huge",
+                               "-m", "512", "--log-level=error", "--no-telemetry",
+                               f"--file-prefix=keeltest{os.getpid()}vlan", "--vdev", f"net_af_packet0,iface={host}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+             subprocess.Popen([str(BIN / "keel-nf"), "--nf", "monitor", "--position", "1", *common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    out = tmp_path / "recv.pcap"
+    # Frames back from the chain have their MACs swapped.
+    dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-q", "-n", "-U", "-i", peer,
+                             "-w", str(out), "-c", str(n), "ether src 02:00:00:00:00:02"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        sh("ip", "netns", "exec", ns, sys.executable, "-c",
+           "from scapy.all import rdpcap, sendp; "
+           f"sendp(rdpcap('{tmp_path / 'send.pcap'}'), iface='{peer}', verbose=False)")
+        for p in procs:
+            assert p.wait(timeout=30) == 0, p.stderr.read()
+        dump.wait(timeout=10)
+    finally:
+        for p in procs + [dump]:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+    got = sorted(rdpcap(str(out)), key=lambda p: p[UDP].sport)
+    assert len(got) == n
+    assert all(p[Dot1Q].vlan == 7 and bytes(p[IP]) == bytes(s[IP]) for p, s in zip(got, pkts))
+    st = json.loads(stats.read_text())
+    assert st["ingress"]["zero_copy"] == (rx == "rx-zero-copy")
+    assert st["port"]["rx_malformed"] == 0 and st["port"]["tx_packets"] == n

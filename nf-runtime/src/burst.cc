@@ -2,6 +2,7 @@
 #include "keel/burst.h"
 
 #include <rte_ethdev.h>
+#include <rte_ether.h>
 #include <rte_prefetch.h>
 
 #include <algorithm>
@@ -12,6 +13,26 @@ namespace keel {
 /* Packets to prefetch ahead while setting up views (DPDK l3fwd does 8). */
 static constexpr int kPrefetchOffset = 8;
 
+bool ReinsertVlan(rte_mbuf* m) {
+  /* The tag the PMD reported beside the frame (a kernel socket that
+   * stripped it, as af_packet's does) goes back in front of the ethertype.
+   * DPDK's rte_vlan_insert does this for direct mbufs only; the chain
+   * buffer's mbufs have pinned external buffers, which are not direct. */
+  if (m->nb_segs != 1 || m->data_len < 2 * RTE_ETHER_ADDR_LEN || m->data_off < sizeof(rte_vlan_hdr))
+    return false;
+  uint8_t* old = rte_pktmbuf_mtod(m, uint8_t*);
+  uint8_t* now = old - sizeof(rte_vlan_hdr);
+  std::memmove(now, old, 2 * RTE_ETHER_ADDR_LEN);
+  const uint16_t tpid = rte_cpu_to_be_16(RTE_ETHER_TYPE_VLAN), tci = rte_cpu_to_be_16(m->vlan_tci);
+  std::memcpy(now + 2 * RTE_ETHER_ADDR_LEN, &tpid, 2);
+  std::memcpy(now + 2 * RTE_ETHER_ADDR_LEN + 2, &tci, 2);
+  m->data_off = static_cast<uint16_t>(m->data_off - sizeof(rte_vlan_hdr));
+  m->data_len = static_cast<uint16_t>(m->data_len + sizeof(rte_vlan_hdr));
+  m->pkt_len += sizeof(rte_vlan_hdr);
+  m->ol_flags &= ~(RTE_MBUF_F_RX_VLAN_STRIPPED | RTE_MBUF_F_RX_VLAN);
+  return true;
+}
+
 void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, PortCounters* c) {
   uint64_t bytes = 0;
   for (int i = 0; i < n && i < kPrefetchOffset; i++)
@@ -19,9 +40,11 @@ void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, Po
   for (int i = 0; i < n; i++) {
     if (i + kPrefetchOffset < n) rte_prefetch0(rte_pktmbuf_mtod(mbufs[i + kPrefetchOffset], void*));
     rte_mbuf* m = mbufs[i];
+    /* A tag still beside the frame: the PMD could not put it back. */
+    const bool tag_lost = (m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) && !ReinsertVlan(m);
     bytes += rte_pktmbuf_pkt_len(m);
     views[i].Reset(static_cast<uint8_t*>(m->buf_addr), m->data_off, m->data_len, m->buf_len);
-    if (m->nb_segs != 1 || views[i].malformed() != Malformed::kNone) {
+    if (tag_lost || m->nb_segs != 1 || views[i].malformed() != Malformed::kNone) {
       views[i].Drop();
       c->rx_malformed.Add(1);
       continue;

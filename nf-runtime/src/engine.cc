@@ -28,7 +28,14 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
   if (opt_.position != 0) return;
   tx_chains_ = PortTxChains(opt_.tx_port);
   port_.rx_queue_len_known.Set(PortRxQueueLen(opt_.rx_port) >= 0);
-  if (opt_.egress_zero_copy && opt_.copy_in && buf_) {
+  if (opt_.rx_zero_copy && opt_.copy_in && buf_) {
+    rx_zero_copy_ = true;
+    held_.assign(buf_->nslots(), nullptr);
+    /* Egress without a copy sends the mbufs the port received: no
+     * external buffers to attach, and a port that holds them keeps their
+     * slots out of the pool, not out of the ring. */
+    zero_copy_ = opt_.egress_zero_copy;
+  } else if (opt_.egress_zero_copy && opt_.copy_in && buf_) {
     zero_copy_ = true;
     shinfo_.resize(buf_->nslots());
     for (auto& sh : shinfo_) {
@@ -88,24 +95,61 @@ bool Engine::SlotsReleased() {
   return in_flight_ == 0;
 }
 
+int Engine::ReturnHeld(uint32_t n, uint32_t used, rte_mbuf** out) {
+  /* The chain is done with these packets (Egress runs after the last NF's
+   * turn): each mbuf goes out with the extent the last NF left in its
+   * descriptor, or back to the pool, and only then may the port fill its
+   * slot again. The descriptor must still name the mbuf's own slot. */
+  int nout = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
+    const uint32_t idx = buf_->SlotIndex(i);
+    rte_mbuf* m = held_[idx];
+    held_[idx] = nullptr;
+    Packet v;
+    if (!buf_->View(i, &v, HeldSlot(m)) || v.dropped()) {
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    m->data_off = v.headroom();
+    m->data_len = v.len();
+    m->pkt_len = v.len();
+    out[nout++] = m;
+  }
+  return nout;
+}
+
 void Engine::Egress() {
   if (!buf_) return;
   uint64_t t0 = Rdtsc();
   while (uint32_t used = buf_->used()) {
     int n = used < static_cast<uint32_t>(kMaxBurst) ? static_cast<int>(used) : kMaxBurst;
-    Packet views[kMaxBurst];
-    uint32_t slots[kMaxBurst];
-    PacketBatch batch;
-    for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
-      if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
-      buf_->View(i, &views[i]);
-      slots[i] = buf_->SlotIndex(i);
-      if (!views[i].dropped()) batch.Add(&views[i]);
-    }
-    uint64_t t1 = Rdtsc();
     rte_mbuf* out[kMaxBurst];
-    int nout = zero_copy_ ? AttachOut(&batch, views, slots, out)
-                          : CopyOut(&batch, pool_, tx_chains_, out, &port_);
+    int nout;
+    uint64_t t1;
+    if (rx_zero_copy_ && zero_copy_) {
+      /* Nothing to copy or attach: the port's own mbufs go back out. */
+      nout = ReturnHeld(static_cast<uint32_t>(n), used, out);
+      zero_copy_packets_.Add(static_cast<uint64_t>(nout));
+      t1 = Rdtsc();
+    } else {
+      Packet views[kMaxBurst];
+      uint32_t slots[kMaxBurst];
+      PacketBatch batch;
+      for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
+        if (i + kPrefetchAhead < used) buf_->Prefetch(i + kPrefetchAhead);
+        slots[i] = buf_->SlotIndex(i);
+        buf_->View(i, &views[i], rx_zero_copy_ ? HeldSlot(held_[slots[i]]) : PktBuf::kAnySlot);
+        if (!views[i].dropped()) batch.Add(&views[i]);
+      }
+      t1 = Rdtsc();
+      nout = zero_copy_ ? AttachOut(&batch, views, slots, out) : CopyOut(&batch, pool_, tx_chains_, out, &port_);
+      if (rx_zero_copy_) /* copied out: the received mbufs go back to the pool */
+        for (uint32_t i = 0; i < static_cast<uint32_t>(n); i++) {
+          rte_pktmbuf_free(held_[slots[i]]);
+          held_[slots[i]] = nullptr;
+        }
+    }
     uint64_t t2 = Rdtsc();
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.tx_port, out, nout, &port_);
@@ -157,6 +201,13 @@ uint32_t Engine::Head(uint32_t bursts) {
       Charge(KEEL_CYCLES_TX, t - t2);
       continue;
     }
+    if (rx_zero_copy_) {
+      /* Received into the chain buffer: the survivors enter it as they are. */
+      EnterSlots(mbufs, views, n, &batch);
+      t = Rdtsc();
+      Charge(KEEL_CYCLES_VIEW, t - t2);
+      continue;
+    }
     /* The spatial-isolation copy: only the head's survivors enter the
      * chain's buffer; the NIC's buffers go straight back to the port. */
     uint32_t copied = 0;
@@ -170,6 +221,36 @@ uint32_t Engine::Head(uint32_t bursts) {
   turn_received_ = received;
   if (received) last_rx_ = t;
   return received;
+}
+
+void Engine::EnterSlots(rte_mbuf** mbufs, Packet* views, uint16_t n, PacketBatch* batch) {
+  uint32_t entered = 0, copied = 0;
+  for (Packet* p : *batch) {
+    rte_mbuf*& m = mbufs[p - views];
+    int64_t slot = SlotOfMbuf(m);
+    if (slot < 0) {
+      /* A PMD that hands out mbufs of its own (net_ring passes the
+       * sender's): copy the packet into a slot of the chain's pool. */
+      rte_mbuf* c = p->len() <= kSlotDataRoom ? rte_pktmbuf_alloc(pool_) : nullptr;
+      if (!c) continue;
+      std::memcpy(static_cast<uint8_t*>(c->buf_addr) + kSlotHeadroom, p->data(), p->len());
+      p->Reset(static_cast<uint8_t*>(c->buf_addr), kSlotHeadroom, p->len(), static_cast<uint16_t>(kSlotSize));
+      rte_pktmbuf_free(m);
+      m = c;
+      slot = SlotOfMbuf(c);
+      copied++;
+    }
+    uint32_t idx;
+    if (!buf_->PushSlot(static_cast<uint32_t>(slot), p->headroom(), p->len(), &idx)) continue; /* ring full */
+    held_[idx] = m;
+    m = nullptr;
+    entered++;
+  }
+  rx_zero_copy_packets_.Add(entered - copied);
+  port_.copied.Add(copied);
+  port_.copy_dropped.Add(static_cast<uint32_t>(batch->cnt()) - entered);
+  for (uint16_t i = 0; i < n; i++)
+    if (mbufs[i]) rte_pktmbuf_free(mbufs[i]); /* dropped by the head: never in the chain */
 }
 
 void Engine::InPlace(uint16_t stage, size_t first_nf) {
@@ -283,6 +364,7 @@ Json Engine::StatsJson() const {
     port["rx_port"] = PortName(opt_.rx_port);
     port["tx_port"] = PortName(opt_.tx_port);
     j["port"] = port;
+    j["ingress"] = {{"zero_copy", rx_zero_copy_}, {"zero_copy_packets", rx_zero_copy_packets_.Get()}};
     j["egress"] = {{"zero_copy", zero_copy_},
                    {"zero_copy_packets", zero_copy_packets_.Get()},
                    {"fallbacks", zero_copy_fallbacks_.Get()}};

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/member.h"
 
+#include "keel/rx_pool.h"
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -74,16 +76,28 @@ bool Member::PositionGone(uint32_t j) const {
   return fcntl(lock_fd_, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
 }
 
-std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
-                                       int wait_ms, std::string* err) {
+std::unique_ptr<PktBuf> Member::MakeBuffer(const MemberOptions& opt, std::string* err) {
+  const uint32_t ring = kMaxBurstsPerTurn * kMaxBurst;
+  const bool rx_pool = opt.rx_zero_copy && opt.count > 1;
+  std::unique_ptr<PktBuf> buf = PktBuf::Create(opt.pktbuf_path, ring, err, rx_pool ? ring + kRxPoolExtraSlots : 0);
+  if (!buf) return nullptr;
+  keel_chain_sched* s = buf->sched();
+  s->nnfs = static_cast<uint32_t>(opt.count);
+  s->batch = 1;
+  return buf;
+}
+
+std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, std::unique_ptr<PktBuf> buf,
+                                       const MemberOptions& opt, int wait_ms, std::string* err) {
   std::unique_ptr<Member> m(new Member(chain, opt));
   if (opt.position == 0) {
-    m->buf_ = PktBuf::Create(opt.pktbuf_path, kMaxBurstsPerTurn * kMaxBurst, err);
-    if (!m->buf_) return nullptr;
-    keel_chain_sched* s = m->buf_->sched();
-    s->nnfs = static_cast<uint32_t>(opt.count);
-    s->batch = 1;
-    Store<uint64_t>(&s->magic, KEEL_SCHED_MAGIC);
+    if (!buf) {
+      *err = "position 0 needs the chain buffer MakeBuffer made";
+      return nullptr;
+    }
+    m->buf_ = std::move(buf);
+    /* The others open the file once this is set. */
+    Store<uint64_t>(&m->buf_->sched()->magic, KEEL_SCHED_MAGIC);
   } else {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
@@ -111,6 +125,7 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, const Me
   eo.rx_port = eo.tx_port = opt.port;
   eo.copy_in = opt.count > 1; /* a one-NF chain skips the isolation copy (Galleon §4.2) */
   eo.egress_zero_copy = opt.egress_zero_copy;
+  eo.rx_zero_copy = opt.rx_zero_copy;
   eo.copy_each_hop = opt.copy_each_hop;
   m->engine_ = std::make_unique<Engine>(chain, pool, m->buf_.get(), m->buf_->sched()->cycles[opt.position], eo);
   Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));

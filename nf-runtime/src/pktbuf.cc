@@ -34,12 +34,18 @@ bool PktBuf::Map(int fd, size_t size, std::string* err) {
   return true;
 }
 
-std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots, std::string* err) {
+std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots, std::string* err,
+                                       uint32_t nbufs) {
   uint32_t n = 1;
   while (n < nslots) n <<= 1;
+  if (nbufs < n) nbufs = n;
+  if (nbufs > kMaxBufs) {
+    *err = path + ": " + std::to_string(nbufs) + " slots, more than a buffer holds (" + std::to_string(kMaxBufs) + ")";
+    return nullptr;
+  }
   size_t desc_off = Align(sizeof(PktBufHeader), 4096);
   size_t slot_off = Align(desc_off + sizeof(PktDesc) * n, 4096);
-  size_t size = Align(slot_off + size_t{kSlotSize} * n, 2 << 20);
+  size_t size = Align(slot_off + size_t{kSlotSize} * nbufs, 2 << 20);
 
   std::unique_ptr<PktBuf> b(new PktBuf());
   b->path_ = path;
@@ -59,6 +65,7 @@ std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots,
   if (!ok) return nullptr;
   PktBufHeader* h = b->hdr_;
   h->nslots = n;
+  h->nbufs = nbufs;
   h->slot_size = kSlotSize;
   h->desc_offset = desc_off;
   h->slot_offset = slot_off;
@@ -69,6 +76,7 @@ std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots,
   b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + desc_off);
   b->slots_ = b->base_ + slot_off;
   b->nslots_ = n;
+  b->nbufs_ = nbufs;
   b->mask_ = n - 1;
   return b;
 }
@@ -93,11 +101,12 @@ std::unique_ptr<PktBuf> PktBuf::Open(const std::string& path, std::string* err) 
   /* One read of each field: the owner, or any NF, may rewrite the header
    * while it is checked. */
   const volatile PktBufHeader* h = b->hdr_;
-  uint64_t magic = h->magic, n = h->nslots, slot_size = h->slot_size;
+  uint64_t magic = h->magic, n = h->nslots, nbufs = h->nbufs, slot_size = h->slot_size;
   uint64_t desc_off = h->desc_offset, slot_off = h->slot_offset;
   if (magic != kPktBufMagic || n == 0 || n > (1u << 20) || (n & (n - 1)) || slot_size != kSlotSize ||
+      nbufs < n || nbufs > kMaxBufs ||
       desc_off < sizeof(PktBufHeader) || desc_off > b->size_ || slot_off > b->size_ ||
-      n * kSlotSize > b->size_ - slot_off || desc_off + n * sizeof(PktDesc) > slot_off ||
+      nbufs * kSlotSize > b->size_ - slot_off || desc_off + n * sizeof(PktDesc) > slot_off ||
       desc_off % alignof(PktDesc) != 0) {
     *err = path + ": not a keel packet buffer (bad header)";
     return nullptr;
@@ -105,6 +114,7 @@ std::unique_ptr<PktBuf> PktBuf::Open(const std::string& path, std::string* err) 
   b->descs_ = reinterpret_cast<PktDesc*>(b->base_ + desc_off);
   b->slots_ = b->base_ + slot_off;
   b->nslots_ = static_cast<uint32_t>(n);
+  b->nbufs_ = static_cast<uint32_t>(nbufs);
   b->mask_ = n - 1;
   return b;
 }
@@ -119,34 +129,47 @@ uint32_t PktBuf::used() const {
   return n < nslots_ ? static_cast<uint32_t>(n) : nslots_;
 }
 
+void PktBuf::Fill(uint64_t seq, uint32_t slot, uint16_t off, uint16_t len) {
+  PktDesc& d = descs_[seq & mask_];
+  d.off = off;
+  d.len = len;
+  d.flags = 0;
+  d.stage = 0;
+  d.seq = static_cast<uint32_t>(seq);
+  d.slot = slot;
+  hdr_->head.store(seq + 1, std::memory_order_release);
+}
+
 bool PktBuf::Push(const uint8_t* data, uint16_t len) {
   uint64_t seq = hdr_->head.load(std::memory_order_relaxed);
   if (seq - tail() >= nslots_ || len > kSlotDataRoom) return false;
   std::memcpy(slot(seq) + kSlotHeadroom, data, len);
-  PktDesc& d = descs_[seq & mask_];
-  d.off = kSlotHeadroom;
-  d.len = len;
-  d.flags = 0;
-  d.stage = 0;
-  d.seq = seq;
-  hdr_->head.store(seq + 1, std::memory_order_release);
+  Fill(seq, static_cast<uint32_t>(seq & mask_), kSlotHeadroom, len);
   return true;
 }
 
-bool PktBuf::View(uint32_t i, Packet* p) {
+bool PktBuf::PushSlot(uint32_t slot, uint16_t off, uint16_t len, uint32_t* ring_index) {
+  uint64_t seq = hdr_->head.load(std::memory_order_relaxed);
+  if (seq - tail() >= nslots_ || slot >= nbufs_ || off > kSlotSize || len > kSlotSize - off) return false;
+  *ring_index = static_cast<uint32_t>(seq & mask_);
+  Fill(seq, slot, off, len);
+  return true;
+}
+
+bool PktBuf::View(uint32_t i, Packet* p, uint32_t expect_slot) {
   uint64_t seq = tail() + i;
   const volatile PktDesc& d = descs_[seq & mask_];
   /* Each field read once, checked in 32 bits: no wrap, no second look. */
-  uint32_t off = d.off, len = d.len, flags = d.flags;
-  uint64_t dseq = d.seq;
+  uint32_t off = d.off, len = d.len, flags = d.flags, dseq = d.seq, s = d.slot;
   /* An odd start is refused too: the checksum helpers read 16-bit words. */
-  if (dseq != seq || off > kSlotSize || len > kSlotSize - off || (off & 1)) {
+  if (dseq != static_cast<uint32_t>(seq) || s >= nbufs_ || (expect_slot != kAnySlot && s != expect_slot) ||
+      off > kSlotSize || len > kSlotSize - off || (off & 1)) {
     p->Reset(slot(seq), kSlotHeadroom, 0, static_cast<uint16_t>(kSlotSize));
     p->Drop();
     bad_descriptors_.Add(1);
     return false;
   }
-  p->Reset(slot(seq), static_cast<uint16_t>(off), static_cast<uint16_t>(len), static_cast<uint16_t>(kSlotSize));
+  p->Reset(SlotAddr(s), static_cast<uint16_t>(off), static_cast<uint16_t>(len), static_cast<uint16_t>(kSlotSize));
   if (flags & kDescDrop) p->Drop();
   return true;
 }

@@ -221,5 +221,81 @@ TEST(PktBuf, HeaderRewrittenAfterOpenChangesNothing) {
   EXPECT_FALSE(head->Push(pkt, sizeof pkt)) << "a ring that looks overfull takes nothing";
 }
 
+TEST(PktBuf, PushSlotNamesTheSlotThePortFilled) {
+  /* Receiving into the chain buffer (issue 33): the ring's descriptors
+   * name slots anywhere among nbufs, in any order. */
+  std::string path = TempPath("pushslot");
+  std::string err;
+  auto head = PktBuf::Create(path, 4, &err, 12);
+  ASSERT_TRUE(head) << err;
+  auto next = PktBuf::Open(path, &err);
+  ASSERT_TRUE(next) << err;
+  EXPECT_EQ(next->nslots(), 4u);
+  EXPECT_EQ(next->nbufs(), 12u);
+  for (uint32_t k = 0; k < 12; k++) {
+    EXPECT_EQ(head->SlotOf(head->SlotAddr(k)), k);
+    EXPECT_EQ(head->SlotOf(head->SlotAddr(k) + kSlotSize - 1), k);
+  }
+  EXPECT_EQ(head->SlotOf(head->SlotAddr(11) + kSlotSize), -1) << "past the last slot";
+  EXPECT_EQ(head->SlotOf(&err), -1);
+
+  const uint32_t slots[] = {11, 3, 7, 0};
+  for (uint32_t i = 0; i < 4; i++) {
+    uint8_t* s = head->SlotAddr(slots[i]);
+    s[kSlotHeadroom] = static_cast<uint8_t>(0xa0 + i);
+    uint32_t idx = 99;
+    ASSERT_TRUE(head->PushSlot(slots[i], kSlotHeadroom, 60, &idx));
+    EXPECT_EQ(idx, i);
+  }
+  uint32_t idx;
+  EXPECT_FALSE(head->PushSlot(5, kSlotHeadroom, 60, &idx)) << "the ring is full";
+  head->Release(1);
+  EXPECT_FALSE(head->PushSlot(12, kSlotHeadroom, 60, &idx)) << "no slot 12";
+  EXPECT_FALSE(head->PushSlot(5, kSlotHeadroom, kSlotDataRoom + 1, &idx)) << "leaves the slot";
+  EXPECT_TRUE(head->PushSlot(5, kSlotHeadroom - 8, kSlotDataRoom + 8, &idx)) << "a tag pushed into the headroom";
+  for (uint32_t i = 0; i < 3; i++) {
+    Packet p;
+    ASSERT_TRUE(next->View(i, &p));
+    EXPECT_EQ(p.data(), next->SlotAddr(slots[i + 1]) + kSlotHeadroom);
+    EXPECT_EQ(p.data()[0], 0xa1 + i);
+    ExpectInsideItsSlot(p);
+    Packet q;
+    EXPECT_TRUE(next->View(i, &q, slots[i + 1]));
+    EXPECT_FALSE(next->View(i, &q, slots[i + 1] + 1)) << "the owner expects another slot";
+  }
+  Packet p;
+  ASSERT_TRUE(next->View(3, &p));
+  EXPECT_EQ(p.len(), kSlotDataRoom + 8);
+
+  /* A hostile NF names a slot past the file's: dropped, inside a slot. */
+  Hostile evil(path);
+  evil.desc(0)->slot = 12; /* ring index 0 holds the fourth packet now */
+  evil.desc(1)->slot = 0xffffffffu;
+  const uint64_t bad = next->bad_descriptors();
+  for (uint32_t i : {0u, 3u}) {
+    Packet q;
+    EXPECT_FALSE(next->View(i, &q));
+    EXPECT_TRUE(q.dropped());
+    ExpectInsideItsSlot(q);
+  }
+  EXPECT_EQ(next->bad_descriptors(), bad + 2);
+}
+
+TEST(PktBuf, OpenRefusesMoreSlotsThanTheFileHolds) {
+  std::string path = TempPath("nbufs");
+  std::string err;
+  auto head = PktBuf::Create(path, 8, &err, 16);
+  ASSERT_TRUE(head) << err;
+  Hostile evil(path);
+  evil.hdr()->nbufs = static_cast<uint32_t>(evil.size / kSlotSize) + 1;
+  EXPECT_FALSE(PktBuf::Open(path, &err));
+  EXPECT_NE(err.find("bad header"), std::string::npos) << err;
+  evil.hdr()->nbufs = 4; /* fewer slots than descriptors */
+  EXPECT_FALSE(PktBuf::Open(path, &err));
+  evil.hdr()->nbufs = 16;
+  EXPECT_TRUE(PktBuf::Open(path, &err)) << err;
+  EXPECT_FALSE(PktBuf::Create(TempPath("huge"), 8, &err, kMaxBufs + 1));
+}
+
 }  // namespace
 }  // namespace keel

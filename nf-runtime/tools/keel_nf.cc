@@ -28,6 +28,7 @@
 #include "keel/coopsched_client.h"
 #include "keel/member.h"
 #include "keel/nf_loader.h"
+#include "keel/rx_pool.h"
 #include "keel/port.h"
 #include "keel/redis_mirror.h"
 
@@ -52,8 +53,9 @@ const char kUsage[] =
     "       keel-nf [--load NF.so] --check --nf NAME[=JSON] [--nf NAME[=JSON] ...]\n"
     "\n"
     "Runs NF number K (0-based) of a chain instance of N NFs as its own process.\n"
-    "Position 0 receives from and transmits on DPDK port 0 and copies each burst\n"
-    "into the chain's buffer file; positions 1..N-1 map only that file and work\n"
+    "Position 0 receives from and transmits on DPDK port 0, straight into the\n"
+    "chain's buffer file (or, with --rx-copy, copying each burst into it);\n"
+    "positions 1..N-1 map only that file and work\n"
     "on the packets in place, each when its turn comes, in chain order. Run the\n"
     "processes on one core under keel-coopsched (SCHED_FIFO) for run-to-completion\n"
     "across them; elsewhere they take turns with sched_yield.\n"
@@ -103,6 +105,11 @@ const char kUsage[] =
     "                       a transmit buffer (default: transmit from the chain\n"
     "                       buffer itself, as DPDK external buffers, where the port\n"
     "                       lets go of them within a turn)\n"
+    "  --rx-copy            position 0: receive into buffers of this process's own and\n"
+    "                       copy each packet the first NF passes into the chain buffer\n"
+    "                       (default: the port receives straight into the chain\n"
+    "                       buffer's slots, which go back to it only once the chain\n"
+    "                       is done with them; net_af_xdp always copies)\n"
     "  --wait-futex         without --coopsched: wait for a turn asleep on a semaphore\n"
     "                       (a futex in the chain buffer) that the previous NF posts,\n"
     "                       as NFVnice's NFs do under the normal scheduler (a baseline\n"
@@ -135,6 +142,8 @@ const char kUsage[] =
     "            \"tx_dropped\", \"tx_too_long\", \"copied\", \"copy_dropped\": n,\n"
     "            \"rx_queue_len\": n, or null where the PMD cannot tell,\n"
     "            \"rx_port\", \"tx_port\": NAME},\n"
+    "   \"ingress\": {\"zero_copy\": true|false (received into the chain buffer),\n"
+    "               \"zero_copy_packets\": n (entered it without a copy)},\n"
     "   \"egress\": {\"zero_copy\": true|false, \"zero_copy_packets\": n, \"fallbacks\": n},\n"
     "   \"bursts_per_turn\": B (the most bursts a turn receives: the batch size\n"
     "   coopsched's SetBatch sets), \"batches\": n (turns that received packets),\n"
@@ -267,6 +276,7 @@ int main(int argc, char** argv) {
       {"copy-each-hop", no_argument, nullptr, 'C'},
       {"wait-futex", no_argument, nullptr, 'W'},
       {"egress-copy", no_argument, nullptr, 'X'},
+      {"rx-copy", no_argument, nullptr, 'R'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"redis-auth-file", required_argument, nullptr, 'A'},
@@ -300,6 +310,7 @@ int main(int argc, char** argv) {
       case 'C': opt.copy_each_hop = true; break;
       case 'W': opt.wait_futex = true; break;
       case 'X': opt.egress_zero_copy = false; break;
+      case 'R': opt.rx_zero_copy = false; break;
       case 'r': redis = optarg; break;
       case 'A': redis_auth_file = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;
@@ -405,12 +416,23 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     chain->SetFlowLimits(flows);
-    rte_mempool* pool = nullptr;
+    rte_mempool* pool = nullptr;  /* this process's own, freed at the end */
+    std::unique_ptr<keel::ChainRxPool> rx_pool;
+    std::unique_ptr<keel::PktBuf> buf;
     std::string err;
     if (opt.position == 0) {
       if (rte_eth_dev_count_avail() == 0) err = "no DPDK port (give a PCI device or --vdev)";
-      if (err.empty()) pool = keel::MbufPool("keel_nf_pool", 8191, 256, &err);
-      if (pool) keel::PortInit(0, pool, &err);
+      if (err.empty()) buf = keel::Member::MakeBuffer(opt, &err);
+      if (buf && opt.rx_zero_copy && opt.count > 1) {
+        rx_pool = keel::ChainRxPool::Create(buf.get(), 0, &err);
+        if (!rx_pool) {
+          std::fprintf(stderr, "keel-nf: %s; copying into the chain buffer instead\n", err.c_str());
+          err.clear();
+          opt.rx_zero_copy = false;
+        }
+      }
+      if (buf && !rx_pool) pool = keel::MbufPool("keel_nf_pool", 8191, 256, &err);
+      if (err.empty()) keel::PortInit(0, rx_pool ? rx_pool->pool() : pool, &err);
     } else if (opt.copy_each_hop) {
       /* The packet memory of this process alone, for its private copies. */
       pool = keel::MbufPool("keel_nf_private", 1023, 64, &err);
@@ -424,7 +446,9 @@ int main(int argc, char** argv) {
       mirror->Start();
     }
     std::unique_ptr<keel::Member> member;
-    if (err.empty()) member = keel::Member::Create(chain.get(), pool, opt, kWaitForBufferMs, &err);
+    if (err.empty())
+      member = keel::Member::Create(chain.get(), rx_pool ? rx_pool->pool() : pool, std::move(buf), opt,
+                                    kWaitForBufferMs, &err);
     if (member && !coopsched.empty() &&
         !keel::AnnounceToCoopsched(coopsched, chain_id, opt.position, opt.count,
                                    opt.pktbuf_path, &err))
@@ -452,6 +476,7 @@ int main(int argc, char** argv) {
       rte_eth_dev_stop(0);
       rte_eth_dev_close(0);
     }
+    rx_pool.reset(); /* the port gave its buffers back; the chain buffer is still mapped */
     member.reset();
     if (mirror) mirror->Stop(std::chrono::milliseconds(1000));
     chain.reset();

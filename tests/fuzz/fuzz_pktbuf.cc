@@ -5,11 +5,14 @@
  * header; View must then give, for every packet, either a dropped empty
  * packet (counted) or one that lies inside its own slot, and Open must
  * refuse a header that does not describe the file. Input: a mode byte, then
- * what that mode writes. */
+ * what that mode writes. With mode bit 1, position 0 enters the packets as
+ * a port that received them into the file's slots does (PushSlot, issue 33),
+ * in slots the input picks among twice as many as the ring has. */
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -24,6 +27,7 @@ using keel::PktBufHeader;
 using keel::PktDesc;
 
 constexpr uint32_t kSlots = 8;
+constexpr uint32_t kBufs = 2 * kSlots;
 
 struct Chain {
   std::string path;
@@ -33,23 +37,30 @@ struct Chain {
   size_t size = 0;
 };
 
+Chain* MakeChain(const char* tag, uint32_t nbufs) {
+  auto* c = new Chain;
+  c->path = "/dev/shm/keel-fuzz-pktbuf-" + std::string(tag) + std::to_string(getpid());
+  unlink(c->path.c_str());
+  std::string err;
+  c->owner = PktBuf::Create(c->path, kSlots, &err, nbufs);
+  if (!c->owner) keel::fuzz::Fail(err.c_str());
+  c->next = PktBuf::Open(c->path, &err);
+  if (!c->next) keel::fuzz::Fail(err.c_str());
+  int fd = open(c->path.c_str(), O_RDWR);
+  c->size = static_cast<size_t>(lseek(fd, 0, SEEK_END));
+  c->raw = static_cast<uint8_t*>(mmap(nullptr, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  if (c->raw == MAP_FAILED) keel::fuzz::Fail("mmap");
+  return c;
+}
+
 Chain* TheChain() {
-  static Chain* c = [] {
-    auto* c = new Chain;
-    c->path = "/dev/shm/keel-fuzz-pktbuf-" + std::to_string(getpid());
-    unlink(c->path.c_str());
-    std::string err;
-    c->owner = PktBuf::Create(c->path, kSlots, &err);
-    if (!c->owner) keel::fuzz::Fail(err.c_str());
-    c->next = PktBuf::Open(c->path, &err);
-    if (!c->next) keel::fuzz::Fail(err.c_str());
-    int fd = open(c->path.c_str(), O_RDWR);
-    c->size = static_cast<size_t>(lseek(fd, 0, SEEK_END));
-    c->raw = static_cast<uint8_t*>(mmap(nullptr, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-    if (c->raw == MAP_FAILED) keel::fuzz::Fail("mmap");
-    return c;
-  }();
+  static Chain* c = MakeChain("", kSlots);
+  return c;
+}
+
+Chain* TheZeroCopyChain() {
+  static Chain* c = MakeChain("zc-", kBufs);
   return c;
 }
 
@@ -107,7 +118,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     HostileHeader(&in);
     return 0;
   }
-  Chain* c = TheChain();
+  const bool zero_copy = mode & 2;
+  Chain* c = zero_copy ? TheZeroCopyChain() : TheChain();
   /* An empty ring, whatever the last input left in head and tail. */
   auto* wh = reinterpret_cast<PktBufHeader*>(c->raw);
   wh->tail.store(0);
@@ -118,8 +130,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint8_t frame[keel::kSlotDataRoom];
     uint16_t len = static_cast<uint16_t>(in.U16() % (keel::kSlotDataRoom + 64));
     size_t got = in.Take(frame, len < keel::kSlotDataRoom ? len : keel::kSlotDataRoom);
-    bool pushed = c->owner->Push(frame, len);
-    KEEL_FUZZ_CHECK(pushed == (len <= keel::kSlotDataRoom));
+    if (zero_copy) {
+      /* The port wrote the frame at the headroom of the slot it chose. */
+      uint32_t slot = in.U8() % kBufs, idx = 0;
+      uint16_t n = len < keel::kSlotDataRoom ? len : keel::kSlotDataRoom;
+      std::memcpy(c->owner->SlotAddr(slot) + keel::kSlotHeadroom, frame, got < n ? got : n);
+      KEEL_FUZZ_CHECK(c->owner->PushSlot(slot, keel::kSlotHeadroom, n, &idx));
+      KEEL_FUZZ_CHECK(c->next->desc(k).slot == slot && idx == k);
+    } else {
+      bool pushed = c->owner->Push(frame, len);
+      KEEL_FUZZ_CHECK(pushed == (len <= keel::kSlotDataRoom));
+    }
     (void)got;
   }
   /* The hostile NF writes over descriptors, then maybe head and tail. */

@@ -167,7 +167,7 @@ func run() int {
 		node        = fs.String("node", os.Getenv("NODE_NAME"), "with --runtime kubernetes: this worker's node `NAME` (default $NODE_NAME, else --worker)")
 		k8sCPUs     = fs.String("k8s-instance-cpus", "1", "with --runtime kubernetes: an instance Pod's cpu `QUANTITY`, shared by its NF containers: whole cores (1, 2) are the Pod's own (static CPU manager); a share below one core (250m) puts instances side by side on coopsched's cores")
 		k8sMemory   = fs.String("k8s-nf-memory", "256Mi", "with --runtime kubernetes: an NF container's memory `QUANTITY` when the chain sets none")
-		k8sBuffer   = fs.String("k8s-buffer", "6Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (the Pod requests it; keel-nf's buffer is 2048 slots of 2176 bytes and their descriptors on 2 MiB pages: 6Mi)")
+		k8sBuffer   = fs.String("k8s-buffer", "10Mi", "with --runtime kubernetes: hugepages-2Mi `QUANTITY` of the chain buffer (the Pod requests it; keel-nf's buffer is 2048 descriptors and 4096 slots of 2176 bytes, half of them for the port's RX and TX rings, on 2 MiB pages: 10Mi; 6Mi with keel-nf --rx-copy)")
 		sriovRes    = fs.String("sriov-resource", "", "with --runtime kubernetes: SR-IOV device plugin `RESOURCE` position 0 requests (empty: a veth from --vf)")
 		podResSock  = fs.String("pod-resources-socket", vf.DefaultPodResourcesSocket, "with --sriov-resource: the kubelet's PodResources `SOCKET`")
 		procRoot    = fs.String("proc", "/proc", "with --runtime kubernetes: the node's /proc `DIR` (hostPID), to find position 0's pid and read the NFs' statistics inside its root")

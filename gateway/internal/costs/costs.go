@@ -100,9 +100,45 @@ type chainLengthFile struct {
 	Handoff float64 `json:"handoff_cycles"`
 	Rows    []struct {
 		Length int     `json:"length"`
+		Bytes  float64 `json:"packet_bytes"` // absent in files of one packet size
 		NF     float64 `json:"nf_cycles_per_pkt"`
 		Single float64 `json:"single_cycles_per_pkt"`
+		// Each mode's cycles a packet by kind (bench/chain_length.py's cycle account).
+		Breakdown map[string]map[string]float64 `json:"breakdown"`
 	} `json:"rows"`
+}
+
+// isolationKinds are the cycle-account kinds isolation adds to a packet's trip: entering the
+// chain buffer (copy_in; with the port receiving into it, none), the descriptors every
+// position reads and writes (view), and leaving it (copy_out).
+var isolationKinds = []string{"copy_in", "view", "copy_out"}
+
+// isolationPoints is, at each packet size the file measured chains of 2+ NFs at, the median
+// over those lengths of what keel spent a packet on isolationKinds beyond the chain in one
+// process: the measured successor of nf_profile.json's bare copy.
+func isolationPoints(f *chainLengthFile) []point {
+	by := map[float64][]float64{}
+	for _, r := range f.Rows {
+		k, s := r.Breakdown["keel"], r.Breakdown["single"]
+		if r.Length < 2 || r.Bytes <= 0 || k == nil || s == nil {
+			continue
+		}
+		c := 0.0
+		for _, kind := range isolationKinds {
+			c += k[kind] - s[kind]
+		}
+		by[r.Bytes] = append(by[r.Bytes], math.Max(0, c))
+	}
+	var out []point
+	for b, cs := range by {
+		sort.Float64s(cs)
+		m := cs[len(cs)/2]
+		if len(cs)%2 == 0 {
+			m = (cs[len(cs)/2-1] + m) / 2
+		}
+		out = append(out, point{b, m})
+	}
+	return out
 }
 
 // Load reads the two benchmark files; a path that is "" or names no file keeps the defaults
@@ -166,9 +202,11 @@ func Load(nfProfilePath, chainLengthPath string) (*Table, error) {
 				return nil, fmt.Errorf("%s: handoff_cycles: must be positive", chainLengthPath)
 			}
 			t.HandoffCycles = f.Handoff
-			found := false
+			// The I/O of the smallest packets the file has a one-NF row for (80 B).
+			found, bytes := false, 0.0
 			for _, r := range f.Rows {
-				if r.Length == 1 {
+				if r.Length == 1 && (!found || r.Bytes < bytes) {
+					bytes = r.Bytes
 					if r.Single < r.NF {
 						return nil, fmt.Errorf("%s: rows (length 1): single_cycles_per_pkt < nf_cycles_per_pkt", chainLengthPath)
 					}
@@ -177,6 +215,9 @@ func Load(nfProfilePath, chainLengthPath string) (*Table, error) {
 			}
 			if !found {
 				return nil, fmt.Errorf("%s: rows: no length-1 row to take the I/O cycles from", chainLengthPath)
+			}
+			if iso := isolationPoints(&f); len(iso) > 0 {
+				t.copy = iso
 			}
 			src = append(src, chainLengthPath)
 		}
@@ -227,7 +268,8 @@ func (t *Table) NFCycles(nf string, pktBytes float64) (float64, error) {
 	return interp(p, pktBytes), nil
 }
 
-// CopyCycles is the copy into the chain buffer at a packet size.
+// CopyCycles is what isolation adds to a packet at a packet size: chain_length.json's measured
+// copies and descriptor work when it has them per packet size, else nf_profile.json's copy.
 func (t *Table) CopyCycles(pktBytes float64) float64 { return interp(t.copy, pktBytes) }
 
 // Chain is the cost of a chain of the named NFs (catalogue names, in chain order) at a packet

@@ -26,10 +26,11 @@ func Test_load_committedFilesGiveIOAndHandoff(t *testing.T) {
 	if err != nil || json.Unmarshal(b, &f) != nil || f.Handoff <= 0 {
 		t.Fatalf("%s: %v", path, err)
 	}
-	io := -1.0
+	io, bytes := -1.0, math.Inf(1)
 	for _, r := range f.Rows {
-		if r["length"] == 1.0 {
-			io = r["single_cycles_per_pkt"].(float64) - r["nf_cycles_per_pkt"].(float64)
+		b, _ := r["packet_bytes"].(float64) // the smallest packets' row
+		if r["length"] == 1.0 && b < bytes {
+			io, bytes = r["single_cycles_per_pkt"].(float64)-r["nf_cycles_per_pkt"].(float64), b
 		}
 	}
 	if io <= 0 {
@@ -71,5 +72,37 @@ func Test_load_absentFilesKeepDefaults(t *testing.T) {
 	tbl, err := Load("/nonexistent/nf.json", "/nonexistent/cl.json")
 	if err != nil || tbl.HandoffCycles != DefaultHandoffCycles || tbl.IOCycles != DefaultIOCycles {
 		t.Fatalf("%v %+v", err, tbl)
+	}
+}
+
+func Test_load_takesIsolationFromTheCycleAccountPerPacketSize(t *testing.T) {
+	// Receiving into the chain buffer (issue 33) left no copy_in: what isolation costs a
+	// packet is then the descriptors and what egress does, measured per size; the median over
+	// lengths 2+ (here 40, 50, 60 at 80 B; 70, 90 at 1024 B), beyond the one-process chain.
+	row := func(length int, bytes, view, copyOut float64) map[string]any {
+		return map[string]any{"length": length, "packet_bytes": bytes, "nf_cycles_per_pkt": 500.0,
+			"single_cycles_per_pkt": 800.0, "breakdown": map[string]any{
+				"single": map[string]any{"copy_in": 0.0, "view": 0.0, "copy_out": 0.0},
+				"keel":   map[string]any{"copy_in": 0.0, "view": view, "copy_out": copyOut},
+				"nfvnice": nil}}
+	}
+	rows := []any{row(1, 80, 0, 0), row(2, 80, 40, 0), row(3, 80, 45, 5), row(4, 80, 60, 0),
+		row(1, 1024, 0, 0), row(2, 1024, 70, 0), row(3, 1024, 90, 0)}
+	b, _ := json.Marshal(map[string]any{"handoff_cycles": 1500.0, "rows": rows})
+	path := t.TempDir() + "/chain_length.json"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := Load("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ bytes, want float64 }{{80, 50}, {1024, 80}, {552, 65}} {
+		if got := tbl.CopyCycles(c.bytes); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("CopyCycles(%.0f) = %.2f, want %.2f", c.bytes, got, c.want)
+		}
+	}
+	if tbl.IOCycles != 300 {
+		t.Errorf("I/O %.1f: the 80-byte length-1 row gives 300", tbl.IOCycles)
 	}
 }

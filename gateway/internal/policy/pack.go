@@ -20,7 +20,14 @@ type packItem struct {
 	id        string
 	core      int32
 	load, thr float64
+	// Its packets a second, and one full turn of it (B bursts of 32 at its chain's MaxPps):
+	// packets and seconds. On a shared core the sgroups take turns (coopsched's round
+	// robin), so an sgroup must take in one turn what arrives during the others' turns.
+	pps, turnPkts, turnS float64
 }
+
+// burstPkts is the packets of a full burst, the unit of an sgroup's batch.
+const burstPkts = 32
 
 // Repack places light sgroups together (best-fit decreasing, as Galleon's controller packs
 // cores) and splits shared cores that grew past their lowest threshold. Per worker:
@@ -51,8 +58,12 @@ func (cfg Config) Repack(v *View) []Move {
 			// queue, drops, a load) counts, and the sgroup shares with nothing.
 			thr = 0
 		}
-		byWorker[in.Worker] = append(byWorker[in.Worker], packItem{id: in.ID, core: in.Core,
-			load: v.Load(in), thr: thr})
+		it := packItem{id: in.ID, core: in.Core, load: v.Load(in), thr: thr,
+			pps: EstRate(in, perFlowPps(v, in.Chain)), turnPkts: float64(max(1, in.Batch) * burstPkts)}
+		if maxPps := v.Chains[in.Chain].MaxPps; maxPps > 0 {
+			it.turnS = it.turnPkts / maxPps
+		}
+		byWorker[in.Worker] = append(byWorker[in.Worker], it)
 	}
 	var out []Move
 	for _, w := range v.Workers {
@@ -76,19 +87,33 @@ type bin struct {
 	core      int32
 	load, thr float64
 	ids       []int
+	turnS     float64 // the full turns of its sgroups, summed: a round of the core at most
+	tol       float64 // the most turn time more sgroups may add before one of these starves
 }
+
+func newBin(core int32) *bin { return &bin{core: core, thr: math.Inf(1), tol: math.Inf(1)} }
 
 // fits tells whether it can join b within frac × their lowest threshold; a sgroup whose
 // threshold is 0 (its chain was removed, or no load meets its SLO) shares with nothing.
+// Each sgroup must also take in frac of one full turn what arrives while every other takes
+// a full turn: an sgroup of a light per-packet chain at a small batch (a one-NF chain runs
+// at B = 1) beside one whose turns are long is starved by the round robin at a load far
+// under its threshold (bench/scenarios/random-11.yaml, issue 33).
 func (b *bin) fits(it packItem, frac float64) bool {
 	room := frac * math.Min(b.thr, it.thr)
-	return room > 0 && b.load+it.load <= room
+	return room > 0 && b.load+it.load <= room && it.turnS <= b.tol && it.pps*b.turnS <= frac*it.turnPkts
 }
 
-func (b *bin) add(i int, it packItem) {
+func (b *bin) add(i int, it packItem, frac float64) {
 	b.ids = append(b.ids, i)
 	b.load += it.load
 	b.thr = math.Min(b.thr, it.thr)
+	own := math.Inf(1)
+	if it.pps > 0 {
+		own = frac*it.turnPkts/it.pps - b.turnS
+	}
+	b.tol = math.Min(b.tol-it.turnS, own)
+	b.turnS += it.turnS
 }
 
 func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []Move {
@@ -103,10 +128,10 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 	for i, it := range items {
 		b := cur[it.core]
 		if b == nil {
-			b = &bin{core: it.core, thr: math.Inf(1)}
+			b = newBin(it.core)
 			cur[it.core] = b
 		}
-		b.add(i, it)
+		b.add(i, it, cfg.PackFrac)
 	}
 	// Best-fit decreasing into bins with room PackFrac × the lowest threshold.
 	var bins []*bin
@@ -118,10 +143,10 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 			}
 		}
 		if best == nil {
-			best = &bin{core: -1, thr: math.Inf(1)}
+			best = newBin(-1)
 			bins = append(bins, best)
 		}
-		best.add(i, it)
+		best.add(i, it, cfg.PackFrac)
 	}
 	var moves []Move
 	if len(bins) < len(cur) {
@@ -184,7 +209,7 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 			if to == nil {
 				for _, fc := range w.Cores {
 					if !busy[fc] && cur[fc] == nil {
-						to = &bin{core: fc, thr: math.Inf(1)}
+						to = newBin(fc)
 						cur[fc] = to
 						busy[fc] = true
 						cores = append(cores, fc) // later sheds may join it
@@ -195,14 +220,13 @@ func (cfg Config) packWorker(w Worker, items []packItem, busy map[int32]bool) []
 			if to == nil {
 				break // no room anywhere: the sgroups stay overloaded and take no new flows
 			}
-			b.ids = b.ids[:len(b.ids)-1]
+			ids := b.ids[:len(b.ids)-1]
 			// Sum again rather than subtract, so that the core's load is the one Overload sums.
-			b.load, b.thr = 0, math.Inf(1)
-			for _, i := range b.ids {
-				b.load += items[i].load
-				b.thr = math.Min(b.thr, items[i].thr)
+			*b = *newBin(c)
+			for _, i := range ids {
+				b.add(i, items[i], cfg.PackFrac)
 			}
-			to.add(light, it)
+			to.add(light, it, cfg.PackFrac)
 			moves = append(moves, Move{it.id, w.Name, c, to.core})
 		}
 	}

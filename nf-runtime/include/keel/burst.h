@@ -13,8 +13,12 @@
 
 namespace keel {
 
+/* Puts the VLAN tag a PMD left beside |m|'s frame (RTE_MBUF_F_RX_VLAN_STRIPPED,
+ * vlan_tci) back into it; false if it cannot (no headroom, several segments). */
+bool ReinsertVlan(rte_mbuf* m);
 /* Points views[i] at mbufs[i] (prefetching headers ahead, as DPDK's l3fwd
- * does), drops and counts malformed packets, and adds the rest to |batch|. */
+ * does), with any VLAN tag the PMD left beside a frame put back in it, drops
+ * and counts malformed packets, and adds the rest to |batch|. */
 void ReceiveBurst(rte_mbuf** mbufs, int n, Packet* views, PacketBatch* batch, PortCounters* c);
 
 /* After the NFs ran on the mbufs' own memory: writes each survivor's extent

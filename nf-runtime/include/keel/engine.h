@@ -8,10 +8,13 @@
  *
  *  - Head: receive up to B bursts, run the head NFs on the NIC's buffers,
  *    then copy the survivors into the chain buffer (the spatial-isolation
- *    copy), or, with no chain buffer, transmit them from the NIC's buffers.
+ *    copy), or, when the port received them into the chain buffer's own
+ *    slots (rx_pool.h), only name their slots in its descriptors; with no
+ *    chain buffer, transmit them from the NIC's buffers.
  *  - InPlace: run NFs on the packets in the chain buffer, in place.
- *  - Egress: transmit what the chain buffer holds, from its slots (DPDK
- *    external buffers) or copied into transmit mbufs, and recycle the slots.
+ *  - Egress: transmit what the chain buffer holds, from its slots (the
+ *    mbufs the port received them in, or DPDK external buffers attached to
+ *    the slots) or copied into transmit mbufs, and recycle the slots.
  *
  * The engine also keeps the process's counters and writes the one schema
  * of the statistics files of keel-nf and keel-chain (StatsJson).
@@ -48,6 +51,11 @@ struct EngineOptions {
   /* Position 0: the head copies its survivors into the chain buffer (a
    * chain of several NFs); otherwise it transmits them itself. */
   bool copy_in = false;
+  /* With copy_in: the port's pool is the chain buffer's (ChainRxPool), so
+   * the head enters each survivor in its own slot instead of copying it,
+   * and Egress transmits the same mbuf (or frees it, once the chain is done
+   * with it, which gives the slot back to the port). */
+  bool rx_zero_copy = false;
   /* Position 0: Egress transmits from the chain buffer's slots instead of
    * copying each packet into a transmit mbuf, while the port lets go of
    * them within a turn. */
@@ -107,6 +115,21 @@ class Engine {
    * release every slot it transmits from; false if it did not. */
   bool SlotsReleased();
   static void OnTxDone(void* addr, void* opaque);
+  /* rx_zero_copy: enters |batch|'s survivors, received in |mbufs|, into the
+   * chain buffer by slot; frees the rest. */
+  void EnterSlots(rte_mbuf** mbufs, Packet* views, uint16_t n, PacketBatch* batch);
+  /* rx_zero_copy: puts the received mbufs of up to |n| packets from the
+   * tail in |out| with their final extent, frees dropped ones; returns how
+   * many are in |out|. */
+  int ReturnHeld(uint32_t n, uint32_t used, rte_mbuf** out);
+  /* The chain buffer's slot that |m|'s buffer is, or -1. */
+  int64_t SlotOfMbuf(const rte_mbuf* m) const { return buf_->SlotOf(m->buf_addr); }
+  /* The slot a held mbuf's descriptor must name; for none (a ring index a
+   * hostile NF's head or tail made Egress look at), one no descriptor can
+   * name, so View refuses it. */
+  uint32_t HeldSlot(const rte_mbuf* m) const {
+    return m ? static_cast<uint32_t>(SlotOfMbuf(m)) : PktBuf::kAnySlot - 1;
+  }
 
   Chain* chain_;
   rte_mempool* pool_;
@@ -128,6 +151,12 @@ class Engine {
   bool zero_copy_ = false;
   Counter zero_copy_packets_;
   Counter zero_copy_fallbacks_;
+  /* Receiving into the chain buffer: the mbuf position 0 lent the chain at
+   * each ring index, in this process's memory only (an NF can rewrite a
+   * descriptor, never which buffer goes back to the pool). */
+  std::vector<rte_mbuf*> held_;
+  bool rx_zero_copy_ = false;
+  Counter rx_zero_copy_packets_;
 };
 
 }  // namespace keel

@@ -50,14 +50,24 @@ struct MemberOptions {
    * itself (DPDK external buffers) instead of copying each into a transmit
    * mbuf; the slots are reused only once the port has let go of them. */
   bool egress_zero_copy = true;
+  /* Position 0 of a chain of 2+: the port receives into the chain buffer's
+   * slots (its pool is a ChainRxPool over the file, rx_pool.h), so nothing
+   * is copied in; false is keel-nf --rx-copy. */
+  bool rx_zero_copy = true;
 };
 
 class Member {
  public:
-  /* Position 0 creates the chain's buffer file; the others wait up to
-   * |wait_ms| for it to appear and map it. nullptr and |*err| on failure. */
-  static std::unique_ptr<Member> Create(Chain* chain, rte_mempool* pool, const MemberOptions& opt,
-                                        int wait_ms, std::string* err);
+  /* Position 0's first step: creates the chain's buffer file (with the
+   * slots of a ChainRxPool if it is to receive into it) and its scheduling
+   * words. nullptr and |*err| on failure. */
+  static std::unique_ptr<PktBuf> MakeBuffer(const MemberOptions& opt, std::string* err);
+  /* Position 0 takes the buffer MakeBuffer made (|buf|); the others pass
+   * none, and wait up to |wait_ms| for the file to appear and map it.
+   * |pool| is position 0's port pool (a ChainRxPool's when
+   * opt.rx_zero_copy). nullptr and |*err| on failure. */
+  static std::unique_ptr<Member> Create(Chain* chain, rte_mempool* pool, std::unique_ptr<PktBuf> buf,
+                                        const MemberOptions& opt, int wait_ms, std::string* err);
 
   /* Takes turns until Stop(), the idle timeout (position 0), the chain
    * closing, or another position's process going away; then writes the

@@ -9,9 +9,14 @@
  * Everything in the file is addressed by index, never by pointer, so each
  * process may map it at a different address.
  *
- * Layout: [PktBufHeader | PktDesc x nslots | slot x nslots], nslots a power
- * of two. Descriptor i of the ring lives at index (seq & (nslots - 1)) and
- * always describes slot of the same index.
+ * Layout: [PktBufHeader | PktDesc x nslots | slot x nbufs], nslots a power
+ * of two and nbufs >= nslots. Descriptor i of the ring lives at index
+ * (seq & (nslots - 1)) and names the slot its packet is in. The copying
+ * first NF (Push, keel-nf --rx-copy) always uses the slot of the
+ * descriptor's own index. Receiving without a copy (B5, rx_pool.h), the
+ * port's mempool hands out every one of the nbufs slots (the extra ones
+ * cover what the port's RX and TX rings hold), the NIC writes each packet
+ * into one, and the first NF only names it in the descriptor (PushSlot).
  *
  * Every NF of the chain maps the file read-write, so no process trusts what
  * another wrote there: the geometry (nslots, slot_size) is read once, when
@@ -36,22 +41,27 @@ namespace keel {
 constexpr uint16_t kSlotHeadroom = 128;
 constexpr uint16_t kSlotDataRoom = 2048;
 constexpr uint32_t kSlotSize = kSlotHeadroom + kSlotDataRoom;
-constexpr uint64_t kPktBufMagic = 0x6b65656c70627566ull; /* "keelpbuf" */
+constexpr uint32_t kMaxBufs = 1u << 20;
+constexpr uint64_t kPktBufMagic = 0x6b65656c70627532ull; /* "keelpbu2": descriptors name their slot */
 
+/* 16 bytes: four descriptors to a cache line. */
 struct PktDesc {
   uint16_t off;     /* start of the packet inside its slot */
   uint16_t len;
   uint16_t flags;   /* kDescDrop */
   uint16_t stage;   /* position of the last NF that finished this packet */
-  uint64_t seq;     /* ring sequence number of the packet */
+  uint32_t seq;     /* ring sequence number of the packet, its low 32 bits */
+  uint32_t slot;    /* the slot the packet is in, < nbufs */
 };
+static_assert(sizeof(PktDesc) == 16, "four descriptors a cache line");
 constexpr uint16_t kDescDrop = 1;
 
 /* The file's first bytes; the scheduling words follow at KEEL_SCHED_OFFSET. */
 struct PktBufHeader {
   uint64_t magic;
-  uint32_t nslots;
+  uint32_t nslots; /* descriptors in the ring */
   uint32_t slot_size;
+  uint32_t nbufs;  /* slots in the file, nslots or more */
   uint64_t desc_offset;
   uint64_t slot_offset;
   alignas(64) std::atomic<uint64_t> head; /* next sequence the first NF fills */
@@ -64,15 +74,27 @@ static_assert(sizeof(PktBufHeader) <= KEEL_SCHED_OFFSET &&
 
 class PktBuf {
  public:
-  /* Creates |path| (mode 0600, failing if it exists) with |nslots| slots
-   * (rounded up to a power of two) and maps it. Returns nullptr and sets
-   * |*err| on failure. */
-  static std::unique_ptr<PktBuf> Create(const std::string& path, uint32_t nslots, std::string* err);
+  /* Creates |path| (mode 0600, failing if it exists) with a ring of
+   * |nslots| descriptors (rounded up to a power of two) and |nbufs| slots
+   * (at least the ring's), and maps it. Returns nullptr and sets |*err| on
+   * failure. */
+  static std::unique_ptr<PktBuf> Create(const std::string& path, uint32_t nslots, std::string* err,
+                                        uint32_t nbufs = 0);
   /* Maps an existing buffer created by Create. */
   static std::unique_ptr<PktBuf> Open(const std::string& path, std::string* err);
   ~PktBuf();
 
   uint32_t nslots() const { return nslots_; }
+  /* Slots in the file (rx_pool.h gives each to one mbuf). */
+  uint32_t nbufs() const { return nbufs_; }
+  /* Slot |k|'s first byte (k < nbufs()), and the index of the slot that
+   * holds |addr|, or -1 if no slot does. */
+  uint8_t* SlotAddr(uint32_t k) { return slots_ + size_t{k} * kSlotSize; }
+  int64_t SlotOf(const void* addr) const {
+    const uint8_t* a = static_cast<const uint8_t*>(addr);
+    if (a < slots_ || a >= slots_ + size_t{nbufs_} * kSlotSize) return -1;
+    return static_cast<int64_t>(static_cast<size_t>(a - slots_) / kSlotSize);
+  }
   /* Packets copied in and not yet released; never more than nslots(),
    * whatever another process wrote into the ring's head and tail. */
   uint32_t used() const;
@@ -81,18 +103,30 @@ class PktBuf {
   /* Copies |len| bytes into the next slot; false if the ring is full or the
    * packet does not fit a slot. This is the first NF's isolation copy. */
   bool Push(const uint8_t* data, uint16_t len);
-  /* Starts loading the |i|-th packet's descriptor and first bytes into
-   * the cache (l3fwd style, a few packets ahead of View). */
+  /* Enters the packet at |off|, |len| bytes, of slot |slot| (< nbufs()),
+   * where the port received it, without a copy; false if the ring is full.
+   * |*ring_index| gets the descriptor's index, for the first NF's own
+   * record of which buffer it lent the chain. */
+  bool PushSlot(uint32_t slot, uint16_t off, uint16_t len, uint32_t* ring_index);
+  /* Starts loading the |i|-th packet's descriptor into the cache, and the
+   * first bytes of the packet |kSlotLag| places behind it, whose descriptor
+   * an earlier call loaded (l3fwd style, a few packets ahead of View). */
+  static constexpr uint32_t kSlotLag = 4;
   void Prefetch(uint32_t i) {
     uint64_t seq = tail() + i;
     __builtin_prefetch(&descs_[seq & mask_]);
-    __builtin_prefetch(slot(seq) + kSlotHeadroom);
+    if (i >= kSlotLag) {
+      uint32_t s = descs_[(seq - kSlotLag) & mask_].slot;
+      if (s < nbufs_) __builtin_prefetch(SlotAddr(s) + kSlotHeadroom);
+    }
   }
   /* Points |p| at the |i|-th packet after the tail (0 <= i < used()).
-   * A descriptor that is not the ring's i-th, whose extent leaves its slot
-   * or whose packet starts at an odd offset gives an empty, dropped packet, counted in bad_descriptors(); returns
-   * false then. */
-  bool View(uint32_t i, Packet* p);
+   * A descriptor that is not the ring's i-th, that names no slot (or, with
+   * |expect_slot|, another slot than that), whose extent leaves its slot
+   * or whose packet starts at an odd offset gives an empty, dropped packet,
+   * counted in bad_descriptors(); returns false then. */
+  bool View(uint32_t i, Packet* p, uint32_t expect_slot = kAnySlot);
+  static constexpr uint32_t kAnySlot = UINT32_MAX;
   /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
   void Store(uint32_t i, const Packet& p, uint16_t stage);
   const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
@@ -106,8 +140,9 @@ class PktBuf {
   void Rewind();
 
   const std::string& path() const { return path_; }
-  /* The index of the |i|-th packet's slot after the tail (0 <= i < used()),
-   * for transmitting from it without a copy. */
+  /* The ring index of the |i|-th packet after the tail (0 <= i < used());
+   * with Push, also the index of its slot, for transmitting from it
+   * without a copy. */
   uint32_t SlotIndex(uint32_t i) const { return static_cast<uint32_t>((tail() + i) & mask_); }
   /* Descriptors View refused in this process: written, since this process
    * last stored them, by the NF that ran before it. */
@@ -120,6 +155,7 @@ class PktBuf {
   PktBuf() = default;
   uint64_t tail() const { return hdr_->tail.load(std::memory_order_relaxed); }
   uint8_t* slot(uint64_t seq) { return slots_ + (seq & mask_) * kSlotSize; }
+  void Fill(uint64_t seq, uint32_t slot, uint16_t off, uint16_t len);
   bool Map(int fd, size_t size, std::string* err);
 
   std::string path_;
@@ -132,6 +168,7 @@ class PktBuf {
   /* The geometry as Create made it or Open checked it; the header's copy
    * is never read again. slot_size is always kSlotSize. */
   uint32_t nslots_ = 0;
+  uint32_t nbufs_ = 0;
   uint64_t mask_ = 0;
   Counter bad_descriptors_;
 };
