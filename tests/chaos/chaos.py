@@ -23,7 +23,8 @@ carry on, losing no chain, no NF state and leaking nothing.
 Writes bench/results/chaos.json:
   {"seed":N,"duration_s":..,"faults":[{"component":..,"count":N,"lost_packets_max":N,
    "recover_ms_p99":..}],"leaks":{"KIND":N,...},"state_lost":N}
-and a fuller record (every fault, the traffic result) beside it in run/chaos-detail.json.
+and a fuller record (every fault with its loss per chain, the traffic result) beside it in
+bench/results/chaos_detail.json.
 Must run as root. Replay a run with the same --seed.
 """
 import argparse
@@ -70,7 +71,6 @@ ANSWERS = {
 CONTROL_PLANE = ("gateway", "agent", "torctl", "redis", "ingress")
 CHAINS = ("chain1", "chain2", "chain3")
 RESULT = ROOT / "bench" / "results" / "chaos.json"
-DETAIL = RUN / "chaos-detail.json"
 TOR_MGMT = RUN / "ovs" / "keel-tor.mgmt"
 FLOW_IDLE_S = 10  # the ToR rules' idle timeout (torctl)
 
@@ -315,6 +315,11 @@ def recover(component: str, what: str, t_kill: float, traffic: Traffic, limit: f
     return ms
 
 
+def detail_file(out: Path) -> Path:
+    """Where the fuller record of a run goes: beside its result, NAME_detail.json."""
+    return out.with_name(out.stem + "_detail.json")
+
+
 def p99(xs):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, math.ceil(0.99 * len(xs)) - 1)] if xs else None
@@ -428,8 +433,9 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
         "method": "lost_packets: keel-trafgen's live loss count (all chains) from the tick before the kill to the "
                   "tick before the next kill; recover_ms: from SIGKILL until the part answers again, every "
                   "chain's instances are ready and every chain delivered for two seconds without loss"}
-    DETAIL.write_text(json.dumps(detail, indent=1) + "\n")
-    say(f"written to {out} (details in {DETAIL})")
+    detail_path = detail_file(out)
+    detail_path.write_text(json.dumps(detail, indent=1) + "\n")
+    say(f"written to {out} (details in {detail_path})")
     for f in out_faults:
         say(f"  {f['component']:<10} x{f['count']}  lost at most {f['lost_packets_max']:>6} packets, "
             f"recovered in {f['recover_ms_p99']} ms (p99)")

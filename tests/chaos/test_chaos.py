@@ -28,7 +28,7 @@ def test_every_part_dies_once_under_traffic_and_nothing_is_lost_for_good(tmp_pat
         demo.ensure_images(demo.Faas(), BIN)
         res = chaos.run(seconds=len(chaos.COMPONENTS) * 8, interval=8, seed=seed, out=tmp_path / "chaos.json",
                         count=len(chaos.COMPONENTS))
-    why = f"(seed {seed}; details in {chaos.DETAIL})"
+    why = f"(seed {seed}; details in {chaos.detail_file(tmp_path / 'chaos.json')})"
     killed = {f["component"] for f in res["faults"]}
     assert killed == set(chaos.COMPONENTS), f"not every part was killed: {sorted(killed)} {why}"
     for f in res["faults"]:
