@@ -35,13 +35,13 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool curl python3-venv \
 	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch libjemalloc2 \
-	fonts-liberation containernetworking-plugins
+	fonts-liberation containernetworking-plugins clang libbpf-dev
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...;
 # prometheus its node exporter; chromium a desktop's daemons). Prometheus scrapes the local
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo images up down clean \
+.PHONY: deps apt-deps py-deps go-deps xdp-objs build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo images up down clean \
 	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
@@ -87,6 +87,17 @@ $(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.t
 
 py-deps: $(VENV)/.deps
 
+# The XDP network functions (xdp/bpf/*.c), compiled for the kernel's BPF target into
+# $(BUILD)/xdp/, where keel-agent and keel-xdp load them from.
+XDP_OBJS := $(patsubst xdp/bpf/%.c,$(BUILD)/xdp/%.o,$(wildcard xdp/bpf/*.c))
+BPF_CFLAGS := -O2 -g -Wall -Werror -target bpf -I/usr/include/$(shell gcc -dumpmachine 2>/dev/null)
+
+$(BUILD)/xdp/%.o: xdp/bpf/%.c xdp/bpf/keel_xdp.h
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+xdp-objs: $(XDP_OBJS)
+
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
@@ -100,6 +111,8 @@ build: deps
 	$(GO) build -ldflags "$(GATEWAY_LDFLAGS)" -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
 	$(GO) build -o $(BUILD)/bin/keel-sim ./gateway/cmd/keel-sim
+	$(MAKE) --no-print-directory xdp-objs
+	$(GO) build -o $(BUILD)/bin/keel-xdp ./xdp/cmd/keel-xdp
 
 test: build k8s-bins
 	$(MAKE) --no-print-directory unit-test py-test
