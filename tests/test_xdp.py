@@ -164,3 +164,74 @@ def test_chains_of_several_write_keel_nfs_bytes(keel_chain, keel_xdp, chain):
     packets = [p for make in CAPTURES.values() for p in make()]
     got = same_bytes(keel_chain, keel_xdp, CHAINS[chain], packets)
     assert got, "the chain passed nothing: the comparison would prove little"
+
+
+def random_frame(rng):
+    """A frame built from a valid one by random choices and mutations: headers kept, cut,
+    tagged, flipped; fields (ihl, total length, fragment bits, ports, TTL) drawn."""
+    kind = rng.choice(["udp", "tcp", "icmp", "other", "raw"])
+    if kind == "raw":
+        return Raw(bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 120))))
+    ip = dict(src=f"198.{rng.choice([18, 19])}.{rng.randint(0, 3)}.{rng.randint(0, 255)}",
+              dst=rng.choice(["198.19.0.1", "198.19.1.200", "198.19.1.129", "10.9.9.9", "198.19.9.2",
+                              f"198.19.{rng.randint(0, 255)}.{rng.randint(0, 255)}", "203.0.113.1"]),
+              ttl=rng.choice([0, 1, 2, 64, 255]), id=rng.getrandbits(16),
+              flags=rng.choice([0, 0, 0, 1, 2]), frag=rng.choice([0, 0, 0, 1, 100]))
+    if rng.random() < 0.2:
+        ip["options"] = [IPOption_RR(routers=["198.18.9.9"] * rng.randint(1, 9))]
+    payload = Raw(bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 7, 20, 200, 1400]))))
+    sport, dport = rng.choice([22, 53, 55, 80, 1000, 1005, 65535]), rng.choice([22, 50, 53, 60, 80, 0])
+    if kind == "udp":
+        l4 = UDP(sport=sport, dport=dport) / payload
+    elif kind == "tcp":
+        l4 = TCP(sport=sport, dport=dport, dataofs=rng.choice([None, None, 5, 4, 15])) / payload
+    elif kind == "icmp":
+        l4 = ICMP() / payload
+    else:
+        ip["proto"] = rng.choice([47, 132, 0])
+        l4 = payload
+    layers = IP(**ip) / l4
+    for _ in range(rng.choice([0, 0, 0, 1, 2])):
+        layers = Dot1Q(vlan=rng.randint(0, 4095)) / layers
+    data = bytearray(bytes(Ether(**MACS) / layers))
+    for _ in range(rng.choice([0, 0, 1, 3])):  # flip header bytes (Ethernet type, IPv4, L4)
+        i = rng.randrange(min(len(data), 60))
+        data[i] ^= 1 << rng.randrange(8)
+    if rng.random() < 0.15:
+        data = data[:rng.randint(1, len(data))]
+    return Raw(bytes(data))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_frames_through_random_chains_match_keel_nf(keel_chain, keel_xdp, seed):
+    # Seeded and bounded: 6 chains of 1-4 NFs, 250 frames each.
+    rng = random.Random(seed)
+    choices = [(nf, cfg) for nf, cfgs in NFS.items() for cfg in cfgs]
+    nfs = [rng.choice(choices) for _ in range(rng.randint(1, 4))]
+    frames = [random_frame(rng) for _ in range(250)]
+    same_bytes(keel_chain, keel_xdp, nfs, frames)
+
+
+def test_runs_report_drops_by_reason(keel_xdp):
+    packets = normal() + malformed() + [Raw(b"\x02\x00\x00")]
+    rc, err, got = keel_xdp([("ipv4fwd", FWD)], packets)
+    assert rc == 0, err
+    assert f"{len(packets)} frames in, {len(got)} passed, {len(packets) - len(got)} dropped" in err
+    assert "rx:" in err and "bad_ipv4" in err and "truncated_eth: 1" in err
+    assert "#1 ipv4fwd:" in err and "ttl_drops: 2" in err and "no_route_drops" in err
+
+
+def test_bad_configuration_is_refused_naming_the_field(keel_xdp):
+    rc, err, _ = keel_xdp([("acl", {"rules": [{"dst_ip": "198.18.0.0/40"}]})], [udp()])
+    assert rc == 2 and "acl.rules[0].dst_ip: '198.18.0.0/40' is not an IPv4 CIDR" in err
+    rc, err, _ = keel_xdp([("macswap", {}), ("nat", {})], [udp()])
+    assert rc == 2 and "#2: nat does not run in XDP" in err
+    rc, err, _ = keel_xdp([("tunnel", {"vlan": 4096})], [udp()])
+    assert rc == 2 and "tunnel.vlan" in err
+
+
+def test_a_chain_wholly_on_the_nic_ends_in_xdp_tx(keel_xdp):
+    rc, err, got = keel_xdp([("macswap", {})], [udp()], "--exit", "tx")
+    assert rc == 0, err
+    assert got == [bytes(udp())[6:12] + bytes(udp())[:6] + bytes(udp())[12:]]
+    assert "(XDP_PASS 0, XDP_TX 1)" in err

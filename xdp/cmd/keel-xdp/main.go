@@ -132,7 +132,7 @@ func run(args []string) int {
 	}
 	defer chain.Close()
 	var passed [][]byte
-	runts := 0
+	runts, txed := 0, 0
 	for i, f := range frames {
 		if len(f) < 14 {
 			runts++
@@ -144,6 +144,9 @@ func run(args []string) int {
 		}
 		if v == xdp.ExitPass || v == xdp.ExitTX {
 			passed = append(passed, o)
+		}
+		if v == xdp.ExitTX {
+			txed++
 		}
 	}
 	f, err := os.Create(*out)
@@ -165,7 +168,8 @@ func run(args []string) int {
 		return fail(err)
 	}
 	dropped := len(frames) - len(passed)
-	fmt.Fprintf(os.Stderr, "keel-xdp: %d frames in, %d passed, %d dropped\n", len(frames), len(passed), dropped)
+	fmt.Fprintf(os.Stderr, "keel-xdp: %d frames in, %d passed, %d dropped (XDP_PASS %d, XDP_TX %d)\n",
+		len(frames), len(passed), dropped, len(passed)-txed, txed)
 	if runts > 0 {
 		fmt.Fprintf(os.Stderr, "  rx: %d dropped (truncated_eth: %d shorter than an Ethernet header)\n", runts, runts)
 	}
