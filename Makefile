@@ -174,6 +174,7 @@ down:
 
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
+	$(PY) bench/xdp_offload.py --bin $(BUILD)/bin --out bench/results/xdp_offload.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) placer/bench_smartchain.py --out bench/results/smartchain_eval.json \
 	    --extra bench/results/smartchain_eval_extra.json
