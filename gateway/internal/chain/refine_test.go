@@ -80,9 +80,12 @@ func Test_Validate_asks_for_refine_on_a_SmartNIC_rack_and_keeps_each_chains_part
 	if got, want := c.RefineGains(), "smartchain on w1: latency benefit over all-CPU, us 0 -> 14.5; octans on w1: aggregate Mpps (model) 3.2 -> 3.5"; got != want {
 		t.Errorf("gains %q, want %q", got, want)
 	}
-	// Lemur's placement, which the agents run, is what it was
-	if c.Summary() != "acl@server:w1 -> nat@server:w1" || len(c.Members) != 2 {
+	// Lemur's placement is what it was; the agents run acl in XDP on the SmartNIC, nat on the server
+	if c.Summary() != "acl@server:w1 -> nat@server:w1" || len(c.Members) != 1 || c.Members[0].Name != "nat" {
 		t.Errorf("placement changed: %q, members %v", c.Summary(), c.Members)
+	}
+	if len(c.NICNFs) != 1 || c.NICNFs[0].Name != "acl" || c.NICNFs[0].Egress {
+		t.Errorf("NIC NFs %+v, want acl at the NIC's ingress", c.NICNFs)
 	}
 	o := &Chain{Placement: placements["older"]}
 	if got, want := o.RefinedSummary(), "tunnel@server:w2"; got != want {
