@@ -229,6 +229,9 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 			return err
 		}
 	}
+	a.mu.Lock()
+	ch := chainOf(a.chains, in)
+	a.mu.Unlock()
 	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
 		// A device plugin's VF is the one the kubelet gave position 0's container.
 		if pp, ok := a.VF.(vf.PodPlugger); ok {
@@ -236,7 +239,15 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 				return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
 			}
 		}
-		return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
+		if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
+			return err
+		}
+		// The NIC part runs before the instance can be attached: a flow's first packet
+		// already goes through it.
+		if ch != nil && len(ch.NicNfs) > 0 {
+			return a.applyNIC(in, ch, c.Pid)
+		}
+		return nil
 	})
 	return err
 }
@@ -286,6 +297,9 @@ func (a *Agent) deadContainers(ctx context.Context, id string) string {
 func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error {
 	var errs []error
 	a.forgetPod(id)
+	if err := a.removeNIC(id); err != nil {
+		errs = append(errs, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
 	_, err := a.Coopsched.Unregister(cctx, &pb.UnregisterRequest{GroupId: GroupID(id)})
 	cancel()
