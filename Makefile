@@ -8,7 +8,8 @@
 #   make demo   deps + build + run the demo and print its report
 #   make fuzz   clang + libFuzzer: each fuzz harness for FUZZ_SECONDS (tests/fuzz)
 #   make images the bases of packet-function images (dockerd must run)
-#   make up     deps + build + start the local stack in the background (run/)
+#   make up     deps + build + start the local stack in the background (run/); SMARTNIC=0:
+#               the worker's NIC is not an eBPF SmartNIC (no NF runs in XDP)
 #   make down   stop the local stack and remove what it made
 
 SHELL := /bin/bash
@@ -166,8 +167,9 @@ images: build
 # coopsched and agent as background processes with logs and PID files in run/. KEEL_BIN
 # (default build/bin, as for the tests) is where keel's binaries are.
 KEEL_BIN ?= $(BUILD)/bin
+SMARTNIC ?= 1
 up: build
-	deploy/local/up.sh --bin $(KEEL_BIN)
+	deploy/local/up.sh --bin $(KEEL_BIN) $(if $(filter 0,$(SMARTNIC)),--no-smartnic)
 
 down:
 	deploy/local/down.sh

@@ -7,7 +7,7 @@ nfs     Each NF that runs in XDP: ns/packet of its XDP program alone through
         run), beside keel-nf's cycles/packet of the same NF as keel-nfbench measured it
         (bench/results/nf_profile.json, 80- and 1500-byte rows), both in ns and cycles at the
         TSC rate nf_profile.json records.
-chains  The demo's chains (stack.yml) and the live test's (LB -> MACSwap -> NAT) placed by keel-place --refine all on this rack with its
+chains  The demo's chains (stack.yml) and the live test's (LB -> NAT) placed by keel-place --refine all on this rack with its
         NIC declared an eBPF SmartNIC (make up's topology): the NFs the NIC runs in XDP and
         the NFs left to the server, server cycles/packet with and without the offload (the
         server NFs' keel-nf cycles at 1500 bytes, summed: measured per NF) and the cores the
@@ -63,10 +63,10 @@ def nf_rows(bin_dir: Path, repeat: int, profile: dict) -> list[dict]:
     return out
 
 
-# The live test's chain (tests/test_xdp_live.py): on this rack the ToR cannot run LB or
-# MACSwap, so UNO puts them on the SmartNIC and NAT stays on the server.
+# The live test's chain (tests/test_xdp_live.py): on this rack the ToR cannot run LB, so
+# UNO puts it on the SmartNIC and NAT stays on the server.
 XDP_CHAIN = {"name": "xdpchain", "slo": "t_min=1Gbps,t_max=10Gbps",
-             "expr": "LB(backends=['198.18.4.100', '198.18.4.101']) -> MACSwap() -> "
+             "expr": "LB(backends=['198.18.4.100', '198.18.4.101']) -> "
                      "NAT(external_ip='198.18.100.4', port_range=[1024, 65535])"}
 
 
@@ -175,7 +175,7 @@ def galleon(bin_dir: Path) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=str(ROOT / "build/bin"), help="keel's binaries (default build/bin)")
-    ap.add_argument("--repeat", type=int, default=200000, help="test_run runs per NF and size")
+    ap.add_argument("--repeat", type=int, default=50000, help="test_run runs per NF and size")
     ap.add_argument("--out", default=str(ROOT / "bench/results/xdp_offload.json"))
     args = ap.parse_args()
     bin_dir = Path(args.bin)
