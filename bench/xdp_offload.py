@@ -175,7 +175,7 @@ def galleon(bin_dir: Path) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=str(ROOT / "build/bin"), help="keel's binaries (default build/bin)")
-    ap.add_argument("--repeat", type=int, default=50000, help="test_run runs per NF and size")
+    ap.add_argument("--repeat", type=int, default=20000, help="test_run runs per NF and size")
     ap.add_argument("--out", default=str(ROOT / "bench/results/xdp_offload.json"))
     args = ap.parse_args()
     bin_dir = Path(args.bin)
