@@ -8,6 +8,7 @@ import json
 import re
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -78,6 +79,13 @@ def test_packets_arrive_load_balanced_by_the_nic_and_nated_by_the_server(xdpchai
     assert len(lines) == 20, lines
     dsts = {l.split()[3] for l in lines}
     assert dsts <= set(BACKENDS) and len(dsts) == 2, dsts  # 20 flows over both backends
+    # the agent's metrics show LB on the NIC with its packets, as keel's XDP program counts them
+    def lb_out():
+        text = urllib.request.urlopen("http://127.0.0.1:9101/metrics", timeout=5).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("keel_agent_nic_nf_packets_out_total{")
+                   and 'nf="lb"' in line and 'where="ingress"' in line)
+    assert lb_out() >= 20
 
 
 def test_an_agent_restart_loses_no_packet_of_a_running_flow(xdpchain):

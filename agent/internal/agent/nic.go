@@ -190,8 +190,10 @@ func (a *Agent) syncNIC(obs *observed, busy map[string]bool) {
 		pid int
 	}
 	var todo []want
+	live := map[string]bool{}
 	a.mu.Lock()
 	for id, in := range a.instances {
+		live[id] = true
 		ch := chainOf(a.chains, in)
 		if ch == nil || busy[id] || !position0Runs(obs.actual[id]) {
 			continue
@@ -216,10 +218,7 @@ func (a *Agent) syncNIC(obs *observed, busy map[string]bool) {
 	a.nic.mu.Lock()
 	var gone []string
 	for id := range a.nic.parts {
-		a.mu.Lock()
-		_, ok := a.instances[id]
-		a.mu.Unlock()
-		if !ok && !busy[id] {
+		if !live[id] && !busy[id] {
 			gone = append(gone, id)
 		}
 	}
@@ -239,4 +238,34 @@ func (a *Agent) hasNIC(id string) bool {
 	}
 	_, err := os.Stat(a.pinDir(id))
 	return err == nil
+}
+
+// nicCounters are the counters of an instance's NIC part: keel_rx's and each NF's, by where
+// the part runs (ingress or egress). They are keel's own figures: keel's programs count in
+// maps no tenant code writes.
+type nicCounter struct {
+	where string
+	xdp.Counters
+}
+
+// nicCounters reads every loaded instance's NIC counters (a.nic.mu taken; callers may hold a.mu).
+func (a *Agent) nicCounters() map[string][]nicCounter {
+	a.nic.mu.Lock()
+	defer a.nic.mu.Unlock()
+	out := map[string][]nicCounter{}
+	for id, p := range a.nic.parts {
+		for _, part := range []struct {
+			where string
+			c     *xdp.Chain
+		}{{"ingress", p.ingress}, {"egress", p.egress}} {
+			cs, err := part.c.Counters()
+			if err != nil {
+				continue
+			}
+			for _, c := range cs {
+				out[id] = append(out[id], nicCounter{part.where, c})
+			}
+		}
+	}
+	return out
 }
