@@ -8,7 +8,7 @@ nfs     Each NF that runs in XDP: ns/packet of its XDP program alone through
         (bench/results/nf_profile.json, 80- and 1500-byte rows), both in ns and cycles at the
         TSC rate nf_profile.json records.
 chains  The demo's chains (stack.yml) and the live test's (LB -> NAT) placed by keel-place --refine all on this rack with its
-        NIC declared an eBPF SmartNIC (make up's topology): the NFs the NIC runs in XDP and
+        NIC declared an eBPF SmartNIC (make up's topology), each alone: the NFs the NIC runs in XDP and
         the NFs left to the server, server cycles/packet with and without the offload (the
         server NFs' keel-nf cycles at 1500 bytes, summed: measured per NF) and the cores the
         server part needs at the chain's t_max of 1024-byte packets.
@@ -110,18 +110,17 @@ def chain_rows(profile: dict, py: str) -> list[dict]:
               if r["pkt_bytes"] == 1500 and (r["nf"] != "acl" or r.get("rules") == 10)}
     topo = (ROOT / "deploy/local/topology.yaml").read_text()
     topo = topo.replace("smartnic: null", "smartnic: {kind: ebpf, cores: 1, ghz: 2.6}")
-    chains = demo_chains()
-    placed = place(chains, topo, py)
-    nic = {}
-    for s in placed.get("refine", {}).get("servers", []):
-        for step in s["nic"]:
-            for n in step["nfs"]:
-                if n["target"] == "smartnic":
-                    nic[n["name"]] = n.get("position", "")
     rows = []
-    for c, pc in zip(chains, placed["chains"]):
+    for c in demo_chains():
+        placed = place([c], topo, py)  # each on the rack alone: together they do not fit 2 cores
+        if not placed["feasible"]:
+            raise SystemExit(f"{c['name']}: keel-place finds no placement: {placed.get('reason')}")
+        (pc,) = placed["chains"]
+        nic = {n["name"] for s in placed.get("refine", {}).get("servers", []) for step in s["nic"]
+               for n in step["nfs"] if n["target"] == "smartnic"}
         on_server = [n["nf"] for n in pc["nfs"] if n["target"] == "server"]
         on_nic = [n["nf"] for n in pc["nfs"] if f"{c['name']}.{n['name']}" in nic and n["nf"] in XDP_NFS]
+        placement = {n["nf"]: n["target"] for n in pc["nfs"]}
         left = list(on_server)
         for nf in on_nic:
             if nf in left:
@@ -129,7 +128,7 @@ def chain_rows(profile: dict, py: str) -> list[dict]:
         before = sum(cycles.get(nf, 0.0) for nf in on_server)
         after = sum(cycles.get(nf, 0.0) for nf in left)
         pps = gbps(c["slo"], "t_max") * 1e9 / ((1024 + 20) * 8)
-        rows.append({"chain": c["name"], "nfs": [n["nf"] for n in pc["nfs"]],
+        rows.append({"chain": c["name"], "nfs": [n["nf"] for n in pc["nfs"]], "lemur_targets": placement,
                      "switch_nfs": [n["nf"] for n in pc["nfs"] if n["target"] == "switch"],
                      "nic_nfs": on_nic, "server_nfs_without_offload": on_server, "server_nfs_with_offload": left,
                      "server_cycles_per_pkt_without": round(before, 1), "server_cycles_per_pkt_with": round(after, 1),
