@@ -62,6 +62,26 @@ func Validate(nf, configJSON string) error {
 	return err
 }
 
+// onlyList reads a configuration whose one field, name, is a required array of at most max
+// items (what names them in the error).
+func onlyList(c cfg, name string, max int, what string) (cfg, []cfg, error) {
+	if _, err := c.object(name); err != nil {
+		return cfg{}, nil, err
+	}
+	f, err := c.required(name)
+	if err != nil {
+		return f, nil, err
+	}
+	items, err := f.array()
+	if err != nil {
+		return f, nil, err
+	}
+	if len(items) > max {
+		return f, nil, f.fail("%d %s, the XDP %s holds at most %d", len(items), name, what, max)
+	}
+	return f, items, nil
+}
+
 func noArgs(c cfg) (func(*ebpf.Collection) error, error) {
 	if _, err := c.object(); err != nil {
 		return nil, err
@@ -128,19 +148,9 @@ func parseProto(c cfg) (uint32, error) {
 }
 
 func parseACL(c cfg) (func(*ebpf.Collection) error, error) {
-	if _, err := c.object("rules"); err != nil {
-		return nil, err
-	}
-	f, err := c.required("rules")
+	_, items, err := onlyList(c, "rules", aclMaxRules, "ACL")
 	if err != nil {
 		return nil, err
-	}
-	items, err := f.array()
-	if err != nil {
-		return nil, err
-	}
-	if len(items) > aclMaxRules {
-		return nil, f.fail("%d rules, the XDP ACL holds at most %d", len(items), aclMaxRules)
 	}
 	rules := make([]aclRule, len(items))
 	for i, r := range items {
@@ -225,19 +235,9 @@ const (
 )
 
 func parseIPv4Fwd(c cfg) (func(*ebpf.Collection) error, error) {
-	if _, err := c.object("routes"); err != nil {
-		return nil, err
-	}
-	f, err := c.required("routes")
+	_, items, err := onlyList(c, "routes", fwdMaxRoutes, "IPv4Fwd")
 	if err != nil {
 		return nil, err
-	}
-	items, err := f.array()
-	if err != nil {
-		return nil, err
-	}
-	if len(items) > fwdMaxRoutes {
-		return nil, f.fail("%d routes, the XDP IPv4Fwd holds at most %d", len(items), fwdMaxRoutes)
 	}
 	keys := make([]fwdKey, len(items))
 	routes := make([]fwdRoute, len(items))
@@ -328,22 +328,12 @@ func deleteOthers(m *ebpf.Map, keep map[fwdKey]string) error {
 const lbMaxBackends = 1024
 
 func parseLB(c cfg) (func(*ebpf.Collection) error, error) {
-	if _, err := c.object("backends"); err != nil {
-		return nil, err
-	}
-	f, err := c.required("backends")
-	if err != nil {
-		return nil, err
-	}
-	items, err := f.array()
+	f, items, err := onlyList(c, "backends", lbMaxBackends, "LB")
 	if err != nil {
 		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, f.fail("needs at least one backend")
-	}
-	if len(items) > lbMaxBackends {
-		return nil, f.fail("%d backends, the XDP LB holds at most %d", len(items), lbMaxBackends)
 	}
 	backends := make([]uint32, len(items))
 	for i, b := range items {

@@ -71,15 +71,13 @@ SEC("xdp")
 int keel_acl(struct xdp_md* ctx) {
   keel_count(KEEL_C_IN, 1);
   struct keel_hdrs h;
-  keel_parse(ctx, &h);
+  __u8* ip = keel_ipv4(ctx, &h);
   __u32 zero = 0;
   struct acl_conf* conf = bpf_map_lookup_elem(&acl_conf, &zero);
-  if (!h.l3 || !conf) return keel_done(ctx, 1);
-  __u8* ip = keel_ptr(ctx, h.l3, KEEL_IPV4_LEN);
-  if (!ip) return keel_done(ctx, 1);
+  if (!ip || !conf) return keel_done(ctx, 1);
   struct acl_scan s = {
-      .src = bpf_ntohl(*(__u32*)(ip + 12)),
-      .dst = bpf_ntohl(*(__u32*)(ip + 16)),
+      .src = keel_be32(ip + 12),
+      .dst = keel_be32(ip + 16),
       .proto = ip[9],
       .drop = 1,
   };

@@ -52,9 +52,7 @@ SEC("xdp")
 int keel_ipv4fwd(struct xdp_md* ctx) {
   keel_count(KEEL_C_IN, 1);
   struct keel_hdrs h;
-  keel_parse(ctx, &h);
-  if (!h.l3) return keel_done(ctx, 1);
-  __u8* ip = keel_ptr(ctx, h.l3, KEEL_IPV4_LEN);
+  __u8* ip = keel_ipv4(ctx, &h);
   __u8* eth = keel_ptr(ctx, 0, KEEL_ETH_LEN);
   if (!ip || !eth) return keel_done(ctx, 1);
   if (ip[8] <= 1) {

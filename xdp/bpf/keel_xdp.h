@@ -176,6 +176,17 @@ static __always_inline __u8* keel_ptr(struct xdp_md* ctx, __u32 off, __u32 n) {
   return p;
 }
 
+/* Parses the frame into |h| and returns its IPv4 header, or NULL if it has none. */
+static __always_inline __u8* keel_ipv4(struct xdp_md* ctx, struct keel_hdrs* h) {
+  keel_parse(ctx, h);
+  return h->l3 ? keel_ptr(ctx, h->l3, KEEL_IPV4_LEN) : 0;
+}
+
+/* A big-endian 32-bit field of a header, in host order. */
+static __always_inline __u32 keel_be32(const __u8* p) {
+  return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
+}
+
 static __always_inline __u16 keel_load16(const __u8* p) {
   __u16 v;
   __builtin_memcpy(&v, p, 2);

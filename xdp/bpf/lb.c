@@ -64,15 +64,13 @@ SEC("xdp")
 int keel_lb(struct xdp_md* ctx) {
   keel_count(KEEL_C_IN, 1);
   struct keel_hdrs h;
-  keel_parse(ctx, &h);
+  __u8* ip = keel_ipv4(ctx, &h);
   __u32 zero = 0;
   struct lb_conf* conf = bpf_map_lookup_elem(&lb_conf, &zero);
-  if (!h.l3 || h.malformed != KEEL_OK || !conf || conf->nbackends == 0) return keel_done(ctx, 1);
-  __u8* ip = keel_ptr(ctx, h.l3, KEEL_IPV4_LEN);
-  if (!ip) return keel_done(ctx, 1);
+  if (!ip || h.malformed != KEEL_OK || !conf || conf->nbackends == 0) return keel_done(ctx, 1);
   struct lb_key key = {
-      .src_ip = bpf_ntohl(*(__u32*)(ip + 12)),
-      .dst_ip = bpf_ntohl(*(__u32*)(ip + 16)),
+      .src_ip = keel_be32(ip + 12),
+      .dst_ip = keel_be32(ip + 16),
       .proto = ip[9],
   };
   if (h.l4) {
