@@ -233,13 +233,7 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 	ch := chainOf(a.chains, in)
 	a.mu.Unlock()
 	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
-		// A device plugin's VF is the one the kubelet gave position 0's container.
-		if pp, ok := a.VF.(vf.PodPlugger); ok {
-			if pod, container, ok := runtime.PodContainer(c.ID); ok {
-				return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
-			}
-		}
-		if err := a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid); err != nil {
+		if err := a.plug(ctx, in, c); err != nil {
 			return err
 		}
 		// The NIC part runs before the instance can be attached: a flow's first packet
@@ -250,6 +244,17 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 		return nil
 	})
 	return err
+}
+
+// plug gives the instance its VF in position 0's container c.
+func (a *Agent) plug(ctx context.Context, in *pb.ChainInstance, c runtime.Container) error {
+	// A device plugin's VF is the one the kubelet gave position 0's container.
+	if pp, ok := a.VF.(vf.PodPlugger); ok {
+		if pod, container, ok := runtime.PodContainer(c.ID); ok {
+			return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
+		}
+	}
+	return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
 }
 
 // awaitGroup waits (bounded by --register-timeout) until the instance's NFs have formed
