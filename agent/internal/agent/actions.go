@@ -210,6 +210,9 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("stale files of %s: %w", in.Id, err)
 	}
+	if err := a.removeNIC(in.Id); err != nil { // pins of an instance that went with its VF
+		return fmt.Errorf("stale NIC part of %s: %w", in.Id, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("directory of %s: %w", in.Id, err)
 	}
