@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-XDP_NFS = {"acl", "tunnel", "detunnel", "ipv4fwd", "lb", "macswap"}  # keel-xdp list
+XDP_NFS = {"acl", "chacha", "tunnel", "detunnel", "ipv4fwd", "lb", "macswap"}  # keel-xdp list
 NFBENCH_SIZE = {64: 80, 1024: 1500}  # keel-nfbench's nearest packet sizes
 
 

@@ -33,6 +33,7 @@ FWD = {"routes": [
 ]}
 FWD_DEFAULT = {"routes": FWD["routes"] + [{"prefix": "0.0.0.0/0", "dst_mac": "02:00:00:00:00:07", "port": 9}]}
 LB = {"backends": ["198.19.9.1", "198.19.9.2", "198.19.9.3"]}
+CHACHA = {"key": "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", "nonce": "000000090000004a00000000"}
 
 # Every NF that runs in XDP, with configurations that exercise its branches.
 NFS = {
@@ -42,12 +43,14 @@ NFS = {
     "acl": [ACL, {"rules": []}],
     "ipv4fwd": [FWD, FWD_DEFAULT],
     "lb": [LB],
+    "chacha": [CHACHA],
 }
 
 CHAINS = [
     [("acl", ACL), ("tunnel", {"vlan": 9}), ("macswap", {})],
     [("detunnel", {}), ("ipv4fwd", FWD_DEFAULT), ("lb", LB)],
     [("tunnel", {"vlan": 5}), ("acl", ACL), ("detunnel", {})],  # ACL sees double-tagged frames
+    [("chacha", CHACHA), ("lb", LB), ("chacha", CHACHA)],  # decrypts what it encrypted, LB between
     [("lb", LB), ("acl", {"rules": [{"dst_ip": "198.19.9.2/32", "drop": True}, {}]}), ("ipv4fwd", FWD_DEFAULT),
      ("tunnel", {"vlan": 100}), ("tunnel", {"vlan": 200}), ("detunnel", {}), ("macswap", {})],
 ]
@@ -63,6 +66,8 @@ def tcp(src="198.18.0.1", dst="198.19.0.1", sport=1000, dport=80, payload=b"y" *
 
 def normal():
     return [udp(), udp(dport=55, sport=1005), tcp(), tcp(dport=22), tcp(dst="198.19.1.200"),
+            Ether(**MACS) / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=9, dport=9, chksum=0) / Raw(b"c" * 33),
+            udp(payload=b""), tcp(payload=b"z"),
             Ether(**MACS) / IP(src="198.18.0.1", dst="198.19.0.9") / ICMP(),
             Ether(**MACS) / IP(src="198.18.3.3", dst="198.19.200.1", proto=47) / Raw(b"g" * 30),
             udp(dst="10.1.2.3", ttl=2), udp(ttl=1), udp(ttl=0), udp(dst="203.0.113.9"),

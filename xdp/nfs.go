@@ -24,8 +24,9 @@ type kind struct {
 	parse func(c cfg) (apply func(coll *ebpf.Collection) error, err error)
 }
 
-// kinds are the NFs that run on the NIC. The placer's other EBPF-marked NFs are not here
-// (placer/keel_placer/catalog.py says why): chacha and bpf.
+// kinds are the NFs that run on the NIC. The placer's other EBPF-marked NF, bpf, is not here:
+// its filters are libpcap's classic BPF, which XDP could only run through a cBPF-to-eBPF
+// translator keel does not have.
 var kinds = map[string]kind{
 	"macswap":  {program: "keel_macswap", parse: noArgs},
 	"detunnel": {program: "keel_detunnel", parse: noArgs},
@@ -33,6 +34,7 @@ var kinds = map[string]kind{
 	"acl":      {program: "keel_acl", parse: parseACL},
 	"ipv4fwd":  {program: "keel_ipv4fwd", counters: []string{"ttl_drops", "no_route_drops"}, parse: parseIPv4Fwd},
 	"lb":       {program: "keel_lb", counters: []string{"new_flows", "untracked_flows"}, parse: parseLB},
+	"chacha":   {program: "keel_chacha", counters: []string{"too_long"}, parse: parseChaCha},
 }
 
 // rxKind is the entry program of every instance (xdp/bpf/rx.c).
@@ -349,4 +351,63 @@ func parseLB(c cfg) (func(*ebpf.Collection) error, error) {
 		}
 		return put(coll, "lb_conf", uint32(0), uint32(len(backends)))
 	}, nil
+}
+
+// hexBytes is n bytes written as 2n hex digits (keel::Config::Hex).
+func (c cfg) hexBytes(n int) ([]byte, error) {
+	s, err := c.str()
+	if err != nil {
+		return nil, err
+	}
+	if len(s) != 2*n {
+		return nil, c.fail("expected %d hex digits, got %d", 2*n, len(s))
+	}
+	out := make([]byte, n)
+	for i := 0; i < 2*n; i++ {
+		ch := s[i]
+		var v byte
+		switch {
+		case ch >= '0' && ch <= '9':
+			v = ch - '0'
+		case ch >= 'a' && ch <= 'f':
+			v = ch - 'a' + 10
+		case ch >= 'A' && ch <= 'F':
+			v = ch - 'A' + 10
+		default:
+			return nil, c.fail("'%c' is not a hex digit", ch)
+		}
+		out[i/2] = out[i/2]<<4 | v
+	}
+	return out, nil
+}
+
+// chachaConf is struct chacha_conf of xdp/bpf/chacha.c: the key and nonce as little-endian
+// words (RFC 8439 §2.3's state).
+type chachaConf struct {
+	Key   [8]uint32
+	Nonce [3]uint32
+}
+
+func parseChaCha(c cfg) (func(*ebpf.Collection) error, error) {
+	if _, err := c.object("key", "nonce"); err != nil {
+		return nil, err
+	}
+	var conf chachaConf
+	for _, f := range []struct {
+		name  string
+		words []uint32
+	}{{"key", conf.Key[:]}, {"nonce", conf.Nonce[:]}} {
+		v, err := c.required(f.name)
+		if err != nil {
+			return nil, err
+		}
+		b, err := v.hexBytes(4 * len(f.words))
+		if err != nil {
+			return nil, err
+		}
+		for i := range f.words {
+			f.words[i] = binary.LittleEndian.Uint32(b[4*i:])
+		}
+	}
+	return func(coll *ebpf.Collection) error { return put(coll, "chacha_conf", uint32(0), conf) }, nil
 }

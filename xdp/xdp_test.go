@@ -60,6 +60,7 @@ var configs = map[string]string{
 	"acl":      `{"rules":[{"dst_ip":"198.19.0.0/16","proto":"udp","dst_port":"5000-5010"}]}`,
 	"ipv4fwd":  `{"routes":[{"prefix":"198.19.0.0/16","dst_mac":"02:00:00:00:00:03","port":1}]}`,
 	"lb":       `{"backends":["198.19.9.1","198.19.9.2"]}`,
+	"chacha":   `{"key":"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f","nonce":"000000000000004a00000000"}`,
 }
 
 func Test_Load_every_nf_passes_the_kernel_verifier(t *testing.T) {
@@ -75,7 +76,7 @@ func Test_Load_every_nf_passes_the_kernel_verifier(t *testing.T) {
 			t.Errorf("%s: verdict %d, %v; want XDP_PASS", nf, v, err)
 		}
 	}
-	if len(Names()) != 6 {
+	if len(Names()) != 7 {
 		t.Errorf("XDP NFs: %v", Names())
 	}
 }
@@ -94,6 +95,8 @@ func Test_Load_refuses_what_keel_nf_refuses(t *testing.T) {
 		{"lb", `{"backends":[]}`, "lb.backends: needs at least one backend"},
 		{"lb", `{"backends":["1.2.3"]}`, "lb.backends[0]: '1.2.3' is not an IPv4 address"},
 		{"nat", `{}`, "nat does not run in XDP"},
+		{"chacha", `{"key":"00","nonce":"000000000000004a00000000"}`, "chacha.key: expected 64 hex digits, got 2"},
+		{"chacha", `{"key":"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f","nonce":"00000000000000zz00000000"}`, "chacha.nonce: 'z' is not a hex digit"},
 	} {
 		err := Validate(tc.nf, tc.config)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

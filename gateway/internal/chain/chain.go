@@ -156,7 +156,7 @@ func (c *Chain) Summary() string {
 // refinement (SmartChain, UNO) or Lemur puts it there, keel runs it in XDP, and it can run
 // there in chain order: in the run of NIC NFs before the instance's first server NF
 // (ingress) or after its last (egress). Any other stays on the server, as do NFs keel has no
-// XDP program for (the catalogue's EBPF targets follow Lemur's SmartNIC, which runs ChaCha).
+// XDP program for (the catalogue's EBPF targets follow Lemur's SmartNIC, which runs bpf).
 func (c *Chain) SetPlacement(p Placement) {
 	c.Placement = p
 	target := map[string]string{}

@@ -227,9 +227,9 @@ func Test_SetPlacement_keeps_the_server_NFs_as_members(t *testing.T) {
 
 func Test_SetPlacement_runs_the_NIC_NFs_before_and_after_the_server_part(t *testing.T) {
 	c := &Chain{NFConfigs: []Member{{Name: "lb", NF: "lb"}, {Name: "mac", NF: "macswap"}, {Name: "nat", NF: "nat"},
-		{Name: "cha", NF: "chacha"}, {Name: "acl", NF: "acl"}, {Name: "tun", NF: "tunnel"}}}
+		{Name: "cha", NF: "bpf"}, {Name: "acl", NF: "acl"}, {Name: "tun", NF: "tunnel"}}}
 	// Lemur puts all on the server; the refinement (UNO) moves lb, mac, cha, acl and tun to the
-	// SmartNIC. cha has no XDP program, so acl after it cannot run on the NIC in order either.
+	// SmartNIC. cha (bpf) has no XDP program, so acl after it cannot run on the NIC in order either.
 	p := Placement{NFs: []PlacedNF{{Name: "lb", Target: "server"}, {Name: "mac", Target: "server"}, {Name: "nat", Target: "server"},
 		{Name: "cha", Target: "server"}, {Name: "acl", Target: "server"}, {Name: "tun", Target: "server"}},
 		Refined: &Refined{NFs: []RefinedNF{{Name: "lb", Target: "smartnic"}, {Name: "mac", Target: "smartnic"},
@@ -240,7 +240,7 @@ func Test_SetPlacement_runs_the_NIC_NFs_before_and_after_the_server_part(t *test
 	if fmt.Sprint(c.NICNFs) != fmt.Sprint(nic) {
 		t.Errorf("NIC NFs %+v, want %+v", c.NICNFs, nic)
 	}
-	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "nat", NF: "nat"}, {Name: "cha", NF: "chacha"}, {Name: "acl", NF: "acl"}}) {
+	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "nat", NF: "nat"}, {Name: "cha", NF: "bpf"}, {Name: "acl", NF: "acl"}}) {
 		t.Errorf("members %+v", c.Members)
 	}
 }

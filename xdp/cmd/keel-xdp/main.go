@@ -211,6 +211,7 @@ var benchNFs = []xdp.Spec{
 		`{"prefix":"198.19.1.0/24","dst_mac":"02:00:00:00:00:04","port":2}]}`},
 	{NF: "lb", Config: `{"backends":["198.19.9.1","198.19.9.2","198.19.9.3","198.19.9.4"]}`},
 	{NF: "macswap", Config: `{}`},
+	{NF: "chacha", Config: `{"key":"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f","nonce":"000000000000004a00000000"}`},
 }
 
 func aclRules(n int) string {
