@@ -10,7 +10,8 @@
 #               (CHAOS_SECONDS, CHAOS_SEED, CHAOS_INTERVAL; bench/results/chaos.json)
 #   make fuzz   clang + libFuzzer: each fuzz harness for FUZZ_SECONDS (tests/fuzz)
 #   make images the bases of packet-function images (dockerd must run)
-#   make up     deps + build + start the local stack in the background (run/)
+#   make up     deps + build + start the local stack in the background (run/); SMARTNIC=0:
+#               the worker's NIC is not an eBPF SmartNIC (no NF runs in XDP)
 #   make down   stop the local stack and remove what it made
 
 SHELL := /bin/bash
@@ -37,13 +38,13 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config \
 	libdpdk-dev dpdk-dev dpdk libpcap-dev libssl-dev libhiredis-dev \
 	nlohmann-json3-dev libgtest-dev redis-server tcpdump iproute2 ethtool curl python3-venv \
 	libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc openvswitch-switch libjemalloc2 \
-	fonts-liberation containernetworking-plugins
+	fonts-liberation containernetworking-plugins clang libbpf-dev
 # Installed without their recommendations (docker.io would pull apparmor, criu, ...;
 # prometheus its node exporter; chromium a desktop's daemons). Prometheus scrapes the local
 # stack; chromium and chromium-driver run the dashboard's browser test headless.
 APT_NO_RECOMMENDS := docker.io prometheus chromium chromium-driver
 
-.PHONY: deps apt-deps py-deps go-deps build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo chaos images up down clean \
+.PHONY: deps apt-deps py-deps go-deps xdp-objs build test unit-test py-test k8s-bins k8s-cluster-bins test-k8s bench demo chaos images up down clean \
 	fuzz fuzz-deps
 
 deps: apt-deps py-deps go-deps
@@ -89,6 +90,17 @@ $(VENV)/.deps: tests/requirements.txt placer/requirements.txt placer/pyproject.t
 
 py-deps: $(VENV)/.deps
 
+# The XDP network functions (xdp/bpf/*.c), compiled for the kernel's BPF target into
+# $(BUILD)/xdp/, where keel-agent and keel-xdp load them from.
+XDP_OBJS := $(patsubst xdp/bpf/%.c,$(BUILD)/xdp/%.o,$(wildcard xdp/bpf/*.c))
+BPF_CFLAGS := -O2 -g -Wall -Werror -target bpf -I/usr/include/$(shell gcc -dumpmachine 2>/dev/null)
+
+$(BUILD)/xdp/%.o: xdp/bpf/%.c xdp/bpf/keel_xdp.h
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+xdp-objs: $(XDP_OBJS)
+
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) > /dev/null
 	ninja -C $(BUILD) -j $(JOBS)
@@ -102,6 +114,8 @@ build: deps
 	$(GO) build -ldflags "$(GATEWAY_LDFLAGS)" -o $(BUILD)/bin/keel-gateway ./gateway/cmd/keel-gateway
 	$(GO) build -o $(BUILD)/bin/keel-agent ./agent/cmd/keel-agent
 	$(GO) build -o $(BUILD)/bin/keel-sim ./gateway/cmd/keel-sim
+	$(MAKE) --no-print-directory xdp-objs
+	$(GO) build -o $(BUILD)/bin/keel-xdp ./xdp/cmd/keel-xdp
 
 test: build k8s-bins
 	$(MAKE) --no-print-directory unit-test py-test
@@ -155,14 +169,16 @@ images: build
 # coopsched and agent as background processes with logs and PID files in run/. KEEL_BIN
 # (default build/bin, as for the tests) is where keel's binaries are.
 KEEL_BIN ?= $(BUILD)/bin
+SMARTNIC ?= 1
 up: build
-	deploy/local/up.sh --bin $(KEEL_BIN)
+	deploy/local/up.sh --bin $(KEEL_BIN) $(if $(filter 0,$(SMARTNIC)),--no-smartnic)
 
 down:
 	deploy/local/down.sh
 
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
+	$(PY) bench/xdp_offload.py --bin $(BUILD)/bin --out bench/results/xdp_offload.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) placer/bench_smartchain.py --out bench/results/smartchain_eval.json \
 	    --extra bench/results/smartchain_eval_extra.json

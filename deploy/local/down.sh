@@ -113,6 +113,12 @@ else
   rm -f "$RUN/dockerd.pid"
 fi
 
+# The NIC parts' pinned XDP maps and links (keel-agent pins them per instance of the worker
+# "local"): their instances went with the containers and veths.
+if [ -d /sys/fs/bpf/keel/local ]; then
+  rm -rf /sys/fs/bpf/keel/local && say "  XDP pins /sys/fs/bpf/keel/local: removed"
+fi
+
 if [ -f "$RUN/pktbuf.mounted" ]; then
   if mountpoint -q "$PKTBUF"; then
     umount "$PKTBUF" || die "cannot unmount $PKTBUF (still in use: fuser -vm $PKTBUF)"

@@ -40,20 +40,24 @@
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
 # stack runs only checks that every part answers. Must run as root.
 #
-# usage: deploy/local/up.sh [--bin DIR]
-#   --bin DIR   keel's binaries (default $KEEL_BIN, else build/bin)
+# usage: deploy/local/up.sh [--bin DIR] [--no-smartnic]
+#   --bin DIR       keel's binaries (default $KEEL_BIN, else build/bin)
+#   --no-smartnic   the worker's NIC is a plain NIC in the placer's topology, not an eBPF
+#                   SmartNIC (deploy/local/topology.yaml): no NF runs in XDP
 set -euo pipefail
 
 PROG=up.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BIN=${KEEL_BIN:-$ROOT/build/bin}
 VENV=$ROOT/.venv
+SMARTNIC=1
 
 usage() { sed -n '/^# Starts/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) [ $# -ge 2 ] || die "--bin needs a directory"; BIN=$2; shift 2 ;;
+    --no-smartnic) SMARTNIC=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -260,11 +264,16 @@ alive keel-place > /dev/null || port_free 127.0.0.1:50062
 part keel-place 60 placer_ok -- "$VENV/bin/keel-place" serve --listen 127.0.0.1:50062 \
   --control-token-file "$TOKEN"
 
+TOPOLOGY=$ROOT/deploy/local/topology.yaml
+if [ "$SMARTNIC" = 0 ]; then
+  TOPOLOGY=$RUN/topology.yaml
+  sed 's/smartnic: {[^}]*}/smartnic: null/' "$ROOT/deploy/local/topology.yaml" > "$TOPOLOGY"
+fi
 for addr in 127.0.0.1:8080 127.0.0.1:50051; do alive keel-gateway > /dev/null || port_free $addr; done
 part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 --grpc-listen 127.0.0.1:50051 \
   --redis "unix:$RUN/redis.sock" --redis-user keel-gateway --redis-password-file "$RUN/secrets/redis-gateway" \
   --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
-  --topology "$ROOT/deploy/local/topology.yaml" --docker "unix://$DOCKER_SOCK" \
+  --topology "$TOPOLOGY" --docker "unix://$DOCKER_SOCK" \
   --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
 
 part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \

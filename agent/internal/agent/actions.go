@@ -210,6 +210,9 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("stale files of %s: %w", in.Id, err)
 	}
+	if err := a.removeNIC(in.Id); err != nil { // pins of an instance that went with its VF
+		return fmt.Errorf("stale NIC part of %s: %w", in.Id, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("directory of %s: %w", in.Id, err)
 	}
@@ -229,16 +232,32 @@ func (a *Agent) create(ctx context.Context, in *pb.ChainInstance, tenant string,
 			return err
 		}
 	}
+	a.mu.Lock()
+	ch := chainOf(a.chains, in)
+	a.mu.Unlock()
 	_, err := a.Runtime.CreateInstance(ctx, specs, func(c runtime.Container) error {
-		// A device plugin's VF is the one the kubelet gave position 0's container.
-		if pp, ok := a.VF.(vf.PodPlugger); ok {
-			if pod, container, ok := runtime.PodContainer(c.ID); ok {
-				return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
-			}
+		if err := a.plug(ctx, in, c); err != nil {
+			return err
 		}
-		return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
+		// The NIC part runs before the instance can be attached: a flow's first packet
+		// already goes through it.
+		if ch != nil && len(ch.NicNfs) > 0 {
+			return a.applyNIC(in, ch, c.Pid)
+		}
+		return nil
 	})
 	return err
+}
+
+// plug gives the instance its VF in position 0's container c.
+func (a *Agent) plug(ctx context.Context, in *pb.ChainInstance, c runtime.Container) error {
+	// A device plugin's VF is the one the kubelet gave position 0's container.
+	if pp, ok := a.VF.(vf.PodPlugger); ok {
+		if pod, container, ok := runtime.PodContainer(c.ID); ok {
+			return pp.PlugPod(ctx, in.Id, in.Vlan, c.Pid, pod, container)
+		}
+	}
+	return a.VF.Plug(ctx, in.Id, in.Vlan, c.Pid)
 }
 
 // awaitGroup waits (bounded by --register-timeout) until the instance's NFs have formed
@@ -286,6 +305,9 @@ func (a *Agent) deadContainers(ctx context.Context, id string) string {
 func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error {
 	var errs []error
 	a.forgetPod(id)
+	if err := a.removeNIC(id); err != nil {
+		errs = append(errs, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
 	_, err := a.Coopsched.Unregister(cctx, &pb.UnregisterRequest{GroupId: GroupID(id)})
 	cancel()

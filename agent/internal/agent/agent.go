@@ -91,6 +91,7 @@ type Agent struct {
 	pods      map[string]*podProc // with StatsDir or PodCores: each instance's position 0 on the node
 	actions   map[string]uint64   // "kind result" -> count, for metrics
 	nfUsers   map[string]string   // instances whose Redis user this agent made, with the tenant
+	nic       nicParts            // the instances' NIC parts (XDP), nic.go
 
 	aclUnsaved atomic.Bool // ACL SAVE failed once (warned)
 
@@ -221,6 +222,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		}
 		a.fast(ctx, act)
 	}
+	a.syncNIC(obs, busy)
 	for id, t := range notBefore {
 		if _, ok := desired[id]; ok && t.After(start) && (next.IsZero() || t.Before(next)) {
 			next = t

@@ -279,6 +279,7 @@ func NewMetrics(a *Agent) *Metrics { return &Metrics{a: a} }
 var (
 	inst    = []string{"instance", "chain"}
 	nfLbl   = []string{"instance", "chain", "position", "nf"}
+	nicLbl  = []string{"instance", "chain", "where", "position", "nf"}
 	descs   = map[string]*prometheus.Desc{}
 	descDef = []struct {
 		name, help string
@@ -309,6 +310,11 @@ var (
 		{"keel_agent_nf_packets_out_total", "Packets out of an NF, as it reports (its own figure)", nfLbl},
 		{"keel_agent_nf_dropped_packets_total", "Packets an NF dropped, as it reports (its own figure)", nfLbl},
 		{"keel_agent_nf_cycles_per_packet", "TSC cycles an NF spends per packet, as it reports (its own figure)", nfLbl},
+		{"keel_agent_nic_nf_packets_in_total", "Packets into an NF the instance runs in XDP on its VF (position rx: keel_rx, which drops malformed frames), as keel's program counts", nicLbl},
+		{"keel_agent_nic_nf_packets_out_total", "Packets an XDP NF of the instance passed on, as keel's program counts", nicLbl},
+		{"keel_agent_nic_nf_dropped_packets_total", "Packets an XDP NF of the instance dropped, as keel's program counts", nicLbl},
+		{"keel_agent_nic_nf_events_total", "An XDP NF's own counters (e.g. ipv4fwd no_route_drops, lb new_flows, rx bad_ipv4), as keel's program counts",
+			append(append([]string{}, nicLbl...), "counter")},
 	}
 )
 
@@ -375,6 +381,25 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			c("keel_agent_nf_packets_out_total", float64(nf.PacketsOut), l...)
 			c("keel_agent_nf_dropped_packets_total", float64(nf.Dropped), l...)
 			g("keel_agent_nf_cycles_per_packet", nf.CyclesPerPacket, l...)
+		}
+	}
+	for id, cs := range a.nicCounters() {
+		st := a.status[id]
+		if st == nil {
+			continue
+		}
+		for _, nc := range cs {
+			pos := "rx"
+			if nc.Position >= 0 {
+				pos = strconv.Itoa(nc.Position)
+			}
+			l := []string{id, st.chain, nc.where, pos, nc.NF}
+			c("keel_agent_nic_nf_packets_in_total", float64(nc.In), l...)
+			c("keel_agent_nic_nf_packets_out_total", float64(nc.Out), l...)
+			c("keel_agent_nic_nf_dropped_packets_total", float64(nc.Dropped), l...)
+			for k, v := range nc.Own {
+				c("keel_agent_nic_nf_events_total", float64(v), append(l, k)...)
+			}
 		}
 	}
 	for p, n := range phases {

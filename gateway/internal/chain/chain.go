@@ -16,6 +16,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/keel-nfv/keel/xdp"
 	"github.com/openfaas/faas-provider/types"
 	"gopkg.in/yaml.v3"
 )
@@ -99,6 +100,13 @@ type SwitchNF struct {
 	AfterServer bool `json:"after_server,omitempty"`
 }
 
+// NICNF is one NF of a chain that its instances run in XDP on their VF (the worker's eBPF
+// SmartNIC, xdp/), before the server NFs or, with Egress, after them.
+type NICNF struct {
+	Member
+	Egress bool `json:"egress,omitempty"`
+}
+
 // Chain is a validated chain as the gateway stores it.
 type Chain struct {
 	Name      string    `json:"name"`
@@ -115,6 +123,8 @@ type Chain struct {
 	NFConfigs []Member `json:"nf_configs"`
 	// SwitchNFs are the NFs the placement puts on the ToR switch, in order (SetPlacement).
 	SwitchNFs []SwitchNF `json:"switch_nfs,omitempty"`
+	// NICNFs are the NFs the placement puts on the worker's SmartNIC, in order (SetPlacement).
+	NICNFs []NICNF `json:"nic_nfs,omitempty"`
 	// Tenant is the function's namespace; it names the NF state in Redis.
 	Tenant string `json:"tenant"`
 	// Secrets are the faas-cli secrets the chain's NFs may name ({"secret": NAME}), sorted;
@@ -141,21 +151,60 @@ func (c *Chain) Summary() string {
 	return strings.Join(parts, " -> ")
 }
 
-// SetPlacement records the chain's placement, the NFs it puts on servers as Members and the
-// ones it puts on the switch as SwitchNFs.
+// SetPlacement records the chain's placement: the NFs it puts on servers as Members, on the
+// switch as SwitchNFs and on the SmartNIC as NICNFs. An NF goes to the SmartNIC where the
+// refinement (SmartChain, UNO) or Lemur puts it there, keel runs it in XDP, and it can run
+// there in chain order: in the run of NIC NFs before the instance's first server NF
+// (ingress) or after its last (egress). Any other stays on the server, as do NFs keel has no
+// XDP program for (the catalogue's EBPF targets follow Lemur's SmartNIC, which runs bpf).
 func (c *Chain) SetPlacement(p Placement) {
 	c.Placement = p
 	target := map[string]string{}
 	for _, n := range p.NFs {
 		target[n.Name] = n.Target
 	}
-	c.Members, c.SwitchNFs = nil, nil
+	if p.Refined != nil {
+		for _, rn := range p.Refined.NFs {
+			target[rn.Name] = rn.Target
+		}
+	}
+	xdpNFs := map[string]bool{}
+	for _, n := range xdp.Names() {
+		xdpNFs[n] = true
+	}
+	var local []Member // the NFs an instance runs on its worker, in order
+	c.Members, c.SwitchNFs, c.NICNFs = nil, nil, nil
 	for _, m := range c.NFConfigs {
 		switch target[m.Name] {
-		case "server":
-			c.Members = append(c.Members, m)
+		case "server", "smartnic":
+			local = append(local, m)
 		case "switch":
-			c.SwitchNFs = append(c.SwitchNFs, SwitchNF{Member: m, AfterServer: len(c.Members) > 0})
+			c.SwitchNFs = append(c.SwitchNFs, SwitchNF{Member: m, AfterServer: len(local) > 0})
+		}
+	}
+	onNIC := func(m Member) bool { return target[m.Name] == "smartnic" && xdpNFs[m.NF] }
+	head := 0
+	for head < len(local) && onNIC(local[head]) {
+		head++
+	}
+	tail := len(local)
+	if head == len(local) && head > 0 {
+		// An instance is built around its server NFs: a chain the placement puts wholly on
+		// the NIC keeps its last NF on the server (a NIC-only instance is not built yet).
+		head--
+	} else {
+		for tail > head && onNIC(local[tail-1]) {
+			tail--
+		}
+	}
+	for i, m := range local {
+		switch {
+		case i < head:
+			c.NICNFs = append(c.NICNFs, NICNF{Member: m})
+		case i >= tail:
+			c.NICNFs = append(c.NICNFs, NICNF{Member: m, Egress: true})
+		default:
+			c.Members = append(c.Members, m)
 		}
 	}
 }

@@ -217,9 +217,31 @@ func Test_SetPlacement_keeps_the_server_NFs_as_members(t *testing.T) {
 	if c.SwitchBetweenServers() != "nat" {
 		t.Errorf("nat runs on the switch between two server NFs, got %q", c.SwitchBetweenServers())
 	}
+	// An instance is built around a server NF: the only NF off the switch stays on the server
+	// even where the placement puts it on the SmartNIC.
 	c.SetPlacement(Placement{NFs: []PlacedNF{{Name: "acl", Target: "switch"}, {Name: "nat", Target: "switch"}, {Name: "tunnel", Target: "smartnic"}}})
-	if len(c.Members) != 0 {
-		t.Fatalf("members %+v", c.Members)
+	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "tunnel"}}) || len(c.NICNFs) != 0 {
+		t.Fatalf("members %+v, NIC %+v", c.Members, c.NICNFs)
+	}
+}
+
+func Test_SetPlacement_runs_the_NIC_NFs_before_and_after_the_server_part(t *testing.T) {
+	c := &Chain{NFConfigs: []Member{{Name: "lb", NF: "lb"}, {Name: "mac", NF: "macswap"}, {Name: "nat", NF: "nat"},
+		{Name: "cha", NF: "bpf"}, {Name: "acl", NF: "acl"}, {Name: "tun", NF: "tunnel"}}}
+	// Lemur puts all on the server; the refinement (UNO) moves lb, mac, cha, acl and tun to the
+	// SmartNIC. cha (bpf) has no XDP program, so acl after it cannot run on the NIC in order either.
+	p := Placement{NFs: []PlacedNF{{Name: "lb", Target: "server"}, {Name: "mac", Target: "server"}, {Name: "nat", Target: "server"},
+		{Name: "cha", Target: "server"}, {Name: "acl", Target: "server"}, {Name: "tun", Target: "server"}},
+		Refined: &Refined{NFs: []RefinedNF{{Name: "lb", Target: "smartnic"}, {Name: "mac", Target: "smartnic"},
+			{Name: "cha", Target: "smartnic"}, {Name: "acl", Target: "server"}, {Name: "tun", Target: "smartnic"}}}}
+	c.SetPlacement(p)
+	nic := []NICNF{{Member: Member{Name: "lb", NF: "lb"}}, {Member: Member{Name: "mac", NF: "macswap"}},
+		{Member: Member{Name: "tun", NF: "tunnel"}, Egress: true}}
+	if fmt.Sprint(c.NICNFs) != fmt.Sprint(nic) {
+		t.Errorf("NIC NFs %+v, want %+v", c.NICNFs, nic)
+	}
+	if fmt.Sprint(c.Members) != fmt.Sprint([]Member{{Name: "nat", NF: "nat"}, {Name: "cha", NF: "bpf"}, {Name: "acl", NF: "acl"}}) {
+		t.Errorf("members %+v", c.Members)
 	}
 }
 

@@ -20,8 +20,8 @@ import (
 const RefineAll = "all"
 
 // Refined is where the placer's refinement puts a chain's NFs on the servers Lemur chose.
-// Agents do not act on it yet: they run the NFs Lemur puts on servers on the cores coopsched
-// gives them.
+// Agents act on its SmartNIC part (Chain.NICNFs run in XDP, SetPlacement); Octans' cores are
+// not applied yet: agents run the server NFs on the cores coopsched gives them.
 type Refined struct {
 	// NFs are the chain's NFs that a SmartNIC step (SmartChain or UNO) placed.
 	NFs []RefinedNF `json:"nfs,omitempty"`

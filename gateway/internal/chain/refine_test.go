@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,16 +19,27 @@ servers:
   - {name: w2, cores: 8, ghz: 2.6, nics: [{gbps: 40, smartnic: {kind: ebpf}}]}
 `
 
-func Test_WantsRefine_only_for_a_SmartNIC_or_several_NUMA_nodes(t *testing.T) {
-	embedded, err := os.ReadFile("../../../deploy/local/topology.yaml")
+// embeddedRack is make up's topology, with its eBPF SmartNIC or, plain, as make up
+// SMARTNIC=0 writes it (deploy/local/up.sh --no-smartnic).
+func embeddedRack(t *testing.T, plain bool) string {
+	t.Helper()
+	b, err := os.ReadFile("../../../deploy/local/topology.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if plain {
+		return regexp.MustCompile(`smartnic: \{[^}]*\}`).ReplaceAllString(string(b), "smartnic: null")
+	}
+	return string(b)
+}
+
+func Test_WantsRefine_only_for_a_SmartNIC_or_several_NUMA_nodes(t *testing.T) {
 	for _, c := range []struct {
 		name, yaml string
 		want       bool
 	}{
-		{"the embedded stack's rack (make up)", string(embedded), false},
+		{"the embedded stack's rack (make up)", embeddedRack(t, false), true},
+		{"the embedded stack's rack (make up SMARTNIC=0)", embeddedRack(t, true), false},
 		{"one NUMA node, no SmartNIC", "servers:\n  - {name: a, numa_nodes: 1, nics: [{gbps: 10, smartnic: null}]}\n", false},
 		{"numa_nodes left out", "servers:\n  - {name: a, nics: [{gbps: 10}]}\n", false},
 		{"two NUMA nodes", "servers:\n  - {name: a, numa_nodes: 2, nics: [{gbps: 10}]}\n", true},
@@ -80,9 +92,12 @@ func Test_Validate_asks_for_refine_on_a_SmartNIC_rack_and_keeps_each_chains_part
 	if got, want := c.RefineGains(), "smartchain on w1: latency benefit over all-CPU, us 0 -> 14.5; octans on w1: aggregate Mpps (model) 3.2 -> 3.5"; got != want {
 		t.Errorf("gains %q, want %q", got, want)
 	}
-	// Lemur's placement, which the agents run, is what it was
-	if c.Summary() != "acl@server:w1 -> nat@server:w1" || len(c.Members) != 2 {
+	// Lemur's placement is what it was; the agents run acl in XDP on the SmartNIC, nat on the server
+	if c.Summary() != "acl@server:w1 -> nat@server:w1" || len(c.Members) != 1 || c.Members[0].Name != "nat" {
 		t.Errorf("placement changed: %q, members %v", c.Summary(), c.Members)
+	}
+	if len(c.NICNFs) != 1 || c.NICNFs[0].Name != "acl" || c.NICNFs[0].Egress {
+		t.Errorf("NIC NFs %+v, want acl at the NIC's ingress", c.NICNFs)
 	}
 	o := &Chain{Placement: placements["older"]}
 	if got, want := o.RefinedSummary(), "tunnel@server:w2"; got != want {
@@ -106,13 +121,9 @@ func Test_Validate_asks_for_refine_on_a_SmartNIC_rack_and_keeps_each_chains_part
 }
 
 func Test_Validate_on_a_rack_without_SmartNIC_or_NUMA_asks_no_refine_and_records_as_before(t *testing.T) {
-	embedded, err := os.ReadFile("../../../deploy/local/topology.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fp := okPlacer()
 	v, _ := validator(fp)
-	v.Topology = string(embedded)
+	v.Topology = embeddedRack(t, true)
 	older := &Chain{Name: "older", Spec: "Tunnel(vlan=7)", SLO: SLO{TMinGbps: 1}}
 	c, _, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{older}, nil)
 	if err != nil {

@@ -77,5 +77,8 @@ func ChainProto(c *chain.Chain) *pb.Chain {
 	for _, sw := range c.SwitchNFs {
 		pc.SwitchNfs = append(pc.SwitchNfs, &pb.SwitchNf{Name: sw.Name, Nf: sw.NF, ConfigJson: sw.Config, AfterServer: sw.AfterServer})
 	}
+	for _, n := range c.NICNFs {
+		pc.NicNfs = append(pc.NicNfs, &pb.NicNf{Name: n.Name, Nf: n.NF, ConfigJson: n.Config, Egress: n.Egress})
+	}
 	return pc
 }
