@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/kube"
+	"github.com/keel-nfv/keel/gateway/internal/leader"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/internal/controltoken"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -31,6 +32,8 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		sample: 2 * time.Second, history: 10 * time.Minute,
 		nfCosts: "bench/results/nf_profile.json", chainCosts: "bench/results/chain_length.json", packetBytes: 1024,
 		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}, upstreamUser: "admin",
+		leader: leader.Options{Lease: "keel-gateway", LeaseDuration: leader.DefaultLeaseDuration,
+			RenewDeadline: leader.DefaultRenewDeadline, RetryPeriod: leader.DefaultRetryPeriod},
 		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, callTimeout: 2 * time.Minute, rpsTarget: 5}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
