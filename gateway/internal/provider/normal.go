@@ -251,3 +251,13 @@ func (p *Provider) Resolve(name string) (url.URL, error) {
 	}
 	return u, err
 }
+
+// CPUSeconds is the CPU time normal function name's replicas have used so far: 0 when the
+// container engine cannot tell (ScaleSpec refuses com.openfaas.scale.type=cpu then).
+func (p *Provider) CPUSeconds(ctx context.Context, name string) (float64, error) {
+	r, ok := p.Runtime.(CPUReader)
+	if !ok {
+		return 0, nil
+	}
+	return r.CPUSeconds(ctx, name)
+}

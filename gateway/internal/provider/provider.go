@@ -20,11 +20,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/apierr"
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/dockerlog"
@@ -46,13 +48,12 @@ const DefaultCallTimeout = 2 * time.Minute
 // agent has said nothing for that long is not counted available, whatever it said last.
 const DefaultReportStale = 30 * time.Second
 
-// Errors the handlers map to HTTP status codes.
+// Errors the handlers map to HTTP status codes (package apierr).
 var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
-	ErrInvalid  = errors.New("invalid")
-	// ErrUnavailable: the function exists but no replica became ready in time (503).
-	ErrUnavailable = errors.New("unavailable")
+	ErrNotFound    = apierr.ErrNotFound
+	ErrConflict    = apierr.ErrConflict
+	ErrInvalid     = apierr.ErrInvalid
+	ErrUnavailable = apierr.ErrUnavailable
 )
 
 // DefaultNamespace is OpenFaaS's namespace of functions, the one keel serves by default.
@@ -80,6 +81,11 @@ type Validator interface {
 	Validate(ctx context.Context, fd *types.FunctionDeployment, others []*chain.Chain, tenantNFs []chain.TenantNF) (*chain.Chain, map[string]chain.Placement, error)
 }
 
+// ChainModeler models a chain from its server NFs and its SLO's p99 bound (costs.Modeler).
+type ChainModeler interface {
+	Model(name string, nfs []string, p99us float64) (*policy.Model, error)
+}
+
 // Provider ties the store, the chain validator, the container runtime, metrics and events.
 type Provider struct {
 	Store     *store.Store
@@ -105,9 +111,9 @@ type Provider struct {
 	// ReportStale is how old an agent's latest report of an instance may be for the instance
 	// to count as available (0: DefaultReportStale).
 	ReportStale time.Duration
-	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
-	// per-core load meets); its error is reported as invalid input.
-	CheckChain func(f *store.Function) error
+	// Models, when set, models a placed chain as the controller will (package costs), so
+	// that deploy refuses a chain the controller cannot scale: an SLO no per-core load meets.
+	Models ChainModeler
 	// Namespace is the one namespace of functions keel serves ("" : DefaultNamespace).
 	Namespace string
 	// Scaling holds the defaults of normal functions' com.openfaas.scale.* labels (zero

@@ -117,12 +117,18 @@ func instances(t *testing.T, p *Provider, name string) map[string]*store.Instanc
 	return out
 }
 
-// attach marks an instance attached on core 1 with one flow, as AssignFlow does.
+// attach marks an instance attached on core 1 with one flow, as the controller does.
 func attach(t *testing.T, p *Provider, in *store.Instance, port uint16) {
 	t.Helper()
-	in.State, in.Core, in.Flows = store.Attached, 1, in.Flows+1
-	f := &store.Flow{Key: fmt.Sprintf("6 198.18.0.1:%d 198.18.3.1:80", port), Chain: in.Chain, Instance: in.ID, VLAN: in.VLAN}
-	if err := p.Store.PutFlow(context.Background(), f, in); err != nil {
+	ctx := context.Background()
+	f := &store.Flow{Key: fmt.Sprintf("6 198.18.0.1:%d 198.18.3.1:80", port), Chain: in.Chain}
+	var err error
+	if in.State != store.Attached {
+		err = p.Attach(ctx, in, 1, in.Batch, "attached by the test", f)
+	} else {
+		err = p.Store.AssignFlow(ctx, f, in, false)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -227,14 +233,14 @@ func Test_Redeploy_with_a_new_spec_drains_attached_instances_and_removes_idle_on
 	}
 
 	// The controller's end of the drain removes chain3/0 with its flow.
-	if ok, err := p.RemoveDrained(ctx, old); err != nil || !ok {
-		t.Fatalf("RemoveDrained = %v, %v", ok, err)
+	if err := p.Remove(ctx, old); err != nil {
+		t.Fatalf("Remove = %v", err)
 	}
 	if fl, _ := p.Store.Flows(ctx, "chain3"); len(fl) != 0 {
 		t.Fatalf("flows of the removed instance are left: %+v", fl)
 	}
-	if ok, _ := p.RemoveDrained(ctx, after["chain3/2"]); ok {
-		t.Fatalf("RemoveDrained removed an instance that is not draining")
+	if err := p.Remove(ctx, old); !errors.Is(err, store.ErrGone) {
+		t.Fatalf("Remove of a removed instance = %v, want store.ErrGone", err)
 	}
 }
 
@@ -300,7 +306,7 @@ func Test_Status_counts_as_available_only_instances_their_agent_reported_running
 	fresh.Phase, fresh.ReportedAt = "ready", time.Now()
 	stale.Phase, stale.ReportedAt = "ready", time.Now().Add(-2*DefaultReportStale)
 	for _, in := range []*store.Instance{fresh, stale} {
-		if err := p.Store.UpdateInstance(ctx, in); err != nil {
+		if err := p.Store.UpdateStatus(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}

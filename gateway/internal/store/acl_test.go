@@ -46,8 +46,7 @@ func Test_the_store_works_as_make_ups_keel_gateway_user(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := store.FlowKey(17, netip.MustParseAddr("198.18.0.1"), 1024, netip.MustParseAddr("198.18.3.1"), 5001)
-	in.Flows++
-	if err := st.PutFlow(ctx, &store.Flow{Key: key, Chain: "c", Instance: in.ID, VLAN: vlan}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "c", Instance: in.ID, VLAN: vlan}, in, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.CountInvocation(ctx, "hello"); err != nil {
@@ -59,7 +58,7 @@ func Test_the_store_works_as_make_ups_keel_gateway_user(t *testing.T) {
 	if _, err := st.DeleteOrphanState(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Delete(ctx, "hello"); err != nil {

@@ -28,16 +28,15 @@ func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := *in // what AssignFlow read before the delete
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
 	key := store.FlowKey(17, netip.MustParseAddr("198.18.0.1"), 1024, netip.MustParseAddr("198.18.3.1"), 5001)
-	stale.Flows++
-	err = st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: stale.ID, VLAN: stale.VLAN}, &stale)
+	err = st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: stale.ID, VLAN: stale.VLAN}, &stale, true)
 	if !errors.Is(err, store.ErrGone) {
 		t.Fatalf("PutFlow on a deleted instance: %v, want ErrGone", err)
 	}
-	if err := st.UpdateInstance(ctx, &stale); !errors.Is(err, store.ErrGone) {
+	if err := st.UpdateSpec(ctx, &stale, false); !errors.Is(err, store.ErrGone) {
 		t.Fatalf("UpdateInstance on a deleted instance: %v, want ErrGone", err)
 	}
 	insts, _ := st.Instances(ctx, "chain3")
@@ -54,20 +53,20 @@ func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
 	if err := st.PutInstance(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: in.ID}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: in.ID}, in, true); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.Instances(ctx, "chain3"); len(got) != 1 {
 		t.Fatalf("instances %v", got)
 	}
 	rec, _ := st.Flow(ctx, key)
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "other", Chain: "chain3", Instance: in.ID}, nil); err != nil {
+	if err := st.PutFlow(ctx, &store.Flow{Key: "other", Chain: "chain3", Instance: in.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteFlow(ctx, rec, in); err != nil {
+	if _, err := st.DeleteFlow(ctx, rec); err != nil {
 		t.Fatalf("release after the instance went: %v", err)
 	}
 	if insts, _ := st.Instances(ctx, "chain3"); len(insts) != 0 {
@@ -84,17 +83,16 @@ func Test_PutFlow_counts_one_invocation_of_the_flow_s_chain(t *testing.T) {
 	if err := st.PutInstance(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	in.Flows++
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.1.1:5001", Chain: "chain1"}, nil); err != nil {
+	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.1.1:5001", Chain: "chain1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); !errors.Is(err, store.ErrGone) {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in, true); !errors.Is(err, store.ErrGone) {
 		t.Fatalf("PutFlow on a removed instance: %v, want ErrGone", err)
 	}
 	for name, want := range map[string]int64{"chain3": 1, "chain1": 1} {

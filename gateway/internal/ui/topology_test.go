@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/openfaas/faas-provider/types"
 )
@@ -44,12 +44,12 @@ func rack() Snapshot {
 		},
 		Instances: map[string][]*store.Instance{
 			"chain2": {{ID: "chain2/1", Chain: "chain2", Worker: "local", State: store.Attached, Core: 1, VLAN: 101,
-				Flows: 3, RateGbps: 0.5, RatePps: 60000, Load: 0.3, Threshold: 0.8, NFQueueLen: 4, VFDropped: 1, Batch: 2, P99us: 40, Phase: "ready"}},
+				Flows: 3, RateGbps: 0.5, RatePps: 60000, Note: store.Note{Load: 0.3, Threshold: 0.8}, NFQueueLen: 4, VFDropped: 1, Batch: 2, P99us: 40, Phase: "ready"}},
 			"chain3": {
 				{ID: "chain3/1", Chain: "chain3", Worker: "local", State: store.Attached, Core: 1, VLAN: 102, Flows: 2,
-					RateGbps: 0.25, RatePps: 30000, Load: 0.2, Threshold: 0.7, P99us: 30, Phase: "ready"},
+					RateGbps: 0.25, RatePps: 30000, Note: store.Note{Load: 0.2, Threshold: 0.7}, P99us: 30, Phase: "ready"},
 				{ID: "chain3/2", Chain: "chain3", Worker: "local", State: store.Attached, Core: 2, VLAN: 103, Flows: 1,
-					RateGbps: 1, RatePps: 120000, Load: 0.75, Threshold: 0.7, NFQueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
+					RateGbps: 1, RatePps: 120000, Note: store.Note{Load: 0.75, Threshold: 0.7}, NFQueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
 				{ID: "chain3/3", Chain: "chain3", Worker: "local", State: store.Pooled, Core: -1, VLAN: 104, Phase: "starting"},
 			},
 		},
@@ -57,10 +57,10 @@ func rack() Snapshot {
 	}
 }
 
-func decisions(n int) []control.Decision {
-	var out []control.Decision
+func decisions(n int) []policy.Decision {
+	var out []policy.Decision
 	for i := 0; i < n; i++ {
-		out = append(out, control.Decision{Time: t0.Add(time.Duration(i) * time.Second), Kind: control.KindAttach,
+		out = append(out, policy.Decision{Time: t0.Add(time.Duration(i) * time.Second), Kind: policy.KindAttach,
 			Reason: "cold_start", Chain: "chain3", Instance: "chain3/1", Worker: "local", Core: 1, Text: "scale-out: ..."})
 	}
 	return out
@@ -198,7 +198,7 @@ func (f fakeSource) Flows(_ context.Context, _ string) ([]*store.Flow, error) {
 }
 
 func Test_topology_handler_and_page_are_served(t *testing.T) {
-	v := &View{Source: fakeSource{rack()}, Decisions: func() []control.Decision { return decisions(2) }, History: &History{Keep: 10}}
+	v := &View{Source: fakeSource{rack()}, Decisions: func() []policy.Decision { return decisions(2) }, History: &History{Keep: 10}}
 	rec := httptest.NewRecorder()
 	MakeTopologyHandler(v)(rec, httptest.NewRequest(http.MethodGet, "/system/keel/topology", nil))
 	var top Topology

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
@@ -88,7 +88,7 @@ func (h *History) All() map[string][]Sample {
 // builds the topology on request.
 type View struct {
 	Source    Source
-	Decisions func() []control.Decision
+	Decisions func() []policy.Decision
 	History   *History
 	// OnSample, when set, sees every sampled topology (the gateway sets its keel_gateway_* gauges).
 	OnSample func(Topology)
@@ -100,7 +100,7 @@ func (v *View) Topology(ctx context.Context) (Topology, error) {
 	if err != nil {
 		return Topology{}, err
 	}
-	var d []control.Decision
+	var d []policy.Decision
 	if v.Decisions != nil {
 		d = v.Decisions()
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
@@ -40,8 +39,7 @@ func flowRack(tb testing.TB, unix bool) (*Server, *store.Store, *testredis.Count
 	n := testredis.Count(st)
 	ctx := context.Background()
 	hub := events.NewHub()
-	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(),
-		Provider: &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()}}
+	srv := newServer(st, hub, &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()})
 	if err := st.PutWorker(ctx, &store.Worker{Name: "local", Address: "127.0.0.1:50061", Cores: 2, CoreIDs: []uint32{1},
 		VFPorts: map[uint32]string{2: "vf0", 3: "vf1", 4: "vf2", 5: "vf3"}}); err != nil {
 		tb.Fatal(err)
@@ -323,7 +321,7 @@ func Test_flows_follow_deploy_scale_redeploy_and_remove(t *testing.T) {
 	ctx := context.Background()
 	hub := events.NewHub()
 	p := &provider.Provider{Store: st, Validator: onServer{}, Metrics: metrics.New(), Hub: hub, PoolSize: 2, RackCores: 8}
-	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(), Provider: p}
+	srv := newServer(st, hub, p)
 	if _, err := srv.RegisterWorker(ctx, &pb.RegisterWorkerRequest{Worker: "local", CoreIds: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
