@@ -366,7 +366,7 @@ func run(o *options) error {
 		defer tc.Close()
 		go cs.FollowTor(ctx, pb.NewTorControlClient(tc), log.Printf)
 	}
-	view := &ui.View{Source: st, Decisions: ctl.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
+	view := &ui.View{Source: ui.StoreSource{Store: st}, Decisions: ctl.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
 		OnSample: func(t ui.Topology) {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}
@@ -403,7 +403,7 @@ func run(o *options) error {
 // normal functions (they would hide the upstream's of the same name and run nowhere), and
 // logs whether the upstream answers now (it may start later: each call says if it is down).
 func checkUpstreamMode(ctx context.Context, st *store.Store, up *upstream.Provider) error {
-	all, err := st.List(ctx)
+	all, err := store.List[chain.Function](ctx, st)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
@@ -33,7 +35,7 @@ func (s *Server) ChainSecrets(ctx context.Context, req *pb.ChainSecretsRequest) 
 	if in.Runs != nil {
 		listed = in.Runs.Secrets
 	} else {
-		f, err := s.Store.Get(ctx, name)
+		f, err := store.Get[chain.Function](ctx, s.Store, name)
 		if err != nil || f.Chain == nil {
 			return nil, status.Errorf(codes.NotFound, "chain %s: %v", name, err)
 		}

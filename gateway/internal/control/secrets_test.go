@@ -27,7 +27,7 @@ func Test_ChainSecrets_go_to_the_worker_of_the_instance_only(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	srv := &Server{Store: st, Hub: events.NewHub(), Secrets: &secrets.Store{Dir: dir}}
-	if err := st.Put(ctx, &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"},
+	if err := st.Put(ctx, &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"},
 		Chain: &chain.Chain{Name: "chain3", Spec: "NAT"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func Test_ChainSecrets_go_to_the_worker_of_the_instance_only(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "unlisted"), []byte("not chain3's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := st.Get(ctx, "chain3")
+	f, err := store.Get[chain.Function](ctx, st, "chain3")
 	if err != nil {
 		t.Fatal(err)
 	}

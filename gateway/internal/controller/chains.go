@@ -24,7 +24,7 @@ type chainIndex struct {
 // indexedChain is one chain of the index. Its record is shared by every reader of the index:
 // nothing changes it.
 type indexedChain struct {
-	fn         *store.Function
+	fn         *chain.Function
 	filter     *pcapfilter.Filter // nil: a filter that does not compile matches nothing
 	switchOnly bool               // no NF on a server: its flows need no instance
 	model      *policy.Model      // nil for a switch-only chain
@@ -48,7 +48,7 @@ func (s *Controller) chains(ctx context.Context) (*chainIndex, error) {
 	if ix := s.index.Load(); ix != nil && ix.gen == gen {
 		return ix, nil
 	}
-	all, err := s.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, s.Store)
 	if err != nil {
 		return nil, err
 	}

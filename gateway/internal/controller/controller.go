@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -42,7 +43,7 @@ type Pool interface {
 	// Remove removes an instance (pooled and idle, or draining) with the flows still on it.
 	Remove(ctx context.Context, in *store.Instance) error
 	// SetChainMetrics sets a chain's gauges from its record and its instances.
-	SetChainMetrics(f *store.Function, insts []*store.Instance)
+	SetChainMetrics(f *chain.Function, insts []*store.Instance)
 }
 
 // Controller runs the controller's policy (gateway/internal/policy) on every flow, stats

@@ -34,7 +34,7 @@ func drainingRack(t *testing.T, until time.Time) (*Server, *store.Store) {
 	c := &chain.Chain{Name: "chain3", Spec: "NAT", Filter: "dst net 198.18.3.0/24", NFs: []string{"nat"},
 		NFConfigs: []chain.Member{nat}, Members: []chain.Member{nat},
 		Placement: chain.Placement{Subgroups: []chain.Subgroup{{Server: "local", Cores: 1, NFs: []string{"nat"}}}}}
-	f := &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"}, Chain: c, Replicas: 1}
+	f := &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"}, Chain: c, Replicas: 1}
 	if err := st.Put(ctx, f); err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/apierr"
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -37,9 +37,9 @@ const (
 // provider.
 type Functions interface {
 	// NormalFunctions returns the deployed normal functions.
-	NormalFunctions(ctx context.Context) ([]*store.Function, error)
+	NormalFunctions(ctx context.Context) ([]*chain.Function, error)
 	// NormalFunction returns one, or an error wrapping apierr.ErrNotFound.
-	NormalFunction(ctx context.Context, name string) (*store.Function, error)
+	NormalFunction(ctx context.Context, name string) (*chain.Function, error)
 	// ScaleSpec reads a function's com.openfaas.scale.* labels; an error names the label.
 	ScaleSpec(fd *types.FunctionDeployment) (fnscale.Spec, error)
 	// CPUSeconds is the CPU time a function's replicas have used so far (0 when the

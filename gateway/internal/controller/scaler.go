@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -19,12 +20,12 @@ type Modeler interface {
 }
 
 // modelKey names a chain's version as far as its Model depends on it.
-func modelKey(f *store.Function) string {
+func modelKey(f *chain.Function) string {
 	return f.Deployment.Service + "\x00" + f.Chain.Spec + "\x00" + f.Chain.SLOText
 }
 
 // model returns a chain's Model, cached until its spec changes.
-func (s *Controller) model(f *store.Function) (*policy.Model, error) {
+func (s *Controller) model(f *chain.Function) (*policy.Model, error) {
 	key := modelKey(f)
 	if m, ok := s.models.Load(key); ok {
 		return m.(*policy.Model), nil
@@ -62,7 +63,7 @@ type state struct {
 	view   *policy.View
 	insts  map[string]*store.Instance // by ID: the caller's copies
 	models map[string]*policy.Model   // by chain
-	chains map[string]*store.Function // the index's records: read, never changed
+	chains map[string]*chain.Function // the index's records: read, never changed
 }
 
 func (s *Controller) state(ctx context.Context) (*state, error) {
@@ -75,7 +76,7 @@ func (s *Controller) state(ctx context.Context) (*state, error) {
 		return nil, err
 	}
 	st := &state{view: &policy.View{Chains: map[string]policy.Chain{}, Now: time.Now()},
-		insts: map[string]*store.Instance{}, models: map[string]*policy.Model{}, chains: map[string]*store.Function{}}
+		insts: map[string]*store.Instance{}, models: map[string]*policy.Model{}, chains: map[string]*chain.Function{}}
 	for _, w := range workers {
 		pw := policy.Worker{Name: w.Name}
 		for _, c := range w.CoreIDs {

@@ -27,8 +27,8 @@ func (m fixedModeler) Model(name string, _ []string, p99us float64) (*policy.Mod
 		Profile: m.prof}, nil
 }
 
-func chainFn(name string, p99 float64) *store.Function {
-	return &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name},
+func chainFn(name string, p99 float64) *chain.Function {
+	return &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name},
 		Chain: &chain.Chain{Name: name, Spec: "NAT", SLO: chain.SLO{P99us: p99}}}
 }
 

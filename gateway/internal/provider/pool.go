@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *store.Function) error {
+func (p *Provider) deployChain(ctx context.Context, f *chain.Function, old *chain.Function) error {
 	if err := chain.CheckImage(f.Deployment.Image); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -30,12 +30,12 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
 	var others []*chain.Chain
-	var othersF []*store.Function
+	var othersF []*chain.Function
 	var nfs []chain.TenantNF
 	for _, o := range all {
 		switch {
@@ -149,7 +149,7 @@ func replaces(a, b *chain.Chain) string {
 // version is removed at once. Instances already draining from an earlier update keep their
 // own version and deadline. Each change is a compare-and-set on the instance as read: one
 // that the controller changed meanwhile (attached it, gave it a flow) is read again.
-func (p *Provider) drainInstances(ctx context.Context, old *store.Function) error {
+func (p *Provider) drainInstances(ctx context.Context, old *chain.Function) error {
 	until := time.Now().UTC().Add(p.drainTimeout())
 	runs := events.ChainProto(old.Chain)
 	for attempt := 0; ; attempt++ {
@@ -247,7 +247,7 @@ func (p *Provider) Detach(ctx context.Context, in *store.Instance, why string) e
 
 // resizePool adds pooled instances, or removes pooled ones, until the chain has n instances
 // besides the draining ones (attached instances stay); it returns how many it has then.
-func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) (int, error) {
+func (p *Provider) resizePool(ctx context.Context, f *chain.Function, n int) (int, error) {
 	c := f.Chain
 	all, err := p.Store.Instances(ctx, c.Name)
 	if err != nil {
@@ -305,7 +305,7 @@ func (p *Provider) AddPooled(ctx context.Context, name, worker string) (*store.I
 
 // newInstance stores a pooled instance of f on worker ("" = the placement's server) with
 // the next free number and a VLAN of its own, and announces it.
-func (p *Provider) newInstance(ctx context.Context, f *store.Function, worker string) (*store.Instance, error) {
+func (p *Provider) newInstance(ctx context.Context, f *chain.Function, worker string) (*store.Instance, error) {
 	c := f.Chain
 	insts, err := p.Store.Instances(ctx, c.Name)
 	if err != nil {

@@ -148,7 +148,7 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old, err := p.Store.Get(ctx, fd.Service)
+	old, err := store.Get[chain.Function](ctx, p.Store, fd.Service)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		if update {
@@ -164,7 +164,7 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	if err := p.checkSecrets(fd, kind); err != nil {
 		return err
 	}
-	f := &store.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
+	f := &chain.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
 	if old != nil {
 		f.CreatedAt, f.Replicas = old.CreatedAt, old.Replicas
 	}
@@ -254,8 +254,8 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 }
 
 // lookup reads a function from the store; ErrNotFound names it when absent.
-func (p *Provider) lookup(ctx context.Context, name string) (*store.Function, error) {
-	f, err := p.Store.Get(ctx, name)
+func (p *Provider) lookup(ctx context.Context, name string) (*chain.Function, error) {
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: function %s", ErrNotFound, name)
 	}
@@ -263,7 +263,7 @@ func (p *Provider) lookup(ctx context.Context, name string) (*store.Function, er
 }
 
 func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error) {
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +329,7 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 }
 
 // setReplicas runs replicas of normal function f and records them; the caller holds p.mu.
-func (p *Provider) setReplicas(ctx context.Context, f *store.Function, replicas uint64) error {
+func (p *Provider) setReplicas(ctx context.Context, f *chain.Function, replicas uint64) error {
 	name := f.Deployment.Service
 	if err := p.Runtime.Apply(ctx, &f.Deployment, int(replicas)); err != nil {
 		return fmt.Errorf("scale %s: %w", name, err)
@@ -365,7 +365,7 @@ func (p *Provider) NamespaceName() string {
 // checkCores refuses to scale chain f to n instances when they would not fit in the rack's
 // server cores beside the other deployed chains, counted as deploy counts them (each chain's
 // placement holds its subgroups' cores; an instance of f needs all of f's).
-func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) error {
+func (p *Provider) checkCores(ctx context.Context, f *chain.Function, n int) error {
 	if p.RackCores <= 0 {
 		return nil
 	}
@@ -373,7 +373,7 @@ func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) err
 	for _, sg := range f.Chain.Placement.Subgroups {
 		per += sg.Cores
 	}
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
@@ -408,7 +408,7 @@ func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) err
 func (p *Provider) Adopt(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
@@ -446,7 +446,7 @@ func (p *Provider) Adopt(ctx context.Context) error {
 // Holds says what keel holds under name: "chain", "packet function" or "normal function",
 // or "" when nothing.
 func (p *Provider) Holds(ctx context.Context, name string) (string, error) {
-	f, err := p.Store.Get(ctx, name)
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}

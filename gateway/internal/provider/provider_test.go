@@ -143,7 +143,7 @@ func Test_Deploy_refuses_a_packet_function_whose_image_is_missing_as_for_a_norma
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "image: keel/nf-typo:latest: image not found") {
 		t.Fatalf("deploy with a missing image: %v, want invalid naming the image", err)
 	}
-	if _, err := p.Store.Get(ctx, "ttlguard"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := store.Get[chain.Function](ctx, p.Store, "ttlguard"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the refused packet function was stored: %v", err)
 	}
 	if err := p.Deploy(ctx, nf("keel/nf-ttlguard:latest"), false); err != nil {
@@ -162,7 +162,7 @@ func Test_Deploy_accepts_keel_chain_as_a_chains_image_and_refuses_another(t *tes
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `image: "keel/hello:latest" is not keel's chain runtime`) {
 		t.Fatalf("chain with a normal function's image: %v", err)
 	}
-	if fs, _ := p.Store.List(ctx); len(fs) != 0 {
+	if fs, _ := store.List[chain.Function](ctx, p.Store); len(fs) != 0 {
 		t.Fatalf("the refused chain left %d function(s)", len(fs))
 	}
 	for i, image := range []string{"keel/chain:latest", "keel/chain", ""} {
@@ -271,7 +271,7 @@ func Test_Scale_of_a_chain_is_checked_against_the_racks_cores_and_reports_what_i
 	if got := instances(t, p, "chain3"); len(got) != 1 {
 		t.Fatalf("the refused scale changed the instances: %v", keys(got))
 	}
-	if f, _ := p.Store.Get(ctx, "chain3"); f.Replicas != 1 {
+	if f, _ := store.Get[chain.Function](ctx, p.Store, "chain3"); f.Replicas != 1 {
 		t.Fatalf("the refused scale changed replicas to %d", f.Replicas)
 	}
 
@@ -286,7 +286,7 @@ func Test_Scale_of_a_chain_is_checked_against_the_racks_cores_and_reports_what_i
 	if err := p.Scale(ctx, "chain3", 1); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := p.Store.Get(ctx, "chain3")
+	f, _ := store.Get[chain.Function](ctx, p.Store, "chain3")
 	got := instances(t, p, "chain3")
 	if f.Replicas != 2 || len(got) != 2 || got["chain3/2"] != nil {
 		t.Fatalf("scale to 1 with 2 attached: replicas %d, instances %v; want 2 (both attached, the idle one removed)", f.Replicas, keys(got))

@@ -24,13 +24,13 @@ func contents(t *testing.T, st *store.Store, chains ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	var all struct {
-		Functions []*store.Function
+		Functions []*chain.Function
 		Workers   map[string]*store.Worker
 		Flows     []*store.Flow
 		Instances map[string][]*store.Instance
 	}
 	var err error
-	if all.Functions, err = st.List(ctx); err != nil {
+	if all.Functions, err = store.List[chain.Function](ctx, st); err != nil {
 		t.Fatal(err)
 	}
 	if all.Workers, err = st.Workers(ctx); err != nil {
@@ -61,8 +61,8 @@ func sameAsRedis(t *testing.T, srv *testredis.Server, st *store.Store, step stri
 	}
 }
 
-func chainFunction(name string) *store.Function {
-	return &store.Function{Kind: chain.KindChain, Replicas: 2, Deployment: types.FunctionDeployment{Service: name,
+func chainFunction(name string) *chain.Function {
+	return &chain.Function{Kind: chain.KindChain, Replicas: 2, Deployment: types.FunctionDeployment{Service: name,
 		Labels: &map[string]string{chain.LabelKind: chain.KindChain}},
 		Chain: &chain.Chain{Name: name, Spec: "NAT", Filter: "dst net 198.18.3.0/24", NFs: []string{"nat"}}}
 }
@@ -131,9 +131,9 @@ func Test_reads_are_copies_the_caller_may_change(t *testing.T) {
 	one.State = store.Attached
 	ws, _ := st.Workers(ctx)
 	ws["local"].CoreIDs[0], ws["local"].VFPorts[2] = 5, "eth9"
-	f, _ := st.Get(ctx, "chain3")
+	f, _ := store.Get[chain.Function](ctx, st, "chain3")
 	(*f.Deployment.Labels)["team"], f.Chain.NFs[0] = "blue", "acl"
-	all, _ := st.List(ctx)
+	all, _ := store.List[chain.Function](ctx, st)
 	all[0].Replicas = 9
 	if after := contents(t, st, "chain3"); after != before {
 		t.Fatalf("changing what reads returned changed the store:\n%s\nwas\n%s", after, before)
@@ -302,7 +302,7 @@ func Test_a_flushed_Redis_is_read_again_at_the_next_Recheck(t *testing.T) {
 		t.Fatalf("Recheck after FLUSHALL: dropped %v, %v", dropped, err)
 	}
 	sameAsRedis(t, srv, st, "FLUSHALL and Recheck")
-	if all, _ := st.List(ctx); len(all) != 0 {
+	if all, _ := store.List[chain.Function](ctx, st); len(all) != 0 {
 		t.Fatalf("functions after FLUSHALL: %v", all)
 	}
 }
@@ -324,7 +324,7 @@ func Test_a_restarted_Redis_is_read_again_from_the_first_command(t *testing.T) {
 	if _, err := st.Invocations(ctx, "chain3"); err != nil {
 		t.Fatal(err)
 	}
-	if all, _ := st.List(ctx); len(all) != 0 {
+	if all, _ := store.List[chain.Function](ctx, st); len(all) != 0 {
 		t.Fatalf("functions after the restart: %v", all)
 	}
 	sameAsRedis(t, srv, st, "a restart")

@@ -17,10 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/internal/redisauth"
-	"github.com/openfaas/faas-provider/types"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,15 +38,10 @@ const (
 // ErrNotFound is returned for a function that is not deployed.
 var ErrNotFound = errors.New("not found")
 
-// Function is one deployed function of any kind.
-type Function struct {
-	Kind       string                   `json:"kind"` // "" (normal), nf or chain
-	Deployment types.FunctionDeployment `json:"deployment"`
-	Replicas   uint64                   `json:"replicas"`
-	CreatedAt  time.Time                `json:"created_at"`
-	Chain      *chain.Chain             `json:"chain,omitempty"`
-	// NF is a packet function's NF as its image declares it (name, argument schemas).
-	NF *nfcatalog.NF `json:"nf,omitempty"`
+// Record is what the store keeps of one deployed function (chain.Function): a value that
+// encodes to JSON and names its function. The store does not look inside it.
+type Record interface {
+	RecordName() string
 }
 
 // Worker is a registered worker.
@@ -111,13 +103,13 @@ func (s *Store) Close() error { return s.rdb.Close() }
 // AddHook instruments the Redis client (tests count the round trips a call makes with it).
 func (s *Store) AddHook(h redis.Hook) { s.rdb.AddHook(h) }
 
-// Put creates or replaces a function.
-func (s *Store) Put(ctx context.Context, f *Function) error {
+// Put creates or replaces a function's record.
+func (s *Store) Put(ctx context.Context, f Record) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	name := f.Deployment.Service
+	name := f.RecordName()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.current()
@@ -139,8 +131,8 @@ func (s *Store) Put(ctx context.Context, f *Function) error {
 	return nil
 }
 
-// Get returns one function or ErrNotFound.
-func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
+// Get returns one function's record, decoded into a new T, or ErrNotFound.
+func Get[T any](ctx context.Context, s *Store, name string) (*T, error) {
 	var b []byte
 	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) { b = c.functions[name] })
 	if err != nil {
@@ -149,16 +141,16 @@ func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
 	if b == nil {
 		return nil, ErrNotFound
 	}
-	var f Function
+	var f T
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", name, err)
 	}
 	return &f, nil
 }
 
-// List returns every function, sorted by name, each decoded for the caller (see Generation
-// for a caller that reads them often).
-func (s *Store) List(ctx context.Context) ([]*Function, error) {
+// List returns every function's record, sorted by name, each decoded into a new T for the
+// caller (see Generation for a caller that reads them often).
+func List[T any](ctx context.Context, s *Store) ([]*T, error) {
 	var names []string
 	var recs [][]byte
 	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) {
@@ -170,9 +162,9 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Function, 0, len(names))
+	out := make([]*T, 0, len(names))
 	for i, b := range recs {
-		var f Function
+		var f T
 		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", names[i], err)
 		}

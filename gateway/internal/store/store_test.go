@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/openfaas/faas-provider/types"
@@ -109,7 +110,7 @@ func Test_DeleteOrphanState_deletes_the_state_of_chains_no_longer_deployed(t *te
 	srv := testredis.Start(t)
 	st := srv.Store(t)
 	ctx := context.Background()
-	if err := st.Put(ctx, &store.Function{Deployment: types.FunctionDeployment{Service: "chain3", Image: "keel/chain"}}); err != nil {
+	if err := st.Put(ctx, &chain.Function{Deployment: types.FunctionDeployment{Service: "chain3", Image: "keel/chain"}}); err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -111,7 +111,7 @@ type Sample struct {
 // Snapshot is what the topology is built from: the store's records at one moment.
 type Snapshot struct {
 	Time      time.Time
-	Functions []*store.Function            // every function; only chains are shown
+	Functions []*chain.Function            // every function; only chains are shown
 	Instances map[string][]*store.Instance // by chain
 	Workers   map[string]*store.Worker
 	// Flows are the live flows of each chain (a switch-only chain's flows have no instance);

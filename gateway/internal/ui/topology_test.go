@@ -19,7 +19,7 @@ import (
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func chainFn(name string, slo float64, server, sw []string) *store.Function {
+func chainFn(name string, slo float64, server, sw []string) *chain.Function {
 	c := &chain.Chain{Name: name, Spec: strings.Join(append(append([]string{}, sw...), server...), " -> "),
 		Filter: "dst net 198.18.1.0/24", SLO: chain.SLO{P99us: slo, TMinGbps: 1}, NFs: append(append([]string{}, sw...), server...)}
 	for _, n := range server {
@@ -28,7 +28,7 @@ func chainFn(name string, slo float64, server, sw []string) *store.Function {
 	for _, n := range sw {
 		c.SwitchNFs = append(c.SwitchNFs, chain.SwitchNF{Member: chain.Member{Name: n}})
 	}
-	return &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name}, Chain: c}
+	return &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name}, Chain: c}
 }
 
 // rack: chain1 on the switch only; chain2 and chain3 share core 1 of worker local, chain3
@@ -36,7 +36,7 @@ func chainFn(name string, slo float64, server, sw []string) *store.Function {
 func rack() Snapshot {
 	return Snapshot{
 		Time: t0,
-		Functions: []*store.Function{
+		Functions: []*chain.Function{
 			chainFn("chain3", 100, []string{"NAT"}, []string{"ACL"}),
 			chainFn("chain1", 100, nil, []string{"Tunnel", "IPv4Fwd"}),
 			chainFn("chain2", 200, []string{"ACL", "UrlFilter", "Encrypt"}, nil),
@@ -186,7 +186,9 @@ func Test_History_keeps_the_latest_samples_of_deployed_chains(t *testing.T) {
 // fakeSource is a store with the rack's records.
 type fakeSource struct{ s Snapshot }
 
-func (f fakeSource) List(_ context.Context) ([]*store.Function, error) { return f.s.Functions, nil }
+func (f fakeSource) Functions(_ context.Context) ([]*chain.Function, error) {
+	return f.s.Functions, nil
+}
 func (f fakeSource) Instances(_ context.Context, c string) ([]*store.Instance, error) {
 	return f.s.Instances[c], nil
 }
