@@ -15,6 +15,7 @@ from .catalog import Catalog, CatalogError, ProfileError, library, load_profiles
 from .lang import SpecError
 from .pattern import Problem
 from .refine import RefineError, parse_steps, refine
+from .source import Source, SourceError, parse_sources
 from .spec import parse_spec
 from .topology import TopologyError, parse_topology_text
 
@@ -28,6 +29,17 @@ except ImportError as e:  # pragma: no cover - only without `make build`
 
 def _errors(e: SpecError) -> list:
     return [pb.SpecError(line=d.line, column=d.col, message=d.message) for d in e.diagnostics]
+
+
+def _user_errors(e: SourceError) -> list:
+    return [pb.SpecError(column=u.column, message=u.message, chain=u.chain, field=u.field) for u in e.errors]
+
+
+def _spec(text: str, sources, cat: Catalog):
+    """The spec of a request: its chain sources when it has any, else its text."""
+    if sources:
+        return parse_sources([Source(c.name, c.expression, c.slo) for c in sources], cat)
+    return parse_spec(text, cat)
 
 
 def _catalog(tenant_nfs_json: str) -> Catalog:
@@ -48,9 +60,12 @@ class PlacerService(pb_grpc.PlacerServicer):
 
     def Parse(self, request, context):
         try:
-            spec = parse_spec(request.spec, _catalog(request.tenant_nfs_json))
+            sources = [request.chain] if request.HasField("chain") else []
+            spec = _spec(request.spec, sources, _catalog(request.tenant_nfs_json))
         except SpecError as e:
             return pb.ParseResponse(ok=False, errors=_errors(e))
+        except SourceError as e:
+            return pb.ParseResponse(ok=False, errors=_user_errors(e))
         except CatalogError as e:
             return pb.ParseResponse(ok=False, errors=[pb.SpecError(line=0, column=0, message=str(e))])
         chains = []
@@ -67,9 +82,11 @@ class PlacerService(pb_grpc.PlacerServicer):
     def Place(self, request, context):
         try:
             cat = _catalog(request.tenant_nfs_json)
-            spec = parse_spec(request.spec, cat)
+            spec = _spec(request.spec, request.chains, cat)
         except SpecError as e:
             return pb.PlaceResponse(ok=False, errors=_errors(e))
+        except SourceError as e:
+            return pb.PlaceResponse(ok=False, errors=_user_errors(e))
         except CatalogError as e:
             return pb.PlaceResponse(ok=False, input_error=str(e))
         algo = request.algo or "heuristic"

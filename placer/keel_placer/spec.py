@@ -21,20 +21,23 @@ _RATE_SCALE = {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}
 _TIME_SCALE = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 
 
+# A rate or a delay always has its unit: a bare number (500, or '500' in com.keel.slo) is
+# refused, in the chain language's @ {...} as in the com.keel.slo annotation (source.py),
+# since nothing says whether 500 is Mbps or Gbps.
+
+
 def parse_rate(v: Any) -> float | None:
-    """Gbps from '1.1Gbps', '500Mbps' or a bare number of Gbps; None if malformed."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) if v >= 0 else None
+    """Gbps from '1.1Gbps' or '500Mbps'; None if malformed or without its unit."""
     m = _RATE.match(v) if isinstance(v, str) else None
     return float(m.group(1)) * _RATE_SCALE[m.group(2).lower()] if m else None
 
 
 def parse_time(v: Any) -> float | None:
-    """Microseconds from '45us', '0.1ms' or a bare number of microseconds; None if malformed."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) if v > 0 else None
+    """Microseconds from '45us' or '0.1ms' (positive); None if malformed or without its unit."""
     m = _TIME.match(v) if isinstance(v, str) else None
-    return float(m.group(1)) * _TIME_SCALE[m.group(2).lower()] if m else None
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * _TIME_SCALE[m.group(2).lower()]
 
 
 class _Resolver:
@@ -152,7 +155,7 @@ class _Resolver:
         if unknown:
             self.err(pos, f"unknown SLO key '{sorted(unknown, key=str)[0]}' (expected t_min, t_max, d_max)")
             return None
-        t_min = parse_rate(b.slo.get("t_min", 0))
+        t_min = parse_rate(b.slo["t_min"]) if "t_min" in b.slo else 0.0
         t_max = parse_rate(b.slo["t_max"]) if "t_max" in b.slo else math.inf
         d_max = parse_time(b.slo["d_max"]) if "d_max" in b.slo else None
         for key, val in (("t_min", t_min), ("t_max", t_max)):

@@ -276,14 +276,6 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	c.Spec = strings.TrimSpace(ann[AnnotationChain])
 	c.Filter = strings.TrimSpace(ann[AnnotationFilter])
 	c.SLOText = strings.TrimSpace(ann[AnnotationSLO])
-	if strings.Contains(c.Spec, "\n") {
-		return nil, nil, invalid("annotations."+AnnotationChain, "must be one line")
-	}
-	slo, err := ParseSLO(c.SLOText)
-	if err != nil {
-		return nil, nil, invalid("annotations."+AnnotationSLO, "%v", err)
-	}
-	c.SLO = slo
 	flt, err := pcapfilter.Compile(c.Filter)
 	if err != nil {
 		return nil, nil, invalid("annotations."+AnnotationFilter, "%q is not a valid pcap filter: %v", c.Filter, err)
@@ -305,13 +297,19 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	if err != nil {
 		return nil, nil, err
 	}
-	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Spec: chainSpec(0, c), TenantNfsJson: tenantJSON})
+	// The placer parses the chain once, by its annotations: its expression, its SLO and its
+	// NFs' arguments (against the NF catalogue's schemas), and says where in them it is wrong.
+	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Chain: source(c), TenantNfsJson: tenantJSON})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Parse: %w", err)
 	}
 	if !pr.Ok {
-		return nil, nil, specError(pr.Errors)
+		return nil, nil, placerError(pr.Errors)
 	}
+	if len(pr.Chains) != 1 {
+		return nil, nil, fmt.Errorf("placer Parse: %d chains for one", len(pr.Chains))
+	}
+	c.SLO = sloOf(pr.Chains[0])
 	for _, n := range pr.Chains[0].Nodes {
 		c.NFs = append(c.NFs, n.Name)
 	}
@@ -321,27 +319,31 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 		return nil, nil, err
 	}
 
-	all := append([]*Chain{c}, others...)
-	var b strings.Builder
-	for i, o := range all {
-		b.WriteString(chainSpec(i, o))
+	// The deployed chains after the new one: an expression the placer reads past its end
+	// (none should, as each was parsed alone at its deploy) reaches theirs, not the new one's.
+	all := append(append([]*Chain(nil), others...), c)
+	var sources []*pb.ChainSource
+	known := map[string]bool{}
+	for _, o := range all {
+		sources = append(sources, source(o))
+		known[o.Name] = true
 	}
 	refine := ""
 	if WantsRefine(v.Topology) {
 		refine = RefineAll
 	}
-	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON, Refine: refine})
+	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Chains: sources, TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON, Refine: refine})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Place: %w", err)
 	}
 	if !pl.Ok {
 		if len(pl.Errors) > 0 {
-			return nil, nil, specError(pl.Errors)
+			return nil, nil, placerError(pl.Errors)
 		}
 		return nil, nil, fmt.Errorf("placer rejected the topology: %s", pl.InputError)
 	}
 	if !pl.Feasible {
-		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, userNames(pl.Reason, all))
+		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, pl.Reason)
 	}
 	report, err := parseRefine(pl.RefineJson)
 	if err != nil {
@@ -349,13 +351,12 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	}
 	placements := map[string]Placement{}
 	for _, pc := range pl.Chains {
-		var idx int
-		if _, err := fmt.Sscanf(pc.Name, "c%d", &idx); err != nil || idx >= len(all) {
+		if !known[pc.Name] {
 			return nil, nil, fmt.Errorf("placer returned unknown chain %q", pc.Name)
 		}
 		p := fromProto(pc)
 		p.Refined = report.refinedFor(pc.Name, p)
-		placements[all[idx].Name] = p
+		placements[pc.Name] = p
 	}
 	c.SetPlacement(placements[c.Name])
 	if nf := c.SwitchBetweenServers(); nf != "" {
@@ -363,20 +364,6 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 			"keel's ToR runs a chain's switch NFs only before or after its server NFs (place %s on the server, e.g. with a tenant NF, or reorder the chain)", nf, nf)
 	}
 	return c, placements, nil
-}
-
-// placerChainRe finds the placer's names for chains (c0, c1, ...: chainSpec) in its messages.
-var placerChainRe = regexp.MustCompile(`\bc(\d+)\b`)
-
-// userNames puts the user's chain names in place of the placer's c0, c1, ... in a message.
-func userNames(msg string, all []*Chain) string {
-	return placerChainRe.ReplaceAllStringFunc(msg, func(m string) string {
-		var i int
-		if _, err := fmt.Sscanf(m, "c%d", &i); err == nil && i < len(all) {
-			return all[i].Name
-		}
-		return m
-	})
 }
 
 // noRoom explains why no placement exists: the chain's SLO cannot be met on this rack even
@@ -387,13 +374,13 @@ func (v *Validator) noRoom(ctx context.Context, c *Chain, others []*Chain, tenan
 	if len(others) == 0 {
 		return invalid(field, "no placement of %s meets t_min=%s on this rack: %s", c.Name, c.SLO.TMinText(), reason)
 	}
-	alone, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: chainSpec(0, c), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
+	alone, err := v.Placer.Place(ctx, &pb.PlaceRequest{Chains: []*pb.ChainSource{source(c)}, TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
 	if err != nil {
 		return fmt.Errorf("placer Place: %w", err)
 	}
 	if !alone.Ok || !alone.Feasible || len(alone.Chains) == 0 {
 		return invalid(field, "no placement of %s meets t_min=%s on this rack, even with no other chain deployed: %s",
-			c.Name, c.SLO.TMinText(), userNames(alone.Reason, []*Chain{c}))
+			c.Name, c.SLO.TMinText(), alone.Reason)
 	}
 	need := len(alone.Chains[0].Subgroups)
 	used, users := 0, []string{}
@@ -524,27 +511,23 @@ func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants m
 	return out, nil
 }
 
-// chainSpec renders chain number i as three lines of the chain language: flow, chain, binding.
-func chainSpec(i int, c *Chain) string {
-	return fmt.Sprintf("flow f%d = [{}]\nchain c%d = %s\nf%d : c%d @ %s\n", i, i, c.Spec, i, i, c.SLO.binding())
+// source is a chain as the placer takes it: by its name and annotations.
+func source(c *Chain) *pb.ChainSource {
+	return &pb.ChainSource{Name: c.Name, Expression: c.Spec, Slo: c.SLOText}
 }
 
-// specError maps placer diagnostics of the first chain's lines to the annotation they came from.
-func specError(errs []*pb.SpecError) error {
+// placerError is the placer's first error, named by the annotation it is in and its column
+// there (the placer's own account, in the user's text).
+func placerError(errs []*pb.SpecError) error {
 	e := errs[0]
-	prefix := len("chain c0 = ")
-	switch e.Line {
-	case 2:
-		col := int(e.Column) - prefix
-		if col < 1 {
-			col = 1
-		}
-		return invalid("annotations."+AnnotationChain, "column %d: %s", col, e.Message)
-	case 3:
-		return invalid("annotations."+AnnotationSLO, "%s", e.Message)
-	default:
-		return invalid("annotations."+AnnotationChain, "%s", e.Message)
+	field := e.Field
+	if field == "" {
+		field = AnnotationChain
 	}
+	if e.Column > 0 {
+		return invalid("annotations."+field, "column %d: %s", e.Column, e.Message)
+	}
+	return invalid("annotations."+field, "%s", e.Message)
 }
 
 func fromProto(pc *pb.PlacedChain) Placement {
