@@ -112,7 +112,8 @@ def parse_sources(sources: list[Source], cat: catalog.Catalog | None = None) -> 
     head = "".join(f"flow f{i} = [{{}}]\nf{i} : c{i}\n" for i in range(n))
     text = head + "".join(f"chain c{i} = {s.expression}\n" for i, s in enumerate(sources))
     try:
-        spec = parse_spec(text, cat)
+        # complete: each NF runs with these arguments, so its required ones must be there
+        spec = parse_spec(text, cat, complete=True)
     except SpecError as e:
         raise SourceError([_user_error(d, sources, 2 * n) for d in e.diagnostics]) from None
     by_name = {f"c{i}": i for i in range(n)}

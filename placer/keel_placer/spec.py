@@ -41,9 +41,12 @@ def parse_time(v: Any) -> float | None:
 
 
 class _Resolver:
-    def __init__(self, tree: SpecTree, errors: list[Diagnostic], cat: catalog.Catalog):
+    def __init__(self, tree: SpecTree, errors: list[Diagnostic], cat: catalog.Catalog, complete: bool = False):
         self.tree = tree
         self.cat = cat
+        self.complete = complete
+        # required arguments left out (with complete): told only when nothing else is wrong
+        self.incomplete: list[Diagnostic] = []
         self.errors = errors
         self.funcs = {}
         self.chains: dict[str, ChainDef] = {}
@@ -70,6 +73,9 @@ class _Resolver:
             bad = next((k for k in (call.args or {}) if msg.startswith(f"bad argument '{k}'")), None)
             self.err(call.arg_pos.get(bad, call.pos) if bad else call.pos, msg)
             return None
+        missing = catalog.missing_args(kind, call.args or {}) if self.complete else None
+        if missing:
+            self.incomplete.append(Diagnostic(call.pos.line, call.pos.col, missing))
         return kind
 
     def build(self, name: str, flow: str, flowspec: list, slo: SLO, expr: ChainExpr) -> ChainGraph | None:
@@ -210,15 +216,18 @@ def _merge_edges(edges: list[Edge]) -> list[Edge]:
     return [Edge(s, d, w) for (s, d), w in acc.items()]
 
 
-def parse_spec(text: str, cat: catalog.Catalog | None = None) -> Spec:
+def parse_spec(text: str, cat: catalog.Catalog | None = None, complete: bool = False) -> Spec:
     """Parse and resolve spec text against an NF catalogue (default: the library's);
-    raise SpecError with every diagnostic if it is bad."""
+    raise SpecError with every diagnostic if it is bad. With complete, every NF must be given
+    its required arguments too (catalog.check_args)."""
     tree, errors = parse_tree(text)
     if errors:
         # Syntax errors only: resolving a tree with holes in it adds noise such as "unbound
         # flow" for a flow whose chain line did not parse.
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
-    spec = _Resolver(tree, errors, cat or catalog.library()).resolve()
+    resolver = _Resolver(tree, errors, cat or catalog.library(), complete)
+    spec = resolver.resolve()
+    errors = errors or resolver.incomplete
     if errors:
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
     if not spec.chains:

@@ -33,6 +33,9 @@ BAD_EXPRESSIONS = [
     ("ACL(rules=[{'proto': 'sctp'}])", "rules=", "rules[0].proto"),
     ("ACL(rules={'dst_ip': '198.18.0.0/16'})", "rules=", "expected a list"),
     ("NAT(external_ip='198.18.0.1', port_range=[0, 2])", "port_range=", "out of range"),
+    # a deployed chain's NFs run with these arguments: the required ones must be there
+    ("Tunnel -> IPv4Fwd(routes=[])", "Tunnel", "NF tunnel: argument vlan: missing"),
+    ("Tunnel(vlan=7) -> NAT(external_ip='198.18.0.1')", "NAT(", "NF nat: argument port_range: missing"),
 ]
 
 
@@ -103,10 +106,11 @@ def test_parse_of_a_chain_source_returns_its_typed_slo_and_checked_nf_arguments(
 
 def test_place_names_chains_and_reasons_by_function_name(stub, examples):
     topo = (examples / "topology.yaml").read_text()
-    chains = [pb.ChainSource(name="web-1", expression="ACL -> NAT", slo="t_min=1Mbps"),
-              pb.ChainSource(name="web-2", expression="Tunnel(vlan=7) -> NAT", slo="p99=500us,t_min=1Mbps")]
+    nat = "NAT(external_ip='198.18.100.1', port_range=[1024, 65535])"
+    chains = [pb.ChainSource(name="web-1", expression="Tunnel(vlan=5)", slo="t_min=1Mbps"),
+              pb.ChainSource(name="web-2", expression="Tunnel(vlan=7) -> " + nat, slo="p99=500us,t_min=1Mbps")]
     p = stub.Place(pb.PlaceRequest(chains=chains, topology_yaml=topo), timeout=30)
     assert p.ok and p.feasible and sorted(c.name for c in p.chains) == ["web-1", "web-2"]
-    full = stub.Place(pb.PlaceRequest(chains=[pb.ChainSource(name="big-one", expression="ACL -> NAT", slo="t_min=5000Gbps")],
+    full = stub.Place(pb.PlaceRequest(chains=[pb.ChainSource(name="big-one", expression=nat, slo="t_min=5000Gbps")],
                                       topology_yaml=topo), timeout=30)
     assert full.ok and not full.feasible and "big-one" in full.reason and "c0" not in full.reason
