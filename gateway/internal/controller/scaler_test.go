@@ -13,18 +13,11 @@ import (
 	"github.com/openfaas/faas-provider/types"
 )
 
-// fixedModeler models every chain with one profile.
-type fixedModeler struct {
-	prof *policy.Profile
-	err  error
-}
+// noCosts is a modeler without NF costs: it models no chain.
+type noCosts struct{}
 
-func (m fixedModeler) Model(name string, _ []string, p99us float64) (*policy.Model, error) {
-	if m.err != nil {
-		return nil, m.err
-	}
-	return &policy.Model{Chain: policy.Chain{Name: name, MaxPps: m.prof.MaxPps, Threshold: policy.Keel().ThresholdFor(m.prof, p99us)},
-		Profile: m.prof}, nil
+func (noCosts) Model(string, []string, float64) (*policy.Model, error) {
+	return nil, errors.New("no costs")
 }
 
 func chainFn(name string, p99 float64) *chain.Function {
@@ -34,7 +27,7 @@ func chainFn(name string, p99 float64) *chain.Function {
 
 func Test_a_chain_without_a_model_is_served_and_the_controller_says_so_once(t *testing.T) {
 	var logged []string
-	s := &Controller{Policy: policy.Keel(), Modeler: fixedModeler{err: errors.New("no costs")},
+	s := &Controller{Policy: policy.Keel(), Modeler: noCosts{},
 		Logf: func(f string, a ...any) { logged = append(logged, f) }}
 	for range 3 {
 		if m, err := s.model(chainFn("c", 10)); err != nil || m.Chain.Threshold != s.Policy.FixedThreshold {
