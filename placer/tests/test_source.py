@@ -92,15 +92,17 @@ def test_a_bare_number_is_refused_in_the_annotation_and_in_the_language():
     assert with_units == lang.chains[0].slo
 
 
-def test_parse_of_a_chain_source_returns_its_typed_slo_and_checked_nf_arguments(stub):
-    r = stub.Parse(pb.ParseRequest(chain=pb.ChainSource(name="chain-2", expression=ACL_NAT, slo="p99=100us,t_min=10Mbps")),
-                   timeout=10)
-    assert r.ok and [c.name for c in r.chains] == ["chain-2"]
-    c = r.chains[0]
-    assert (c.d_max_us, c.t_min_gbps, c.t_max_gbps) == pytest.approx((100, 0.01, 0))
-    assert [(n.nf, json.loads(n.args_json)) for n in c.nodes] == [
+def test_one_place_request_returns_the_typed_slo_checked_nf_arguments_and_placement(stub, examples):
+    topo = (examples / "topology.yaml").read_text()
+    src = pb.ChainSource(name="chain-2", expression=ACL_NAT, slo="p99=100us,t_min=10Mbps")
+    r = stub.Place(pb.PlaceRequest(chains=[src], topology_yaml=topo), timeout=30)
+    assert r.ok and r.feasible and [g.name for g in r.graphs] == [c.name for c in r.chains] == ["chain-2"]
+    g = r.graphs[0]
+    assert (g.d_max_us, g.t_min_gbps, g.t_max_gbps) == pytest.approx((100, 0.01, 0))
+    assert [(n.nf, json.loads(n.args_json)) for n in g.nodes] == [
         ("acl", {"rules": [{"dst_ip": "198.19.9.0/24"}]}), ("nat", {"external_ip": "198.18.100.1", "port_range": [1024, 65535]})]
-    r = stub.Parse(pb.ParseRequest(chain=pb.ChainSource(name="chain-2", expression="Tunnel(tag=7)", slo="p99=100")), timeout=10)
+    bad = pb.ChainSource(name="chain-2", expression="Tunnel(tag=7)", slo="p99=100")
+    r = stub.Place(pb.PlaceRequest(chains=[bad], topology_yaml=topo), timeout=10)
     assert not r.ok and [(e.chain, e.field, e.column) for e in r.errors] == [("chain-2", SLO_FIELD, 1)]
 
 

@@ -297,34 +297,13 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	if err != nil {
 		return nil, nil, err
 	}
-	// The placer parses the chain once, by its annotations: its expression, its SLO and its
-	// NFs' arguments (against the NF catalogue's schemas), and says where in them it is wrong.
-	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Chain: source(c), TenantNfsJson: tenantJSON})
-	if err != nil {
-		return nil, nil, fmt.Errorf("placer Parse: %w", err)
-	}
-	if !pr.Ok {
-		return nil, nil, placerError(pr.Errors)
-	}
-	if len(pr.Chains) != 1 {
-		return nil, nil, fmt.Errorf("placer Parse: %d chains for one", len(pr.Chains))
-	}
-	c.SLO = sloOf(pr.Chains[0])
-	for _, n := range pr.Chains[0].Nodes {
-		c.NFs = append(c.NFs, n.Name)
-	}
-	c.Secrets = append([]string(nil), fd.Secrets...)
-	sort.Strings(c.Secrets)
-	if c.NFConfigs, err = v.configure(ctx, pr.Chains[0].Nodes, tenants, c.Secrets); err != nil {
-		return nil, nil, err
-	}
-
-	// The deployed chains after the new one: an expression the placer reads past its end
-	// (none should, as each was parsed alone at its deploy) reaches theirs, not the new one's.
-	all := append(append([]*Chain(nil), others...), c)
+	// One request: the placer parses the deployed chains and the new one (last: an expression
+	// it reads past its end reaches no other's) by their annotations, checks their NFs'
+	// arguments against the NF catalogue's schemas, says where in the user's text it is
+	// wrong, and places them all.
 	var sources []*pb.ChainSource
 	known := map[string]bool{}
-	for _, o := range all {
+	for _, o := range append(append([]*Chain(nil), others...), c) {
 		sources = append(sources, source(o))
 		known[o.Name] = true
 	}
@@ -338,9 +317,22 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	}
 	if !pl.Ok {
 		if len(pl.Errors) > 0 {
-			return nil, nil, placerError(pl.Errors)
+			return nil, nil, placerError(c.Name, pl.Errors)
 		}
 		return nil, nil, fmt.Errorf("placer rejected the topology: %s", pl.InputError)
+	}
+	if len(pl.Graphs) != len(sources) || pl.Graphs[len(sources)-1].Name != c.Name {
+		return nil, nil, fmt.Errorf("placer Place: %d parsed chains for %d, the last not %s", len(pl.Graphs), len(sources), c.Name)
+	}
+	g := pl.Graphs[len(sources)-1]
+	c.SLO = sloOf(g)
+	for _, n := range g.Nodes {
+		c.NFs = append(c.NFs, n.Name)
+	}
+	c.Secrets = append([]string(nil), fd.Secrets...)
+	sort.Strings(c.Secrets)
+	if c.NFConfigs, err = v.configure(ctx, g.Nodes, tenants, c.Secrets); err != nil {
+		return nil, nil, err
 	}
 	if !pl.Feasible {
 		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, pl.Reason)
@@ -516,18 +508,21 @@ func source(c *Chain) *pb.ChainSource {
 	return &pb.ChainSource{Name: c.Name, Expression: c.Spec, Slo: c.SLOText}
 }
 
-// placerError is the placer's first error, named by the annotation it is in and its column
-// there (the placer's own account, in the user's text).
-func placerError(errs []*pb.SpecError) error {
+// placerError is the placer's first error in chain name, named by the annotation it is in and
+// its column there (the placer's own account, in the user's text); an error in another
+// (deployed) chain is not the user's input.
+func placerError(name string, errs []*pb.SpecError) error {
+	for _, e := range errs {
+		if e.Chain != name {
+			continue
+		}
+		if e.Column > 0 {
+			return invalid("annotations."+e.Field, "column %d: %s", e.Column, e.Message)
+		}
+		return invalid("annotations."+e.Field, "%s", e.Message)
+	}
 	e := errs[0]
-	field := e.Field
-	if field == "" {
-		field = AnnotationChain
-	}
-	if e.Column > 0 {
-		return invalid("annotations."+field, "column %d: %s", e.Column, e.Message)
-	}
-	return invalid("annotations."+field, "%s", e.Message)
+	return fmt.Errorf("placer: deployed chain %s no longer parses (annotation %s, column %d): %s", e.Chain, e.Field, e.Column, e.Message)
 }
 
 func fromProto(pc *pb.PlacedChain) Placement {

@@ -16,8 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// fakePlacer records the chains it is sent and answers with canned responses: place's chain
-// "NEW" is the request's last chain (the one being deployed), "OLD0", "OLD1", ... the others.
+// fakePlacer records the chains it is sent and answers Place with canned responses: parse is
+// how it parses the request's last chain (the one being deployed), place's chain "NEW" is
+// where it places it, "OLD0", "OLD1", ... the others.
 type fakePlacer struct {
 	parse   *pb.ParseResponse
 	place   *pb.PlaceResponse
@@ -28,11 +29,8 @@ type fakePlacer struct {
 	called  int
 }
 
-func (f *fakePlacer) Parse(_ context.Context, in *pb.ParseRequest, _ ...grpc.CallOption) (*pb.ParseResponse, error) {
-	f.sources = append(f.sources, []*pb.ChainSource{in.Chain})
-	f.tenants = append(f.tenants, in.TenantNfsJson)
-	f.called++
-	return f.parse, nil
+func (f *fakePlacer) Parse(context.Context, *pb.ParseRequest, ...grpc.CallOption) (*pb.ParseResponse, error) {
+	return nil, errors.New("the gateway deploys with one Place request")
 }
 
 func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.CallOption) (*pb.PlaceResponse, error) {
@@ -40,10 +38,26 @@ func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.Cal
 	f.tenants = append(f.tenants, in.TenantNfsJson)
 	f.refines = append(f.refines, in.Refine)
 	f.called++
-	if f.placeFn != nil {
-		return f.placeFn(in), nil
+	if !f.parse.Ok {
+		return &pb.PlaceResponse{Errors: f.parse.Errors}, nil
 	}
-	out := proto.Clone(f.place).(*pb.PlaceResponse)
+	var graphs []*pb.ChainGraph
+	for i, c := range in.Chains {
+		g := &pb.ChainGraph{Name: c.Name}
+		if i == len(in.Chains)-1 {
+			g = proto.Clone(f.parse.Chains[0]).(*pb.ChainGraph)
+			g.Name = c.Name
+		}
+		graphs = append(graphs, g)
+	}
+	out := f.place
+	if f.placeFn != nil {
+		out = f.placeFn(in)
+	}
+	out = proto.Clone(out).(*pb.PlaceResponse)
+	if out.Ok {
+		out.Graphs = graphs
+	}
 	for _, c := range out.Chains {
 		var i int
 		if c.Name == "NEW" {
@@ -132,15 +146,15 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	if c.Summary() != "acl@switch -> nat@server:w1" {
 		t.Fatalf("summary %q", c.Summary())
 	}
-	// Each chain goes to the placer as its annotations say it, by its own name: the new one
-	// alone to Parse, then after the deployed ones to Place.
-	parse := []*pb.ChainSource{{Name: "nat-chain", Expression: goodChain, Slo: "p99=100us,t_min=1Gbps"}}
-	place := []*pb.ChainSource{{Name: "older", Expression: "Tunnel", Slo: "t_min=1Gbps"}, parse[0]}
-	if fmt.Sprint(fp.sources[0]) != fmt.Sprint(parse) || fmt.Sprint(fp.sources[1]) != fmt.Sprint(place) {
-		t.Errorf("the placer was sent %v, want %v then %v", fp.sources, parse, place)
+	// Each chain goes to the placer as its annotations say it, by its own name, in one
+	// request: the deployed ones, then the new one.
+	place := []*pb.ChainSource{{Name: "older", Expression: "Tunnel", Slo: "t_min=1Gbps"},
+		{Name: "nat-chain", Expression: goodChain, Slo: "p99=100us,t_min=1Gbps"}}
+	if len(fp.sources) != 1 || fmt.Sprint(fp.sources[0]) != fmt.Sprint(place) {
+		t.Errorf("the placer was sent %v, want one request of %v", fp.sources, place)
 	}
 	wantTenants := `[{"name":"ttlguard","help":"drops low TTLs","args":[{"name":"min_ttl","type":"integer","doc":"lowest TTL","minimum":1,"maximum":255}],"cycles":300,"stateful":false}]`
-	if fp.tenants[0] != wantTenants || fp.tenants[1] != wantTenants {
+	if len(fp.tenants) != 1 || fp.tenants[0] != wantTenants {
 		t.Errorf("tenant NFs sent to the placer:\n%s\nwant\n%s", fp.tenants, wantTenants)
 	}
 	// acl runs on the switch; nat, the server NF, is the instance's one member
