@@ -159,34 +159,28 @@ func (p *Provider) drainInstances(ctx context.Context, old *chain.Function) erro
 		}
 		again := false
 		for _, in := range insts {
+			var err error
+			kind := pb.WatchEvent_INSTANCE_CHANGED
 			switch {
 			case in.Draining:
+				continue
 			case in.State == store.Attached && in.Flows > 0:
 				in.Draining, in.DrainUntil, in.Runs = true, until, runs
 				in.Why = fmt.Sprintf("draining: the chain was redeployed; keeps its flow(s) on the previous version, takes no new ones, "+
 					"removed when they end or at %s", until.Format(time.TimeOnly))
-				err := p.Store.UpdateSpec(ctx, in, false)
-				if errors.Is(err, store.ErrGone) {
-					continue
-				} else if errors.Is(err, store.ErrStale) {
-					again = true
-					continue
-				} else if err != nil {
-					return err
-				}
-				p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in.Proto()})
+				err = p.Store.UpdateSpec(ctx, in, false)
 			default:
 				// Removed only while it has no flow: one assigned meanwhile makes it drain.
-				err := p.Store.DeleteInstance(ctx, in, true)
-				if errors.Is(err, store.ErrGone) {
-					continue
-				} else if errors.Is(err, store.ErrStale) {
-					again = true
-					continue
-				} else if err != nil {
-					return err
-				}
-				p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: in.Proto()})
+				kind, err = pb.WatchEvent_INSTANCE_REMOVED, p.Store.DeleteInstance(ctx, in, true)
+			}
+			switch {
+			case errors.Is(err, store.ErrGone):
+			case errors.Is(err, store.ErrStale):
+				again = true // read it again: a flow or an attach came meanwhile
+			case err != nil:
+				return err
+			default:
+				p.Hub.Publish(&pb.WatchEvent{Kind: kind, Instance: in.Proto()})
 			}
 		}
 		if !again {
