@@ -9,7 +9,8 @@ package store
 //     VLAN, VF port, state, core, batch, overload and drain marks. Two parts of the gateway
 //     write it, the provider (create, drain, remove) and the controller (attach, detach, move,
 //     batch, overload), so every write is a compare-and-set on its generation (Gen), checked
-//     and bumped by a Lua script: a writer that read an older spec gets ErrStale and reads
+//     and bumped by a Lua script (a record of before this layout, without one, counts as
+//     generation 0): a writer that read an older spec gets ErrStale and reads
 //     again, never overwriting the other's change.
 //   - status, keel:status:<chain> (id -> JSON instanceStatus): what the instance's agent
 //     reports (phase, restarts, rates, counters). One writer: the agent's stats stream.
@@ -185,7 +186,7 @@ var (
 	specCAS = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
-if tostring(cjson.decode(cur).gen) ~= ARGV[2] then return -1 end
+if tostring(cjson.decode(cur).gen or 0) ~= ARGV[2] then return -1 end
 if ARGV[4] == 'idle' and redis.call('SCARD', KEYS[2]) > 0 then return -2 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1
@@ -215,7 +216,7 @@ if ARGV[1] == 'release' then
 end
 local cur = redis.call('HGET', KEYS[1], ARGV[5])
 if not cur then return 0 end
-if tostring(cjson.decode(cur).gen) ~= ARGV[6] then return -1 end
+if tostring(cjson.decode(cur).gen or 0) ~= ARGV[6] then return -1 end
 if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], ARGV[5], ARGV[7]) end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
@@ -227,7 +228,7 @@ return redis.call('SCARD', KEYS[2])
 	instanceDelete = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
-if ARGV[2] ~= '' and tostring(cjson.decode(cur).gen) ~= ARGV[2] then return -1 end
+if ARGV[2] ~= '' and tostring(cjson.decode(cur).gen or 0) ~= ARGV[2] then return -1 end
 if ARGV[4] == 'idle' and redis.call('SCARD', KEYS[3]) > 0 then return -2 end
 for _, k in ipairs(redis.call('SMEMBERS', KEYS[3])) do redis.call('HDEL', KEYS[4], k) end
 redis.call('DEL', KEYS[3])

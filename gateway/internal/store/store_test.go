@@ -140,3 +140,24 @@ func Test_DeleteOrphanState_deletes_the_state_of_chains_no_longer_deployed(t *te
 		t.Errorf("second pass: %d, %v", n, err)
 	}
 }
+
+// An instance written before spec and status were apart (one JSON without a generation) is
+// generation 0: the gateway that reads it after an upgrade can change it.
+func Test_an_instance_of_the_old_layout_is_generation_0(t *testing.T) {
+	srv := testredis.Start(t)
+	st := srv.Store(t)
+	ctx := context.Background()
+	c := raw(t, srv)
+	old := `{"id":"chain3/0","chain":"chain3","worker":"local","vlan":100,"state":"pooled","core":-1,"phase":"ready","flows":0}`
+	if err := c.HSet(ctx, "keel:instances:chain3", "chain3/0", old).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := st.Instance(ctx, "chain3", "chain3/0")
+	if err != nil || in == nil || in.Gen != 0 {
+		t.Fatalf("read %+v, %v; want generation 0", in, err)
+	}
+	in.State, in.Core = store.Attached, 1
+	if err := st.UpdateSpec(ctx, in, false); err != nil || in.Gen != 1 {
+		t.Fatalf("UpdateSpec of the old record: %v (generation %d), want it written as generation 1", err, in.Gen)
+	}
+}
