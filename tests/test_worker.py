@@ -238,6 +238,6 @@ def test_remove_leaves_no_container_port_group_or_key(deployed):
                                                    if p.startswith("keelvf")], timeout=30)
     assert not re.search(r"^\d+: keelvf", sh("ip", "-o", "link", "show").stdout, re.M)
     keys = redis("--scan", "--pattern", "keel:*")
-    assert not [k for k in keys if k.startswith(("keel:instances:", "keel:state:"))], keys
+    assert not [k for k in keys if k.startswith(("keel:instances:", "keel:status:", "keel:instflows:", "keel:state:"))], keys
     assert coopsched_groups() == []
 

@@ -248,9 +248,9 @@ def check_fields(fields: Iterable[Mapping[str, Any]], values: Mapping[str, Any],
 def check_args(kind: NFKind, args: Mapping[str, Any]) -> str | None:
     """Return a message naming the first bad argument of an NF instance, or None.
 
-    Arguments are checked by name and value against the catalogue; a required argument
-    left out is not an error here (placement needs costs, not configurations): the gateway
-    insists on complete configurations when it deploys a chain.
+    Arguments are checked by name and value against the catalogue; a required argument left
+    out is not an error here (placement needs costs, not configurations: Lemur's examples
+    name bare NFs), but is for a chain that will run (missing_args).
     """
     by_name = {a["name"]: a for a in kind.args}
     for key, value in args.items():
@@ -261,6 +261,14 @@ def check_args(kind: NFKind, args: Mapping[str, Any]) -> str | None:
         msg = check_value(spec, value, key)
         if msg:
             return f"bad argument '{key}' for {kind.name}: {msg.removeprefix(key + ': ')}"
+    return None
+
+
+def missing_args(kind: NFKind, args: Mapping[str, Any]) -> str | None:
+    """Return a message naming the first required argument of an NF instance left out, or None."""
+    for a in kind.args:
+        if a.get("required") and a["name"] not in args:
+            return f"NF {kind.name}: argument {a['name']}: missing (required: {a.get('doc', a['type'])})"
     return None
 
 

@@ -15,6 +15,7 @@ from .catalog import Catalog, CatalogError, ProfileError, library, load_profiles
 from .lang import SpecError
 from .pattern import Problem
 from .refine import RefineError, parse_steps, refine
+from .source import Source, SourceError, parse_sources
 from .spec import parse_spec
 from .topology import TopologyError, parse_topology_text
 
@@ -28,6 +29,27 @@ except ImportError as e:  # pragma: no cover - only without `make build`
 
 def _errors(e: SpecError) -> list:
     return [pb.SpecError(line=d.line, column=d.col, message=d.message) for d in e.diagnostics]
+
+
+def _user_errors(e: SourceError) -> list:
+    return [pb.SpecError(column=u.column, message=u.message, chain=u.chain, field=u.field) for u in e.errors]
+
+
+def _spec(text: str, sources, cat: Catalog):
+    """The spec of a Place request: its chain sources when it has any, else its text."""
+    if sources:
+        return parse_sources([Source(c.name, c.expression, c.slo) for c in sources], cat)
+    return parse_spec(text, cat)
+
+
+def _graph(g) -> pb.ChainGraph:
+    return pb.ChainGraph(
+        name=g.name, flow=g.flow, t_min_gbps=g.slo.t_min,
+        t_max_gbps=0.0 if math.isinf(g.slo.t_max) else g.slo.t_max,
+        d_max_us=g.slo.d_max or 0.0,
+        nodes=[pb.NfNode(id=n.id, name=n.name, nf=n.nf, args_json=json.dumps(n.args), weight=n.weight)
+               for n in g.nodes],
+        edges=[pb.NfEdge(src=e.src, dst=e.dst, weight=e.weight) for e in g.edges])
 
 
 def _catalog(tenant_nfs_json: str) -> Catalog:
@@ -53,23 +75,16 @@ class PlacerService(pb_grpc.PlacerServicer):
             return pb.ParseResponse(ok=False, errors=_errors(e))
         except CatalogError as e:
             return pb.ParseResponse(ok=False, errors=[pb.SpecError(line=0, column=0, message=str(e))])
-        chains = []
-        for g in spec.chains:
-            chains.append(pb.ChainGraph(
-                name=g.name, flow=g.flow, t_min_gbps=g.slo.t_min,
-                t_max_gbps=0.0 if math.isinf(g.slo.t_max) else g.slo.t_max,
-                d_max_us=g.slo.d_max or 0.0,
-                nodes=[pb.NfNode(id=n.id, name=n.name, nf=n.nf, args_json=json.dumps(n.args),
-                                 weight=n.weight) for n in g.nodes],
-                edges=[pb.NfEdge(src=e.src, dst=e.dst, weight=e.weight) for e in g.edges]))
-        return pb.ParseResponse(ok=True, chains=chains)
+        return pb.ParseResponse(ok=True, chains=[_graph(g) for g in spec.chains])
 
     def Place(self, request, context):
         try:
             cat = _catalog(request.tenant_nfs_json)
-            spec = parse_spec(request.spec, cat)
+            spec = _spec(request.spec, request.chains, cat)
         except SpecError as e:
             return pb.PlaceResponse(ok=False, errors=_errors(e))
+        except SourceError as e:
+            return pb.PlaceResponse(ok=False, errors=_user_errors(e))
         except CatalogError as e:
             return pb.PlaceResponse(ok=False, input_error=str(e))
         algo = request.algo or "heuristic"
@@ -86,6 +101,7 @@ class PlacerService(pb_grpc.PlacerServicer):
         pl = run(problem, algo)
         report = json.dumps(refine(problem, pl, steps)) if steps else ""
         return pb.PlaceResponse(
+            graphs=[_graph(g) for g in spec.chains] if request.chains else [],
             refine_json=report,
             ok=True, feasible=pl.feasible, algo=pl.algo, seconds=pl.seconds,
             marginal_gbps=pl.marginal_gbps, switch_stages_used=pl.stages_used,

@@ -21,26 +21,32 @@ _RATE_SCALE = {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}
 _TIME_SCALE = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 
 
+# A rate or a delay always has its unit: a bare number (500, or '500' in com.keel.slo) is
+# refused, in the chain language's @ {...} as in the com.keel.slo annotation (source.py),
+# since nothing says whether 500 is Mbps or Gbps.
+
+
 def parse_rate(v: Any) -> float | None:
-    """Gbps from '1.1Gbps', '500Mbps' or a bare number of Gbps; None if malformed."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) if v >= 0 else None
+    """Gbps from '1.1Gbps' or '500Mbps'; None if malformed or without its unit."""
     m = _RATE.match(v) if isinstance(v, str) else None
     return float(m.group(1)) * _RATE_SCALE[m.group(2).lower()] if m else None
 
 
 def parse_time(v: Any) -> float | None:
-    """Microseconds from '45us', '0.1ms' or a bare number of microseconds; None if malformed."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) if v > 0 else None
+    """Microseconds from '45us' or '0.1ms' (positive); None if malformed or without its unit."""
     m = _TIME.match(v) if isinstance(v, str) else None
-    return float(m.group(1)) * _TIME_SCALE[m.group(2).lower()] if m else None
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * _TIME_SCALE[m.group(2).lower()]
 
 
 class _Resolver:
-    def __init__(self, tree: SpecTree, errors: list[Diagnostic], cat: catalog.Catalog):
+    def __init__(self, tree: SpecTree, errors: list[Diagnostic], cat: catalog.Catalog, complete: bool = False):
         self.tree = tree
         self.cat = cat
+        self.complete = complete
+        # required arguments left out (with complete): told only when nothing else is wrong
+        self.incomplete: list[Diagnostic] = []
         self.errors = errors
         self.funcs = {}
         self.chains: dict[str, ChainDef] = {}
@@ -67,6 +73,9 @@ class _Resolver:
             bad = next((k for k in (call.args or {}) if msg.startswith(f"bad argument '{k}'")), None)
             self.err(call.arg_pos.get(bad, call.pos) if bad else call.pos, msg)
             return None
+        missing = catalog.missing_args(kind, call.args or {}) if self.complete else None
+        if missing:
+            self.incomplete.append(Diagnostic(call.pos.line, call.pos.col, missing))
         return kind
 
     def build(self, name: str, flow: str, flowspec: list, slo: SLO, expr: ChainExpr) -> ChainGraph | None:
@@ -152,7 +161,7 @@ class _Resolver:
         if unknown:
             self.err(pos, f"unknown SLO key '{sorted(unknown, key=str)[0]}' (expected t_min, t_max, d_max)")
             return None
-        t_min = parse_rate(b.slo.get("t_min", 0))
+        t_min = parse_rate(b.slo["t_min"]) if "t_min" in b.slo else 0.0
         t_max = parse_rate(b.slo["t_max"]) if "t_max" in b.slo else math.inf
         d_max = parse_time(b.slo["d_max"]) if "d_max" in b.slo else None
         for key, val in (("t_min", t_min), ("t_max", t_max)):
@@ -207,15 +216,18 @@ def _merge_edges(edges: list[Edge]) -> list[Edge]:
     return [Edge(s, d, w) for (s, d), w in acc.items()]
 
 
-def parse_spec(text: str, cat: catalog.Catalog | None = None) -> Spec:
+def parse_spec(text: str, cat: catalog.Catalog | None = None, complete: bool = False) -> Spec:
     """Parse and resolve spec text against an NF catalogue (default: the library's);
-    raise SpecError with every diagnostic if it is bad."""
+    raise SpecError with every diagnostic if it is bad. With complete, every NF must be given
+    its required arguments too (catalog.check_args)."""
     tree, errors = parse_tree(text)
     if errors:
         # Syntax errors only: resolving a tree with holes in it adds noise such as "unbound
         # flow" for a flow whose chain line did not parse.
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
-    spec = _Resolver(tree, errors, cat or catalog.library()).resolve()
+    resolver = _Resolver(tree, errors, cat or catalog.library(), complete)
+    spec = resolver.resolve()
+    errors = errors or resolver.incomplete
     if errors:
         raise SpecError(sorted(set(errors), key=lambda d: (d.line, d.col, d.message)))
     if not spec.chains:

@@ -65,7 +65,7 @@ def test_nested_branches_pass_through_and_funcs(examples):
 
 def test_multiline_comments_and_hex_literals():
     spec = parse_spec("/* a\n comment */ flow f = [{'vlan': 0x1}] // tail\n"
-                      "chain c = ACL(rules=[{'dst_ip':'10.0.0.0/8','drop': False}])\nf:c @ {'t_min': 500}\n")
+                      "chain c = ACL(rules=[{'dst_ip':'10.0.0.0/8','drop': False}])\nf:c @ {'t_min': '500Gbps'}\n")
     assert spec.chains[0].flowspec == [{"vlan": 1}]
     assert spec.chains[0].nodes[0].args["rules"][0]["drop"] is False
     assert spec.chains[0].slo.t_min == 500

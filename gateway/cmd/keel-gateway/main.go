@@ -22,6 +22,7 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/containers"
 	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/controller"
 	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/credentials"
 	"github.com/keel-nfv/keel/gateway/internal/events"
@@ -137,8 +138,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
 		"coopsched does not manage, so an application never takes a chain's core (\"\" = any CPU)")
 	fs.BoolVar(&o.noAuth, "no-auth", false, "serve the REST API without basic auth")
-	fs.DurationVar(&o.loadWindow, "scale-load-window", control.DefaultLoadWindow, "normal functions: the window their load (calls per second, calls in flight, CPU) is averaged over")
-	fs.DurationVar(&o.downWindow, "scale-down-window", control.DefaultDownWindow, "normal functions: how long fewer replicas must be asked for before a function is scaled\n"+
+	fs.DurationVar(&o.loadWindow, "scale-load-window", controller.DefaultLoadWindow, "normal functions: the window their load (calls per second, calls in flight, CPU) is averaged over")
+	fs.DurationVar(&o.downWindow, "scale-down-window", controller.DefaultDownWindow, "normal functions: how long fewer replicas must be asked for before a function is scaled\n"+
 		"down to them (scale-up is immediate; a faas-cli scale or deploy also holds this long)")
 	fs.Float64Var(&o.rpsTarget, "scale-rps-target", fnscale.OpenFaaS().Target[fnscale.RPS], "normal functions: calls per second per replica when com.openfaas.scale.type=rps (the default\n"+
 		"type) and no com.openfaas.scale.target is set (OpenFaaS CE's alert threshold; OpenFaaS Pro uses 50)")
@@ -372,17 +373,20 @@ func run(o *options) error {
 	if freq == 0 {
 		freq = table.TscHz
 	}
-	modeler := &control.CostModeler{Costs: table, ProfileDir: o.profiles, PacketBytes: o.packetBytes, FreqHz: freq}
-	cs := &control.Server{Store: st, Provider: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
-		OnDecision: func(d control.Decision) { m.Decision(d.Kind, d.Reason) }}
-	p.CheckChain = cs.CheckChain
-	fsc := &control.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
-		OnDecision: cs.Record, Logf: log.Printf}
-	cs.Functions, p.OnReplicas = fsc, fsc.Heard
+	// One model of a chain's cost and latency: the provider refuses at deploy an SLO the
+	// controller could not meet, the controller sizes thresholds and batches by it.
+	modeler := &costs.Modeler{Costs: table, Policy: pol, ProfileDir: o.profiles, PacketBytes: o.packetBytes, FreqHz: freq}
+	p.Models = modeler
+	ctl := &controller.Controller{Store: st, Pool: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
+		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) }}
+	fsc := &controller.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
+		OnDecision: ctl.Record, Logf: log.Printf}
+	ctl.Functions, p.OnReplicas = fsc, fsc.Heard
+	cs := &control.Server{Store: st, Controller: ctl, Hub: hub, Secrets: p.Secrets}
 	log.Printf("controller: NF costs from %s; chains sized for %d-byte packets on %.2f GHz cores; idle pool %d..%d per chain",
 		table.Source, o.packetBytes, freq/1e9, o.pool, o.poolMax)
 	pb.RegisterControlServer(gs, cs)
-	go cs.Run(ctx, o.scalePeriod)
+	go ctl.Run(ctx, o.scalePeriod)
 	if o.torctl != "" {
 		tc, err := grpc.NewClient(o.torctl, grpc.WithTransportCredentials(insecure.NewCredentials()), controltoken.WithToken(token))
 		if err != nil {
@@ -393,9 +397,9 @@ func run(o *options) error {
 		go cs.FollowTor(ctx, tor, log.Printf)
 		// Expiries reported while the stream was down are found by listing both sides, once
 		// per flow idle timeout of torctl (10 s).
-		go cs.SyncFlows(ctx, tor, 10*time.Second, log.Printf)
+		go ctl.SyncFlows(ctx, tor, 10*time.Second, log.Printf)
 	}
-	view := &ui.View{Source: st, Decisions: cs.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
+	view := &ui.View{Source: ui.StoreSource{Store: st}, Decisions: ctl.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
 		OnSample: func(t ui.Topology) {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}
@@ -435,7 +439,7 @@ func run(o *options) error {
 // normal functions (they would hide the upstream's of the same name and run nowhere), and
 // logs whether the upstream answers now (it may start later: each call says if it is down).
 func checkUpstreamMode(ctx context.Context, st *store.Store, up *upstream.Provider) error {
-	all, err := st.List(ctx)
+	all, err := store.List[chain.Function](ctx, st)
 	if err != nil {
 		return err
 	}

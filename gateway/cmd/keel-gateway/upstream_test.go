@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/keel-nfv/keel/gateway/internal/upstream"
 	"github.com/keel-nfv/keel/internal/testapiserver"
@@ -98,7 +97,7 @@ func Test_faas_cli_through_keel_gateway_with_an_upstream_provider(t *testing.T) 
 func Test_checkUpstreamMode_refuses_a_store_that_holds_normal_functions(t *testing.T) {
 	ctx := context.Background()
 	st := testredis.Store(t)
-	for _, f := range []*store.Function{
+	for _, f := range []*chain.Function{
 		{Deployment: types.FunctionDeployment{Service: "hello"}},
 		{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard"}},
 	} {

@@ -325,14 +325,6 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	c.Spec = strings.TrimSpace(ann[AnnotationChain])
 	c.Filter = strings.TrimSpace(ann[AnnotationFilter])
 	c.SLOText = strings.TrimSpace(ann[AnnotationSLO])
-	if strings.Contains(c.Spec, "\n") {
-		return nil, nil, invalid("annotations."+AnnotationChain, "must be one line")
-	}
-	slo, err := ParseSLO(c.SLOText)
-	if err != nil {
-		return nil, nil, invalid("annotations."+AnnotationSLO, "%v", err)
-	}
-	c.SLO = slo
 	flt, err := pcapfilter.Compile(c.Filter)
 	if err != nil {
 		return nil, nil, invalid("annotations."+AnnotationFilter, "%q is not a valid pcap filter: %v", c.Filter, err)
@@ -354,43 +346,45 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	if err != nil {
 		return nil, nil, err
 	}
-	pr, err := v.Placer.Parse(ctx, &pb.ParseRequest{Spec: chainSpec(0, c), TenantNfsJson: tenantJSON})
-	if err != nil {
-		return nil, nil, fmt.Errorf("placer Parse: %w", err)
-	}
-	if !pr.Ok {
-		return nil, nil, specError(pr.Errors)
-	}
-	for _, n := range pr.Chains[0].Nodes {
-		c.NFs = append(c.NFs, n.Name)
-	}
-	c.Secrets = append([]string(nil), fd.Secrets...)
-	sort.Strings(c.Secrets)
-	if c.NFConfigs, err = v.configure(ctx, pr.Chains[0].Nodes, tenants, c.Secrets); err != nil {
-		return nil, nil, err
-	}
-
-	all := append([]*Chain{c}, others...)
-	var b strings.Builder
-	for i, o := range all {
-		b.WriteString(chainSpec(i, o))
+	// One request: the placer parses the deployed chains and the new one (last: an expression
+	// it reads past its end reaches no other's) by their annotations, checks their NFs'
+	// arguments against the NF catalogue's schemas, says where in the user's text it is
+	// wrong, and places them all.
+	var sources []*pb.ChainSource
+	known := map[string]bool{}
+	for _, o := range append(append([]*Chain(nil), others...), c) {
+		sources = append(sources, source(o))
+		known[o.Name] = true
 	}
 	refine := ""
 	if WantsRefine(v.Topology) {
 		refine = RefineAll
 	}
-	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: b.String(), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON, Refine: refine})
+	pl, err := v.Placer.Place(ctx, &pb.PlaceRequest{Chains: sources, TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON, Refine: refine})
 	if err != nil {
 		return nil, nil, fmt.Errorf("placer Place: %w", err)
 	}
 	if !pl.Ok {
 		if len(pl.Errors) > 0 {
-			return nil, nil, specError(pl.Errors)
+			return nil, nil, placerError(c.Name, pl.Errors)
 		}
 		return nil, nil, fmt.Errorf("placer rejected the topology: %s", pl.InputError)
 	}
+	if len(pl.Graphs) != len(sources) || pl.Graphs[len(sources)-1].Name != c.Name {
+		return nil, nil, fmt.Errorf("placer Place: %d parsed chains for %d, the last not %s", len(pl.Graphs), len(sources), c.Name)
+	}
+	g := pl.Graphs[len(sources)-1]
+	c.SLO = sloOf(g)
+	for _, n := range g.Nodes {
+		c.NFs = append(c.NFs, n.Name)
+	}
+	c.Secrets = append([]string(nil), fd.Secrets...)
+	sort.Strings(c.Secrets)
+	if c.NFConfigs, err = v.configure(ctx, g.Nodes, tenants, c.Secrets); err != nil {
+		return nil, nil, err
+	}
 	if !pl.Feasible {
-		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, userNames(pl.Reason, all))
+		return nil, nil, v.noRoom(ctx, c, others, tenantJSON, pl.Reason)
 	}
 	report, err := parseRefine(pl.RefineJson)
 	if err != nil {
@@ -398,13 +392,12 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 	}
 	placements := map[string]Placement{}
 	for _, pc := range pl.Chains {
-		var idx int
-		if _, err := fmt.Sscanf(pc.Name, "c%d", &idx); err != nil || idx >= len(all) {
+		if !known[pc.Name] {
 			return nil, nil, fmt.Errorf("placer returned unknown chain %q", pc.Name)
 		}
 		p := fromProto(pc)
 		p.Refined = report.refinedFor(pc.Name, p)
-		placements[all[idx].Name] = p
+		placements[pc.Name] = p
 	}
 	c.SetPlacement(placements[c.Name])
 	if nf := c.SwitchBetweenServers(); nf != "" {
@@ -412,20 +405,6 @@ func (v *Validator) Validate(ctx context.Context, fd *types.FunctionDeployment, 
 			"keel's ToR runs a chain's switch NFs only before or after its server NFs (place %s on the server, e.g. with a tenant NF, or reorder the chain)", nf, nf)
 	}
 	return c, placements, nil
-}
-
-// placerChainRe finds the placer's names for chains (c0, c1, ...: chainSpec) in its messages.
-var placerChainRe = regexp.MustCompile(`\bc(\d+)\b`)
-
-// userNames puts the user's chain names in place of the placer's c0, c1, ... in a message.
-func userNames(msg string, all []*Chain) string {
-	return placerChainRe.ReplaceAllStringFunc(msg, func(m string) string {
-		var i int
-		if _, err := fmt.Sscanf(m, "c%d", &i); err == nil && i < len(all) {
-			return all[i].Name
-		}
-		return m
-	})
 }
 
 // noRoom explains why no placement exists: the chain's SLO cannot be met on this rack even
@@ -436,13 +415,13 @@ func (v *Validator) noRoom(ctx context.Context, c *Chain, others []*Chain, tenan
 	if len(others) == 0 {
 		return invalid(field, "no placement of %s meets t_min=%s on this rack: %s", c.Name, c.SLO.TMinText(), reason)
 	}
-	alone, err := v.Placer.Place(ctx, &pb.PlaceRequest{Spec: chainSpec(0, c), TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
+	alone, err := v.Placer.Place(ctx, &pb.PlaceRequest{Chains: []*pb.ChainSource{source(c)}, TopologyYaml: v.Topology, Algo: v.Algo, TenantNfsJson: tenantJSON})
 	if err != nil {
 		return fmt.Errorf("placer Place: %w", err)
 	}
 	if !alone.Ok || !alone.Feasible || len(alone.Chains) == 0 {
 		return invalid(field, "no placement of %s meets t_min=%s on this rack, even with no other chain deployed: %s",
-			c.Name, c.SLO.TMinText(), userNames(alone.Reason, []*Chain{c}))
+			c.Name, c.SLO.TMinText(), alone.Reason)
 	}
 	need := len(alone.Chains[0].Subgroups)
 	used, users := 0, []string{}
@@ -573,27 +552,26 @@ func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants m
 	return out, nil
 }
 
-// chainSpec renders chain number i as three lines of the chain language: flow, chain, binding.
-func chainSpec(i int, c *Chain) string {
-	return fmt.Sprintf("flow f%d = [{}]\nchain c%d = %s\nf%d : c%d @ %s\n", i, i, c.Spec, i, i, c.SLO.binding())
+// source is a chain as the placer takes it: by its name and annotations.
+func source(c *Chain) *pb.ChainSource {
+	return &pb.ChainSource{Name: c.Name, Expression: c.Spec, Slo: c.SLOText}
 }
 
-// specError maps placer diagnostics of the first chain's lines to the annotation they came from.
-func specError(errs []*pb.SpecError) error {
-	e := errs[0]
-	prefix := len("chain c0 = ")
-	switch e.Line {
-	case 2:
-		col := int(e.Column) - prefix
-		if col < 1 {
-			col = 1
+// placerError is the placer's first error in chain name, named by the annotation it is in and
+// its column there (the placer's own account, in the user's text); an error in another
+// (deployed) chain is not the user's input.
+func placerError(name string, errs []*pb.SpecError) error {
+	for _, e := range errs {
+		if e.Chain != name {
+			continue
 		}
-		return invalid("annotations."+AnnotationChain, "column %d: %s", col, e.Message)
-	case 3:
-		return invalid("annotations."+AnnotationSLO, "%s", e.Message)
-	default:
-		return invalid("annotations."+AnnotationChain, "%s", e.Message)
+		if e.Column > 0 {
+			return invalid("annotations."+e.Field, "column %d: %s", e.Column, e.Message)
+		}
+		return invalid("annotations."+e.Field, "%s", e.Message)
 	}
+	e := errs[0]
+	return fmt.Errorf("placer: deployed chain %s no longer parses (annotation %s, column %d): %s", e.Chain, e.Field, e.Column, e.Message)
 }
 
 func fromProto(pc *pb.PlacedChain) Placement {

@@ -13,35 +13,60 @@ import (
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
-// fakePlacer records the specs it sees and answers with canned responses.
+// fakePlacer records the chains it is sent and answers Place with canned responses: parse is
+// how it parses the request's last chain (the one being deployed), place's chain "NEW" is
+// where it places it, "OLD0", "OLD1", ... the others.
 type fakePlacer struct {
 	parse   *pb.ParseResponse
 	place   *pb.PlaceResponse
-	placeFn func(spec string) *pb.PlaceResponse // when set, answers Place instead of place
-	specs   []string
-	tenants []string // tenant_nfs_json of each request
-	refines []string // refine of each Place request
+	placeFn func(in *pb.PlaceRequest) *pb.PlaceResponse // when set, answers Place instead of place
+	sources [][]*pb.ChainSource                         // the chains of each request
+	tenants []string                                    // tenant_nfs_json of each request
+	refines []string                                    // refine of each Place request
 	called  int
 }
 
-func (f *fakePlacer) Parse(_ context.Context, in *pb.ParseRequest, _ ...grpc.CallOption) (*pb.ParseResponse, error) {
-	f.specs = append(f.specs, in.Spec)
-	f.tenants = append(f.tenants, in.TenantNfsJson)
-	f.called++
-	return f.parse, nil
+func (f *fakePlacer) Parse(context.Context, *pb.ParseRequest, ...grpc.CallOption) (*pb.ParseResponse, error) {
+	return nil, errors.New("the gateway deploys with one Place request")
 }
 
 func (f *fakePlacer) Place(_ context.Context, in *pb.PlaceRequest, _ ...grpc.CallOption) (*pb.PlaceResponse, error) {
-	f.specs = append(f.specs, in.Spec)
+	f.sources = append(f.sources, in.Chains)
 	f.tenants = append(f.tenants, in.TenantNfsJson)
 	f.refines = append(f.refines, in.Refine)
 	f.called++
-	if f.placeFn != nil {
-		return f.placeFn(in.Spec), nil
+	if !f.parse.Ok {
+		return &pb.PlaceResponse{Errors: f.parse.Errors}, nil
 	}
-	return f.place, nil
+	var graphs []*pb.ChainGraph
+	for i, c := range in.Chains {
+		g := &pb.ChainGraph{Name: c.Name}
+		if i == len(in.Chains)-1 {
+			g = proto.Clone(f.parse.Chains[0]).(*pb.ChainGraph)
+			g.Name = c.Name
+		}
+		graphs = append(graphs, g)
+	}
+	out := f.place
+	if f.placeFn != nil {
+		out = f.placeFn(in)
+	}
+	out = proto.Clone(out).(*pb.PlaceResponse)
+	if out.Ok {
+		out.Graphs = graphs
+	}
+	for _, c := range out.Chains {
+		var i int
+		if c.Name == "NEW" {
+			c.Name = in.Chains[len(in.Chains)-1].Name
+		} else if _, err := fmt.Sscanf(c.Name, "OLD%d", &i); err == nil && i < len(in.Chains)-1 {
+			c.Name = in.Chains[i].Name
+		}
+	}
+	return out, nil
 }
 
 // library holds the schemas of the library NFs the tests use, as KEEL_NF_ARGS declares them.
@@ -99,16 +124,16 @@ func okPlacer() *fakePlacer {
 			{Name: "acl", Nf: "acl", ArgsJson: `{"rules": [{"dst_ip": "198.18.3.0/24", "drop": false}]}`},
 			{Name: "nat", Nf: "nat", ArgsJson: `{"external_ip": "198.18.100.1", "port_range": [1024, 65535]}`}}}}},
 		place: &pb.PlaceResponse{Ok: true, Feasible: true, Chains: []*pb.PlacedChain{
-			{Name: "c0", RateGbps: 2, Nfs: []*pb.PlacedNf{{Name: "acl", Nf: "acl", Target: "switch", Subgroup: -1}, {Name: "nat", Nf: "nat", Target: "server", Server: "w1"}},
+			{Name: "NEW", RateGbps: 2, Nfs: []*pb.PlacedNf{{Name: "acl", Nf: "acl", Target: "switch", Subgroup: -1}, {Name: "nat", Nf: "nat", Target: "server", Server: "w1"}},
 				Subgroups: []*pb.PlacedSubgroup{{Id: 0, Server: "w1", Cores: 1, Nfs: []string{"nat"}}}},
-			{Name: "c1", RateGbps: 5}}},
+			{Name: "OLD0", RateGbps: 5}}},
 	}
 }
 
 func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	fp := okPlacer()
 	v, fc := validator(fp)
-	other := &Chain{Name: "older", Spec: "Tunnel", SLO: SLO{TMinGbps: 1}}
+	other := &Chain{Name: "older", Spec: "Tunnel", SLOText: "t_min=1Gbps", SLO: SLO{TMinGbps: 1}}
 	notStateful := false
 	tenants := []TenantNF{{Name: "ttlguard", Image: "keel/nf-ttlguard:latest", NF: ttlguard, Cycles: 300, Stateful: &notStateful}, {Name: "bad-name"}}
 	c, placements, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{other}, tenants)
@@ -121,14 +146,15 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	if c.Summary() != "acl@switch -> nat@server:w1" {
 		t.Fatalf("summary %q", c.Summary())
 	}
-	place := fp.specs[1]
-	for _, want := range []string{"chain c0 = " + goodChain + "\n", "f0 : c0 @ {'t_min': '1Gbps', 'd_max': '100us'}", "chain c1 = Tunnel\n"} {
-		if !strings.Contains(place, want) {
-			t.Errorf("Place spec lacks %q:\n%s", want, place)
-		}
+	// Each chain goes to the placer as its annotations say it, by its own name, in one
+	// request: the deployed ones, then the new one.
+	place := []*pb.ChainSource{{Name: "older", Expression: "Tunnel", Slo: "t_min=1Gbps"},
+		{Name: "nat-chain", Expression: goodChain, Slo: "p99=100us,t_min=1Gbps"}}
+	if len(fp.sources) != 1 || fmt.Sprint(fp.sources[0]) != fmt.Sprint(place) {
+		t.Errorf("the placer was sent %v, want one request of %v", fp.sources, place)
 	}
 	wantTenants := `[{"name":"ttlguard","help":"drops low TTLs","args":[{"name":"min_ttl","type":"integer","doc":"lowest TTL","minimum":1,"maximum":255}],"cycles":300,"stateful":false}]`
-	if fp.tenants[0] != wantTenants || fp.tenants[1] != wantTenants {
+	if len(fp.tenants) != 1 || fp.tenants[0] != wantTenants {
 		t.Errorf("tenant NFs sent to the placer:\n%s\nwant\n%s", fp.tenants, wantTenants)
 	}
 	// acl runs on the switch; nat, the server NF, is the instance's one member
@@ -141,25 +167,9 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 	}
 }
 
-func Test_Validate_refuses_NF_arguments_naming_the_NF_and_the_argument(t *testing.T) {
-	cases := []struct{ nf, args, want string }{
-		{"nat", `{"external_ip": "notanip", "port_range": [1, 2]}`, "annotations.com.keel.chain: NF nat: argument external_ip: expected an IPv4 address 'A.B.C.D', got 'notanip'"},
-		{"nat", `{"ext_addr": "198.18.0.1"}`, "annotations.com.keel.chain: NF nat: argument ext_addr: unknown argument (accepted: external_ip, port_range)"},
-		{"nat", `{}`, "annotations.com.keel.chain: NF nat: argument external_ip: missing (required: source address)"},
-		{"tunnel", `{"tag": 7}`, "annotations.com.keel.chain: NF tunnel: argument tag: unknown argument (accepted: vlan)"},
-	}
-	for _, c := range cases {
-		fp := okPlacer()
-		n := fp.parse.Chains[0].Nodes[1]
-		n.Name, n.Nf, n.ArgsJson = c.nf, c.nf, c.args
-		v, _ := validator(fp)
-		_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
-		var inv *InvalidError
-		if !errors.As(err, &inv) || err.Error() != c.want || fp.called != 1 {
-			t.Errorf("%s(%s): got %v (placer called %d times), want %s", c.nf, c.args, err, fp.called, c.want)
-		}
-	}
-	// what only Init knows (keel-nf --check) is refused the same way
+// The placer checks the arguments against the NFs' schemas (placer/tests/test_source.py);
+// what only an NF's Init knows, keel-nf --check tells, named by the NF and the argument.
+func Test_Validate_refuses_what_keel_nf_check_refuses_naming_the_NF_and_the_argument(t *testing.T) {
 	fp := okPlacer()
 	v, fc := validator(fp)
 	fc.refuse = map[string]*nfcatalog.ArgError{`{"external_ip":"198.18.100.1","port_range":[1024,65535]}`: {Arg: "port_range", Problem: "lo 1024 is too low"}}
@@ -189,14 +199,6 @@ func Test_Validate_accepts_a_tenant_NF_with_its_arguments(t *testing.T) {
 	}
 	if len(fc.calls) != 2 || len(runner.args) != 1 || strings.Join(runner.args[0], " ") != `keel/nf-ttlguard:latest --check --nf ttlguard={"min_ttl":10}` {
 		t.Fatalf("library checks %q, image runs %q", fc.calls, runner.args)
-	}
-
-	fp = okPlacer()
-	fp.parse.Chains[0].Nodes = append(fp.parse.Chains[0].Nodes, &pb.NfNode{Name: "ttlguard", Nf: "ttlguard", ArgsJson: `{"min_ttl": 0}`})
-	v, _ = validator(fp)
-	_, _, err = v.Validate(context.Background(), deployment("guarded", ann), nil, tenants)
-	if err == nil || err.Error() != "annotations.com.keel.chain: NF ttlguard: argument min_ttl: 0 is out of range [1, 255]" {
-		t.Fatalf("got %v", err)
 	}
 }
 
@@ -264,9 +266,7 @@ func Test_Validate_rejects_bad_input_before_asking_the_placer(t *testing.T) {
 		field string
 	}{
 		"missing filter": {map[string]string{AnnotationChain: "ACL", AnnotationSLO: "t_min=1Gbps"}, "annotations.com.keel.filter"},
-		"bad SLO":        {map[string]string{AnnotationChain: "ACL", AnnotationFilter: "ip", AnnotationSLO: "t_min=fast"}, "annotations.com.keel.slo"},
 		"bad filter":     {map[string]string{AnnotationChain: "ACL", AnnotationFilter: "ip and and", AnnotationSLO: "t_min=1Gbps"}, "annotations.com.keel.filter"},
-		"two lines":      {map[string]string{AnnotationChain: "ACL\n-> NAT", AnnotationFilter: "ip", AnnotationSLO: "t_min=1Gbps"}, "annotations.com.keel.chain"},
 	}
 	for name, c := range cases {
 		fp := okPlacer()
@@ -280,31 +280,45 @@ func Test_Validate_rejects_bad_input_before_asking_the_placer(t *testing.T) {
 }
 
 func Test_Validate_maps_placer_errors_to_annotations(t *testing.T) {
+	// the placer's own account of where the error is in the user's annotation, as it is
+	for _, e := range []struct {
+		in   *pb.SpecError
+		want string
+	}{
+		{&pb.SpecError{Chain: "c", Field: AnnotationChain, Column: 7, Message: "unknown NF or chain 'Foo'"},
+			"annotations.com.keel.chain: column 7: unknown NF or chain 'Foo'"},
+		{&pb.SpecError{Chain: "c", Field: AnnotationSLO, Column: 1, Message: "p99 '100': expected a delay like 100us"},
+			"annotations.com.keel.slo: column 1: p99 '100': expected a delay like 100us"},
+		{&pb.SpecError{Chain: "c", Field: AnnotationSLO, Message: "t_max (1 Gbps) is below t_min (2 Gbps)"},
+			"annotations.com.keel.slo: t_max (1 Gbps) is below t_min (2 Gbps)"},
+	} {
+		fp := okPlacer()
+		fp.parse = &pb.ParseResponse{Ok: false, Errors: []*pb.SpecError{e.in}}
+		v, _ := validator(fp)
+		_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
+		if err == nil || err.Error() != e.want {
+			t.Errorf("got %v, want %s", err, e.want)
+		}
+	}
 	fp := okPlacer()
-	fp.parse = &pb.ParseResponse{Ok: false, Errors: []*pb.SpecError{{Line: 2, Column: 18, Message: "unknown NF or chain 'Foo'"}}}
+	fp.place = &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "not enough cores"}
 	v, _ := validator(fp)
 	_, _, err := v.Validate(context.Background(), deployment("c", good), nil, nil)
-	if err == nil || err.Error() != "annotations.com.keel.chain: column 7: unknown NF or chain 'Foo'" {
-		t.Fatalf("got %v", err)
-	}
-	fp = okPlacer()
-	fp.place = &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "not enough cores"}
-	v, _ = validator(fp)
-	_, _, err = v.Validate(context.Background(), deployment("c", good), nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "annotations.com.keel.slo: no placement") || !strings.Contains(err.Error(), "not enough cores") {
 		t.Fatalf("got %v", err)
 	}
 }
 
 func Test_Validate_explains_a_full_rack_in_the_users_chain_names(t *testing.T) {
-	older := &Chain{Name: "chain2", Spec: "NAT", SLO: SLO{TMinGbps: 0.01},
+	older := &Chain{Name: "chain2", Spec: "NAT", SLOText: "t_min=10Mbps", SLO: SLO{TMinGbps: 0.01},
 		Placement: Placement{Subgroups: []Subgroup{{ID: 0, Server: "local", Cores: 1}}}}
-	other := &Chain{Name: "chain3", Spec: "Dedup", SLO: SLO{TMinGbps: 0.01},
+	other := &Chain{Name: "chain3", Spec: "Dedup", SLOText: "t_min=10Mbps", SLO: SLO{TMinGbps: 0.01},
 		Placement: Placement{Subgroups: []Subgroup{{ID: 0, Server: "local", Cores: 1}}}}
 	fp := okPlacer()
-	fp.placeFn = func(spec string) *pb.PlaceResponse {
-		if strings.Contains(spec, "chain c1") { // with the deployed chains
-			return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain c2: no placement meets every chain's t_min within cores, links and switch"}
+	fp.parse.Chains[0].TMinGbps = 0.001 // t_min=1Mbps, as the placer reads it
+	fp.placeFn = func(in *pb.PlaceRequest) *pb.PlaceResponse {
+		if len(in.Chains) > 1 { // with the deployed chains
+			return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain chain3: no placement meets every chain's t_min within cores, links and switch"}
 		}
 		return okPlacer().place // alone it fits, in one subgroup
 	}
@@ -319,8 +333,8 @@ func Test_Validate_explains_a_full_rack_in_the_users_chain_names(t *testing.T) {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}
 	// Infeasible alone too: the SLO itself is out of this rack's reach.
-	fp.placeFn = func(string) *pb.PlaceResponse {
-		return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain c0: no candidate placement meets its SLO"}
+	fp.placeFn = func(*pb.PlaceRequest) *pb.PlaceResponse {
+		return &pb.PlaceResponse{Ok: true, Feasible: false, Reason: "chain chain9: no candidate placement meets its SLO"}
 	}
 	_, _, err = v.Validate(context.Background(), deployment("chain9", slo), []*Chain{older}, nil)
 	want = "annotations.com.keel.slo: no placement of chain9 meets t_min=1Mbps on this rack, even with no other chain deployed: " +

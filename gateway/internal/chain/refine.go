@@ -133,7 +133,7 @@ func parseRefine(text string) (*refineReport, error) {
 	return &r, nil
 }
 
-// refinedFor picks chain name's part of the report (name as the placer knows it: c0, c1, ...);
+// refinedFor picks chain name's part of the report (by the chain's name, as the placer reports it);
 // p is its placement, which says the servers it uses. Nil when nothing concerns the chain.
 func (r *refineReport) refinedFor(name string, p Placement) *Refined {
 	if r == nil {
@@ -282,3 +282,5 @@ func numOr(v *float64) string {
 	}
 	return num(*v)
 }
+
+func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

@@ -53,23 +53,23 @@ func Test_WantsRefine_only_for_a_SmartNIC_or_several_NUMA_nodes(t *testing.T) {
 }
 
 // refineReport is what keel-place place --refine all reports for the rack smartNICRack with
-// goodChain (c0: acl, nat on w1) and a deployed chain (c1: tunnel on w2).
+// goodChain (nat-chain: acl, nat on w1) and a deployed chain (older: tunnel on w2).
 const refineJSON = `{"steps": ["smartchain", "uno", "octans"], "servers": [
  {"server": "w1", "nic": [{"algo": "smartchain", "measure": "latency benefit over all-CPU, us", "before": 0, "after": 14.5, "round_trips": 1,
-   "nfs": [{"name": "c0.acl", "chain": "c0", "nf": "acl", "target": "smartnic", "position": "nic-ingress"},
-           {"name": "c0.nat", "chain": "c0", "nf": "nat", "target": "server", "position": "cpu"}]}],
+   "nfs": [{"name": "nat-chain.acl", "chain": "nat-chain", "nf": "acl", "target": "smartnic", "position": "nic-ingress"},
+           {"name": "nat-chain.nat", "chain": "nat-chain", "nf": "nat", "target": "server", "position": "cpu"}]}],
   "numa": {"algo": "octans", "measure": "aggregate Mpps (model)", "baseline": "locality-first", "before": 3.2, "after": 3.5,
-   "subgroups": [{"chain": "c0", "name": "subgroup 0: nat (part 1)", "subgroup": 0, "nfs": ["nat"], "node": 1, "cores": [8, 9]},
-                 {"chain": "c0", "name": "subgroup 0: nat (part 2)", "subgroup": 0, "nfs": ["nat"], "node": 1, "cores": [10]}]}},
+   "subgroups": [{"chain": "nat-chain", "name": "subgroup 0: nat (part 1)", "subgroup": 0, "nfs": ["nat"], "node": 1, "cores": [8, 9]},
+                 {"chain": "nat-chain", "name": "subgroup 0: nat (part 2)", "subgroup": 0, "nfs": ["nat"], "node": 1, "cores": [10]}]}},
  {"server": "w2", "nic": [{"algo": "uno", "measure": "host cores", "before": 1, "before_fits": true, "after": null,
    "reason": "no placement within PCIe and SmartNIC limits (Infeasible)"}], "numa": null}]}`
 
 func refinePlacer(report string) *fakePlacer {
 	fp := okPlacer()
 	fp.place = &pb.PlaceResponse{Ok: true, Feasible: true, RefineJson: report, Chains: []*pb.PlacedChain{
-		{Name: "c0", RateGbps: 2, Nfs: []*pb.PlacedNf{{Name: "acl", Nf: "acl", Target: "server", Server: "w1"}, {Name: "nat", Nf: "nat", Target: "server", Server: "w1"}},
+		{Name: "NEW", RateGbps: 2, Nfs: []*pb.PlacedNf{{Name: "acl", Nf: "acl", Target: "server", Server: "w1"}, {Name: "nat", Nf: "nat", Target: "server", Server: "w1"}},
 			Subgroups: []*pb.PlacedSubgroup{{Id: 0, Server: "w1", Cores: 3, Nfs: []string{"acl", "nat"}}}},
-		{Name: "c1", RateGbps: 5, Nfs: []*pb.PlacedNf{{Name: "tunnel", Nf: "tunnel", Target: "server", Server: "w2"}},
+		{Name: "OLD0", RateGbps: 5, Nfs: []*pb.PlacedNf{{Name: "tunnel", Nf: "tunnel", Target: "server", Server: "w2"}},
 			Subgroups: []*pb.PlacedSubgroup{{Id: 0, Server: "w2", Cores: 1, Nfs: []string{"tunnel"}}}}}}
 	return fp
 }
@@ -78,7 +78,7 @@ func Test_Validate_asks_for_refine_on_a_SmartNIC_rack_and_keeps_each_chains_part
 	fp := refinePlacer(refineJSON)
 	v, _ := validator(fp)
 	v.Topology = smartNICRack
-	older := &Chain{Name: "older", Spec: "Tunnel(vlan=7)", SLO: SLO{TMinGbps: 1}}
+	older := &Chain{Name: "older", Spec: "Tunnel(vlan=7)", SLOText: "t_min=1Gbps", SLO: SLO{TMinGbps: 1}}
 	c, placements, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{older}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func Test_Validate_on_a_rack_without_SmartNIC_or_NUMA_asks_no_refine_and_records
 	fp := okPlacer()
 	v, _ := validator(fp)
 	v.Topology = embeddedRack(t, true)
-	older := &Chain{Name: "older", Spec: "Tunnel(vlan=7)", SLO: SLO{TMinGbps: 1}}
+	older := &Chain{Name: "older", Spec: "Tunnel(vlan=7)", SLOText: "t_min=1Gbps", SLO: SLO{TMinGbps: 1}}
 	c, _, err := v.Validate(context.Background(), deployment("nat-chain", good), []*Chain{older}, nil)
 	if err != nil {
 		t.Fatal(err)

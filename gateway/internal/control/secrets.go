@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
@@ -29,28 +31,30 @@ func (s *Server) ChainSecrets(ctx context.Context, req *pb.ChainSecretsRequest) 
 	if in == nil || in.Worker != req.Worker {
 		return nil, status.Errorf(codes.NotFound, "no instance %s on worker %s", req.Instance, req.Worker)
 	}
-	c := in.Runs
-	if c == nil {
-		f, err := s.Store.Get(ctx, req.Instance[:i])
+	name, listed := req.Instance[:i], []string(nil)
+	if in.Runs != nil {
+		listed = in.Runs.Secrets
+	} else {
+		f, err := store.Get[chain.Function](ctx, s.Store, name)
 		if err != nil || f.Chain == nil {
-			return nil, status.Errorf(codes.NotFound, "chain %s: %v", req.Instance[:i], err)
+			return nil, status.Errorf(codes.NotFound, "chain %s: %v", name, err)
 		}
-		c = f.Chain
+		listed = f.Chain.Secrets
 	}
 	resp := &pb.ChainSecretsResponse{}
-	for _, name := range c.Secrets {
-		if s.Provider == nil || s.Provider.Secrets == nil {
+	for _, secret := range listed {
+		if s.Secrets == nil {
 			return nil, status.Error(codes.FailedPrecondition, "this gateway keeps no secrets")
 		}
-		path, err := s.Provider.Secrets.Path(name)
+		path, err := s.Secrets.Path(secret)
 		if err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "chain %s: secret %s: %v (faas-cli secret create %s)", c.Name, name, err, name)
+			return nil, status.Errorf(codes.FailedPrecondition, "chain %s: secret %s: %v (faas-cli secret create %s)", name, secret, err, secret)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "secret %s: %v", name, err)
+			return nil, status.Errorf(codes.Unavailable, "secret %s: %v", secret, err)
 		}
-		resp.Secrets = append(resp.Secrets, &pb.Secret{Name: name, Value: b})
+		resp.Secrets = append(resp.Secrets, &pb.Secret{Name: secret, Value: b})
 	}
 	return resp, nil
 }

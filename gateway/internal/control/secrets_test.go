@@ -11,24 +11,36 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
+	"github.com/keel-nfv/keel/gateway/internal/store"
+	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/openfaas/faas-provider/types"
 )
 
 // ChainSecrets gives the values of the secrets a chain lists to the agent of its instance's
 // worker, and nothing to another worker or for an instance that does not exist.
 func Test_ChainSecrets_go_to_the_worker_of_the_instance_only(t *testing.T) {
-	srv, st, _ := flowRack(t, false)
+	st := testredis.Store(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	srv.Provider.Secrets = &secrets.Store{Dir: dir}
+	srv := &Server{Store: st, Hub: events.NewHub(), Secrets: &secrets.Store{Dir: dir}}
+	if err := st.Put(ctx, &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"},
+		Chain: &chain.Chain{Name: "chain3", Spec: "NAT"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutInstance(ctx, &store.Instance{ID: "chain3/0", Chain: "chain3", Worker: "local", VLAN: 100, State: store.Pooled, Core: -1}); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "aes-key"), []byte("000102030405060708090a0b0c0d0e0f"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "unlisted"), []byte("not chain3's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, err := st.Get(ctx, "chain3")
+	f, err := store.Get[chain.Function](ctx, st, "chain3")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
@@ -54,17 +53,6 @@ func (h *Hub) Publish(ev *pb.WatchEvent) {
 			close(ch)
 		}
 	}
-}
-
-// InstanceProto converts a stored chain instance to its wire form.
-func InstanceProto(in *store.Instance) *pb.ChainInstance {
-	pi := &pb.ChainInstance{Id: in.ID, Chain: in.Chain, Worker: in.Worker, VfPort: in.VFPort, Vlan: in.VLAN,
-		State: in.State, Core: in.Core, Flows: in.Flows, RateGbps: in.RateGbps, P99Us: in.P99us, Overloaded: in.Overloaded,
-		Phase: in.Phase, Reason: in.Reason, Batch: in.Batch, Draining: in.Draining}
-	if in.Runs != nil {
-		pi.Runs = ChainProto(in.Runs)
-	}
-	return pi
 }
 
 // ChainProto converts a stored chain to its wire form.

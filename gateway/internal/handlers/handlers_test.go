@@ -29,7 +29,7 @@ import (
 
 type emptyStore struct{}
 
-func (emptyStore) List(context.Context) ([]*store.Function, error)              { return nil, nil }
+func (emptyStore) Functions(context.Context) ([]*chain.Function, error)         { return nil, nil }
 func (emptyStore) Instances(context.Context, string) ([]*store.Instance, error) { return nil, nil }
 func (emptyStore) Workers(context.Context) (map[string]*store.Worker, error)    { return nil, nil }
 func (emptyStore) Flows(context.Context, string) ([]*store.Flow, error)         { return nil, nil }
@@ -62,7 +62,7 @@ func Test_operator_view_is_behind_basic_auth(t *testing.T) {
 func Test_invoking_a_packet_chain_or_function_says_how_it_is_used(t *testing.T) {
 	st := testredis.Store(t)
 	ctx := context.Background()
-	for _, f := range []*store.Function{
+	for _, f := range []*chain.Function{
 		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain2"},
 			Chain: &chain.Chain{Name: "chain2", Filter: "dst net 198.18.2.0/24"}},
 		{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard"}},
@@ -101,7 +101,7 @@ func Test_logs_of_a_chain_come_from_the_agents_of_its_workers(t *testing.T) {
 		}
 	}))
 	defer agent.Close()
-	for _, f := range []*store.Function{
+	for _, f := range []*chain.Function{
 		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain2"}, Chain: &chain.Chain{Name: "chain2",
 			Placement: chain.Placement{Subgroups: []chain.Subgroup{{Server: "w1", Cores: 1}}}}},
 		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain1"}, Chain: &chain.Chain{Name: "chain1"}},
@@ -194,7 +194,7 @@ func Test_secrets_are_created_listed_updated_and_removed_as_faas_cli_does(t *tes
 	if err == nil || !strings.Contains(err.Error(), "secrets: ") {
 		t.Fatalf("deploy with a missing secret: %v", err)
 	}
-	if err := st.Put(context.Background(), &store.Function{Deployment: types.FunctionDeployment{Service: "web", Secrets: []string{"db-password"}}}); err != nil {
+	if err := st.Put(context.Background(), &chain.Function{Deployment: types.FunctionDeployment{Service: "web", Secrets: []string{"db-password"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if code, body := call(http.MethodDelete, `{"name":"db-password"}`); code != http.StatusConflict || !strings.Contains(body, "used by web") {

@@ -133,7 +133,7 @@ func Test_upstream_mode_sends_every_normal_function_call_upstream(t *testing.T) 
 			t.Errorf("the upstream was not asked %s: %q", want, f.called())
 		}
 	}
-	if fns, _ := st.List(context.Background()); len(fns) != 0 {
+	if fns, _ := store.List[chain.Function](context.Background(), st); len(fns) != 0 {
 		t.Errorf("keel's store holds %d functions, want none", len(fns))
 	}
 	// keel's basic auth guards the upstream too: no credentials, no call.
@@ -151,7 +151,7 @@ func Test_upstream_mode_keeps_packet_functions_in_keel_and_lists_both_sides(t *t
 	if code, body := call(h, http.MethodPost, "/system/functions", `{"service":"ttlguard","image":"keel/nf-ttlguard:latest","labels":{"com.keel.kind":"nf"}}`); code != http.StatusAccepted {
 		t.Fatalf("deploy a packet function: %d %s", code, body)
 	}
-	if _, err := st.Get(context.Background(), "ttlguard"); err != nil {
+	if _, err := store.Get[chain.Function](context.Background(), st, "ttlguard"); err != nil {
 		t.Errorf("ttlguard is not in keel's store: %v", err)
 	}
 	if _, ok := f.fns["ttlguard"]; ok {
@@ -182,7 +182,7 @@ func Test_upstream_mode_keeps_packet_functions_in_keel_and_lists_both_sides(t *t
 	if code, body := call(h, http.MethodDelete, "/system/functions", `{"functionName":"ttlguard"}`); code != http.StatusAccepted {
 		t.Errorf("remove ttlguard: %d %s", code, body)
 	}
-	if _, err := st.Get(context.Background(), "ttlguard"); err == nil {
+	if _, err := store.Get[chain.Function](context.Background(), st, "ttlguard"); err == nil {
 		t.Error("ttlguard is still in keel's store")
 	}
 	for _, c := range f.called() {
@@ -195,7 +195,7 @@ func Test_upstream_mode_keeps_packet_functions_in_keel_and_lists_both_sides(t *t
 func Test_upstream_mode_refuses_a_name_keel_and_the_upstream_both_hold(t *testing.T) {
 	f := &fakeUpstream{fns: map[string]types.FunctionStatus{"dup": {Name: "dup"}, "web": {Name: "web"}}}
 	h, st, url := splitGateway(t, f)
-	if err := st.Put(context.Background(), &store.Function{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "dup"}}); err != nil {
+	if err := st.Put(context.Background(), &chain.Function{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "dup"}}); err != nil {
 		t.Fatal(err)
 	}
 	both := "function dup exists twice: as a packet function in keel and as a normal function at the upstream provider " + url
@@ -214,7 +214,7 @@ func Test_upstream_mode_refuses_a_name_keel_and_the_upstream_both_hold(t *testin
 			t.Errorf("%s %s: %d %q, want 409 with %q", c.method, c.path, code, body, c.want)
 		}
 	}
-	if _, err := st.Get(context.Background(), "web"); err == nil {
+	if _, err := store.Get[chain.Function](context.Background(), st, "web"); err == nil {
 		t.Error("the refused packet function web is in keel's store")
 	}
 }

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package nfcatalog reads the NF catalogue keel-nf exports (`keel-nf --list --json`: each NF's
-// name and argument schemas, declared next to the NF with KEEL_NF_ARGS) and turns an NF's
-// chain-language arguments into the keel-nf configuration it runs with, checked by the schema
-// and by the NF's own Init (`keel-nf --check`).
+// name and argument schemas, declared next to the NF with KEEL_NF_ARGS; the placer checks
+// chains' arguments against it) and turns an NF's arguments into the keel-nf configuration it
+// runs with, checked by the NF's own Init (`keel-nf --check`).
 package nfcatalog
 
 import (
@@ -12,11 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os/exec"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -116,10 +113,11 @@ func (e *ArgError) Error() string {
 	return fmt.Sprintf("NF %s: argument %s: %s", e.NF, e.Arg, e.Problem)
 }
 
-// Config translates an NF's chain-language arguments (JSON, as the placer's Parse returns them
-// in NfNode.args_json) into its keel-nf configuration, after checking every argument against
-// the schema: known names, types, ranges, and every required argument present. instance names
-// the NF in errors.
+// Config is an NF's keel-nf configuration: its chain-language arguments as the placer's
+// Parse returns them (NfNode.args_json), which the placer checked against this schema (names,
+// types, ranges, required arguments: placer/keel_placer/catalog.py, the one copy of those
+// rules); what only the NF's Init knows, keel-nf --check tells (Checker). instance names the
+// NF in errors.
 func (nf *NF) Config(instance, argsJSON string) (string, error) {
 	args := map[string]any{}
 	if strings.TrimSpace(argsJSON) != "" {
@@ -129,239 +127,11 @@ func (nf *NF) Config(instance, argsJSON string) (string, error) {
 			return "", &ArgError{NF: instance, Problem: fmt.Sprintf("arguments are not a JSON object: %v", err)}
 		}
 	}
-	if path, problem := checkFields(nf.Args, args, ""); problem != "" {
-		return "", argError(instance, path, problem)
-	}
 	out, err := json.Marshal(args)
 	if err != nil {
 		return "", err
 	}
 	return string(out), nil
-}
-
-// argError names the argument a path like "rules[0].dst_ip" starts with; the problem keeps
-// the rest of the path.
-func argError(instance, path, problem string) *ArgError {
-	arg := topArg(path)
-	if path != arg {
-		problem = path + ": " + problem
-	}
-	return &ArgError{NF: instance, Arg: arg, Problem: problem}
-}
-
-// topArg is the argument a path like "rules[0].dst_ip" starts with.
-func topArg(path string) string {
-	if i := strings.IndexAny(path, ".["); i >= 0 {
-		return path[:i]
-	}
-	return path
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// checkFields returns the path of the first bad member of values and its problem, or "", "".
-func checkFields(fields []Arg, values map[string]any, path string) (string, string) {
-	byName := map[string]*Arg{}
-	names := make([]string, 0, len(fields))
-	for i := range fields {
-		byName[fields[i].Name] = &fields[i]
-		names = append(names, fields[i].Name)
-	}
-	keys := make([]string, 0, len(values))
-	for k := range values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f, ok := byName[k]
-		if !ok {
-			accepted := strings.Join(names, ", ")
-			if accepted == "" {
-				accepted = "none"
-			}
-			return join(path, k), "unknown argument (accepted: " + accepted + ")"
-		}
-		if p, problem := checkValue(f, values[k], join(path, k)); problem != "" {
-			return p, problem
-		}
-	}
-	for _, f := range fields {
-		if _, ok := values[f.Name]; f.Required && !ok {
-			return join(path, f.Name), "missing (required: " + f.Doc + ")"
-		}
-	}
-	return "", ""
-}
-
-var (
-	macRe   = regexp.MustCompile(`^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$`)
-	hexRe   = regexp.MustCompile(`^[0-9a-fA-F]*$`)
-	portsRe = regexp.MustCompile(`^(\d+)-(\d+)$`)
-)
-
-func integer(v any) (int64, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.ParseInt(string(n), 10, 64)
-	return i, err == nil
-}
-
-func isIPv4(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Is4()
-}
-
-func describe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "None"
-	case string:
-		return "'" + x + "'"
-	case bool:
-		if x {
-			return "True"
-		}
-		return "False"
-	case json.Number:
-		return string(x)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a dict"
-	}
-	return fmt.Sprint(v)
-}
-
-// checkValue returns the path of the bad (part of the) value and its problem, or "", "".
-func checkValue(a *Arg, v any, path string) (string, string) {
-	if _, ok := SecretRef(v); ok && a.Type != "array" && a.Type != "object" {
-		return "", "" // the value is the secret's: keel-nf --check sees it (Local.SecretsDir)
-	}
-	bad := func(expect string) (string, string) { return path, "expected " + expect + ", got " + describe(v) }
-	s, isString := v.(string)
-	switch a.Type {
-	case "integer":
-		i, ok := integer(v)
-		if !ok {
-			return bad("an integer")
-		}
-		if (a.Minimum != nil && i < *a.Minimum) || (a.Maximum != nil && i > *a.Maximum) {
-			return path, fmt.Sprintf("%d is out of range [%s, %s]", i, bound(a.Minimum), bound(a.Maximum))
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return bad("True or False")
-		}
-	case "string":
-		if !isString {
-			return bad("a string")
-		}
-		if len(a.Enum) > 0 && !contains(a.Enum, s) {
-			return bad(strings.Join(quote(a.Enum), " or "))
-		}
-	case "ipv4":
-		if !isString || !isIPv4(s) {
-			return bad("an IPv4 address 'A.B.C.D'")
-		}
-	case "cidr":
-		addr, length, hasLen := strings.Cut(s, "/")
-		n, err := strconv.Atoi(length)
-		if !isString || !isIPv4(addr) || (hasLen && (err != nil || n < 0 || n > 32 || strings.HasPrefix(length, "+"))) {
-			return bad("an IPv4 prefix 'A.B.C.D/N'")
-		}
-	case "proto":
-		i, isInt := integer(v)
-		if !(isString && contains([]string{"tcp", "udp", "icmp"}, s)) && !(isInt && i >= 0 && i <= 255) {
-			return bad("'tcp', 'udp', 'icmp' or a protocol number 0-255")
-		}
-	case "mac":
-		if !isString || !macRe.MatchString(s) {
-			return bad("a MAC address 'aa:bb:cc:dd:ee:ff'")
-		}
-	case "hex":
-		if !isString || len(s) != 2*a.Bytes || !hexRe.MatchString(s) {
-			return bad(fmt.Sprintf("%d hex digits", 2*a.Bytes))
-		}
-	case "ports":
-		i, isInt := integer(v)
-		m := portsRe.FindStringSubmatch(s)
-		okRange := false
-		if isString && m != nil {
-			lo, _ := strconv.Atoi(m[1])
-			hi, _ := strconv.Atoi(m[2])
-			okRange = lo <= hi && hi <= 65535
-		}
-		if !(isInt && i >= 0 && i <= 65535) && !okRange {
-			return bad("a port 0-65535 or a range 'lo-hi'")
-		}
-	case "array":
-		list, ok := v.([]any)
-		if !ok {
-			return bad("a list")
-		}
-		if (a.MinItems != nil && len(list) < *a.MinItems) || (a.MaxItems != nil && len(list) > *a.MaxItems) {
-			return path, fmt.Sprintf("expected %s items, got %d", itemCount(a), len(list))
-		}
-		if a.Items != nil {
-			for i, item := range list {
-				if p, problem := checkValue(a.Items, item, fmt.Sprintf("%s[%d]", path, i)); problem != "" {
-					return p, problem
-				}
-			}
-		}
-	case "object":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return bad("a dict")
-		}
-		return checkFields(a.Fields, m, path)
-	default:
-		return path, fmt.Sprintf("the NF declares an unknown argument type %q", a.Type)
-	}
-	return "", ""
-}
-
-func bound(b *int64) string {
-	if b == nil {
-		return "any"
-	}
-	return strconv.FormatInt(*b, 10)
-}
-
-func itemCount(a *Arg) string {
-	switch {
-	case a.MinItems != nil && a.MaxItems != nil && *a.MinItems == *a.MaxItems:
-		return strconv.Itoa(*a.MinItems)
-	case a.MaxItems == nil:
-		return fmt.Sprintf("at least %d", *a.MinItems)
-	case a.MinItems == nil:
-		return fmt.Sprintf("at most %d", *a.MaxItems)
-	}
-	return fmt.Sprintf("%d to %d", *a.MinItems, *a.MaxItems)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func quote(list []string) []string {
-	out := make([]string, len(list))
-	for i, s := range list {
-		out[i] = "'" + s + "'"
-	}
-	return out
 }
 
 // Checker runs an NF's Init on a configuration, as keel-nf will when the NF starts.
@@ -469,6 +239,19 @@ func (i *Image) Check(ctx context.Context, instance, nf, config string) error {
 		return err
 	}
 	return checkResult(instance, nf, code, stderr, i.Image)
+}
+
+// argError names the argument a path like "rules[0].dst_ip" starts with; the problem keeps
+// the rest of the path.
+func argError(instance, path, problem string) *ArgError {
+	arg := path
+	if i := strings.IndexAny(path, ".["); i >= 0 {
+		arg = path[:i]
+	}
+	if path != arg {
+		problem = path + ": " + problem
+	}
+	return &ArgError{NF: instance, Arg: arg, Problem: problem}
 }
 
 // checkResult reads keel-nf --check's exit status and message ("keel-nf: nat.external_ip: ...").

@@ -335,11 +335,13 @@ func (cfg Config) PickCore(v *View, worker string) int32 {
 	return v.freeCore(cfg, w, math.Inf(1))
 }
 
-// Change is a new overload mark for an instance and why.
+// Change is a new overload mark for an instance: why as a bounded Reason, and as a line
+// with the figures for describe.
 type Change struct {
 	Instance   string
 	Overloaded bool
-	Reason     string
+	Reason     Reason
+	Why        string
 }
 
 // Overload recomputes every attached instance's overload mark (Galleon §5.1–5.2): an
@@ -358,7 +360,7 @@ func (cfg Config) Overload(v *View) []Change {
 		}
 		if !in.Attached {
 			if in.Overloaded {
-				out = append(out, Change{in.ID, false, "detached"})
+				out = append(out, Change{in.ID, false, ReasonDetached, "detached"})
 			}
 			continue
 		}
@@ -366,19 +368,20 @@ func (cfg Config) Overload(v *View) []Change {
 		load := v.Load(in)
 		u := use[coreKey{in.Worker, in.Core}]
 		var why string
+		var reason Reason
 		switch {
 		case load >= thr:
-			why = fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
+			reason, why = ReasonLoad, fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
 		case cfg.QueueHigh > 0 && in.QueueLen >= cfg.QueueHigh:
-			why = fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
+			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
 		case in.NewDrops > 0:
-			why = fmt.Sprintf("%d packets dropped", in.NewDrops)
+			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)
 		case u != nil && u.members > 1 && u.load >= u.minThr:
-			why = fmt.Sprintf("shared core %d load %.2f ≥ %.2f", in.Core, u.load, u.minThr)
+			reason, why = ReasonSharedCore, fmt.Sprintf("shared core %d load %.2f ≥ %.2f", in.Core, u.load, u.minThr)
 		}
 		if why != "" {
 			if !in.Overloaded {
-				out = append(out, Change{in.ID, true, why})
+				out = append(out, Change{in.ID, true, reason, why})
 			}
 			continue
 		}
@@ -389,7 +392,7 @@ func (cfg Config) Overload(v *View) []Change {
 		calm := load < f*thr && float64(in.QueueLen) < f*float64(cfg.QueueHigh) &&
 			(u == nil || u.members < 2 || u.load < f*u.minThr)
 		if calm {
-			out = append(out, Change{in.ID, false, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
+			out = append(out, Change{in.ID, false, ReasonBelowThreshold, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
 		}
 	}
 	return out

@@ -19,7 +19,7 @@ func (p *Provider) CheckInvocable(ctx context.Context, name string) error {
 	if p.Runtime != nil && p.Runtime.Running(name) > 0 {
 		return nil // a normal function with replicas: no store read on the invoke path
 	}
-	f, err := p.Store.Get(ctx, name)
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if errors.Is(err, store.ErrNotFound) || f == nil {
 		return nil
 	}

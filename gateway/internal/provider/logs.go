@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/controltoken"
 	"github.com/keel-nfv/keel/internal/dockerlog"
 	"github.com/openfaas/faas-provider/logs"
@@ -32,7 +31,7 @@ func (p *Provider) CheckLogs(ctx context.Context, name string) error {
 
 // loggable reads the function and says why it has no logs (CheckLogs' errors), once for both
 // CheckLogs and Query.
-func (p *Provider) loggable(ctx context.Context, name string) (*store.Function, error) {
+func (p *Provider) loggable(ctx context.Context, name string) (*chain.Function, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: name: missing (faas-cli logs NAME)", ErrInvalid)
 	}

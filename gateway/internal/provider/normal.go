@@ -10,13 +10,14 @@ import (
 	"log"
 	"net/url"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/openfaas/faas-provider/types"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-func (p *Provider) deployNormal(ctx context.Context, f *store.Function, created bool) error {
+func (p *Provider) deployNormal(ctx context.Context, f *chain.Function, created bool) error {
 	if p.Runtime == nil {
 		return fmt.Errorf("%w: image: normal functions need a container engine (--docker)", ErrInvalid)
 	}
@@ -189,7 +190,7 @@ func (p *Provider) Orchestration() string {
 
 // NormalFunction returns the normal function name; ErrNotFound when keel holds no function
 // of that name, ErrInvalid when it is a chain or a packet function.
-func (p *Provider) NormalFunction(ctx context.Context, name string) (*store.Function, error) {
+func (p *Provider) NormalFunction(ctx context.Context, name string) (*chain.Function, error) {
 	f, err := p.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -201,12 +202,12 @@ func (p *Provider) NormalFunction(ctx context.Context, name string) (*store.Func
 }
 
 // NormalFunctions returns the deployed normal functions.
-func (p *Provider) NormalFunctions(ctx context.Context) ([]*store.Function, error) {
-	all, err := p.Store.List(ctx)
+func (p *Provider) NormalFunctions(ctx context.Context) ([]*chain.Function, error) {
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return nil, err
 	}
-	var out []*store.Function
+	var out []*chain.Function
 	for _, f := range all {
 		if f.Kind == "" {
 			out = append(out, f)
@@ -250,4 +251,14 @@ func (p *Provider) Resolve(name string) (url.URL, error) {
 		}
 	}
 	return u, err
+}
+
+// CPUSeconds is the CPU time normal function name's replicas have used so far: 0 when the
+// container engine cannot tell (ScaleSpec refuses com.openfaas.scale.type=cpu then).
+func (p *Provider) CPUSeconds(ctx context.Context, name string) (float64, error) {
+	r, ok := p.Runtime.(CPUReader)
+	if !ok {
+		return 0, nil
+	}
+	return r.CPUSeconds(ctx, name)
 }

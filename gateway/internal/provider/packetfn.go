@@ -12,12 +12,11 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
 // deployNF records a packet function with the NF its image adds to keel-nf (name and argument
 // schemas), which chains naming the function are checked against.
-func (p *Provider) deployNF(ctx context.Context, f *store.Function) error {
+func (p *Provider) deployNF(ctx context.Context, f *chain.Function) error {
 	fd := &f.Deployment
 	if p.Library != nil && p.Library.Lookup(fd.Service) != nil {
 		return fmt.Errorf("%w: service: %s is the name of a library NF; name the packet function differently", ErrInvalid, fd.Service)
@@ -52,7 +51,7 @@ func (p *Provider) deployNF(ctx context.Context, f *store.Function) error {
 }
 
 // tenantNF is a deployed packet function as chains see it.
-func tenantNF(f *store.Function) chain.TenantNF {
+func tenantNF(f *chain.Function) chain.TenantNF {
 	t := chain.TenantNF{Name: f.Deployment.Service, Image: f.Deployment.Image, NF: f.NF}
 	t.Cycles, _ = strconv.ParseFloat(label(&f.Deployment, chain.LabelCycles), 64)
 	if v := label(&f.Deployment, chain.LabelStateful); v != "" {

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *store.Function) error {
+func (p *Provider) deployChain(ctx context.Context, f *chain.Function, old *chain.Function) error {
 	if err := chain.CheckImage(f.Deployment.Image); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -30,12 +30,12 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 			return fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
 	var others []*chain.Chain
-	var othersF []*store.Function
+	var othersF []*chain.Function
 	var nfs []chain.TenantNF
 	for _, o := range all {
 		switch {
@@ -58,10 +58,8 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	f.Chain = c
-	if p.CheckChain != nil && len(c.Placement.Subgroups) > 0 {
-		if err := p.CheckChain(f); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
+	if err := p.checkSLO(c); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if old == nil || old.Replicas == 0 {
 		f.Replicas = uint64(p.PoolSize)
@@ -98,6 +96,28 @@ func (p *Provider) deployChain(ctx context.Context, f *store.Function, old *stor
 	return nil
 }
 
+// checkSLO refuses a placed chain whose SLO no per-core load meets: even at the lightest
+// load of its profile the chain's p99 is over the bound, so no number of instances would
+// meet it. Without a model (no Models, or no cost of its NFs) there is nothing to check.
+func (p *Provider) checkSLO(c *chain.Chain) error {
+	if p.Models == nil || len(c.Placement.Subgroups) == 0 {
+		return nil
+	}
+	var nfs []string
+	for _, m := range c.Members {
+		nfs = append(nfs, m.NF)
+	}
+	m, err := p.Models.Model(c.Name, nfs, c.SLO.P99us)
+	if err != nil {
+		return nil
+	}
+	if pt, bad := m.Unmeetable(); bad {
+		return fmt.Errorf("annotations.%s: p99=%gus cannot be met: at %.0f%% of a core the chain's p99 is already %.1f us (%s)",
+			chain.AnnotationSLO, c.SLO.P99us, 100*pt.Load, pt.P99us, m.Profile.Method)
+	}
+	return nil
+}
+
 // replaces says why instances of chain a cannot serve chain b as they run, or "" when they
 // can: the same NFs, arguments, images, filter and SLO as the agents and the ingress see them,
 // on the same subgroups. A redeploy that changes only labels (e.g. the scale target) keeps its
@@ -127,34 +147,49 @@ func replaces(a, b *chain.Chain) string {
 // flows keep them and the version they run, take no new flows and are removed by the
 // controller when the flows end or after DrainTimeout; every other instance of the old
 // version is removed at once. Instances already draining from an earlier update keep their
-// own version and deadline.
-func (p *Provider) drainInstances(ctx context.Context, old *store.Function) error {
-	insts, err := p.Store.Instances(ctx, old.Deployment.Service)
-	if err != nil {
-		return err
-	}
+// own version and deadline. Each change is a compare-and-set on the instance as read: one
+// that the controller changed meanwhile (attached it, gave it a flow) is read again.
+func (p *Provider) drainInstances(ctx context.Context, old *chain.Function) error {
 	until := time.Now().UTC().Add(p.drainTimeout())
-	for _, in := range insts {
-		switch {
-		case in.Draining:
-		case in.State == store.Attached && in.Flows > 0:
-			in.Draining, in.DrainUntil, in.Runs = true, until, old.Chain
-			in.Why = fmt.Sprintf("draining: the chain was redeployed; keeps its %d flow(s) on the previous version, takes no new ones, "+
-				"removed when they end or at %s", in.Flows, until.Format(time.TimeOnly))
-			if err := p.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
+	runs := events.ChainProto(old.Chain)
+	for attempt := 0; ; attempt++ {
+		insts, err := p.Store.Instances(ctx, old.Deployment.Service)
+		if err != nil {
+			return err
+		}
+		again := false
+		for _, in := range insts {
+			var err error
+			kind := pb.WatchEvent_INSTANCE_CHANGED
+			switch {
+			case in.Draining:
 				continue
-			} else if err != nil {
-				return err
+			case in.State == store.Attached && in.Flows > 0:
+				in.Draining, in.DrainUntil, in.Runs = true, until, runs
+				in.Why = fmt.Sprintf("draining: the chain was redeployed; keeps its flow(s) on the previous version, takes no new ones, "+
+					"removed when they end or at %s", until.Format(time.TimeOnly))
+				err = p.Store.UpdateSpec(ctx, in, false)
+			default:
+				// Removed only while it has no flow: one assigned meanwhile makes it drain.
+				kind, err = pb.WatchEvent_INSTANCE_REMOVED, p.Store.DeleteInstance(ctx, in, true)
 			}
-			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
-		default:
-			if err := p.Store.DeleteInstance(ctx, in); err != nil {
+			switch {
+			case errors.Is(err, store.ErrGone):
+			case errors.Is(err, store.ErrStale):
+				again = true // read it again: a flow or an attach came meanwhile
+			case err != nil:
 				return err
+			default:
+				p.Hub.Publish(&pb.WatchEvent{Kind: kind, Instance: in.Proto()})
 			}
-			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(in)})
+		}
+		if !again {
+			return nil
+		}
+		if attempt >= 100 {
+			return fmt.Errorf("drain %s: its instances kept changing; deploy again", old.Deployment.Service)
 		}
 	}
-	return nil
 }
 
 func (p *Provider) drainTimeout() time.Duration {
@@ -164,32 +199,49 @@ func (p *Provider) drainTimeout() time.Duration {
 	return DefaultDrainTimeout
 }
 
-// RemoveDrained removes a draining instance (the controller's end of a rolling update), with
-// the flows still assigned to it; it reports false when the instance is gone or no longer
-// draining.
-func (p *Provider) RemoveDrained(ctx context.Context, in *store.Instance) (bool, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	insts, err := p.Store.Instances(ctx, in.Chain)
-	if err != nil {
-		return false, err
+// Remove removes an instance with the flows still on it (the controller's end of a rolling
+// update, or its scale-in of an idle instance) if it is still as the controller read it:
+// store.ErrStale if it changed meanwhile (attached again, say), store.ErrGone if it went.
+// A pooled instance is removed only while it carries no flow.
+func (p *Provider) Remove(ctx context.Context, in *store.Instance) error {
+	if err := p.Store.DeleteInstance(ctx, in, !in.Draining); err != nil {
+		return err
 	}
-	for _, cur := range insts {
-		if cur.ID == in.ID && cur.Draining {
-			if err := p.Store.DeleteInstance(ctx, cur); err != nil {
-				return false, err
-			}
-			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(cur)})
-			p.UpdateChainMetrics(ctx, in.Chain)
-			return true, nil
-		}
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: in.Proto()})
+	p.UpdateChainMetrics(ctx, in.Chain)
+	return nil
+}
+
+// Attach gives pooled instance in a core and a batch for its first flow f (the controller's
+// attach for a new flow), in one step with the flow's assignment, if it is still as the
+// controller read it.
+func (p *Provider) Attach(ctx context.Context, in *store.Instance, core int32, batch uint32, why string, f *store.Flow) error {
+	next := *in
+	next.State, next.Core, next.Overloaded, next.Batch, next.Why = store.Attached, core, false, batch, why
+	if err := p.Store.AssignFlow(ctx, f, &next, true); err != nil {
+		return err
 	}
-	return false, nil
+	*in = next
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in.Proto()})
+	return nil
+}
+
+// Detach returns attached instance in to the pool, its core given back, if it is still as
+// the controller read it and carries no flow.
+func (p *Provider) Detach(ctx context.Context, in *store.Instance, why string) error {
+	next := *in
+	next.State, next.Core, next.Overloaded, next.Why = store.Pooled, -1, false, why
+	if err := p.Store.UpdateSpec(ctx, &next, true); err != nil {
+		return err
+	}
+	*in = next
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in.Proto()})
+	return nil
 }
 
 // resizePool adds pooled instances, or removes pooled ones, until the chain has n instances
 // besides the draining ones (attached instances stay); it returns how many it has then.
-func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) (int, error) {
+func (p *Provider) resizePool(ctx context.Context, f *chain.Function, n int) (int, error) {
 	c := f.Chain
 	all, err := p.Store.Instances(ctx, c.Name)
 	if err != nil {
@@ -212,10 +264,14 @@ func (p *Provider) resizePool(ctx context.Context, f *store.Function, n int) (in
 		if insts[i].State != store.Pooled {
 			continue
 		}
-		if err := p.Store.DeleteInstance(ctx, insts[i]); err != nil {
+		// Only as read, and without flows: one the controller attached meanwhile stays.
+		err := p.Store.DeleteInstance(ctx, insts[i], true)
+		if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrGone) {
+			continue
+		} else if err != nil {
 			return 0, err
 		}
-		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(insts[i])})
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: insts[i].Proto()})
 		insts = append(insts[:i], insts[i+1:]...)
 	}
 	return len(insts), nil
@@ -241,30 +297,9 @@ func (p *Provider) AddPooled(ctx context.Context, name, worker string) (*store.I
 	return in, nil
 }
 
-// RemovePooled removes an idle instance (the controller's scale-in); an instance that is
-// attached again meanwhile stays.
-func (p *Provider) RemovePooled(ctx context.Context, in *store.Instance) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	insts, err := p.Store.Instances(ctx, in.Chain)
-	if err != nil {
-		return err
-	}
-	for _, cur := range insts {
-		if cur.ID == in.ID && cur.State == store.Pooled {
-			if err := p.Store.DeleteInstance(ctx, cur); err != nil {
-				return err
-			}
-			p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(cur)})
-			p.UpdateChainMetrics(ctx, in.Chain)
-		}
-	}
-	return nil
-}
-
 // newInstance stores a pooled instance of f on worker ("" = the placement's server) with
 // the next free number and a VLAN of its own, and announces it.
-func (p *Provider) newInstance(ctx context.Context, f *store.Function, worker string) (*store.Instance, error) {
+func (p *Provider) newInstance(ctx context.Context, f *chain.Function, worker string) (*store.Instance, error) {
 	c := f.Chain
 	insts, err := p.Store.Instances(ctx, c.Name)
 	if err != nil {
@@ -293,7 +328,7 @@ func (p *Provider) newInstance(ctx context.Context, f *store.Function, worker st
 	if err := p.Store.PutInstance(ctx, in); err != nil {
 		return nil, err
 	}
-	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+	p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in.Proto()})
 	return in, nil
 }
 
@@ -311,10 +346,11 @@ func (p *Provider) releaseInstances(ctx context.Context, name string) error {
 		return err
 	}
 	for _, in := range insts {
-		if err := p.Store.DeleteInstance(ctx, in); err != nil {
+		in.Gen = 0 // whatever it is now: the chain goes
+		if err := p.Store.DeleteInstance(ctx, in, false); err != nil && !errors.Is(err, store.ErrGone) {
 			return err
 		}
-		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: events.InstanceProto(in)})
+		p.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_REMOVED, Instance: in.Proto()})
 	}
 	return nil
 }

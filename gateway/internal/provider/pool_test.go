@@ -3,10 +3,51 @@
 package provider
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 )
+
+// fixedModeler models every chain with one profile, or fails with err.
+type fixedModeler struct {
+	prof *policy.Profile
+	err  error
+}
+
+func (m fixedModeler) Model(name string, _ []string, p99us float64) (*policy.Model, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return &policy.Model{Chain: policy.Chain{Name: name, MaxPps: m.prof.MaxPps, Threshold: policy.Keel().ThresholdFor(m.prof, p99us)},
+		Profile: m.prof}, nil
+}
+
+func Test_checkSLO_refuses_an_SLO_no_load_meets_and_names_the_figures(t *testing.T) {
+	prof := &policy.Profile{MaxPps: 1e6, Method: "test profile", Points: []policy.Point{
+		{Load: 0.05, P99us: 12}, {Load: 0.5, P99us: 30}, {Load: 0.9, P99us: 90}}}
+	p := &Provider{Models: fixedModeler{prof: prof}}
+	placed := func(p99 float64) *chain.Chain {
+		return &chain.Chain{Name: "c", Spec: "NAT", SLO: chain.SLO{P99us: p99}, Members: []chain.Member{{Name: "nat", NF: "nat"}},
+			Placement: chain.Placement{Subgroups: []chain.Subgroup{{Server: "local", Cores: 1, NFs: []string{"nat"}}}}}
+	}
+	err := p.checkSLO(placed(10))
+	want := "annotations.com.keel.slo: p99=10us cannot be met: at 5% of a core the chain's p99 is already 12.0 us (test profile)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("checkSLO(p99=10us) = %v, want %q", err, want)
+	}
+	if err := p.checkSLO(placed(50)); err != nil {
+		t.Fatalf("checkSLO(p99=50us) = %v, want nil", err)
+	}
+	if err := p.checkSLO(placed(0)); err != nil {
+		t.Fatalf("checkSLO without a p99 bound = %v, want nil", err)
+	}
+	p.Models = fixedModeler{err: errors.New("no costs")}
+	if err := p.checkSLO(placed(10)); err != nil {
+		t.Fatalf("checkSLO without a model = %v, want nil", err)
+	}
+}
 
 func Test_replaces_ignores_how_the_placer_numbered_the_subgroups(t *testing.T) {
 	placed := func(id, cores int, rate float64, nfs ...string) *chain.Chain {

@@ -20,11 +20,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/apierr"
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
 	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/dockerlog"
@@ -46,13 +48,12 @@ const DefaultCallTimeout = 2 * time.Minute
 // agent has said nothing for that long is not counted available, whatever it said last.
 const DefaultReportStale = 30 * time.Second
 
-// Errors the handlers map to HTTP status codes.
+// Errors the handlers map to HTTP status codes (package apierr).
 var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
-	ErrInvalid  = errors.New("invalid")
-	// ErrUnavailable: the function exists but no replica became ready in time (503).
-	ErrUnavailable = errors.New("unavailable")
+	ErrNotFound    = apierr.ErrNotFound
+	ErrConflict    = apierr.ErrConflict
+	ErrInvalid     = apierr.ErrInvalid
+	ErrUnavailable = apierr.ErrUnavailable
 )
 
 // DefaultNamespace is OpenFaaS's namespace of functions, the one keel serves by default.
@@ -80,6 +81,11 @@ type Validator interface {
 	Validate(ctx context.Context, fd *types.FunctionDeployment, others []*chain.Chain, tenantNFs []chain.TenantNF) (*chain.Chain, map[string]chain.Placement, error)
 }
 
+// ChainModeler models a chain from its server NFs and its SLO's p99 bound (costs.Modeler).
+type ChainModeler interface {
+	Model(name string, nfs []string, p99us float64) (*policy.Model, error)
+}
+
 // Provider ties the store, the chain validator, the container runtime, metrics and events.
 type Provider struct {
 	Store     *store.Store
@@ -105,9 +111,9 @@ type Provider struct {
 	// ReportStale is how old an agent's latest report of an instance may be for the instance
 	// to count as available (0: DefaultReportStale).
 	ReportStale time.Duration
-	// CheckChain, when set, refuses a placed chain the controller cannot scale (an SLO no
-	// per-core load meets); its error is reported as invalid input.
-	CheckChain func(f *store.Function) error
+	// Models, when set, models a placed chain as the controller will (package costs), so
+	// that deploy refuses a chain the controller cannot scale: an SLO no per-core load meets.
+	Models ChainModeler
 	// Namespace is the one namespace of functions keel serves ("" : DefaultNamespace).
 	Namespace string
 	// Scaling holds the defaults of normal functions' com.openfaas.scale.* labels (zero
@@ -142,7 +148,7 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old, err := p.Store.Get(ctx, fd.Service)
+	old, err := store.Get[chain.Function](ctx, p.Store, fd.Service)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		if update {
@@ -158,7 +164,7 @@ func (p *Provider) Deploy(ctx context.Context, fd *types.FunctionDeployment, upd
 	if err := p.checkSecrets(fd, kind); err != nil {
 		return err
 	}
-	f := &store.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
+	f := &chain.Function{Kind: kind, Deployment: *fd, CreatedAt: time.Now().UTC(), Replicas: 1}
 	if old != nil {
 		f.CreatedAt, f.Replicas = old.CreatedAt, old.Replicas
 	}
@@ -248,8 +254,8 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 }
 
 // lookup reads a function from the store; ErrNotFound names it when absent.
-func (p *Provider) lookup(ctx context.Context, name string) (*store.Function, error) {
-	f, err := p.Store.Get(ctx, name)
+func (p *Provider) lookup(ctx context.Context, name string) (*chain.Function, error) {
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: function %s", ErrNotFound, name)
 	}
@@ -257,7 +263,7 @@ func (p *Provider) lookup(ctx context.Context, name string) (*store.Function, er
 }
 
 func (p *Provider) chainsUsing(ctx context.Context, nf string) ([]string, error) {
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +329,7 @@ func (p *Provider) Scale(ctx context.Context, name string, replicas uint64) erro
 }
 
 // setReplicas runs replicas of normal function f and records them; the caller holds p.mu.
-func (p *Provider) setReplicas(ctx context.Context, f *store.Function, replicas uint64) error {
+func (p *Provider) setReplicas(ctx context.Context, f *chain.Function, replicas uint64) error {
 	name := f.Deployment.Service
 	if err := p.Runtime.Apply(ctx, &f.Deployment, int(replicas)); err != nil {
 		return fmt.Errorf("scale %s: %w", name, err)
@@ -359,7 +365,7 @@ func (p *Provider) NamespaceName() string {
 // checkCores refuses to scale chain f to n instances when they would not fit in the rack's
 // server cores beside the other deployed chains, counted as deploy counts them (each chain's
 // placement holds its subgroups' cores; an instance of f needs all of f's).
-func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) error {
+func (p *Provider) checkCores(ctx context.Context, f *chain.Function, n int) error {
 	if p.RackCores <= 0 {
 		return nil
 	}
@@ -367,7 +373,7 @@ func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) err
 	for _, sg := range f.Chain.Placement.Subgroups {
 		per += sg.Cores
 	}
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
@@ -402,7 +408,7 @@ func (p *Provider) checkCores(ctx context.Context, f *store.Function, n int) err
 func (p *Provider) Adopt(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return err
 	}
@@ -440,7 +446,7 @@ func (p *Provider) Adopt(ctx context.Context) error {
 // Holds says what keel holds under name: "chain", "packet function" or "normal function",
 // or "" when nothing.
 func (p *Provider) Holds(ctx context.Context, name string) (string, error) {
-	f, err := p.Store.Get(ctx, name)
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}

@@ -117,12 +117,18 @@ func instances(t *testing.T, p *Provider, name string) map[string]*store.Instanc
 	return out
 }
 
-// attach marks an instance attached on core 1 with one flow, as AssignFlow does.
+// attach marks an instance attached on core 1 with one flow, as the controller does.
 func attach(t *testing.T, p *Provider, in *store.Instance, port uint16) {
 	t.Helper()
-	in.State, in.Core, in.Flows = store.Attached, 1, in.Flows+1
-	f := &store.Flow{Key: fmt.Sprintf("6 198.18.0.1:%d 198.18.3.1:80", port), Chain: in.Chain, Instance: in.ID, VLAN: in.VLAN}
-	if err := p.Store.PutFlow(context.Background(), f, in); err != nil {
+	ctx := context.Background()
+	f := &store.Flow{Key: fmt.Sprintf("6 198.18.0.1:%d 198.18.3.1:80", port), Chain: in.Chain}
+	var err error
+	if in.State != store.Attached {
+		err = p.Attach(ctx, in, 1, in.Batch, "attached by the test", f)
+	} else {
+		err = p.Store.AssignFlow(ctx, f, in, false)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -137,7 +143,7 @@ func Test_Deploy_refuses_a_packet_function_whose_image_is_missing_as_for_a_norma
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "image: keel/nf-typo:latest: image not found") {
 		t.Fatalf("deploy with a missing image: %v, want invalid naming the image", err)
 	}
-	if _, err := p.Store.Get(ctx, "ttlguard"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := store.Get[chain.Function](ctx, p.Store, "ttlguard"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the refused packet function was stored: %v", err)
 	}
 	if err := p.Deploy(ctx, nf("keel/nf-ttlguard:latest"), false); err != nil {
@@ -156,7 +162,7 @@ func Test_Deploy_accepts_keel_chain_as_a_chains_image_and_refuses_another(t *tes
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `image: "keel/hello:latest" is not keel's chain runtime`) {
 		t.Fatalf("chain with a normal function's image: %v", err)
 	}
-	if fs, _ := p.Store.List(ctx); len(fs) != 0 {
+	if fs, _ := store.List[chain.Function](ctx, p.Store); len(fs) != 0 {
 		t.Fatalf("the refused chain left %d function(s)", len(fs))
 	}
 	for i, image := range []string{"keel/chain:latest", "keel/chain", ""} {
@@ -227,14 +233,14 @@ func Test_Redeploy_with_a_new_spec_drains_attached_instances_and_removes_idle_on
 	}
 
 	// The controller's end of the drain removes chain3/0 with its flow.
-	if ok, err := p.RemoveDrained(ctx, old); err != nil || !ok {
-		t.Fatalf("RemoveDrained = %v, %v", ok, err)
+	if err := p.Remove(ctx, old); err != nil {
+		t.Fatalf("Remove = %v", err)
 	}
 	if fl, _ := p.Store.Flows(ctx, "chain3"); len(fl) != 0 {
 		t.Fatalf("flows of the removed instance are left: %+v", fl)
 	}
-	if ok, _ := p.RemoveDrained(ctx, after["chain3/2"]); ok {
-		t.Fatalf("RemoveDrained removed an instance that is not draining")
+	if err := p.Remove(ctx, old); !errors.Is(err, store.ErrGone) {
+		t.Fatalf("Remove of a removed instance = %v, want store.ErrGone", err)
 	}
 }
 
@@ -265,7 +271,7 @@ func Test_Scale_of_a_chain_is_checked_against_the_racks_cores_and_reports_what_i
 	if got := instances(t, p, "chain3"); len(got) != 1 {
 		t.Fatalf("the refused scale changed the instances: %v", keys(got))
 	}
-	if f, _ := p.Store.Get(ctx, "chain3"); f.Replicas != 1 {
+	if f, _ := store.Get[chain.Function](ctx, p.Store, "chain3"); f.Replicas != 1 {
 		t.Fatalf("the refused scale changed replicas to %d", f.Replicas)
 	}
 
@@ -280,7 +286,7 @@ func Test_Scale_of_a_chain_is_checked_against_the_racks_cores_and_reports_what_i
 	if err := p.Scale(ctx, "chain3", 1); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := p.Store.Get(ctx, "chain3")
+	f, _ := store.Get[chain.Function](ctx, p.Store, "chain3")
 	got := instances(t, p, "chain3")
 	if f.Replicas != 2 || len(got) != 2 || got["chain3/2"] != nil {
 		t.Fatalf("scale to 1 with 2 attached: replicas %d, instances %v; want 2 (both attached, the idle one removed)", f.Replicas, keys(got))
@@ -300,7 +306,7 @@ func Test_Status_counts_as_available_only_instances_their_agent_reported_running
 	fresh.Phase, fresh.ReportedAt = "ready", time.Now()
 	stale.Phase, stale.ReportedAt = "ready", time.Now().Add(-2*DefaultReportStale)
 	for _, in := range []*store.Instance{fresh, stale} {
-		if err := p.Store.UpdateInstance(ctx, in); err != nil {
+		if err := p.Store.UpdateStatus(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}

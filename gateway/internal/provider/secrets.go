@@ -9,6 +9,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
 // checkSecrets refuses a deployment that names a secret that does not exist, or names secrets
@@ -35,7 +36,7 @@ func (p *Provider) checkSecrets(fd *types.FunctionDeployment, kind string) error
 
 // SecretUsers names the functions deployed with the secret.
 func (p *Provider) SecretUsers(ctx context.Context, name string) []string {
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ import (
 
 // UpdateChainMetrics recomputes a chain's keel_* gauges from its instances in the store.
 func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
-	f, err := p.Store.Get(ctx, name)
+	f, err := store.Get[chain.Function](ctx, p.Store, name)
 	if err != nil || f.Chain == nil {
 		return
 	}
@@ -32,7 +32,7 @@ func (p *Provider) UpdateChainMetrics(ctx context.Context, name string) {
 
 // SetChainMetrics sets a chain's keel_* gauges from its record and instances as the caller
 // has just read or written them (AssignFlow: no second read of the store per new flow).
-func (p *Provider) SetChainMetrics(f *store.Function, insts []*store.Instance) {
+func (p *Provider) SetChainMetrics(f *chain.Function, insts []*store.Instance) {
 	if f == nil || f.Chain == nil {
 		return
 	}
@@ -83,7 +83,7 @@ func (p *Provider) Status(ctx context.Context, name string) (*types.FunctionStat
 
 // List describes every function.
 func (p *Provider) List(ctx context.Context) ([]types.FunctionStatus, error) {
-	all, err := p.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, p.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (p *Provider) List(ctx context.Context) ([]types.FunctionStatus, error) {
 	return out, nil
 }
 
-func (p *Provider) status(ctx context.Context, f *store.Function) (*types.FunctionStatus, error) {
+func (p *Provider) status(ctx context.Context, f *chain.Function) (*types.FunctionStatus, error) {
 	fd := f.Deployment
 	labels := map[string]string{}
 	if fd.Labels != nil {

@@ -21,7 +21,7 @@ func Test_Status_says_where_a_chain_runs_and_what_a_packet_function_is(t *testin
 	withGuard := &chain.Chain{Name: "guarded", NFs: []string{"ttlguard", "nat"}, Filter: "dst net 198.18.9.0/24",
 		NFConfigs: []chain.Member{{Name: "ttlguard", NF: "ttlguard"}, {Name: "nat", NF: "nat"}},
 		Placement: chain.Placement{Subgroups: []chain.Subgroup{{ID: 0, Server: "local", Cores: 1, NFs: []string{"ttlguard", "nat"}}}}}
-	for _, f := range []*store.Function{
+	for _, f := range []*chain.Function{
 		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain1"}, Chain: onSwitch},
 		{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "guarded"}, Chain: withGuard},
 		{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard", Image: "keel/nf-ttlguard:latest"}},
@@ -76,7 +76,7 @@ func Test_Status_shows_the_refined_placement_of_a_chain_on_a_SmartNIC_rack(t *te
 		Subgroups: []chain.RefinedSubgroup{{Subgroup: 0, Server: "w1", NFs: []string{"nat"}, Node: 1, Cores: []int{8, 9}}},
 		Steps:     []chain.RefineStep{{Server: "w1", Algo: "smartchain", Measure: "latency benefit over all-CPU, us", Before: &before, After: &after}}}
 	for _, c := range []*chain.Chain{plain, refined} {
-		if err := st.Put(ctx, &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: c.Name}, Chain: c}); err != nil {
+		if err := st.Put(ctx, &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: c.Name}, Chain: c}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/internal/redisauth"
 	"github.com/keel-nfv/keel/internal/testredis"
@@ -30,11 +31,11 @@ func Test_the_store_works_as_make_ups_keel_gateway_user(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	f := &store.Function{Deployment: types.FunctionDeployment{Service: "hello", Image: "keel/hello"}, Replicas: 1}
+	f := &chain.Function{Deployment: types.FunctionDeployment{Service: "hello", Image: "keel/hello"}, Replicas: 1}
 	if err := st.Put(ctx, f); err != nil {
 		t.Fatal(err)
 	}
-	if fs, err := st.List(ctx); err != nil || len(fs) != 1 {
+	if fs, err := store.List[chain.Function](ctx, st); err != nil || len(fs) != 1 {
 		t.Fatalf("List: %d %v", len(fs), err)
 	}
 	vlan, err := st.AllocVLAN(ctx)
@@ -46,8 +47,7 @@ func Test_the_store_works_as_make_ups_keel_gateway_user(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := store.FlowKey(17, netip.MustParseAddr("198.18.0.1"), 1024, netip.MustParseAddr("198.18.3.1"), 5001)
-	in.Flows++
-	if err := st.PutFlow(ctx, &store.Flow{Key: key, Chain: "c", Instance: in.ID, VLAN: vlan}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "c", Instance: in.ID, VLAN: vlan}, in, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.CountInvocation(ctx, "hello"); err != nil {
@@ -59,7 +59,7 @@ func Test_the_store_works_as_make_ups_keel_gateway_user(t *testing.T) {
 	if _, err := st.DeleteOrphanState(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Delete(ctx, "hello"); err != nil {

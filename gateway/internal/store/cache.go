@@ -39,7 +39,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -191,32 +190,6 @@ func (s *Store) fetchFlows(ctx context.Context) (func(c *cache), error) {
 		return nil, err
 	}
 	return func(c *cache) { c.flows = fl }, nil
-}
-
-func (s *Store) fetchInstances(chainName string) func(ctx context.Context) (func(c *cache), error) {
-	return func(ctx context.Context) (func(c *cache), error) {
-		insts, err := readHash[Instance](ctx, s.rdb, keyInstances+chainName, "instances of "+chainName,
-			func(string) string { return "instance of " + chainName })
-		if err != nil {
-			return nil, err
-		}
-		return func(c *cache) { c.instances[chainName] = insts }, nil
-	}
-}
-
-// cloneInstance is a copy of in that shares nothing with it.
-func cloneInstance(in *Instance) *Instance {
-	c := *in
-	if in.Runs != nil {
-		// Only a draining instance runs an older chain: a round trip through JSON, as through
-		// Redis, is cheap enough for it and copies every field the chain will ever have.
-		b, err := json.Marshal(in.Runs)
-		var r chain.Chain
-		if err == nil && json.Unmarshal(b, &r) == nil {
-			c.Runs = &r
-		}
-	}
-	return &c
 }
 
 func cloneWorker(w *Worker) *Worker {

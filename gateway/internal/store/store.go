@@ -13,15 +13,11 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/nfcatalog"
 	"github.com/keel-nfv/keel/internal/redisauth"
-	"github.com/openfaas/faas-provider/types"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,7 +25,7 @@ import (
 const (
 	keyFunctions = "keel:functions"   // set of function names
 	keyFunction  = "keel:function:"   // + name: JSON Function
-	keyInstances = "keel:instances:"  // + chain: hash instance id -> JSON Instance
+	keyInstances = "keel:instances:"  // + chain: hash instance id -> JSON instance spec (instances.go)
 	keyVLANs     = "keel:vlans"       // set of VLAN ids in use
 	keyWorkers   = "keel:workers"     // hash worker -> JSON Worker
 	keyCalls     = "keel:invocations" // hash function -> calls through the proxy
@@ -42,65 +38,11 @@ const (
 // ErrNotFound is returned for a function that is not deployed.
 var ErrNotFound = errors.New("not found")
 
-// Function is one deployed function of any kind.
-type Function struct {
-	Kind       string                   `json:"kind"` // "" (normal), nf or chain
-	Deployment types.FunctionDeployment `json:"deployment"`
-	Replicas   uint64                   `json:"replicas"`
-	CreatedAt  time.Time                `json:"created_at"`
-	Chain      *chain.Chain             `json:"chain,omitempty"`
-	// NF is a packet function's NF as its image declares it (name, argument schemas).
-	NF *nfcatalog.NF `json:"nf,omitempty"`
+// Record is what the store keeps of one deployed function (chain.Function): a value that
+// encodes to JSON and names its function. The store does not look inside it.
+type Record interface {
+	RecordName() string
 }
-
-// Instance is one instance of a chain on a worker (Galleon: an sgroup with its VF and VLAN).
-type Instance struct {
-	ID        string  `json:"id"`
-	Chain     string  `json:"chain"`
-	Worker    string  `json:"worker"`
-	VFPort    uint32  `json:"vf_port"`
-	VLAN      uint32  `json:"vlan"`
-	State     string  `json:"state"` // pooled | attached
-	Core      int32   `json:"core"`  // -1 while pooled
-	Cores     int     `json:"cores"`
-	Flows     uint32  `json:"flows"`
-	RateGbps  float64 `json:"rate_gbps"` // offered on its VF, as the agent measured it
-	P99us     float64 `json:"p99_us"`
-	Packets   uint64  `json:"packets"`    // offered on its VF, as the agent measured it
-	VFDropped uint64  `json:"vf_dropped"` // refused by its VF (its receive side full), as the agent measured it
-	// What its NFs report of themselves (their statistics files): shown, never decided by.
-	NFQueueLen uint32    `json:"nf_reported_queue_len"`
-	NFDrops    uint64    `json:"nf_reported_drops"`
-	Overloaded bool      `json:"overloaded"`
-	Batch      uint32    `json:"batch"`                // bursts per turn the gateway wants
-	Phase      string    `json:"phase,omitempty"`      // the agent's report: starting | ready | failed | removing
-	Reason     string    `json:"reason,omitempty"`     // why it failed
-	Restarts   uint64    `json:"restarts,omitempty"`   // rebuilds after failures, as the agent counts them
-	ReportedAt time.Time `json:"reported_at,omitzero"` // the agent's latest report of it
-	// A rolling update (a redeploy that changed the chain) drains the attached instances of
-	// the old version: they keep their flows, take no new ones and are removed when the flows
-	// end or at DrainUntil. Runs is the old version of the chain they still run.
-	Draining   bool         `json:"draining,omitempty"`
-	DrainUntil time.Time    `json:"drain_until,omitzero"`
-	Runs       *chain.Chain `json:"runs,omitempty"`
-	// The controller's bookkeeping (gateway/internal/policy).
-	RatePps      float64 `json:"rate_pps,omitempty"`       // packets/s offered on its VF, as the agent last measured
-	FlowsAtStats uint32  `json:"flows_at_stats,omitempty"` // flows assigned when RatePps was measured
-	NewVFDropped uint64  `json:"new_vf_dropped,omitempty"` // VFDropped's increase at the last report
-	// The last cycles per packet measured over real packets: its threads' CPU time
-	// (coopsched's schedstat account) per packet handed over on its VF.
-	CyclesPerPacket float64   `json:"cycles_per_packet,omitempty"`
-	IdleSince       time.Time `json:"idle_since,omitzero"` // attached and without flows since then
-	Load            float64   `json:"load,omitempty"`      // estimated fraction of a core, at the last decision
-	Threshold       float64   `json:"threshold,omitempty"` // the chain's per-core load threshold then
-	Why             string    `json:"why,omitempty"`       // the controller's last decision about it, for describe
-}
-
-// Instance states.
-const (
-	Pooled   = "pooled"
-	Attached = "attached"
-)
 
 // Worker is a registered worker.
 type Worker struct {
@@ -161,13 +103,13 @@ func (s *Store) Close() error { return s.rdb.Close() }
 // AddHook instruments the Redis client (tests count the round trips a call makes with it).
 func (s *Store) AddHook(h redis.Hook) { s.rdb.AddHook(h) }
 
-// Put creates or replaces a function.
-func (s *Store) Put(ctx context.Context, f *Function) error {
+// Put creates or replaces a function's record.
+func (s *Store) Put(ctx context.Context, f Record) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	name := f.Deployment.Service
+	name := f.RecordName()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.current()
@@ -189,8 +131,8 @@ func (s *Store) Put(ctx context.Context, f *Function) error {
 	return nil
 }
 
-// Get returns one function or ErrNotFound.
-func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
+// Get returns one function's record, decoded into a new T, or ErrNotFound.
+func Get[T any](ctx context.Context, s *Store, name string) (*T, error) {
 	var b []byte
 	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) { b = c.functions[name] })
 	if err != nil {
@@ -199,16 +141,16 @@ func (s *Store) Get(ctx context.Context, name string) (*Function, error) {
 	if b == nil {
 		return nil, ErrNotFound
 	}
-	var f Function
+	var f T
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", name, err)
 	}
 	return &f, nil
 }
 
-// List returns every function, sorted by name, each decoded for the caller (see Generation
-// for a caller that reads them often).
-func (s *Store) List(ctx context.Context) ([]*Function, error) {
+// List returns every function's record, sorted by name, each decoded into a new T for the
+// caller (see Generation for a caller that reads them often).
+func List[T any](ctx context.Context, s *Store) ([]*T, error) {
 	var names []string
 	var recs [][]byte
 	err := s.read(ctx, false, hasFunctions, s.fetchFunctions, func(c *cache) {
@@ -220,9 +162,9 @@ func (s *Store) List(ctx context.Context) ([]*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*Function, 0, len(names))
+	out := make([]*T, 0, len(names))
 	for i, b := range recs {
-		var f Function
+		var f T
 		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("decode %s: %w", names[i], err)
 		}
@@ -286,11 +228,12 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, in := range insts {
 			p.SRem(ctx, keyVLANs, in.VLAN)
+			p.Del(ctx, keyInstFlows+in.ID)
 		}
 		for _, f := range flows {
 			p.HDel(ctx, keyFlows, f.Key)
 		}
-		p.Del(ctx, keyInstances+name, keyFunction+name)
+		p.Del(ctx, keyInstances+name, keyStatus+name, keyFunction+name)
 		p.HDel(ctx, keyCalls, name)
 		p.SRem(ctx, keyFunctions, name)
 		return nil
@@ -322,80 +265,6 @@ func (s *Store) AllocVLAN(ctx context.Context) (uint32, error) {
 		}
 	}
 	return 0, errors.New("allocate VLAN: all VLAN ids are in use")
-}
-
-// PutInstance creates or replaces a chain instance (the provider's creation of a pooled
-// instance; every later change goes through UpdateInstance, PutFlow or DeleteFlow).
-func (s *Store) PutInstance(ctx context.Context, in *Instance) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	c := s.current()
-	if err := s.rdb.HSet(ctx, keyInstances+in.Chain, in.ID, b).Err(); err != nil {
-		s.drop(c)
-		return fmt.Errorf("store instance %s: %w", in.ID, err)
-	}
-	s.update(c, func(c *cache) { c.putInstance(in) })
-	return nil
-}
-
-// putInstance records a copy of in, if its chain's instances are cached.
-func (c *cache) putInstance(in *Instance) {
-	if insts, ok := c.instances[in.Chain]; ok {
-		insts[in.ID] = cloneInstance(in)
-	}
-}
-
-// Instances returns a chain's instances sorted by id.
-func (s *Store) Instances(ctx context.Context, chainName string) ([]*Instance, error) {
-	return s.instances(ctx, false, chainName)
-}
-
-func (s *Store) instances(ctx context.Context, held bool, chainName string) ([]*Instance, error) {
-	var out []*Instance
-	err := s.read(ctx, held, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
-		out = make([]*Instance, 0, len(c.instances[chainName]))
-		for _, in := range c.instances[chainName] {
-			out = append(out, cloneInstance(in))
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return instanceLess(out[i].ID, out[j].ID) })
-	return out, nil
-}
-
-// Instance returns one instance of a chain, or nil if it has none with that id.
-func (s *Store) Instance(ctx context.Context, chainName, id string) (*Instance, error) {
-	var out *Instance
-	err := s.read(ctx, false, hasInstances(chainName), s.fetchInstances(chainName), func(c *cache) {
-		if in := c.instances[chainName][id]; in != nil {
-			out = cloneInstance(in)
-		}
-	})
-	return out, err
-}
-
-func instanceLess(a, b string) bool {
-	na, ea := strconv.Atoi(a[lastSlash(a)+1:])
-	nb, eb := strconv.Atoi(b[lastSlash(b)+1:])
-	if ea == nil && eb == nil && a[:lastSlash(a)] == b[:lastSlash(b)] {
-		return na < nb
-	}
-	return a < b
-}
-
-func lastSlash(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == '/' {
-			return i
-		}
-	}
-	return -1
 }
 
 // PutWorker records a worker.
@@ -431,40 +300,6 @@ func (s *Store) Workers(ctx context.Context) (map[string]*Worker, error) {
 	return out, err
 }
 
-// DeleteInstance removes one chain instance with its flows and releases its VLAN.
-func (s *Store) DeleteInstance(ctx context.Context, in *Instance) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	flows, err := s.chainFlows(ctx, true, in.Chain)
-	if err != nil {
-		return err
-	}
-	c := s.current()
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, f := range flows {
-			if f.Instance == in.ID {
-				p.HDel(ctx, keyFlows, f.Key)
-			}
-		}
-		p.HDel(ctx, keyInstances+in.Chain, in.ID)
-		p.SRem(ctx, keyVLANs, in.VLAN)
-		return nil
-	})
-	if err != nil {
-		s.drop(c)
-		return fmt.Errorf("delete instance %s: %w", in.ID, err)
-	}
-	s.update(c, func(c *cache) {
-		for _, f := range flows {
-			if f.Instance == in.ID {
-				delete(c.flows, f.Key)
-			}
-		}
-		delete(c.instances[in.Chain], in.ID)
-	})
-	return nil
-}
-
 // CountInvocation adds one call to a function's invocation count.
 func (s *Store) CountInvocation(ctx context.Context, name string) error {
 	return s.rdb.HIncrBy(ctx, keyCalls, name, 1).Err()
@@ -477,128 +312,6 @@ func (s *Store) Invocations(ctx context.Context, name string) (int64, error) {
 		return 0, nil
 	}
 	return n, err
-}
-
-// ErrGone is returned by UpdateInstance and PutFlow when the instance was deleted since the
-// caller read it (a chain removed or redeployed meanwhile): the write is not made, so a
-// deleted instance is never brought back with a VLAN that is no longer reserved.
-var ErrGone = errors.New("instance no longer exists")
-
-// instanceWrite writes an instance only if it still exists, together with one change to the
-// flows hash, in one step (Redis runs a script atomically); an assignment also counts one
-// invocation of the chain. KEYS: instances hash, flows hash, invocations hash. ARGV: instance
-// id, instance JSON, "assign" | "release" | "none", flow key, flow JSON, chain name.
-// Returns 1 if the instance existed (and was written), else 0; a release happens either way.
-var instanceWrite = redis.NewScript(`
-local exists = redis.call('HEXISTS', KEYS[1], ARGV[1])
-if ARGV[3] == 'assign' then
-  if exists == 0 then return 0 end
-  redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
-  redis.call('HINCRBY', KEYS[3], ARGV[6], 1)
-elseif ARGV[3] == 'release' then
-  redis.call('HDEL', KEYS[2], ARGV[4])
-end
-if exists == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-return exists
-`)
-
-// UpdateInstance replaces an instance that exists; ErrGone if it was deleted meanwhile.
-// Everything but the creation of an instance writes through it.
-func (s *Store) UpdateInstance(ctx context.Context, in *Instance) error {
-	return s.instanceTx(ctx, "update instance "+in.ID, in, "none", nil)
-}
-
-// PutFlow records a flow assignment and, in the same step, the instance it was assigned to
-// (nil for a switch-only chain) and one invocation of the flow's chain (faas-cli's invocation
-// count of a chain is the flows assigned to it); ErrGone, and nothing recorded, if the
-// instance was deleted.
-func (s *Store) PutFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in != nil {
-		return s.instanceTx(ctx, "assign flow "+f.Key, in, "assign", f)
-	}
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	c := s.current()
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, keyFlows, f.Key, b)
-		p.HIncrBy(ctx, keyCalls, f.Chain, 1)
-		return nil
-	})
-	if err != nil {
-		s.drop(c)
-		return fmt.Errorf("assign flow %s: %w", f.Key, err)
-	}
-	s.update(c, func(c *cache) { c.putFlow(f) })
-	return nil
-}
-
-func (c *cache) putFlow(f *Flow) {
-	if c.flows != nil {
-		cp := *f
-		c.flows[f.Key] = &cp
-	}
-}
-
-// DeleteFlow removes a flow assignment and, in the same step, stores its instance (nil for a
-// switch-only chain) with the flow count the caller lowered, if the instance still exists.
-func (s *Store) DeleteFlow(ctx context.Context, f *Flow, in *Instance) error {
-	if in != nil {
-		err := s.instanceTx(ctx, "release flow "+f.Key, in, "release", f)
-		if errors.Is(err, ErrGone) {
-			return nil // the flow is gone with its instance's other keys
-		}
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	c := s.current()
-	if err := s.rdb.HDel(ctx, keyFlows, f.Key).Err(); err != nil {
-		s.drop(c)
-		return fmt.Errorf("release flow %s: %w", f.Key, err)
-	}
-	s.update(c, func(c *cache) { delete(c.flows, f.Key) })
-	return nil
-}
-
-func (s *Store) instanceTx(ctx context.Context, what string, in *Instance, op string, f *Flow) error {
-	ib, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	flowKey, chainName, fb := "", "", []byte(nil)
-	if f != nil {
-		flowKey, chainName = f.Key, f.Chain
-		if fb, err = json.Marshal(f); err != nil {
-			return err
-		}
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	c := s.current()
-	n, err := instanceWrite.Run(ctx, s.rdb, []string{keyInstances + in.Chain, keyFlows, keyCalls},
-		in.ID, ib, op, flowKey, fb, chainName).Int()
-	if err != nil {
-		s.drop(c)
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if op == "release" {
-		s.update(c, func(c *cache) { delete(c.flows, flowKey) })
-	}
-	if n == 0 {
-		s.gone(c, in)
-		return fmt.Errorf("%s: %s: %w", what, in.ID, ErrGone)
-	}
-	s.update(c, func(c *cache) {
-		c.putInstance(in)
-		if op == "assign" {
-			c.putFlow(f)
-		}
-	})
-	return nil
 }
 
 // Flow returns the assignment of the flow with key, or nil if it has none.

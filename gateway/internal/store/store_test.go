@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/openfaas/faas-provider/types"
@@ -28,16 +29,15 @@ func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := *in // what AssignFlow read before the delete
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
 	key := store.FlowKey(17, netip.MustParseAddr("198.18.0.1"), 1024, netip.MustParseAddr("198.18.3.1"), 5001)
-	stale.Flows++
-	err = st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: stale.ID, VLAN: stale.VLAN}, &stale)
+	err = st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: stale.ID, VLAN: stale.VLAN}, &stale, true)
 	if !errors.Is(err, store.ErrGone) {
 		t.Fatalf("PutFlow on a deleted instance: %v, want ErrGone", err)
 	}
-	if err := st.UpdateInstance(ctx, &stale); !errors.Is(err, store.ErrGone) {
+	if err := st.UpdateSpec(ctx, &stale, false); !errors.Is(err, store.ErrGone) {
 		t.Fatalf("UpdateInstance on a deleted instance: %v, want ErrGone", err)
 	}
 	insts, _ := st.Instances(ctx, "chain3")
@@ -54,20 +54,20 @@ func Test_a_deleted_instance_is_never_written_back(t *testing.T) {
 	if err := st.PutInstance(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: in.ID}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: key, Chain: "chain3", Instance: in.ID}, in, true); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.Instances(ctx, "chain3"); len(got) != 1 {
 		t.Fatalf("instances %v", got)
 	}
 	rec, _ := st.Flow(ctx, key)
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "other", Chain: "chain3", Instance: in.ID}, nil); err != nil {
+	if err := st.PutFlow(ctx, &store.Flow{Key: "other", Chain: "chain3", Instance: in.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteFlow(ctx, rec, in); err != nil {
+	if _, err := st.DeleteFlow(ctx, rec); err != nil {
 		t.Fatalf("release after the instance went: %v", err)
 	}
 	if insts, _ := st.Instances(ctx, "chain3"); len(insts) != 0 {
@@ -84,17 +84,16 @@ func Test_PutFlow_counts_one_invocation_of_the_flow_s_chain(t *testing.T) {
 	if err := st.PutInstance(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	in.Flows++
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.1.1:5001", Chain: "chain1"}, nil); err != nil {
+	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1024 198.18.1.1:5001", Chain: "chain1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.DeleteInstance(ctx, in); err != nil {
+	if err := st.DeleteInstance(ctx, in, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in); !errors.Is(err, store.ErrGone) {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "17 198.18.0.1:1025 198.18.3.1:5001", Chain: "chain3", Instance: in.ID}, in, true); !errors.Is(err, store.ErrGone) {
 		t.Fatalf("PutFlow on a removed instance: %v, want ErrGone", err)
 	}
 	for name, want := range map[string]int64{"chain3": 1, "chain1": 1} {
@@ -111,7 +110,7 @@ func Test_DeleteOrphanState_deletes_the_state_of_chains_no_longer_deployed(t *te
 	srv := testredis.Start(t)
 	st := srv.Store(t)
 	ctx := context.Background()
-	if err := st.Put(ctx, &store.Function{Deployment: types.FunctionDeployment{Service: "chain3", Image: "keel/chain"}}); err != nil {
+	if err := st.Put(ctx, &chain.Function{Deployment: types.FunctionDeployment{Service: "chain3", Image: "keel/chain"}}); err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -139,5 +138,26 @@ func Test_DeleteOrphanState_deletes_the_state_of_chains_no_longer_deployed(t *te
 	}
 	if n, err := st.DeleteOrphanState(ctx); err != nil || n != 0 {
 		t.Errorf("second pass: %d, %v", n, err)
+	}
+}
+
+// An instance written before spec and status were apart (one JSON without a generation) is
+// generation 0: the gateway that reads it after an upgrade can change it.
+func Test_an_instance_of_the_old_layout_is_generation_0(t *testing.T) {
+	srv := testredis.Start(t)
+	st := srv.Store(t)
+	ctx := context.Background()
+	c := raw(t, srv)
+	old := `{"id":"chain3/0","chain":"chain3","worker":"local","vlan":100,"state":"pooled","core":-1,"phase":"ready","flows":0}`
+	if err := c.HSet(ctx, "keel:instances:chain3", "chain3/0", old).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := st.Instance(ctx, "chain3", "chain3/0")
+	if err != nil || in == nil || in.Gen != 0 {
+		t.Fatalf("read %+v, %v; want generation 0", in, err)
+	}
+	in.State, in.Core = store.Attached, 1
+	if err := st.UpdateSpec(ctx, in, false); err != nil || in.Gen != 1 {
+		t.Fatalf("UpdateSpec of the old record: %v (generation %d), want it written as generation 1", err, in.Gen)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
@@ -20,11 +20,11 @@ const DecisionsShown = 100
 
 // Topology is the JSON of /system/keel/topology.
 type Topology struct {
-	Time      time.Time          `json:"time"`
-	Totals    Totals             `json:"totals"`
-	Workers   []Worker           `json:"workers"`
-	Chains    []Chain            `json:"chains"`
-	Decisions []control.Decision `json:"decisions"` // newest first
+	Time      time.Time         `json:"time"`
+	Totals    Totals            `json:"totals"`
+	Workers   []Worker          `json:"workers"`
+	Chains    []Chain           `json:"chains"`
+	Decisions []policy.Decision `json:"decisions"` // newest first
 }
 
 // Totals sums the rack.
@@ -111,7 +111,7 @@ type Sample struct {
 // Snapshot is what the topology is built from: the store's records at one moment.
 type Snapshot struct {
 	Time      time.Time
-	Functions []*store.Function            // every function; only chains are shown
+	Functions []*chain.Function            // every function; only chains are shown
 	Instances map[string][]*store.Instance // by chain
 	Workers   map[string]*store.Worker
 	// Flows are the live flows of each chain (a switch-only chain's flows have no instance);
@@ -121,8 +121,8 @@ type Snapshot struct {
 
 // Build assembles the topology from a snapshot, the controller's decisions (oldest first, as
 // control.Server.Decisions returns them) and each chain's history.
-func Build(s Snapshot, decisions []control.Decision, history map[string][]Sample) Topology {
-	t := Topology{Time: s.Time, Workers: []Worker{}, Chains: []Chain{}, Decisions: []control.Decision{}}
+func Build(s Snapshot, decisions []policy.Decision, history map[string][]Sample) Topology {
+	t := Topology{Time: s.Time, Workers: []Worker{}, Chains: []Chain{}, Decisions: []policy.Decision{}}
 	workers := map[string]*Worker{}
 	cores := map[string]map[int32]*Core{}
 	worker := func(name string) *Worker {

@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/openfaas/faas-provider/types"
 )
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func chainFn(name string, slo float64, server, sw []string) *store.Function {
+func chainFn(name string, slo float64, server, sw []string) *chain.Function {
 	c := &chain.Chain{Name: name, Spec: strings.Join(append(append([]string{}, sw...), server...), " -> "),
 		Filter: "dst net 198.18.1.0/24", SLO: chain.SLO{P99us: slo, TMinGbps: 1}, NFs: append(append([]string{}, sw...), server...)}
 	for _, n := range server {
@@ -28,7 +28,7 @@ func chainFn(name string, slo float64, server, sw []string) *store.Function {
 	for _, n := range sw {
 		c.SwitchNFs = append(c.SwitchNFs, chain.SwitchNF{Member: chain.Member{Name: n}})
 	}
-	return &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name}, Chain: c}
+	return &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: name}, Chain: c}
 }
 
 // rack: chain1 on the switch only; chain2 and chain3 share core 1 of worker local, chain3
@@ -36,7 +36,7 @@ func chainFn(name string, slo float64, server, sw []string) *store.Function {
 func rack() Snapshot {
 	return Snapshot{
 		Time: t0,
-		Functions: []*store.Function{
+		Functions: []*chain.Function{
 			chainFn("chain3", 100, []string{"NAT"}, []string{"ACL"}),
 			chainFn("chain1", 100, nil, []string{"Tunnel", "IPv4Fwd"}),
 			chainFn("chain2", 200, []string{"ACL", "UrlFilter", "Encrypt"}, nil),
@@ -44,12 +44,12 @@ func rack() Snapshot {
 		},
 		Instances: map[string][]*store.Instance{
 			"chain2": {{ID: "chain2/1", Chain: "chain2", Worker: "local", State: store.Attached, Core: 1, VLAN: 101,
-				Flows: 3, RateGbps: 0.5, RatePps: 60000, Load: 0.3, Threshold: 0.8, NFQueueLen: 4, VFDropped: 1, Batch: 2, P99us: 40, Phase: "ready"}},
+				Flows: 3, RateGbps: 0.5, RatePps: 60000, Note: store.Note{Load: 0.3, Threshold: 0.8}, NFQueueLen: 4, VFDropped: 1, Batch: 2, P99us: 40, Phase: "ready"}},
 			"chain3": {
 				{ID: "chain3/1", Chain: "chain3", Worker: "local", State: store.Attached, Core: 1, VLAN: 102, Flows: 2,
-					RateGbps: 0.25, RatePps: 30000, Load: 0.2, Threshold: 0.7, P99us: 30, Phase: "ready"},
+					RateGbps: 0.25, RatePps: 30000, Note: store.Note{Load: 0.2, Threshold: 0.7}, P99us: 30, Phase: "ready"},
 				{ID: "chain3/2", Chain: "chain3", Worker: "local", State: store.Attached, Core: 2, VLAN: 103, Flows: 1,
-					RateGbps: 1, RatePps: 120000, Load: 0.75, Threshold: 0.7, NFQueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
+					RateGbps: 1, RatePps: 120000, Note: store.Note{Load: 0.75, Threshold: 0.7}, NFQueueLen: 80, P99us: 150, Overloaded: true, Phase: "ready"},
 				{ID: "chain3/3", Chain: "chain3", Worker: "local", State: store.Pooled, Core: -1, VLAN: 104, Phase: "starting"},
 			},
 		},
@@ -57,10 +57,10 @@ func rack() Snapshot {
 	}
 }
 
-func decisions(n int) []control.Decision {
-	var out []control.Decision
+func decisions(n int) []policy.Decision {
+	var out []policy.Decision
 	for i := 0; i < n; i++ {
-		out = append(out, control.Decision{Time: t0.Add(time.Duration(i) * time.Second), Kind: control.KindAttach,
+		out = append(out, policy.Decision{Time: t0.Add(time.Duration(i) * time.Second), Kind: policy.KindAttach,
 			Reason: "cold_start", Chain: "chain3", Instance: "chain3/1", Worker: "local", Core: 1, Text: "scale-out: ..."})
 	}
 	return out
@@ -186,7 +186,9 @@ func Test_History_keeps_the_latest_samples_of_deployed_chains(t *testing.T) {
 // fakeSource is a store with the rack's records.
 type fakeSource struct{ s Snapshot }
 
-func (f fakeSource) List(_ context.Context) ([]*store.Function, error) { return f.s.Functions, nil }
+func (f fakeSource) Functions(_ context.Context) ([]*chain.Function, error) {
+	return f.s.Functions, nil
+}
 func (f fakeSource) Instances(_ context.Context, c string) ([]*store.Instance, error) {
 	return f.s.Instances[c], nil
 }
@@ -198,7 +200,7 @@ func (f fakeSource) Flows(_ context.Context, _ string) ([]*store.Flow, error) {
 }
 
 func Test_topology_handler_and_page_are_served(t *testing.T) {
-	v := &View{Source: fakeSource{rack()}, Decisions: func() []control.Decision { return decisions(2) }, History: &History{Keep: 10}}
+	v := &View{Source: fakeSource{rack()}, Decisions: func() []policy.Decision { return decisions(2) }, History: &History{Keep: 10}}
 	rec := httptest.NewRecorder()
 	MakeTopologyHandler(v)(rec, httptest.NewRequest(http.MethodGet, "/system/keel/topology", nil))
 	var top Topology

@@ -12,16 +12,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keel-nfv/keel/gateway/internal/control"
+	"github.com/keel-nfv/keel/gateway/internal/chain"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
 // Source is the part of the store the view reads.
 type Source interface {
-	List(ctx context.Context) ([]*store.Function, error)
+	Functions(ctx context.Context) ([]*chain.Function, error)
 	Instances(ctx context.Context, chain string) ([]*store.Instance, error)
 	Workers(ctx context.Context) (map[string]*store.Worker, error)
 	Flows(ctx context.Context, chain string) ([]*store.Flow, error)
+}
+
+// StoreSource is the gateway's store as a Source.
+type StoreSource struct{ *store.Store }
+
+// Functions returns every deployed function.
+func (s StoreSource) Functions(ctx context.Context) ([]*chain.Function, error) {
+	return store.List[chain.Function](ctx, s.Store)
 }
 
 // Read takes a snapshot of the store: every function, the instances of chains, the workers
@@ -29,7 +38,7 @@ type Source interface {
 func Read(ctx context.Context, src Source) (Snapshot, error) {
 	s := Snapshot{Time: time.Now().UTC(), Instances: map[string][]*store.Instance{}, Flows: map[string]int{}}
 	var err error
-	if s.Functions, err = src.List(ctx); err != nil {
+	if s.Functions, err = src.Functions(ctx); err != nil {
 		return s, err
 	}
 	for _, f := range s.Functions {
@@ -88,7 +97,7 @@ func (h *History) All() map[string][]Sample {
 // builds the topology on request.
 type View struct {
 	Source    Source
-	Decisions func() []control.Decision
+	Decisions func() []policy.Decision
 	History   *History
 	// OnSample, when set, sees every sampled topology (the gateway sets its keel_gateway_* gauges).
 	OnSample func(Topology)
@@ -100,7 +109,7 @@ func (v *View) Topology(ctx context.Context) (Topology, error) {
 	if err != nil {
 		return Topology{}, err
 	}
-	var d []control.Decision
+	var d []policy.Decision
 	if v.Decisions != nil {
 		d = v.Decisions()
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
@@ -24,17 +24,17 @@ type chainIndex struct {
 // indexedChain is one chain of the index. Its record is shared by every reader of the index:
 // nothing changes it.
 type indexedChain struct {
-	fn         *store.Function
+	fn         *chain.Function
 	filter     *pcapfilter.Filter // nil: a filter that does not compile matches nothing
 	switchOnly bool               // no NF on a server: its flows need no instance
-	model      *Model             // nil for a switch-only chain
+	model      *policy.Model      // nil for a switch-only chain
 	policy     policy.Chain       // the policy's view of a chain with server NFs
 }
 
 func (e *indexedChain) name() string { return e.fn.Deployment.Service }
 
 // chains returns the index of the deployed chains as the store holds them now.
-func (s *Server) chains(ctx context.Context) (*chainIndex, error) {
+func (s *Controller) chains(ctx context.Context) (*chainIndex, error) {
 	gen := s.Store.Generation() // before List: a change after it makes the next call rebuild
 	if ix := s.index.Load(); ix != nil && ix.gen == gen {
 		return ix, nil
@@ -48,7 +48,7 @@ func (s *Server) chains(ctx context.Context) (*chainIndex, error) {
 	if ix := s.index.Load(); ix != nil && ix.gen == gen {
 		return ix, nil
 	}
-	all, err := s.Store.List(ctx)
+	all, err := store.List[chain.Function](ctx, s.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (s *Server) chains(ctx context.Context) (*chainIndex, error) {
 // prune forgets the compiled filters and cost models that no deployed chain uses: both are
 // keyed by what a redeploy changes (a new filter, spec or SLO makes a new entry), so without
 // this they would grow with every redeploy and never shrink when a chain is removed.
-func (s *Server) prune(ix *chainIndex) {
+func (s *Controller) prune(ix *chainIndex) {
 	filters, models := map[string]bool{}, map[string]bool{}
 	for _, e := range ix.chains {
 		filters[e.fn.Chain.Filter] = true
@@ -108,8 +108,8 @@ func switchOnly(c *chain.Chain) bool {
 }
 
 // chainMetrics sets a chain's keel_* gauges from its record in the index and its instances
-// in the store (Provider.UpdateChainMetrics without decoding the record).
-func (s *Server) chainMetrics(ctx context.Context, name string) {
+// in the store (without decoding the record).
+func (s *Controller) chainMetrics(ctx context.Context, name string) {
 	ix, err := s.chains(ctx)
 	if err != nil || ix.byName[name] == nil {
 		return
@@ -118,5 +118,5 @@ func (s *Server) chainMetrics(ctx context.Context, name string) {
 	if err != nil {
 		return
 	}
-	s.Provider.SetChainMetrics(ix.byName[name].fn, insts)
+	s.Pool.SetChainMetrics(ix.byName[name].fn, insts)
 }

@@ -1,63 +1,57 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
-	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
-// Model is what the controller knows of a chain beyond its record: its cost per packet on
-// one core, its latency profile, and from both its per-core load threshold.
-type Model struct {
-	Chain   policy.Chain
-	Cost    policy.Cost
-	Profile *policy.Profile
-}
-
-// Modeler builds a chain's Model (from measured NF costs and a latency profile).
+// Modeler builds a chain's Model (from measured NF costs and a latency profile): costs.Modeler.
 type Modeler interface {
-	Model(f *store.Function, cfg policy.Config) (*Model, error)
+	Model(name string, nfs []string, p99us float64) (*policy.Model, error)
 }
 
 // modelKey names a chain's version as far as its Model depends on it.
-func modelKey(f *store.Function) string {
+func modelKey(f *chain.Function) string {
 	return f.Deployment.Service + "\x00" + f.Chain.Spec + "\x00" + f.Chain.SLOText
 }
 
 // model returns a chain's Model, cached until its spec changes.
-func (s *Server) model(f *store.Function) (*Model, error) {
+func (s *Controller) model(f *chain.Function) (*policy.Model, error) {
 	key := modelKey(f)
 	if m, ok := s.models.Load(key); ok {
-		return m.(*Model), nil
+		return m.(*policy.Model), nil
 	}
 	// One model built at a time (the stats path and the index both ask): the same chain's is
 	// built once, not by every caller that found none.
 	s.modelMu.Lock()
 	defer s.modelMu.Unlock()
 	if m, ok := s.models.Load(key); ok {
-		return m.(*Model), nil
+		return m.(*policy.Model), nil
 	}
-	var m *Model
+	var m *policy.Model
 	var err error
 	if s.Modeler == nil {
 		err = fmt.Errorf("the gateway runs without NF cost tables")
 	} else {
-		m, err = s.Modeler.Model(f, s.Policy)
+		var nfs []string
+		for _, mem := range f.Chain.Members {
+			nfs = append(nfs, mem.NF)
+		}
+		m, err = s.Modeler.Model(f.Deployment.Service, nfs, f.Chain.SLO.P99us)
 	}
 	if err != nil {
 		// Said once per chain version: the chain is still served, by flow count and queue.
 		s.logf("chain %s: no cost model (%v); its instances count as unloaded until they report a queue", f.Deployment.Service, err)
-		m = &Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
+		m = &policy.Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
 	}
 	s.models.Store(key, m)
 	return m, nil
@@ -68,11 +62,11 @@ func (s *Server) model(f *store.Function) (*Model, error) {
 type state struct {
 	view   *policy.View
 	insts  map[string]*store.Instance // by ID: the caller's copies
-	models map[string]*Model          // by chain
-	chains map[string]*store.Function // the index's records: read, never changed
+	models map[string]*policy.Model   // by chain
+	chains map[string]*chain.Function // the index's records: read, never changed
 }
 
-func (s *Server) state(ctx context.Context) (*state, error) {
+func (s *Controller) state(ctx context.Context) (*state, error) {
 	ix, err := s.chains(ctx)
 	if err != nil {
 		return nil, err
@@ -82,7 +76,7 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 		return nil, err
 	}
 	st := &state{view: &policy.View{Chains: map[string]policy.Chain{}, Now: time.Now()},
-		insts: map[string]*store.Instance{}, models: map[string]*Model{}, chains: map[string]*store.Function{}}
+		insts: map[string]*store.Instance{}, models: map[string]*policy.Model{}, chains: map[string]*chain.Function{}}
 	for _, w := range workers {
 		pw := policy.Worker{Name: w.Name}
 		for _, c := range w.CoreIDs {
@@ -102,6 +96,12 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 			return nil, err
 		}
 		for _, in := range insts {
+			if in.State == store.Attached && in.Flows == 0 && in.IdleSince.IsZero() {
+				// The note is memory only: after a restart (or a dropped cache) an idle
+				// attached instance's idle time counts from now.
+				in.IdleSince = st.view.Now
+				s.Store.SetNote(in.Chain, in.ID, in.Note)
+			}
 			st.insts[in.ID] = in
 			st.view.Instances = append(st.view.Instances, policyInstance(in))
 		}
@@ -110,15 +110,19 @@ func (s *Server) state(ctx context.Context) (*state, error) {
 }
 
 func policyInstance(in *store.Instance) policy.Instance {
+	rate := in.RatePps
+	if in.RateStale {
+		rate = 0 // measured before its last attach or detach
+	}
 	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
 		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
-		RatePps: in.RatePps, NewDrops: in.NewVFDropped, Overloaded: in.Overloaded, Batch: int(in.Batch),
+		RatePps: rate, NewDrops: in.NewVFDropped, Overloaded: in.Overloaded, Batch: int(in.Batch),
 		IdleSince: in.IdleSince, Draining: in.Draining}
 }
 
 // batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the chain's cost as
 // keel measured it (measuredCost), or the chain's modelled costs before the first measurement.
-func (s *Server) batchFor(m *Model, in *store.Instance) uint32 {
+func (s *Controller) batchFor(m *policy.Model, in *store.Instance) uint32 {
 	cost := measuredCost(m.Cost, in.CyclesPerPacket, int(in.Batch))
 	if cost.FreqHz == 0 {
 		return uint32(max(1, s.Policy.FixedBatch))
@@ -154,25 +158,25 @@ func measuredCost(model policy.Cost, cpp float64, batch int) policy.Cost {
 	return c
 }
 
-func (s *Server) logf(format string, args ...any) {
+func (s *Controller) logf(format string, args ...any) {
 	if s.Logf != nil {
 		s.Logf(format, args...)
 	}
 }
 
-func (s *Server) publish(in *store.Instance) {
-	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: events.InstanceProto(in)})
+func (s *Controller) publish(in *store.Instance) {
+	s.Hub.Publish(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in.Proto()})
 }
 
 // kick asks the control loop for a pass now (pool top-up after an attach).
-func (s *Server) kick() {
+func (s *Controller) kick() {
 	select {
 	case s.kickc() <- struct{}{}:
 	default:
 	}
 }
 
-func (s *Server) kickc() chan struct{} {
+func (s *Controller) kickc() chan struct{} {
 	s.kickOnce.Do(func() { s.kicks = make(chan struct{}, 1) })
 	return s.kicks
 }
@@ -181,7 +185,7 @@ func (s *Server) kickc() chan struct{} {
 // scale_out/scale_in): every period, and at once after an attach, it gives back the cores
 // of instances whose flows have ended, keeps each chain's pool of idle instances between
 // its thresholds, packs light sgroups onto shared cores and sets each instance's batch.
-func (s *Server) Run(ctx context.Context, period time.Duration) {
+func (s *Controller) Run(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -203,7 +207,7 @@ func (s *Server) Run(ctx context.Context, period time.Duration) {
 }
 
 // Reconcile runs one pass of the controller's loop (see Run).
-func (s *Server) Reconcile(ctx context.Context) error {
+func (s *Controller) Reconcile(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Drain: instances of a chain's previous version go once their flows have ended, or when
@@ -220,16 +224,13 @@ func (s *Server) Reconcile(ctx context.Context) error {
 	for _, id := range reclaimed {
 		in := st.insts[id]
 		idle := st.view.Now.Sub(in.IdleSince).Round(time.Millisecond)
-		in.State, in.Core, in.Overloaded, in.Load = store.Pooled, -1, false, 0
-		in.IdleSince, in.RatePps, in.FlowsAtStats = time.Time{}, 0, 0
-		in.Why = fmt.Sprintf("detached: no flow for %s", idle)
-		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
-			continue // removed meanwhile (its chain was deleted or redeployed)
+		if err := s.Pool.Detach(ctx, in, fmt.Sprintf("detached: no flow for %s", idle)); skip(err) {
+			continue // removed or changed meanwhile (a redeploy, a new flow): the next pass sees it
 		} else if err != nil {
 			return err
 		}
-		s.publish(in)
-		s.decide(Decision{Kind: KindDetach, Reason: "no_flows", Chain: in.Chain, Instance: id, Worker: in.Worker, Core: -1},
+		s.Store.SetNote(in.Chain, in.ID, store.Note{RateStale: true})
+		s.decide(policy.Decision{Kind: policy.KindDetach, Reason: policy.ReasonNoFlows, Chain: in.Chain, Instance: id, Worker: in.Worker, Core: -1},
 			"scale-in: chain %s instance %s detached from worker %s, core given back (no flow for %s)", in.Chain, id, in.Worker, idle)
 	}
 	if len(reclaimed) > 0 {
@@ -241,18 +242,20 @@ func (s *Server) Reconcile(ctx context.Context) error {
 	for name := range st.chains {
 		pc := s.Policy.Pool(st.view, name)
 		for _, w := range pc.Create {
-			in, err := s.Provider.AddPooled(ctx, name, w)
+			in, err := s.Pool.AddPooled(ctx, name, w)
 			if err != nil {
 				return fmt.Errorf("pre-deploy an instance of %s on %s: %w", name, w, err)
 			}
-			s.decide(Decision{Kind: KindPredeploy, Reason: "pool_below_min", Chain: name, Instance: in.ID, Worker: w, Core: -1},
+			s.decide(policy.Decision{Kind: policy.KindPredeploy, Reason: policy.ReasonPoolBelowMin, Chain: name, Instance: in.ID, Worker: w, Core: -1},
 				"scale-out: chain %s instance %s pre-deployed on worker %s (idle pool below %d)", name, in.ID, w, s.Policy.PoolLow)
 		}
 		for _, id := range pc.Remove {
-			if err := s.Provider.RemovePooled(ctx, st.insts[id]); err != nil {
+			if err := s.Pool.Remove(ctx, st.insts[id]); skip(err) {
+				continue // attached or removed meanwhile: it stays, or is gone already
+			} else if err != nil {
 				return fmt.Errorf("remove idle instance %s: %w", id, err)
 			}
-			s.decide(Decision{Kind: KindRemove, Reason: "pool_above_max", Chain: name, Instance: id, Core: -1},
+			s.decide(policy.Decision{Kind: policy.KindRemove, Reason: policy.ReasonPoolAboveMax, Chain: name, Instance: id, Core: -1},
 				"scale-in: chain %s idle instance %s removed (idle pool above %d)", name, id, s.Policy.PoolHigh)
 		}
 	}
@@ -264,13 +267,13 @@ func (s *Server) Reconcile(ctx context.Context) error {
 		}
 		in.Core = mv.To
 		in.Why = fmt.Sprintf("moved from core %d to core %d (packing)", mv.From, mv.To)
-		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
-			continue // removed meanwhile (its chain was deleted or redeployed)
+		if err := s.Store.UpdateSpec(ctx, in, false); skip(err) {
+			continue // removed or changed meanwhile (its chain was deleted or redeployed)
 		} else if err != nil {
 			return err
 		}
 		s.publish(in)
-		s.decide(Decision{Kind: KindPack, Reason: "move", Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: mv.To},
+		s.decide(policy.Decision{Kind: policy.KindPack, Reason: policy.ReasonMove, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: mv.To},
 			"pack: chain %s instance %s on worker %s moved from core %d to core %d", in.Chain, in.ID, in.Worker, mv.From, mv.To)
 	}
 	// Batch: Galleon eqs. 1–3 from the measured cycles.
@@ -280,23 +283,30 @@ func (s *Server) Reconcile(ctx context.Context) error {
 			continue
 		}
 		if b := s.batchFor(m, in); b != in.Batch {
-			s.decide(Decision{Kind: KindBatch, Reason: "measured_cycles", Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
-				"batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, in.Batch)
+			was := in.Batch
 			in.Batch = b
-			if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
-				continue // removed meanwhile (its chain was deleted or redeployed)
+			if err := s.Store.UpdateSpec(ctx, in, false); skip(err) {
+				continue // removed or changed meanwhile (its chain was deleted or redeployed)
 			} else if err != nil {
 				return err
 			}
+			s.decide(policy.Decision{Kind: policy.KindBatch, Reason: policy.ReasonMeasuredCycles, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
+				"batch: chain %s instance %s runs %d burst(s) per turn (was %d)", in.Chain, in.ID, b, was)
 			s.publish(in)
 		}
 	}
 	return nil
 }
 
+// skip tells of a compare-and-set that found the instance removed or changed since the
+// controller read it: the change is not made, and the next pass decides on what is there.
+func skip(err error) bool {
+	return errors.Is(err, store.ErrGone) || errors.Is(err, store.ErrStale)
+}
+
 // removeDrained removes the draining instances whose flows have all ended or whose drain
 // time is up; the flows still assigned to one whose time is up are dropped with it.
-func (s *Server) removeDrained(ctx context.Context) error {
+func (s *Controller) removeDrained(ctx context.Context) error {
 	ix, err := s.chains(ctx)
 	if err != nil {
 		return err
@@ -311,18 +321,17 @@ func (s *Server) removeDrained(ctx context.Context) error {
 			if !in.Draining || (in.Flows > 0 && now.Before(in.DrainUntil)) {
 				continue
 			}
-			reason, why := "drained", "its flows have ended"
+			reason, why := policy.ReasonDrained, "its flows have ended"
 			if in.Flows > 0 {
-				reason, why = "drain_timeout", fmt.Sprintf("drain time is up with %d flow(s) left", in.Flows)
+				reason, why = policy.ReasonDrainTimeout, fmt.Sprintf("drain time is up with %d flow(s) left", in.Flows)
 			}
-			removed, err := s.Provider.RemoveDrained(ctx, in)
-			if err != nil {
+			if err := s.Pool.Remove(ctx, in); skip(err) {
+				continue
+			} else if err != nil {
 				return fmt.Errorf("remove drained instance %s: %w", in.ID, err)
 			}
-			if removed {
-				s.decide(Decision{Kind: KindRemove, Reason: reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: -1},
-					"scale-in: chain %s instance %s of the previous version removed from worker %s (%s)", in.Chain, in.ID, in.Worker, why)
-			}
+			s.decide(policy.Decision{Kind: policy.KindRemove, Reason: reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: -1},
+				"scale-in: chain %s instance %s of the previous version removed from worker %s (%s)", in.Chain, in.ID, in.Worker, why)
 		}
 	}
 	return nil
@@ -330,7 +339,7 @@ func (s *Server) removeDrained(ctx context.Context) error {
 
 // overload recomputes the overload marks after new stats (Galleon §5.1: driven by the
 // agents' events, not by polling) and stores the ones that change.
-func (s *Server) overload(ctx context.Context, st *state) error {
+func (s *Controller) overload(ctx context.Context, st *state) error {
 	for _, ch := range s.Policy.Overload(st.view) {
 		in := st.insts[ch.Instance]
 		if in == nil {
@@ -338,56 +347,22 @@ func (s *Server) overload(ctx context.Context, st *state) error {
 		}
 		in.Overloaded = ch.Overloaded
 		if ch.Overloaded {
-			in.Why = "overloaded: " + ch.Reason + "; takes no new flows"
+			in.Why = "overloaded: " + ch.Why + "; takes no new flows"
 		} else {
-			in.Why = "takes new flows again: " + ch.Reason
+			in.Why = "takes new flows again: " + ch.Why
 		}
-		if err := s.Store.UpdateInstance(ctx, in); errors.Is(err, store.ErrGone) {
-			continue // removed meanwhile (its chain was deleted or redeployed)
+		if err := s.Store.UpdateSpec(ctx, in, false); skip(err) {
+			continue // removed or changed meanwhile: the next report decides again
 		} else if err != nil {
 			return err
 		}
 		s.publish(in)
-		kind, reason := KindClear, "below_threshold"
+		kind := policy.KindClear
 		if ch.Overloaded {
-			kind, reason = KindOverload, overloadReason(ch.Reason)
+			kind = policy.KindOverload
 		}
-		s.decide(Decision{Kind: kind, Reason: reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
+		s.decide(policy.Decision{Kind: kind, Reason: ch.Reason, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: in.Core},
 			"overload: chain %s instance %s %s", in.Chain, in.ID, in.Why)
 	}
 	return nil
-}
-
-// CheckChain refuses a chain whose SLO no per-core load meets: even at the lightest load of
-// its profile the chain's p99 is over the bound, so no number of instances would meet it.
-func (s *Server) CheckChain(f *store.Function) error {
-	m, err := s.model(f)
-	if err != nil || m.Profile == nil || len(m.Profile.Points) == 0 {
-		return nil // no profile: nothing to check against
-	}
-	if m.Chain.Threshold > 0 {
-		return nil
-	}
-	first := m.Profile.Points[0]
-	for _, pt := range m.Profile.Points {
-		if pt.Load < first.Load {
-			first = pt
-		}
-	}
-	return fmt.Errorf("annotations.%s: p99=%gus cannot be met: at %.0f%% of a core the chain's p99 is already %.1f us (%s)",
-		chain.AnnotationSLO, f.Chain.SLO.P99us, 100*first.Load, first.P99us, m.Profile.Method)
-}
-
-// overloadReason maps the policy's overload text to a bounded metric label.
-func overloadReason(text string) string {
-	switch {
-	case strings.HasPrefix(text, "load"):
-		return "load"
-	case strings.HasPrefix(text, "NIC queue"):
-		return "queue"
-	case strings.HasPrefix(text, "shared core"):
-		return "shared_core"
-	default:
-		return "drops"
-	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
@@ -40,20 +39,19 @@ func flowRack(tb testing.TB, unix bool) (*Server, *store.Store, *testredis.Count
 	n := testredis.Count(st)
 	ctx := context.Background()
 	hub := events.NewHub()
-	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(),
-		Provider: &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()}}
+	srv := newServer(st, hub, &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()})
 	if err := st.PutWorker(ctx, &store.Worker{Name: "local", Address: "127.0.0.1:50061", Cores: 2, CoreIDs: []uint32{1},
 		VFPorts: map[uint32]string{2: "vf0", 3: "vf1", 4: "vf2", 5: "vf3"}}); err != nil {
 		tb.Fatal(err)
 	}
-	put := func(f *store.Function) {
+	put := func(f *chain.Function) {
 		if err := st.Put(ctx, f); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	put(&store.Function{Deployment: types.FunctionDeployment{Service: "hello", Image: "keel/hello:latest",
+	put(&chain.Function{Deployment: types.FunctionDeployment{Service: "hello", Image: "keel/hello:latest",
 		Labels: &map[string]string{"com.openfaas.scale.min": "1"}}, Replicas: 1})
-	put(&store.Function{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard", Image: "keel/nf-ttlguard:latest",
+	put(&chain.Function{Kind: chain.KindNF, Deployment: types.FunctionDeployment{Service: "ttlguard", Image: "keel/nf-ttlguard:latest",
 		Labels: &map[string]string{chain.LabelKind: chain.KindNF}}})
 	rackChain := func(name, spec, filter string, nfs []string, server map[string]bool) *chain.Chain {
 		c := &chain.Chain{Name: name, Spec: spec, Filter: filter, SLOText: "p99=100us", SLO: chain.SLO{P99us: 100},
@@ -77,7 +75,7 @@ func flowRack(tb testing.TB, unix bool) (*Server, *store.Store, *testredis.Count
 		if len(onServer) == 0 {
 			replicas = 0
 		}
-		put(&store.Function{Kind: chain.KindChain, Chain: c, Replicas: replicas, Deployment: types.FunctionDeployment{
+		put(&chain.Function{Kind: chain.KindChain, Chain: c, Replicas: replicas, Deployment: types.FunctionDeployment{
 			Service: name, Image: chain.LibraryImage, Namespace: "openfaas-fn",
 			Labels: &map[string]string{chain.LabelKind: chain.KindChain},
 			Annotations: &map[string]string{chain.AnnotationChain: spec, chain.AnnotationFilter: filter,
@@ -300,7 +298,7 @@ func chainDeployment(spec, filter string) *types.FunctionDeployment {
 func storeContents(t *testing.T, st *store.Store) string {
 	t.Helper()
 	ctx := context.Background()
-	fns, err1 := st.List(ctx)
+	fns, err1 := store.List[chain.Function](ctx, st)
 	insts, err2 := st.Instances(ctx, "chain3")
 	flows, err3 := st.Flows(ctx, "")
 	calls, err4 := st.Invocations(ctx, "chain3")
@@ -323,7 +321,7 @@ func Test_flows_follow_deploy_scale_redeploy_and_remove(t *testing.T) {
 	ctx := context.Background()
 	hub := events.NewHub()
 	p := &provider.Provider{Store: st, Validator: onServer{}, Metrics: metrics.New(), Hub: hub, PoolSize: 2, RackCores: 8}
-	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(), Provider: p}
+	srv := newServer(st, hub, p)
 	if _, err := srv.RegisterWorker(ctx, &pb.RegisterWorkerRequest{Worker: "local", CoreIds: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +405,7 @@ func Test_index_forgets_filters_and_models_of_old_versions_and_removed_chains(t 
 		t.Fatalf("3 chains (2 with server NFs): %d filters, %d models", filters, models)
 	}
 	for i := 0; i < 20; i++ {
-		f, err := st.Get(ctx, "chain3")
+		f, err := store.Get[chain.Function](ctx, st, "chain3")
 		if err != nil {
 			t.Fatal(err)
 		}

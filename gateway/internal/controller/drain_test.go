@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
@@ -26,8 +26,7 @@ func drainingRack(t *testing.T, until time.Time) (*Server, *store.Store) {
 	st := testredis.Store(t)
 	ctx := context.Background()
 	hub := events.NewHub()
-	srv := &Server{Store: st, Hub: hub, Policy: policy.Keel(),
-		Provider: &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()}}
+	srv := newServer(st, hub, &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()})
 	if err := st.PutWorker(ctx, &store.Worker{Name: "local", CoreIDs: []uint32{1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,22 +34,21 @@ func drainingRack(t *testing.T, until time.Time) (*Server, *store.Store) {
 	c := &chain.Chain{Name: "chain3", Spec: "NAT", Filter: "dst net 198.18.3.0/24", NFs: []string{"nat"},
 		NFConfigs: []chain.Member{nat}, Members: []chain.Member{nat},
 		Placement: chain.Placement{Subgroups: []chain.Subgroup{{Server: "local", Cores: 1, NFs: []string{"nat"}}}}}
-	f := &store.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"}, Chain: c, Replicas: 1}
+	f := &chain.Function{Kind: chain.KindChain, Deployment: types.FunctionDeployment{Service: "chain3"}, Chain: c, Replicas: 1}
 	if err := st.Put(ctx, f); err != nil {
 		t.Fatal(err)
 	}
 	prev := *c
 	prev.Spec = "ACL -> NAT"
 	old := &store.Instance{ID: "chain3/0", Chain: "chain3", Worker: "local", VLAN: 100, State: store.Attached, Core: 1,
-		Phase: "ready", Draining: true, DrainUntil: until, Runs: &prev}
+		Phase: "ready", Draining: true, DrainUntil: until, Runs: events.ChainProto(&prev)}
 	fresh := &store.Instance{ID: "chain3/1", Chain: "chain3", Worker: "local", VLAN: 101, State: store.Pooled, Core: -1, Phase: "ready"}
 	for _, in := range []*store.Instance{old, fresh} {
 		if err := st.PutInstance(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
-	old.Flows = 1
-	if err := st.PutFlow(ctx, &store.Flow{Key: "6 198.18.0.1:4000 198.18.3.9:80", Chain: "chain3", Instance: old.ID, VLAN: 100}, old); err != nil {
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "6 198.18.0.1:4000 198.18.3.9:80", Chain: "chain3", Instance: old.ID, VLAN: 100}, old, false); err != nil {
 		t.Fatal(err)
 	}
 	return srv, st
@@ -101,7 +99,7 @@ func Test_a_draining_instance_takes_no_new_flow_and_goes_when_its_last_flow_ends
 	}
 	var found bool
 	for _, d := range srv.Decisions() {
-		found = found || (d.Kind == KindRemove && d.Reason == "drained" && d.Instance == "chain3/0")
+		found = found || (d.Kind == policy.KindRemove && d.Reason == "drained" && d.Instance == "chain3/0")
 	}
 	if !found {
 		t.Fatalf("no remove/drained decision in %+v", srv.Decisions())

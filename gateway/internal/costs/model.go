@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package costs
 
 import (
 	"encoding/json"
@@ -12,36 +12,36 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/dpmodel"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
-	"github.com/keel-nfv/keel/gateway/internal/store"
 )
 
 // TenantCycles is the cost the model assumes for an NF the cost table does not know (a
 // tenant's packet function): the placer's default.
 const TenantCycles = 500
 
-// CostModeler models a chain from measured NF costs (Galleon eq. 1's inputs) and its latency
+// Modeler models a chain from measured NF costs (Galleon eq. 1's inputs) and its latency
 // profile: a measured one from ProfileDir/profile_<chain>.json when the operator has it,
 // else the queueing model of batched service (dpmodel.DeriveProfile, Galleon Fig. 4).
-type CostModeler struct {
-	Costs       *costs.Table
-	ProfileDir  string  // "" = always model
-	PacketBytes int     // the packet size the chain's cost is taken at
-	FreqHz      float64 // the workers' core clock
+type Modeler struct {
+	Costs       *Table
+	Policy      policy.Config // the controller's, whose threshold and batch the model takes
+	ProfileDir  string        // "" = always model
+	PacketBytes int           // the packet size the chain's cost is taken at
+	FreqHz      float64       // the workers' core clock
 }
 
-// Model returns the chain's cost, profile and per-core load threshold under cfg.
-func (m *CostModeler) Model(f *store.Function, cfg policy.Config) (*Model, error) {
-	c := f.Chain
-	if len(c.Members) == 0 {
-		return nil, fmt.Errorf("chain %s has no server NF", c.Name)
+// Model returns the cost, profile and per-core load threshold of chain name, whose server
+// NFs are nfs (in order) and whose SLO bounds its p99 by p99us (0: no bound).
+func (m *Modeler) Model(name string, nfs []string, p99us float64) (*policy.Model, error) {
+	if len(nfs) == 0 {
+		return nil, fmt.Errorf("chain %s has no server NF", name)
 	}
+	cfg := m.Policy
 	cost := policy.Cost{IOCycles: m.Costs.IOCycles, HandoffCycles: m.Costs.HandoffCycles, FreqHz: m.FreqHz,
-		BurstMax: costs.BurstMax}
-	for _, mem := range c.Members {
-		cyc, err := m.Costs.NFCycles(mem.NF, float64(m.PacketBytes))
+		BurstMax: BurstMax}
+	for _, nf := range nfs {
+		cyc, err := m.Costs.NFCycles(nf, float64(m.PacketBytes))
 		if err != nil {
 			cyc = TenantCycles
 		}
@@ -51,31 +51,27 @@ func (m *CostModeler) Model(f *store.Function, cfg policy.Config) (*Model, error
 		cost.CopyCycles = m.Costs.CopyCycles(float64(m.PacketBytes))
 	}
 	if !cfg.Isolation {
-		cost = costs.RunToCompletion(cost)
+		cost = RunToCompletion(cost)
 	}
-	batch := cfg.BatchFor(cost, costs.BurstMax)
-	var nfs []string
-	for _, mem := range c.Members {
-		nfs = append(nfs, mem.NF)
-	}
-	prof, err := m.profile(c.Name, nfs)
+	batch := cfg.BatchFor(cost, BurstMax)
+	prof, err := m.profile(name, nfs)
 	if prof == nil {
-		p := dpmodel.DeriveProfile(c.Name, cost, batch, m.PacketBytes, 1)
+		p := dpmodel.DeriveProfile(name, cost, batch, m.PacketBytes, 1)
 		p.NFs = nfs
 		if err != nil {
 			p.Method += "; not the measured profile: " + err.Error()
 		}
 		prof = &p
 	}
-	thr := cfg.ThresholdFor(prof, c.SLO.P99us)
-	return &Model{Chain: policy.Chain{Name: c.Name, SLOus: c.SLO.P99us, MaxPps: prof.MaxPps, Threshold: thr},
+	thr := cfg.ThresholdFor(prof, p99us)
+	return &policy.Model{Chain: policy.Chain{Name: name, SLOus: p99us, MaxPps: prof.MaxPps, Threshold: thr},
 		Cost: cost, Profile: prof}, nil
 }
 
 // profile reads ProfileDir/profile_<chain>.json: nil when there is none, and an error
 // (the file is then not used) when it is unreadable or was taken for other NFs or another
 // clock.
-func (m *CostModeler) profile(name string, nfs []string) (*policy.Profile, error) {
+func (m *Modeler) profile(name string, nfs []string) (*policy.Profile, error) {
 	if m.ProfileDir == "" {
 		return nil, nil
 	}

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
+
+	"github.com/keel-nfv/keel/gateway/internal/store"
 
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
@@ -23,13 +26,23 @@ import (
 // mistaken for an expired one. A listing that fails (torctl down, switch not connected) says
 // nothing and is skipped.
 
+// tupleKey is the store's key of a flow torctl names; false if the tuple is malformed.
+func tupleKey(ft *pb.FiveTuple) (string, bool) {
+	src, err1 := netip.ParseAddr(ft.GetSrcIp())
+	dst, err2 := netip.ParseAddr(ft.GetDstIp())
+	if err1 != nil || err2 != nil || ft.GetSrcPort() > 65535 || ft.GetDstPort() > 65535 || ft.GetProto() > 255 {
+		return "", false
+	}
+	return store.FlowKey(uint8(ft.GetProto()), src, uint16(ft.GetSrcPort()), dst, uint16(ft.GetDstPort())), true
+}
+
 // flowSync is SyncFlows' memory between listings: when each missing flow was first missed.
 type flowSync struct {
 	missing map[string]time.Time
 }
 
 // SyncFlows reconciles the gateway's flows with torctl's every interval until ctx ends.
-func (s *Server) SyncFlows(ctx context.Context, tor pb.TorControlClient, interval time.Duration, logf func(string, ...any)) {
+func (c *Controller) SyncFlows(ctx context.Context, tor pb.TorControlClient, interval time.Duration, logf func(string, ...any)) {
 	fs := &flowSync{missing: map[string]time.Time{}}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -39,7 +52,7 @@ func (s *Server) SyncFlows(ctx context.Context, tor pb.TorControlClient, interva
 			return
 		case <-t.C:
 		}
-		n, err := s.syncFlowsOnce(ctx, tor, fs, time.Now(), interval)
+		n, err := c.syncFlowsOnce(ctx, tor, fs, time.Now(), interval)
 		if err != nil {
 			logf("flow reconciliation with keel-torctl skipped: %v", err)
 		} else if n > 0 {
@@ -51,9 +64,9 @@ func (s *Server) SyncFlows(ctx context.Context, tor pb.TorControlClient, interva
 // syncFlowsOnce is one round of SyncFlows at now: it lists both sides and releases the flows
 // missing from the switch in this listing and the one at least gap before. It returns how
 // many it released.
-func (s *Server) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient, fs *flowSync, now time.Time, gap time.Duration) (int, error) {
+func (c *Controller) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient, fs *flowSync, now time.Time, gap time.Duration) (int, error) {
 	// The gateway's flows first: one assigned after this read is not judged this round.
-	held, err := s.Store.Flows(ctx, "")
+	held, err := c.Store.Flows(ctx, "")
 	if err != nil {
 		return 0, fmt.Errorf("the gateway's flows: %w", err)
 	}
@@ -65,8 +78,8 @@ func (s *Server) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient, fs 
 	}
 	onSwitch := map[string]bool{}
 	for _, f := range installed.GetFlows() {
-		if flow, err := parseFlow(f.GetAssignment().GetFlow()); err == nil && !f.GetReinjectOnly() {
-			onSwitch[flowKey(flow)] = true
+		if key, ok := tupleKey(f.GetAssignment().GetFlow()); ok && !f.GetReinjectOnly() {
+			onSwitch[key] = true
 		}
 	}
 	released := 0
@@ -84,7 +97,7 @@ func (s *Server) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient, fs 
 			missing[f.Key] = first
 			continue
 		}
-		ok, err := s.release(ctx, f.Key)
+		ok, err := c.Release(ctx, f.Key)
 		if err != nil {
 			return released, err
 		}

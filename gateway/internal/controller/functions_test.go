@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
 	"github.com/keel-nfv/keel/internal/dockerlog"
@@ -59,14 +60,14 @@ type scalerRig struct {
 	fs    *FunctionScaler
 	now   time.Time
 	calls map[string]metrics.Calls
-	seen  []Decision
+	seen  []policy.Decision
 }
 
 func newScalerRig(t *testing.T) *scalerRig {
 	rig := &scalerRig{rt: &replicaRuntime{n: map[string]int{}}, now: time.Unix(1_000_000, 0), calls: map[string]metrics.Calls{}}
 	rig.p = &provider.Provider{Store: testredis.Store(t), Metrics: metrics.New(), Hub: events.NewHub(), Runtime: rig.rt}
 	rig.fs = &FunctionScaler{Provider: rig.p, Calls: func() map[string]metrics.Calls { return rig.calls },
-		Now: func() time.Time { return rig.now }, OnDecision: func(d Decision) { rig.seen = append(rig.seen, d) }}
+		Now: func() time.Time { return rig.now }, OnDecision: func(d policy.Decision) { rig.seen = append(rig.seen, d) }}
 	rig.p.OnReplicas = rig.fs.Heard
 	return rig
 }
@@ -117,7 +118,7 @@ func Test_FunctionScaler_scales_on_rps_to_max_and_back_to_min_after_the_down_win
 		t.Fatalf("under 10 rps: %d replicas, want the max 2", n)
 	}
 	up := rig.seen[len(rig.seen)-1]
-	if up.Kind != KindFunction || up.Reason != "scale_up" || up.Chain != "fn" || !strings.Contains(up.Text, "rps") {
+	if up.Kind != policy.KindFunction || up.Reason != "scale_up" || up.Chain != "fn" || !strings.Contains(up.Text, "rps") {
 		t.Fatalf("decision %+v", up)
 	}
 	rig.run(t, "fn", 14*time.Second, 10)

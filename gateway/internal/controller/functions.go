@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package control
+package controller
 
 // The controller's second half: normal functions, scaled as OpenFaaS scales them
 // (com.openfaas.scale.* labels, package fnscale) on the gateway's own request metrics —
@@ -13,9 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/apierr"
+	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/fnscale"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
-	"github.com/keel-nfv/keel/gateway/internal/provider"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
+	"github.com/openfaas/faas-provider/types"
 )
 
 // Defaults of the function scaler's windows.
@@ -30,9 +33,26 @@ const (
 	MinRateSpan = 2 * time.Second
 )
 
+// Functions is what the function scaler reads and changes normal functions through: the
+// provider.
+type Functions interface {
+	// NormalFunctions returns the deployed normal functions.
+	NormalFunctions(ctx context.Context) ([]*chain.Function, error)
+	// NormalFunction returns one, or an error wrapping apierr.ErrNotFound.
+	NormalFunction(ctx context.Context, name string) (*chain.Function, error)
+	// ScaleSpec reads a function's com.openfaas.scale.* labels; an error names the label.
+	ScaleSpec(fd *types.FunctionDeployment) (fnscale.Spec, error)
+	// CPUSeconds is the CPU time a function's replicas have used so far (0 when the
+	// backend cannot tell).
+	CPUSeconds(ctx context.Context, name string) (float64, error)
+	// Autoscale sets a function's replicas from what the scaler saw (from); it reports false
+	// when something else changed them meanwhile.
+	Autoscale(ctx context.Context, name string, from, to uint64, why string) (bool, error)
+}
+
 // FunctionScaler scales normal functions.
 type FunctionScaler struct {
-	Provider *provider.Provider
+	Provider Functions
 	// Calls reads the gateway's per-function call counters (metrics.Metrics.Calls).
 	Calls      func() map[string]metrics.Calls
 	LoadWindow time.Duration // 0: DefaultLoadWindow
@@ -40,7 +60,7 @@ type FunctionScaler struct {
 	Now        func() time.Time
 	// OnDecision hears every change the scaler makes (kind KindFunction); the controller
 	// logs and keeps it with its chains' decisions.
-	OnDecision func(Decision)
+	OnDecision func(policy.Decision)
 	Logf       func(string, ...any)
 
 	mu  sync.Mutex
@@ -167,11 +187,9 @@ func (fs *FunctionScaler) Step(ctx context.Context) error {
 		}
 		cpu := 0.0
 		if spec.Type == fnscale.CPU {
-			if r, ok := fs.Provider.Runtime.(provider.CPUReader); ok {
-				if cpu, err = r.CPUSeconds(ctx, name); err != nil {
-					fs.logf("function scaler: %v", err)
-					continue
-				}
+			if cpu, err = fs.Provider.CPUSeconds(ctx, name); err != nil {
+				fs.logf("function scaler: %v", err)
+				continue
 			}
 		}
 		d, why := fs.decide(name, spec, f.Replicas, sample{at: now, calls: calls[name], cpu: cpu, replicas: f.Replicas})
@@ -185,17 +203,17 @@ func (fs *FunctionScaler) Step(ctx context.Context) error {
 		if !done {
 			continue
 		}
-		reason := "scale_up"
+		reason := policy.ReasonScaleUp
 		switch {
 		case d == 0:
-			reason = "scale_to_zero"
+			reason = policy.ReasonScaleToZero
 		case d < f.Replicas:
-			reason = "scale_down"
+			reason = policy.ReasonScaleDown
 		}
 		fs.mu.Lock()
 		fs.state(name).replicas = d
 		fs.mu.Unlock()
-		fs.decided(Decision{Kind: KindFunction, Reason: reason, Chain: name, Core: -1},
+		fs.decided(policy.Decision{Kind: policy.KindFunction, Reason: reason, Chain: name, Core: -1},
 			"function %s: %d -> %d replica(s): %s", name, f.Replicas, d, why)
 	}
 	fs.mu.Lock()
@@ -266,7 +284,7 @@ func (fs *FunctionScaler) Alert(ctx context.Context, name, status string) (uint6
 	}
 	spec, err := fs.Provider.ScaleSpec(&f.Deployment)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %v", provider.ErrInvalid, err)
+		return 0, 0, fmt.Errorf("%w: %v", apierr.ErrInvalid, err)
 	}
 	from := f.Replicas
 	to := spec.Alert(status, from)
@@ -278,12 +296,12 @@ func (fs *FunctionScaler) Alert(ctx context.Context, name, status string) (uint6
 		return from, from, err
 	}
 	fs.Heard(name, to)
-	fs.decided(Decision{Kind: KindFunction, Reason: "alert", Chain: name, Core: -1},
+	fs.decided(policy.Decision{Kind: policy.KindFunction, Reason: policy.ReasonAlert, Chain: name, Core: -1},
 		"function %s: %d -> %d replica(s): AlertManager alert %s (%s=%d%% of max %d)", name, from, to, status, fnscale.LabelFactor, spec.Factor, spec.Max)
 	return from, to, nil
 }
 
-func (fs *FunctionScaler) decided(d Decision, format string, args ...any) {
+func (fs *FunctionScaler) decided(d policy.Decision, format string, args ...any) {
 	if fs.OnDecision != nil {
 		d.Time = fs.now().UTC()
 		d.Text = fmt.Sprintf(format, args...)
