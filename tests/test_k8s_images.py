@@ -258,7 +258,8 @@ def test_manifests_run_what_the_images_hold(built):
 
 def manifest_args(docs: list[dict], workload: str, netns_iface: str) -> list[str]:
     """workload's container command line with keel's Service names made loopback addresses
-    (every part shares one network namespace) and the Kubernetes backend off (no API server)."""
+    (every part shares one network namespace) and the Kubernetes backend and the gateway's leader
+    election off (no API server)."""
     for d, _, c in containers(docs):
         if d["metadata"]["name"] == workload:
             env = container_env(docs, c, "kt")
@@ -266,7 +267,7 @@ def manifest_args(docs: list[dict], workload: str, netns_iface: str) -> list[str
             out = []
             for a in c["args"]:
                 a = re.sub(r"[a-z-]+\.keel\.svc:", "127.0.0.1:", expand(a, env))
-                if a.startswith(("--backend=", "--namespace=")):
+                if a.startswith(("--backend=", "--namespace=", "--leader-elect")):
                     continue
                 out.append(a)
             return out

@@ -33,6 +33,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -275,6 +276,11 @@ def kill(component: str, rng: random.Random) -> str:
     name = PROCESS[component]
     pid = int((RUN / f"{name}.pid").read_text())
     os.kill(pid, signal.SIGKILL)
+    # make up writes run/NAME.log anew when it starts the part again: keep the dead one's
+    keep = RUN / "chaos-logs"
+    keep.mkdir(exist_ok=True)
+    if (RUN / f"{name}.log").exists():
+        shutil.copy(RUN / f"{name}.log", keep / f"{name}-{pid}.log")
     wait(f"{name} (pid {pid}) to die", lambda: not Path(f"/proc/{pid}").exists() or
          Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"), 10, every=0.02)
     return f"{name} pid {pid}"
@@ -299,7 +305,11 @@ def recover(component: str, what: str, t_kill: float, traffic: Traffic, limit: f
         failed = []
         upper = threading.Thread(target=lambda: _catch(up, failed), daemon=True)
         upper.start()
-        answers = wait(f"{component} to answer again", ANSWERS[component], limit, every=0.05) and time.time()
+        try:
+            answers = wait(f"{component} to answer again", ANSWERS[component], limit, every=0.05) and time.time()
+        except TimeoutError as e:
+            upper.join(timeout=10)
+            raise RuntimeError(f"{e}; deploy/local/up.sh: {failed[0] if failed else 'still running'}") from e
         upper.join(timeout=limit)
         if failed or upper.is_alive():
             raise RuntimeError(f"deploy/local/up.sh: {failed[0] if failed else 'did not finish'}")
@@ -370,6 +380,10 @@ def run(seconds: float, interval: float, seed: int, out: Path, settle: float = 4
             except (TimeoutError, RuntimeError) as e:
                 ms = {"recover_ms": None}
                 say(f"  NOT recovered: {e}")
+                log = RUN / f"{PROCESS.get(component, '')}.log"
+                if component in PROCESS and log.exists():  # the failed start's, before up.sh writes it anew
+                    shutil.copy(log, RUN / "chaos-logs" / f"{log.stem}-not-recovered-{round(t_kill - t0)}.log")
+                    say("  its log: " + " | ".join(log.read_text().splitlines()[-5:]))
                 up()  # whatever it takes to go on
             faults.append({"component": component, "what": what, "t_s": round(t_kill - t0, 1), **ms})
             time.sleep(max(0.0, t_kill + interval - time.time()))
