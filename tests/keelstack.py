@@ -194,6 +194,28 @@ def control_stub():
         sys.path.remove(str(ROOT / "build" / "py"))
 
 
+def install_on_tor(flow, assigned, idle_timeout_s: int = 3600) -> None:
+    """Installs the ToR rule of flow (a FiveTuple) that AssignFlow gave assigned, as keel-ingress
+    does next: without it the gateway's flow reconciliation (every 10 s) releases a flow the
+    switch does not hold. A test that plays the ingress and keeps the flow for its whole run
+    gives the rule a long idle timeout."""
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        tpb = importlib.import_module("keel.v1.torctl_pb2")
+        tgrpc = importlib.import_module("keel.v1.torctl_pb2_grpc")
+        controltoken = importlib.import_module("keel.v1.controltoken")
+        a = tpb.FlowAssignment(chain=assigned.chain)
+        for f in ("src_ip", "dst_ip", "src_port", "dst_port", "proto"):
+            setattr(a.flow, f, getattr(flow, f))
+        if assigned.HasField("instance"):
+            a.instance, a.vlan, a.worker = assigned.instance.id, assigned.instance.vlan, assigned.instance.worker
+        with controltoken.channel("127.0.0.1:50070", controltoken.read(str(RUN / "secrets" / "control-token"))) as ch:
+            tgrpc.TorControlStub(ch).InstallFlow(tpb.InstallFlowRequest(assignment=a, idle_timeout_s=idle_timeout_s),
+                                                 timeout=10)
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
 def coopsched_groups() -> list[str]:
     """The sgroups keel-coopsched holds (its gRPC Status), by id."""
     sys.path.insert(0, str(ROOT / "build" / "py"))

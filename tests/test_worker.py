@@ -20,7 +20,7 @@ import pytest
 import netns
 from keelenv import ROOT
 from keelstack import (CHAINS, GATEWAY, RUN, SKIP_REASON, all_ready, control_stub, coopsched_groups, describe, faas,
-                       instances, nf_containers, ovs, pid_of, redis, running_stack, sh, wait_for)
+                       install_on_tor, instances, nf_containers, ovs, pid_of, redis, running_stack, sh, wait_for)
 
 BRIDGE = "keel-nic-local"
 # chain 3's NAT in stack.yml
@@ -120,6 +120,7 @@ def test_attached_chain3_instance_nats_udp_from_the_trunk(deployed, control, tru
     flow = pb.FiveTuple(src_ip="198.18.0.10", dst_ip="198.18.3.5", src_port=4000, dst_port=5001, proto=17)
     a = stub.AssignFlow(pb.AssignFlowRequest(flow=flow, ingress_id="test"))
     assert a.assigned and a.chain == "chain3", a
+    install_on_tor(flow, a)  # as the ingress would: the flow, and so the attached instance, stay
     vlan = a.instance.vlan
     wait_for("chain3 attached and ready", lambda: instances("chain3")[a.instance.id]["phase"] == "ready"
              and instances("chain3")[a.instance.id]["state"] == "attached")
