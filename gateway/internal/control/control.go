@@ -17,7 +17,6 @@ import (
 
 	"github.com/keel-nfv/keel/gateway/internal/controller"
 	"github.com/keel-nfv/keel/gateway/internal/events"
-	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/secrets"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -37,26 +36,10 @@ type Server struct {
 	ingress sync.Map // ingress id -> latest *pb.IngressStats
 }
 
-// parseFlow checks a 5-tuple from the wire.
-func parseFlow(ft *pb.FiveTuple) (pcapfilter.Flow, error) {
-	if ft == nil {
-		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: missing")
-	}
-	src, err1 := netip.ParseAddr(ft.SrcIp)
-	dst, err2 := netip.ParseAddr(ft.DstIp)
-	if err := errors.Join(err1, err2); err != nil {
-		return pcapfilter.Flow{}, status.Errorf(codes.InvalidArgument, "flow: %v", err)
-	}
-	if ft.SrcPort > 65535 || ft.DstPort > 65535 || ft.Proto > 255 {
-		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: port or protocol out of range")
-	}
-	return pcapfilter.Flow{Src: src, Dst: dst, SrcPort: uint16(ft.SrcPort), DstPort: uint16(ft.DstPort), Proto: uint8(ft.Proto)}, nil
-}
-
 // AssignFlow classifies a new flow to a chain (the ingress's choice, checked) and assigns it
 // an instance (controller.Assign).
 func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb.AssignFlowResponse, error) {
-	flow, err := parseFlow(req.GetFlow())
+	flow, err := controller.ParseFlow(req.GetFlow())
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +49,7 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 // ReleaseFlow ends a flow's assignment: its ToR rule expired, or the ingress could not
 // install it. The instance's flow count drops.
 func (s *Server) ReleaseFlow(ctx context.Context, req *pb.ReleaseFlowRequest) (*pb.ReleaseFlowResponse, error) {
-	flow, err := parseFlow(req.GetFlow())
+	flow, err := controller.ParseFlow(req.GetFlow())
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +150,7 @@ func (s *Server) followTorOnce(ctx context.Context, tor pb.TorControlClient) err
 			return err
 		}
 		for _, ev := range batch.GetRemoved() {
-			flow, err := parseFlow(ev.GetAssignment().GetFlow())
+			flow, err := controller.ParseFlow(ev.GetAssignment().GetFlow())
 			if err != nil {
 				return err
 			}

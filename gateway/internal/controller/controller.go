@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,23 @@ func (s *Controller) filter(expr string) (*pcapfilter.Filter, error) {
 	}
 	s.filters.Store(expr, f)
 	return f, nil
+}
+
+// ParseFlow checks a 5-tuple from the wire (the ingress's, torctl's); its errors are
+// InvalidArgument statuses that name the problem.
+func ParseFlow(ft *pb.FiveTuple) (pcapfilter.Flow, error) {
+	if ft == nil {
+		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: missing")
+	}
+	src, err1 := netip.ParseAddr(ft.SrcIp)
+	dst, err2 := netip.ParseAddr(ft.DstIp)
+	if err := errors.Join(err1, err2); err != nil {
+		return pcapfilter.Flow{}, status.Errorf(codes.InvalidArgument, "flow: %v", err)
+	}
+	if ft.SrcPort > 65535 || ft.DstPort > 65535 || ft.Proto > 255 {
+		return pcapfilter.Flow{}, status.Error(codes.InvalidArgument, "flow: port or protocol out of range")
+	}
+	return pcapfilter.Flow{Src: src, Dst: dst, SrcPort: uint16(ft.SrcPort), DstPort: uint16(ft.DstPort), Proto: uint8(ft.Proto)}, nil
 }
 
 // FlowKey names a flow in the store.

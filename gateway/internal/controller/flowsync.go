@@ -5,10 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"time"
-
-	"github.com/keel-nfv/keel/gateway/internal/store"
 
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
@@ -25,16 +22,6 @@ import (
 // switch lost and torctl is putting back from ListFlows (after an OVS restart), is not
 // mistaken for an expired one. A listing that fails (torctl down, switch not connected) says
 // nothing and is skipped.
-
-// tupleKey is the store's key of a flow torctl names; false if the tuple is malformed.
-func tupleKey(ft *pb.FiveTuple) (string, bool) {
-	src, err1 := netip.ParseAddr(ft.GetSrcIp())
-	dst, err2 := netip.ParseAddr(ft.GetDstIp())
-	if err1 != nil || err2 != nil || ft.GetSrcPort() > 65535 || ft.GetDstPort() > 65535 || ft.GetProto() > 255 {
-		return "", false
-	}
-	return store.FlowKey(uint8(ft.GetProto()), src, uint16(ft.GetSrcPort()), dst, uint16(ft.GetDstPort())), true
-}
 
 // flowSync is SyncFlows' memory between listings: when each missing flow was first missed.
 type flowSync struct {
@@ -78,8 +65,8 @@ func (c *Controller) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient,
 	}
 	onSwitch := map[string]bool{}
 	for _, f := range installed.GetFlows() {
-		if key, ok := tupleKey(f.GetAssignment().GetFlow()); ok && !f.GetReinjectOnly() {
-			onSwitch[key] = true
+		if flow, err := ParseFlow(f.GetAssignment().GetFlow()); err == nil && !f.GetReinjectOnly() {
+			onSwitch[FlowKey(flow)] = true
 		}
 	}
 	released := 0
