@@ -82,8 +82,8 @@ func Test_load_takesIsolationFromTheCycleAccountPerPacketSize(t *testing.T) {
 	row := func(length int, bytes, view, copyOut float64) map[string]any {
 		return map[string]any{"length": length, "packet_bytes": bytes, "nf_cycles_per_pkt": 500.0,
 			"single_cycles_per_pkt": 800.0, "breakdown": map[string]any{
-				"single": map[string]any{"copy_in": 0.0, "view": 0.0, "copy_out": 0.0},
-				"keel":   map[string]any{"copy_in": 0.0, "view": view, "copy_out": copyOut},
+				"single":  map[string]any{"copy_in": 0.0, "view": 0.0, "copy_out": 0.0},
+				"keel":    map[string]any{"copy_in": 0.0, "view": view, "copy_out": copyOut},
 				"nfvnice": nil}}
 	}
 	rows := []any{row(1, 80, 0, 0), row(2, 80, 40, 0), row(3, 80, 45, 5), row(4, 80, 60, 0),
