@@ -32,6 +32,9 @@
 #   5. whole cores per instance, the base's default (KEEL_INSTANCE_CPUS 1, the agent
 #      restarted): chain3's Pod is Guaranteed with one cpu, the kubelet's static CPU manager
 #      puts its NF in a cpuset of core 1 alone, and its flows arrive NATed (chains.py).
+#   6. NF state on Kubernetes: chain3's NAT keeps its mappings in Redis (its instance's own
+#      Redis user, reached over the Pod network); its Pod deleted, the agent rebuilds it and
+#      the same flows, sent last first, keep their NAT ports; removed, its state is deleted.
 # It holds /tmp/keel-core1.lock (core 1, coopsched's, as make test's stack tests do) and
 # refuses to run beside make up's stack (rack.sh: the ToR's names are the same).
 # Usage: deploy/kubernetes/testcluster/test-k8s.sh (as root; binaries from build.sh
@@ -246,12 +249,29 @@ nf_pid=$(grep -l "$cid" /proc/[0-9]*/cgroup 2>/dev/null | head -1 | cut -d/ -f3)
 cpuset=$(cat "/sys/fs/cgroup/cpuset$(awk -F: '$2 == "cpuset" {print $3}' "/proc/$nf_pid/cgroup")/cpuset.cpus")
 [ "$cpuset" = 1 ] || fail "$pod's NF may run on cores $cpuset, want its exclusive core 1"
 echo "test-k8s: chain3's Pod $pod is $shape, its NF (pid $nf_pid) in a cpuset of core $cpuset"
-"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000 --nat-map "$tmp/nat.json"
 line=$(HOME=$tmp "$faas" describe chain3 -g "$gw" | grep com.keel.instances)
 echo "test-k8s: chain3: $line"
 grep -Eq "chain3/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 " <<<"$line" || fail "chain3 is not attached on core 1"
 # The one core is the Pod's: the pooled instance the controller adds cannot have one here.
 kubectl -n keel-nf get pods -o wide
+echo "test-k8s: with whole cores, chain3's Pod ran on its own core 1 and carried packets"
+
+step "6. NF state outlives an instance's Pod: chain3's NAT mappings after its Pod is deleted"
+# The NAT keeps its mappings in Redis (keel:state:<tenant>:<group>:*) as the instance's own
+# Redis user; the agent rebuilds the deleted Pod as the same instance, whose NAT reads them
+# back. The flows come again last first: a NAT with empty tables would hand out the ports in
+# the other order.
+uid=$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.metadata.uid}')
+kubectl -n keel-nf delete pod "$pod" --wait=false
+rebuilt() {
+  [ "$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.phase}/{.metadata.uid}' 2>/dev/null)" != "Running/$uid" ] &&
+    [ "$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.phase}' 2>/dev/null)" = Running ] && ready chain3
+}
+until_ok 180 "chain3's Pod $pod rebuilt and ready" rebuilt
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000 --nat-map "$tmp/nat.json" --reverse
+echo "test-k8s: chain3's NAT mappings outlived its Pod"
 (cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --filter chain3 -g "$gw")
 until_ok 120 "chain3's Pods deleted" no_pods
-echo "test-k8s: with whole cores, chain3's Pod ran on its own core 1 and carried packets"
+no_state() { [ -z "$(kubectl -n keel exec redis-0 -- redis-cli --user keel-gateway --pass "$(cat "$tmp/redis/redis-gateway")" --no-auth-warning --scan --pattern 'keel:state:*')" ]; }
+until_ok 60 "chain3's NF state deleted with its instance" no_state
