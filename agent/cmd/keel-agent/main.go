@@ -127,7 +127,9 @@ controller attached the instance to, beside other instances, as under Docker
 (the node's coopsched cores must then be in that pool: no exclusive Pod on
 them). The chain buffer is on an emptyDir of medium HugePages-2Mi shared by the
 Pod's containers only, the NFs' statistics files on an emptyDir in memory at
-/run/keel/stats; coopsched's and redis' sockets come through hostPath; required
+/run/keel/stats; coopsched's socket (and redis', with --redis-socket) comes
+through hostPath, as does <secrets-dir>/<group> (the NFs' Redis login; use
+--nf-redis there, Redis being on another node); required
 node affinity to --node; restartPolicy Never; the labels above (values made
 label-safe) with the exact values per container in the annotation
 keel.dev/container-labels; position 0 also requests one
@@ -180,7 +182,7 @@ func run() int {
 		vfKind      = fs.String("vf", "ovsveth", "where VFs come from: ovsveth (OVS bridge + veth pairs) or sriov (--sriov-pf's VFs)")
 		sriovPF     = fs.String("sriov-pf", "", "with --vf sriov: the physical function's `NETDEV`")
 		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")
-		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
+		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty, and no --nf-redis: NFs keep no state in Redis)")
 		nfRedis     = fs.String("nf-redis", "", "Redis `HOST:PORT` the NFs reach over their Pod network for their state, instead of --redis-socket (--runtime kubernetes: Redis runs on another node, e.g. redis.keel.svc:6379); their logins as with --redis-socket")
 		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `ADDR` (HOST:PORT or unix:PATH), to make the NFs' Redis users and delete a removed instance's NF state (empty: never; needs --redis-socket empty)")
 		secretsDir  = fs.String("secrets-dir", "/run/keel/secrets", "with --redis-socket: host `DIR` of one directory per instance holding its NFs' Redis login (see above; empty: NFs log in as Redis' default user)")

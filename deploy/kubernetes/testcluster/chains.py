@@ -112,6 +112,10 @@ def main() -> int:
         print(f"chains.py: {chain}: {len(pkts)} of {want} packets arrived, {ok} changed as the chain changes them")
         if len(pkts) != want or ok != want:
             bad.append(chain)
+            per_flow: dict[str, int] = {}
+            for p in pkts:
+                per_flow[p[3]] = per_flow.get(p[3], 0) + 1
+            print(f"chains.py:   packets per flow (by destination): {dict(sorted(per_flow.items()))}")
             for p in pkts[:3]:
                 print(f"chains.py:   e.g. dst-mac {p[0]} vlan {p[1]} {p[2]} -> {p[3]} {p[4]}->{p[5]} payload {p[6][:32]}")
     if a.nat_map and "chain3" in chains:
