@@ -211,6 +211,11 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
             "ingress_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
             "new_flows_seen": int(after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0)),
             "sender_late_max_ms": sent["late_max_ms"],
+            "ingress_drops": {k.split('reason="', 1)[1].split('"', 1)[0]: int(v - before.get(k, 0))
+                              for k, v in sorted(after.items())
+                              if k.startswith("keel_ingress_drops_total{") and v - before.get(k, 0) > 0},
+            "flows_per_assign_call": round((after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0))
+                                           / max(after.get("keel_ingress_assign_calls_total", 0) - before.get("keel_ingress_assign_calls_total", 0), 1), 1),
             "control_cpu_us_per_flow": us_per_flow(stack0, stack1, CONTROL_PROCS, flows),
             "switch_cpu_us_per_flow": us_per_flow(stack0, stack1, (SWITCH_PROC,), flows),
             # until the sink went quiet, so setups still in progress after the last send count

@@ -445,6 +445,12 @@ class Controller:
         return [(self._assignment(e.cookie, ofp.match_fields(e.match), ofp.output_ports(e.instructions),
                                   names), e) for e in entries if e.table_id == STEER_TABLE]
 
+    def list_known(self) -> list[Flow]:
+        """The flows whose stage-2 rule torctl has on the switch by its own record (installs the
+        switch acknowledged, less the removals it reported; read back whenever it connects)."""
+        with self._lock:
+            return [f for f in self._flows.values() if f.stage2]
+
     def flow_count(self) -> int:
         with self._lock:
             return sum(1 for f in self._flows.values() if f.stage2)

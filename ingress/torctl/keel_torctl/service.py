@@ -102,6 +102,11 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
             _abort(context, e)
 
     def ListFlows(self, request: Any, context: Any) -> Any:
+        if not request.read_back:
+            return torctl_pb2.ListTorFlowsResponse(flows=[
+                torctl_pb2.InstalledFlow(assignment=assignment_pb(f.assignment), idle_timeout_s=f.idle_timeout,
+                                         cookie=f.cookie)
+                for f in self.ctl.list_known()])
         try:
             rows = self.ctl.list_installed()
         except Exception as e:  # noqa: BLE001
