@@ -187,6 +187,25 @@ def test_idle_rules_expire_into_the_gateway_and_the_instance_flow_count_drops(co
              timeout=15)
 
 
+def test_a_gateway_restart_during_expiries_leaves_flow_counts_right_and_the_core_reclaimed(control):
+    pb, stub = control
+    sent, got = flows_through("--rate=50", "--duration=1", "--packets=2", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=50000")
+    assert got["packets"] == 100
+    assert len(stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows) >= 50
+    time.sleep(5)
+    # The restart takes the gateway away for seconds: the flows' rules expire (idle 10 s) meanwhile,
+    # with no gateway watching for their expiry.
+    restart("keel-gateway")
+    assert not [r for r in tor_flows("priority=100,") if "nw_dst=198.18.3." in r]
+    # Within one idle timeout of its return the gateway counts what the ToR holds (none of them),
+    # and the idle instance gives its core back.
+    wait_for("chain3's flows released", lambda: not stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows,
+             timeout=10, every=0.5)
+    wait_for("chain3/0 detached", lambda: re.search(r"chain3/0 pooled \S+ vlan=\d+ core=- flows=0 ", describe("chain3")),
+             timeout=15)
+
+
 def test_torctl_restart_keeps_live_flows_forwarding_and_new_flows_installed(control):
     # 50 flows of 40 packets over 4 s each; torctl restarts while they run
     before = metrics()
