@@ -266,6 +266,14 @@ void Control::OnAssignedBatch(const std::vector<PendingFlow>& batch, const grpc:
     }
   }
   FlushAssigns();
+  /* The request thread may sleep without a deadline (it saw every call slot
+   * taken): have it time the window of the flows still waiting. */
+  bool waiting;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting = assign_batcher_.waiting() > 0;
+  }
+  if (waiting) channel_->WakeControl();
 }
 
 void Control::AssignFailed(const PendingFlow& f, const grpc::Status& st) {
