@@ -6,7 +6,10 @@
 namespace keel::ingress {
 
 void AssignBatcher::Add(PendingFlow f, uint64_t now) {
-  if (waiting_.empty()) due_ = now + cfg_.window_ns;
+  if (waiting_.empty()) {
+    const bool quiet = !taken_ || now - last_take_ >= cfg_.window_ns;
+    due_ = quiet ? now : now + cfg_.window_ns;
+  }
   if (f.since == 0) f.since = now;
   waiting_.push_back(std::move(f));
 }
@@ -40,6 +43,8 @@ std::vector<PendingFlow> AssignBatcher::Take(uint64_t now, size_t most, std::vec
   }
   /* What is left (a burst beyond the batch) is due at once. */
   due_ = waiting_.empty() ? 0 : now;
+  last_take_ = now;
+  taken_ = true;
   return batch;
 }
 

@@ -4,7 +4,9 @@
  *
  * A flow joins the open batch; the batch is due once it holds |max_flows|
  * flows or its first flow has waited |window_ns|, so a burst of new flows
- * costs one call and a lone flow waits at most the window. A flow whose
+ * costs one call and a lone flow waits at most the window. A flow that
+ * comes a window or more after the last batch went (new flows are rare)
+ * goes at once: batching costs latency only where it saves calls. A flow whose
  * call failed for a moment (the gateway unavailable, the deadline passed)
  * is given back with Retry and goes out again at once, in the next batch,
  * until it has had |max_attempts| calls; AssignFlows is idempotent, so a
@@ -66,7 +68,9 @@ class AssignBatcher {
  private:
   AssignBatchConfig cfg_;
   std::deque<PendingFlow> waiting_;
-  uint64_t due_ = 0; /* when the oldest waiting flow's batch is due */
+  uint64_t due_ = 0;       /* when the oldest waiting flow's batch is due */
+  uint64_t last_take_ = 0; /* when the last batch was taken */
+  bool taken_ = false;     /* a batch was taken before */
 };
 
 }  // namespace keel::ingress

@@ -31,16 +31,35 @@ AssignBatchConfig Config() {
   return c;
 }
 
+TEST(AssignBatcher, FlowAfterAQuietWindowGoesAtOnce) {
+  AssignBatcher b(Config());
+  const uint64_t t0 = 1000 * kMs;
+  b.Add(FlowN(0), t0);  /* the first flow ever */
+  ASSERT_TRUE(b.Due(t0));
+  std::vector<PendingFlow> late;
+  ASSERT_EQ(b.Take(t0, 64, &late).size(), 1u);
+  /* a window later: new flows are rare, no batch to wait for */
+  b.Add(FlowN(1), t0 + kMs);
+  ASSERT_TRUE(b.Due(t0 + kMs));
+  ASSERT_EQ(b.Take(t0 + kMs, 64, &late).size(), 1u);
+  /* right after that batch: this one waits a window for others */
+  b.Add(FlowN(2), t0 + kMs + kMs / 4);
+  EXPECT_FALSE(b.Due(t0 + kMs + kMs / 4));
+  EXPECT_EQ(b.Deadline(), t0 + 2 * kMs + kMs / 4);
+}
+
 TEST(AssignBatcher, PartialBatchGoesWhenItsFirstFlowWaitedTheWindow) {
   AssignBatcher b(Config());
   const uint64_t t0 = 1000 * kMs;
   EXPECT_EQ(b.Deadline(), 0u);
+  std::vector<PendingFlow> late;
+  b.Add(FlowN(99), t0 - kMs / 2);  /* a batch just went: the next flows wait the window */
+  b.Take(t0 - kMs / 2, 64, &late);
   b.Add(FlowN(0), t0);
   b.Add(FlowN(1), t0 + kMs / 2);
   EXPECT_EQ(b.Deadline(), t0 + kMs);  /* the first flow's window, not the second's */
   EXPECT_FALSE(b.Due(t0 + kMs - 1));
   ASSERT_TRUE(b.Due(t0 + kMs));
-  std::vector<PendingFlow> late;
   auto batch = b.Take(t0 + kMs, 64, &late);
   ASSERT_EQ(batch.size(), 2u);
   EXPECT_EQ(batch[0].req_id, 1u);
@@ -48,10 +67,10 @@ TEST(AssignBatcher, PartialBatchGoesWhenItsFirstFlowWaitedTheWindow) {
   EXPECT_EQ(batch[0].attempt, 1);
   EXPECT_TRUE(late.empty());
   EXPECT_EQ(b.Deadline(), 0u);
-  /* the next flow opens a new window of its own */
-  b.Add(FlowN(2), t0 + 5 * kMs);
-  EXPECT_FALSE(b.Due(t0 + 5 * kMs));
-  EXPECT_TRUE(b.Due(t0 + 6 * kMs));
+  /* the next flow, a moment later, opens a new window of its own */
+  b.Add(FlowN(2), t0 + kMs + kMs / 2);
+  EXPECT_FALSE(b.Due(t0 + kMs + kMs / 2));
+  EXPECT_TRUE(b.Due(t0 + 2 * kMs + kMs / 2));
 }
 
 TEST(AssignBatcher, FullBatchGoesAtOnceAndTheRestFollowsInOrder) {
