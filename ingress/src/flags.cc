@@ -71,7 +71,7 @@ control plane:
   --assign-window-us US    how long a new flow waits for others to share
                            its AssignFlows call; a full batch goes at
                            once, and so does a flow that comes this long
-                           after the last call went                   [1000]
+                           after the last call went                    [1000]
   --max-assigning N        new flows in AssignFlows calls at once; new
                            flows beyond them wait their turn, and one that
                            waited longer than --assign-timeout-ms is
