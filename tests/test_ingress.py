@@ -601,7 +601,7 @@ def test_hold_buffer_overflow_is_counted_without_stalling_others(rig):
 
 def test_past_the_gateways_capacity_new_flows_wait_for_a_slot_and_late_ones_are_dropped(rig):
     start, wire, gw, tor, _ = rig
-    ing = start("--max-assigning", "2")
+    ing = start("--max-assigning", "2", "--assign-patience-ms", str(ASSIGN_TIMEOUT_MS))
     # Two flows the gateway is slow for take both places in AssignFlows calls for three calls
     # of ASSIGN_TIMEOUT_MS; three new flows wait behind them longer than a call's deadline.
     wire.send([frame(34000, SLOW, 0), frame(34001, SLOW, 0)])
@@ -615,3 +615,15 @@ def test_past_the_gateways_capacity_new_flows_wait_for_a_slot_and_late_ones_are_
     wire.take()
     wire.send([frame(34200 + f, 5001, 0) for f in range(3)])
     assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5)
+
+
+def test_by_default_new_flows_wait_out_a_slow_gateway_within_their_hold(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--max-assigning", "2")
+    # As above, but with the default patience (a call's deadline x the calls a flow may have):
+    # the three new flows wait for the slow ones' places and are set up, none is dropped.
+    wire.send([frame(34000, SLOW, 0), frame(34001, SLOW, 0)])
+    time.sleep(0.1)
+    wire.send([frame(34100 + f, 5001, 0) for f in range(3)])
+    assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5), ing.metrics()
+    assert drops(ing.metrics(), "control_busy") == 0

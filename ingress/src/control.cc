@@ -73,7 +73,9 @@ static AssignBatchConfig BatchConfig(const ControlConfig& cfg) {
   b.max_flows = static_cast<size_t>(cfg.assign_batch);
   b.window_ns = uint64_t(cfg.assign_window_us) * 1000;
   b.max_attempts = cfg.assign_attempts;
-  b.patience_ns = uint64_t(cfg.assign_timeout_ms) * 1'000'000;
+  const uint64_t patience_ms = cfg.assign_patience_ms > 0 ? uint64_t(cfg.assign_patience_ms)
+                                                           : uint64_t(cfg.assign_timeout_ms) * uint64_t(cfg.assign_attempts);
+  b.patience_ns = patience_ms * 1'000'000;
   return b;
 }
 

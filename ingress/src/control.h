@@ -53,9 +53,13 @@ struct ControlConfig {
    * packets go. */
   int assign_attempts = 3;
   /* New flows in AssignFlows calls at once; new flows beyond wait in order,
-   * and one that waited longer than assign_timeout_ms for a place is dropped
-   * as control_busy. */
+   * and one that waited longer than assign_patience_ms for a place is
+   * dropped as control_busy. */
   int max_assigning = 256;
+  /* How long a new flow may wait for a place in a call; 0: as long as its
+   * calls could take (assign_timeout_ms x assign_attempts), so a gateway that
+   * is slow or restarting costs latency within the hold, not packets. */
+  int assign_patience_ms = 0;
   /* A batch of new flows goes when it holds assign_batch flows or its first
    * flow has waited assign_window_us. */
   int assign_batch = 64;
