@@ -422,9 +422,14 @@ type PoolChange struct {
 
 // Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
 // PoolHigh], both raised to what the chain's MinInstances needs beside its attached ones
-// (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
-// workers, and the idle ones with the highest IDs go first. A chain not in Chains (removed)
-// keeps no idle instance.
+// (Listing 1's scale_out / scale_in loops). An idle instance counts toward PoolLow only
+// where it could take a flow: on a worker with a core for it (Assign's freeCore). An idle
+// instance on a full worker is no pool at all: the chain's new flows would wait at the
+// ingress, their packets held, until a core came free on that worker, and then reach the
+// instance at once (bench/scenarios/random-12.yaml's t1, issue 33). New instances go to
+// the least loaded workers that have a core for one, or to the least loaded workers when
+// none has; above PoolHigh, the idle instances that could not attach go first, then those
+// with the highest IDs. A chain not in Chains (removed) keeps no idle instance.
 func (cfg Config) Pool(v *View, chain string) PoolChange {
 	low, high := cfg.PoolLow, cfg.PoolHigh
 	ch, ok := v.Chains[chain]
@@ -432,9 +437,14 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		low, high = 0, 0
 	}
 	up := v.workerUp()
+	room := map[string]bool{} // the worker has a core for a new instance of the chain
+	for _, w := range v.Workers {
+		room[w.Name] = v.freeCore(cfg, up[w.Name], ch.Threshold) >= 0
+	}
 	var idle []string
-	attached := 0
+	attached, usable := 0, 0
 	count := map[string]int{}
+	stuck := map[string]bool{}
 	for i := range v.Instances {
 		in := &v.Instances[i]
 		if up[in.Worker] == nil {
@@ -447,6 +457,11 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 			attached++
 		default:
 			idle = append(idle, in.ID)
+			if room[in.Worker] {
+				usable++
+			} else {
+				stuck[in.ID] = true
+			}
 		}
 	}
 	if ok {
@@ -456,20 +471,33 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 	if len(v.Workers) == 0 {
 		return pc
 	}
+	anyRoom := false
+	for _, r := range room {
+		anyRoom = anyRoom || r
+	}
 	wload := v.workerLoads()
-	for n := len(idle); n < low; n++ {
+	for n := len(idle); usable < low && (anyRoom || n < low); n++ {
 		var pick string
 		for _, w := range v.Workers {
+			if anyRoom && !room[w.Name] {
+				continue
+			}
 			if pick == "" || wload[w.Name] < wload[pick] || (wload[w.Name] == wload[pick] && count[w.Name] < count[pick]) {
 				pick = w.Name
 			}
 		}
 		count[pick]++
+		usable++
 		pc.Create = append(pc.Create, pick)
 	}
-	if len(idle) > high {
-		sort.Slice(idle, func(i, j int) bool { return idLess(idle[j], idle[i]) })
-		pc.Remove = idle[:len(idle)-high]
+	if n := len(idle) + len(pc.Create); n > high {
+		sort.Slice(idle, func(i, j int) bool {
+			if stuck[idle[i]] != stuck[idle[j]] {
+				return stuck[idle[i]]
+			}
+			return idLess(idle[j], idle[i])
+		})
+		pc.Remove = idle[:min(len(idle), n-high)]
 	}
 	return pc
 }

@@ -285,7 +285,7 @@ func Test_Config_PickCore(t *testing.T) {
 		{"no packing: every core in use", noPack, w(0, 1), []Instance{att("fw/1", "w1", 0, 1, 100e3), att("fw/2", "w1", 1, 1, 100e3)}, "w1", -1},
 		{"unknown worker", testCfg(), w(0, 1), nil, "w2", -1},
 		{"worker without cores", testCfg(), w(), nil, "w1", -1},
-		{"another worker's instances do not count", testCfg(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 7, 700e3)}, "w1", 0},
+		{"another worker's instances do not count", testCfg(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 8, 800e3)}, "w1", 0},
 		{"a removed chain's core is not shared", testCfg(), w(0), []Instance{att("gone/1", "w1", 0, 1, 100e3)}, "w1", -1},
 	}
 	for _, tc := range cases {
@@ -567,5 +567,36 @@ func Test_Pool_keeps_the_instances_faas_cli_scale_asked_for_and_ignores_draining
 	v.Instances[1].Flows, v.Instances[1].IdleSince = 0, v.Now.Add(-time.Hour)
 	if got := cfg.Reclaim(v); len(got) != 0 {
 		t.Fatalf("reclaim %v, want nothing", got)
+	}
+}
+
+// An idle instance on a worker whose cores are all taken cannot take a flow: the pool is
+// made up on a worker with a free core, and the stuck one goes first when the pool is too
+// large. Before, the stuck instance counted as the pool, the chain's new flows waited at the
+// ingress until a core came free on its worker and then reached an instance all at once,
+// overflowing its NIC queue (bench/scenarios/random-12.yaml's t1 lost 28,726 packets).
+func Test_Config_Pool_counts_only_idle_instances_that_could_attach(t *testing.T) {
+	cfg := testCfg()
+	cfg.PoolLow, cfg.PoolHigh = 1, 1
+	full := []Instance{att("nat/1", "w1", 0, 8, 850e3), att("nat/2", "w1", 1, 8, 850e3),
+		att("nat/3", "w1", 2, 8, 850e3), att("nat/4", "w1", 3, 8, 850e3)}
+	v := view(append(full, att("fw/1", "w2", 0, 8, 800e3), pooled("fw/2", "w1"))...)
+	if a := cfg.Assign(v, "fw"); a.Instance != "" {
+		t.Fatalf("assignment %+v, want none: fw/1 is at its threshold and w1 has no core for fw/2", a)
+	}
+	want := PoolChange{Create: []string{"w2"}, Remove: []string{"fw/2"}}
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Pool = %+v, want %+v", got, want)
+	}
+	// Once w1 has a core again, its idle instance is the pool.
+	v.Instances[3].Attached, v.Instances[3].Core = false, -1
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, PoolChange{}) {
+		t.Fatalf("Pool with a free core on w1 = %+v, want nothing", got)
+	}
+	// No worker has a core: nothing is gained by another idle instance.
+	v.Instances[3].Attached, v.Instances[3].Core = true, 3
+	v.Workers = workers("w1")
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, PoolChange{}) {
+		t.Fatalf("Pool on a full rack = %+v, want nothing", got)
 	}
 }
