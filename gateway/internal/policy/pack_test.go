@@ -224,3 +224,30 @@ func Test_Config_Repack_keepsAShortTurnFromALongOne(t *testing.T) {
 		t.Fatalf("Repack = %+v, want %+v", got, want)
 	}
 }
+
+// Test_Config_Repack_keepsATightSLOFromLongTurns is bench/scenarios/random-12.yaml's SLO
+// miss (issue 33): a 50 µs chain (t4) packed beside sgroups whose full turns take 90 µs and
+// more had a p99 of 52.7 µs at loads where alone it has 41.5. The other sgroups' turns may
+// take half its SLO; a core that already holds them is split.
+func Test_Config_Repack_keepsATightSLOFromLongTurns(t *testing.T) {
+	batch := func(in Instance, b int) Instance { in.Batch = b; return in }
+	chains := func(v *View) *View {
+		v.Chains["tight"] = Chain{Name: "tight", SLOus: 50, MaxPps: 700e3, Threshold: 0.75}
+		v.Chains["long"] = Chain{Name: "long", SLOus: 500, MaxPps: 900e3, Threshold: 0.95}   // B = 2: 71 µs turns
+		v.Chains["short"] = Chain{Name: "short", SLOus: 500, MaxPps: 6.4e6, Threshold: 0.95} // B = 1: 5 µs turns
+		return v
+	}
+	v := chains(view(att("tight/1", "w1", 0, 10, 100e3), batch(att("long/1", "w1", 1, 10, 100e3), 2)))
+	if got := testCfg().Repack(v); got != nil {
+		t.Fatalf("Repack = %+v: the 50 µs chain would wait for 71 µs turns", got)
+	}
+	v = chains(view(att("tight/1", "w1", 0, 10, 100e3), att("short/1", "w1", 1, 10, 100e3)))
+	if got, want := testCfg().Repack(v), []Move{{"short/1", "w1", 1, 0}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Repack = %+v, want %+v: 5 µs turns fit in half of 50 µs", got, want)
+	}
+	// Packed at attach (every core was in use), then a core came free: split.
+	v = chains(view(att("tight/1", "w1", 0, 10, 100e3), batch(att("long/1", "w1", 0, 5, 50e3), 2)))
+	if got, want := testCfg().Repack(v), []Move{{"long/1", "w1", 0, 1}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Repack = %+v, want %+v", got, want)
+	}
+}

@@ -78,6 +78,9 @@ type Chain struct {
 	// MinInstances is how many instances (attached and idle) the chain keeps deployed at
 	// least, as faas-cli scale set it: the idle pool is kept large enough to make it up.
 	MinInstances int
+	// BatchCap is the most bursts per turn its instances run at (0: the policy's MaxBatch):
+	// the batch Operating chose for its SLO.
+	BatchCap int
 }
 
 // Instance is one chain instance (an sgroup) as the controller sees it.
@@ -129,6 +132,53 @@ func (cfg Config) BatchFor(c Cost, fill float64) int {
 		return max(1, cfg.FixedBatch)
 	}
 	return c.Batch(cfg.BatchP, fill, max(1, cfg.MaxBatch))
+}
+
+// CapBatch is b within the chain's BatchCap.
+func (ch Chain) CapBatch(b int) int {
+	if ch.BatchCap > 0 {
+		return max(1, min(b, ch.BatchCap))
+	}
+	return b
+}
+
+// Operating is the batch a chain runs at, its latency profile there and its threshold.
+// Galleon's eqs. 1–3 give the fewest bursts per turn that keep the handoffs within 1−p of
+// the core (BatchFor), but a longer turn also holds every packet of the batch longer, and
+// §4.3 notes that a chain with a low latency SLO cannot have a large batch. The threshold
+// of §5.2 is taken from the profile at the batch the chain runs at, so the batch and the
+// threshold are chosen together: among BatchFor's B and its halvings down to 1, the one whose profile gives
+// the most packets per second a core serves within the SLO (threshold × eq. 1's rate);
+// a batch within 0.5 % of the best that is smaller wins (shorter turns: lower latency for
+// the chain and for sgroups sharing its core). profile(B) is the chain's profile at B.
+// Without SLO thresholds or adaptive batch it is BatchFor's B and its profile.
+func (cfg Config) Operating(c Cost, sloUs float64, profile func(batch int) Profile) (int, Profile, float64) {
+	top := cfg.BatchFor(c, float64(c.burstMax()))
+	p := profile(top)
+	thr := cfg.ThresholdFor(&p, sloUs)
+	if !cfg.SLOThresholds || !cfg.AdaptiveBatch || !c.Isolated() {
+		return top, p, thr
+	}
+	type cand struct {
+		b        int
+		p        Profile
+		thr, cap float64
+	}
+	cands := []cand{{top, p, thr, thr * p.MaxPps}}
+	best := cands[0].cap
+	for b := top / 2; b >= 1; b /= 2 {
+		q := profile(b)
+		t := cfg.ThresholdFor(&q, sloUs)
+		cands = append(cands, cand{b, q, t, t * q.MaxPps})
+		best = math.Max(best, t*q.MaxPps)
+	}
+	pick := cands[0]
+	for _, x := range cands {
+		if x.cap >= 0.995*best && (pick.cap < 0.995*best || x.b < pick.b) {
+			pick = x
+		}
+	}
+	return pick.b, pick.p, pick.thr
 }
 
 // perFlowPps estimates one flow's packet rate in a chain from the instances of live workers

@@ -600,3 +600,46 @@ func Test_Config_Pool_counts_only_idle_instances_that_could_attach(t *testing.T)
 		t.Fatalf("Pool on a full rack = %+v, want nothing", got)
 	}
 }
+
+// Operating chooses the batch and the threshold together: a longer turn raises the rate a
+// core sustains (eq. 1) but holds packets longer, and for a tight SLO the threshold it
+// leaves is lower (bench/scenarios/random-12.yaml's t4: eqs. 2–3 give B = 3, where the
+// threshold is 0.687 of 779 kpps; at B = 1 it is 0.749 of 718 kpps: as many packets a core
+// within the SLO, in shorter turns).
+func Test_Config_Operating(t *testing.T) {
+	cost := Cost{NFCycles: []float64{440, 1054, 63, 166, 1054}, IOCycles: 47, CopyCycles: 69, HandoffCycles: 2531,
+		FreqHz: 2.4e9, BurstMax: 32}
+	cfg := testCfg()
+	if b := cfg.BatchFor(cost, 32); b != 3 {
+		t.Fatalf("eqs. 2–3 give B = %d, want 3", b)
+	}
+	// A profile whose p99 at each load grows with the batch: B·10 µs + 60 µs·load⁴.
+	asked := []int{}
+	profile := func(b int) Profile {
+		asked = append(asked, b)
+		p := Profile{MaxPps: cost.Rate(b, 32), Batch: b}
+		for i := 1; i <= 20; i++ {
+			l := float64(i) / 20
+			p.Points = append(p.Points, Point{Load: l, P99us: float64(b)*10 + 60*l*l*l*l})
+		}
+		return p
+	}
+	b, p, thr := cfg.Operating(cost, 50, profile)
+	if b != 1 || p.Batch != 1 || thr < 0.9 || !reflect.DeepEqual(asked, []int{3, 1}) {
+		t.Fatalf("tight SLO: B = %d (profile at %d), threshold %.3f, profiles at %v; want B = 1 of [3 1]", b, p.Batch, thr, asked)
+	}
+	asked = nil
+	if b, _, thr := cfg.Operating(cost, 500, profile); b != 3 || thr != 0.95 {
+		t.Fatalf("loose SLO: B = %d, threshold %.3f; want eqs. 2–3's B = 3 at 0.95", b, thr)
+	}
+	m := Metron()
+	if b, _, _ := m.Operating(cost, 50, profile); b != 1 {
+		t.Fatalf("Metron: B = %d, want 1", b)
+	}
+	if got := (Chain{BatchCap: 2}).CapBatch(5); got != 2 {
+		t.Fatalf("CapBatch(5) with cap 2 = %d", got)
+	}
+	if got := (Chain{}).CapBatch(5); got != 5 {
+		t.Fatalf("CapBatch(5) without cap = %d", got)
+	}
+}
