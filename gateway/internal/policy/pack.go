@@ -24,15 +24,10 @@ type packItem struct {
 	// packets and seconds. On a shared core the sgroups take turns (coopsched's round
 	// robin), so an sgroup must take in one turn what arrives during the others' turns.
 	pps, turnPkts, turnS float64
-	// waitS is the most the other sgroups' turns may hold its packets: half its SLO (the
-	// other half is its own queue and turn, which its threshold bounds alone on a core);
-	// +Inf without an SLO.
+	// waitS is the most the other sgroups' turns may hold its packets: its SLO less its own
+	// full turn, so that one full round of the core fits in the SLO; +Inf without an SLO.
 	waitS float64
 }
-
-// sloWaitShare is the share of an sgroup's SLO the other sgroups' full turns on its core
-// may take.
-const sloWaitShare = 0.5
 
 // burstPkts is the packets of a full burst, the unit of an sgroup's batch.
 const burstPkts = 32
@@ -67,16 +62,8 @@ func (cfg Config) Repack(v *View) []Move {
 			// queue, drops, a load) counts, and the sgroup shares with nothing.
 			thr = 0
 		}
-		it := packItem{id: in.ID, core: in.Core, load: v.Load(in), thr: thr,
-			pps: EstRate(in, perFlowPps(v, in.Chain)), turnPkts: float64(max(1, in.Batch) * burstPkts)}
-		if maxPps := v.Chains[in.Chain].MaxPps; maxPps > 0 {
-			it.turnS = it.turnPkts / maxPps
-		}
-		it.waitS = math.Inf(1)
-		if slo := v.Chains[in.Chain].SLOus; slo > 0 {
-			it.waitS = sloWaitShare * slo / 1e6
-		}
-		byWorker[in.Worker] = append(byWorker[in.Worker], it)
+		byWorker[in.Worker] = append(byWorker[in.Worker],
+			newPackItem(in.ID, in.Core, v.Load(in), thr, EstRate(in, perFlowPps(v, in.Chain)), in.Batch, v.Chains[in.Chain]))
 	}
 	var out []Move
 	for _, w := range v.Workers {
@@ -94,6 +81,19 @@ func (cfg Config) Repack(v *View) []Move {
 		out = append(out, cfg.packWorker(w, items, busy)...)
 	}
 	return out
+}
+
+// newPackItem is an sgroup of chain ch at batch bursts per turn, its load and packets a second.
+func newPackItem(id string, core int32, load, thr, pps float64, batch int, ch Chain) packItem {
+	it := packItem{id: id, core: core, load: load, thr: thr, pps: pps, turnPkts: float64(max(1, batch) * burstPkts),
+		waitS: math.Inf(1)}
+	if ch.MaxPps > 0 {
+		it.turnS = it.turnPkts / ch.MaxPps
+	}
+	if ch.SLOus > 0 {
+		it.waitS = ch.SLOus/1e6 - it.turnS
+	}
+	return it
 }
 
 type bin struct {

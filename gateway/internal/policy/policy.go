@@ -26,7 +26,8 @@ type Config struct {
 	// ClearFrac: an overloaded instance takes new flows again once its load is below
 	// ClearFrac × its threshold (hysteresis against flapping).
 	ClearFrac float64
-	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate (0: off).
+	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate (0: off),
+	// or a full turn of its batch if that is longer (QueueHighFor).
 	QueueHigh int
 	// PoolLow and PoolHigh keep each chain's idle (pooled, detached) instances within
 	// [PoolLow, PoolHigh] (Listing 1's scale-out and scale-in thresholds).
@@ -318,7 +319,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		if in.Chain != chain || in.Attached || in.Draining || up[in.Worker] == nil {
 			continue
 		}
-		if v.freeCore(cfg, up[in.Worker], ch.Threshold) < 0 {
+		if v.freeCore(cfg, up[in.Worker], ch) < 0 {
 			continue
 		}
 		// A ready instance first; then the least loaded worker; then the lower ID.
@@ -331,7 +332,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
 			chain, ch.Threshold)}
 	}
-	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch.Threshold), ColdStart: !idle.Ready}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch), ColdStart: !idle.Ready}
 }
 
 // workerLoads is each worker's attached load per managed core.
@@ -348,12 +349,32 @@ func (v *View) workerLoads() map[string]float64 {
 	return out
 }
 
-// freeCore is the core a newly attached instance of a chain with threshold thr gets on
-// worker w (Listing 1's pick_idle_core): the lowest core no sgroup uses; with packing, when
-// every core is in use, the least loaded core whose load is under PackFrac × the lowest
-// threshold of its sgroups and thr; -1 if none.
-func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
+// freeCore is the core a newly attached instance of chain ch gets on worker w (Listing 1's
+// pick_idle_core): the lowest core no sgroup uses; with packing, when every core is in use,
+// the least loaded core whose load is under PackFrac × the lowest threshold of its sgroups
+// and ch's, and where the new sgroup and those on the core can wait for each other's turns
+// as Repack requires (bin.fits; the new one at its chain's batch); -1 if none.
+func (v *View) freeCore(cfg Config, w *Worker, ch Chain) int32 {
+	thr := ch.Threshold
 	use := v.cores()
+	var it packItem
+	bins := map[int32]*bin{}
+	if ch.Name != "" && cfg.Pack {
+		it = newPackItem("", -1, 0, thr, perFlowPps(v, ch.Name), max(1, ch.BatchCap), ch)
+		for i := range v.Instances {
+			in := &v.Instances[i]
+			if in.Worker != w.Name || !in.Attached || in.Core < 0 {
+				continue
+			}
+			b := bins[in.Core]
+			if b == nil {
+				b = newBin(in.Core)
+				bins[in.Core] = b
+			}
+			o := v.Chains[in.Chain]
+			b.add(len(b.ids), newPackItem(in.ID, in.Core, v.Load(in), o.Threshold, EstRate(in, perFlowPps(v, in.Chain)), in.Batch, o), cfg.PackFrac)
+		}
+	}
 	free, best, bestLoad := int32(-1), int32(-1), math.Inf(1)
 	for _, c := range w.Cores {
 		u := use[coreKey{w.Name, c}]
@@ -363,7 +384,8 @@ func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
 			}
 			continue
 		}
-		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad {
+		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad &&
+			(ch.Name == "" || it.turnS <= bins[c].tol && bins[c].turnS <= it.tolerance(cfg.PackFrac)) {
 			best, bestLoad = c, u.load
 		}
 	}
@@ -382,7 +404,19 @@ func (cfg Config) PickCore(v *View, worker string) int32 {
 	if w == nil {
 		return -1
 	}
-	return v.freeCore(cfg, w, math.Inf(1))
+	return v.freeCore(cfg, w, Chain{Threshold: math.Inf(1)})
+}
+
+// QueueHighFor is the NIC queue that marks an instance running at batch bursts per turn
+// overloaded (Galleon §5.1's queue-length event): QueueHigh, or one full turn if that is
+// longer. A turn of B bursts takes B·32 packets at once, so between its turns an instance at
+// a large batch holds a queue of up to a turn at loads it sustains (Galleon Fig. 4's queue
+// length under its threshold); only what one turn cannot take is a backlog. 0: off.
+func (cfg Config) QueueHighFor(batch int) int {
+	if cfg.QueueHigh <= 0 {
+		return 0
+	}
+	return max(cfg.QueueHigh, batch*burstPkts)
 }
 
 // Change is a new overload mark for an instance: why as a bounded Reason, and as a line
@@ -416,14 +450,15 @@ func (cfg Config) Overload(v *View) []Change {
 		}
 		thr := v.Chains[in.Chain].Threshold
 		load := v.Load(in)
+		qh := cfg.QueueHighFor(in.Batch)
 		u := use[coreKey{in.Worker, in.Core}]
 		var why string
 		var reason Reason
 		switch {
 		case load >= thr:
 			reason, why = ReasonLoad, fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
-		case cfg.QueueHigh > 0 && in.QueueLen >= cfg.QueueHigh:
-			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
+		case qh > 0 && in.QueueLen >= qh:
+			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, qh)
 		case in.NewDrops > 0:
 			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)
 		case u != nil && u.members > 1 && u.load >= u.minThr:
@@ -439,7 +474,7 @@ func (cfg Config) Overload(v *View) []Change {
 			continue
 		}
 		f := cfg.ClearFrac
-		calm := load < f*thr && float64(in.QueueLen) < f*float64(cfg.QueueHigh) &&
+		calm := load < f*thr && float64(in.QueueLen) < f*float64(qh) &&
 			(u == nil || u.members < 2 || u.load < f*u.minThr)
 		if calm {
 			out = append(out, Change{in.ID, false, ReasonBelowThreshold, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
@@ -489,7 +524,7 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 	up := v.workerUp()
 	room := map[string]bool{} // the worker has a core for a new instance of the chain
 	for _, w := range v.Workers {
-		room[w.Name] = v.freeCore(cfg, up[w.Name], ch.Threshold) >= 0
+		room[w.Name] = v.freeCore(cfg, up[w.Name], ch) >= 0
 	}
 	var idle []string
 	attached, usable := 0, 0

@@ -643,3 +643,26 @@ func Test_Config_Operating(t *testing.T) {
 		t.Fatalf("CapBatch(5) without cap = %d", got)
 	}
 }
+
+// A queue that one turn takes is no backlog: an instance at 8 bursts per turn holding 200
+// packets between turns is not overloaded, one at 1 burst is (mixed.yaml's chain1 runs at
+// B = 16: turns of 512 packets).
+func Test_Config_Overload_queue_scales_with_the_batch(t *testing.T) {
+	cfg := testCfg()
+	cfg.QueueHigh = 64
+	long := att("fw/1", "w1", 0, 3, 300e3)
+	long.Batch, long.QueueLen = 8, 200
+	short := att("fw/2", "w1", 1, 3, 300e3)
+	short.QueueLen = 200
+	got := cfg.Overload(view(long, short))
+	if len(got) != 1 || got[0].Instance != "fw/2" || got[0].Reason != ReasonQueue {
+		t.Fatalf("overload marks %+v, want fw/2's only (queue 200 ≥ 64; fw/1's turn takes 256)", got)
+	}
+	long.QueueLen = 256
+	if got := cfg.Overload(view(long)); len(got) != 1 || got[0].Reason != ReasonQueue {
+		t.Fatalf("overload marks %+v, want fw/1 at a queue of a full turn", got)
+	}
+	if cfg.QueueHigh = 0; cfg.QueueHighFor(8) != 0 {
+		t.Fatal("QueueHigh 0 must keep the queue check off")
+	}
+}

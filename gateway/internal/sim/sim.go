@@ -586,6 +586,7 @@ func (r *run) attach(in *inst, core int32) {
 	c.Attach(in.g, r.now, r.sc.MovePauseMs/1e3)
 	in.core = c
 	in.p.Attached, in.p.Core, in.p.Batch = true, core, in.g.Batch
+	in.g.QueueHigh = r.cfg.QueueHighFor(in.g.Batch)
 	in.lastArr, in.lastDrop = in.g.Arrived, in.g.Dropped
 	r.countCores()
 }
