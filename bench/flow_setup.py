@@ -9,7 +9,15 @@ flow. Per row: packets sent/received, lost, reordered, the ingress's install lat
 (a flow's first packet -> its own rule acknowledged by the switch, after which its packets
 bypass the ingress; p50/p99 from its histogram's increase over the row), its hold latency
 (first packet -> held packets sent back toward the chain), the most packets it held at once,
-its CPU use, and the CPU each of the stack's processes spent per new flow.
+its CPU use, and the CPU each of the stack's processes spent per new flow. The control
+path's CPU per new flow (control_cpu_us_per_flow: keel-ingress + keel-gateway + keel-torctl +
+redis over the row, divided by the row's new flows) stands beside the switch's own
+(switch_cpu_us_per_flow: ovs-vswitchd).
+
+With --profile-torctl FILE, py-spy samples keel-torctl during the row at --profile-rate and
+FILE gets its collapsed stacks (py-spy's raw format) and FILE.top.txt the functions that
+held the most samples, self and inclusive; the sampling costs core 0 CPU, so a profiled run
+measures the profile, not the figures.
 
     python bench/flow_setup.py --out bench/results/flow_setup.json [--rates 100,500,...]
 """
@@ -113,7 +121,58 @@ def stack_cpu() -> dict[str, float]:
     return out
 
 
-def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
+# The processes of the control path (run/NAME.pid) whose CPU a new flow costs; the switch
+# (ovs-vswitchd) is counted apart.
+CONTROL_PROCS = ("keel-ingress", "keel-gateway", "keel-torctl", "redis")
+SWITCH_PROC = "ovs-vswitchd"
+
+
+def us_per_flow(stack0: dict[str, float], stack1: dict[str, float], names, flows: int) -> float:
+    """CPU microseconds per new flow that processes `names` spent between two stack_cpu reads."""
+    missing = [n for n in names if n not in stack0 or n not in stack1]
+    if missing:
+        sys.exit(f"flow_setup: no CPU figures for {', '.join(missing)} (run/*.pid)")
+    return round(1e6 * sum(stack1[n] - stack0[n] for n in names) / flows, 1)
+
+
+def start_profile(out: str) -> subprocess.Popen:
+    """py-spy sampling keel-torctl (all threads, idle ones left out) into `out`."""
+    pid = (RUN / "keel-torctl.pid").read_text().strip()
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        sys.exit(f"flow_setup: --profile-torctl needs py-spy ({spy}); pip install py-spy")
+    return subprocess.Popen([str(spy), "record", "--pid", pid, "--format", "raw", "--rate", "200",
+                             "--threads", "--output", out, "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop_profile(spy: subprocess.Popen, out: str) -> None:
+    """Ends the sampling and writes out.top.txt: the 25 functions with the most samples."""
+    spy.send_signal(2)
+    _, err = spy.communicate(timeout=60)
+    if not Path(out).exists():
+        sys.exit(f"flow_setup: py-spy wrote no profile: {err.strip()}")
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    for line in Path(out).read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")[1:]  # the first is the thread
+        total += int(n)
+        if frames:
+            own[frames[-1]] = own.get(frames[-1], 0) + int(n)
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + int(n)
+    lines = [f"{total} samples of keel-torctl's busy threads", "", "self:"]
+    lines += [f"{100 * n / max(total, 1):5.1f}%  {f}" for f, n in sorted(own.items(), key=lambda x: -x[1])[:25]]
+    lines += ["", "inclusive:"]
+    lines += [f"{100 * n / max(total, 1):5.1f}%  {f}" for f, n in sorted(incl.items(), key=lambda x: -x[1])[:25]]
+    Path(out + ".top.txt").write_text("\n".join(lines) + "\n")
+
+
+def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str = "") -> dict:
     pid = int((RUN / "keel-ingress.pid").read_text())
     recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
                              "--duration", str(seconds + 1), "--quiet", "3"],
@@ -124,6 +183,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
     stop = threading.Event()
     sampler = threading.Thread(target=gauge_max, args=(stop, held))
     sampler.start()
+    spy = start_profile(profile) if profile else None
     sent = json.loads(sh("ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send",
                          "--rate", str(rate), "--duration", str(seconds), "--packets", str(packets),
                          "--gap-ms", "2", "--proto", "mix", "--dst-net", "198.18.3.0/24",
@@ -131,6 +191,8 @@ def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
     out, err = recv.communicate(timeout=seconds + 120)
     stack1 = stack_cpu()
+    if spy:
+        stop_profile(spy, profile)
     flows = rate * seconds
     stop.set()
     sampler.join()
@@ -149,6 +211,13 @@ def row(rate: int, seconds: float, packets: int, first_flow: int) -> dict:
             "ingress_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
             "new_flows_seen": int(after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0)),
             "sender_late_max_ms": sent["late_max_ms"],
+            "ingress_drops": {k.split('reason="', 1)[1].split('"', 1)[0]: int(v - before.get(k, 0))
+                              for k, v in sorted(after.items())
+                              if k.startswith("keel_ingress_drops_total{") and v - before.get(k, 0) > 0},
+            "flows_per_assign_call": round((after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0))
+                                           / max(after.get("keel_ingress_assign_calls_total", 0) - before.get("keel_ingress_assign_calls_total", 0), 1), 1),
+            "control_cpu_us_per_flow": us_per_flow(stack0, stack1, CONTROL_PROCS, flows),
+            "switch_cpu_us_per_flow": us_per_flow(stack0, stack1, (SWITCH_PROC,), flows),
             # until the sink went quiet, so setups still in progress after the last send count
             "cpu_ms_per_new_flow": {k: round(1000 * (stack1[k] - stack0[k]) / flows, 3)
                                     for k in sorted(stack1) if k in stack0 and stack1[k] - stack0[k] >= 0.005}}
@@ -167,6 +236,9 @@ def main() -> int:
     p.add_argument("--rates", default="100,500,1000,2000,4000", help="new flows per second, one row each")
     p.add_argument("--seconds", type=float, default=10, help="per row")
     p.add_argument("--packets", type=int, default=4, help="per flow")
+    p.add_argument("--profile-torctl", metavar="FILE", default="",
+                   help="py-spy keel-torctl during the --profile-rate row into FILE (and FILE.top.txt)")
+    p.add_argument("--profile-rate", type=int, default=1000, help="the row --profile-torctl samples")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("flow_setup: needs root (make up, network namespaces)")
@@ -183,7 +255,7 @@ def main() -> int:
         for i, rate in enumerate(int(r) for r in a.rates.split(",")):
             if i:
                 deploy_chain3(fresh=True)
-            r = row(rate, a.seconds, a.packets, first)
+            r = row(rate, a.seconds, a.packets, first, a.profile_torctl if rate == a.profile_rate else "")
             first += int(rate * a.seconds) + 1000
             print(json.dumps(r), file=sys.stderr, flush=True)
             rows.append(r)

@@ -74,10 +74,11 @@ def flow_of(fr: bytes):
 # Each runs on its own event loop thread, so its records need no lock.
 
 class FakeGateway(cgrpc.ControlServicer):
-    """Control: Watch with CHAINS, AssignFlow answering by destination port, records calls."""
+    """Control: Watch with CHAINS, AssignFlow(s) answering by destination port, records calls
+    (assigned: every flow asked for; batches: the flows of each AssignFlows call)."""
 
     def __init__(self):
-        self.assigned, self.released, self.reports = [], [], []
+        self.assigned, self.released, self.reports, self.batches = [], [], [], []
 
     async def Watch(self, request, context):
         for name, flt in sorted(CHAINS.items()):
@@ -85,18 +86,33 @@ class FakeGateway(cgrpc.ControlServicer):
         yield cpb.WatchEvent(kind=cpb.WatchEvent.SYNCED)
         await asyncio.Event().wait()  # no changes: hold the stream open until cancelled
 
-    async def AssignFlow(self, request, context):
+    def _slow(self, request) -> bool:
+        """Records the ask; true if the answer comes after the ingress's deadline."""
         self.assigned.append(request)
-        if request.flow.dst_port == REFUSE:
-            return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
         late_once = request.flow.dst_port == LATE_ONCE and \
             sum(1 for r in self.assigned if r.flow.src_port == request.flow.src_port) == 1
-        if request.flow.dst_port == SLOW or late_once:
-            await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
+        return request.flow.dst_port == SLOW or late_once
+
+    def _answer(self, request):
+        if request.flow.dst_port == REFUSE:
+            return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
         if request.flow.dst_port in (SWITCH_ONLY, TOR_FAILS):
             return cpb.AssignFlowResponse(assigned=True, chain=request.chain, switch_only=True)
         inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=INSTANCE_VLAN)
         return cpb.AssignFlowResponse(assigned=True, chain=request.chain, instance=inst)
+
+    async def AssignFlow(self, request, context):
+        if self._slow(request):
+            await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
+        return self._answer(request)
+
+    async def AssignFlows(self, request, context):
+        # One slow flow makes the whole call slow, as a busy gateway would be.
+        self.batches.append(len(request.flows))
+        if [r for r in request.flows if self._slow(r)]:
+            await asyncio.sleep(2 * ASSIGN_TIMEOUT_MS / 1000)
+        return cpb.AssignFlowsResponse(results=[cpb.AssignFlowResult(response=self._answer(r))
+                                                for r in request.flows])
 
     async def ReleaseFlow(self, request, context):
         self.released.append(request)
@@ -400,6 +416,10 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     assert m["keel_ingress_stage2_installed_total"] == n_flows
     assert m["keel_ingress_packets_reinjected_total"] == len(sent)
     assert m["keel_ingress_hold_latency_seconds_count"] == n_flows
+    # New flows that came within a millisecond went to the gateway in one AssignFlows call,
+    # at most --assign-batch (64) a call.
+    assert sum(gw.batches) == n_flows and 1 < max(gw.batches) <= 64, gw.batches
+    assert m["keel_ingress_assign_calls_total"] == len(gw.batches)
     # Stage-2 rules that became ready while a call was out went together in the next one.
     assert sum(tor.batches) == n_flows and max(tor.batches) > 1 and len(tor.batches) < n_flows, tor.batches
     # install (first packet -> rule acknowledged) includes hold (first packet -> released)
@@ -502,11 +522,14 @@ def test_no_chain_forward_drop_and_malformed(rig):
 def test_failed_setups_drop_and_count_while_other_flows_are_served(rig):
     start, wire, gw, tor, gw_server = rig
     ing = start()
-    bad = [frame(30000, REFUSE, s) for s in range(3)] + [frame(30001, SLOW, s) for s in range(3)] + \
-          [frame(30002, TOR_FAILS, s) for s in range(3)]
     good = [frame(31000 + f, 5001, s) for f in range(50) for s in range(3)]
     t0 = time.time()
-    wire.send(bad + good)
+    # Each bad flow in a batch of its own: the flows of one AssignFlows call share its fate
+    # (the slow flow's call runs out of time for all of them).
+    for sport, dport in ((30000, REFUSE), (30001, SLOW), (30002, TOR_FAILS)):
+        wire.send([frame(sport, dport, s) for s in range(3)])
+        time.sleep(0.02)
+    wire.send(good)
     assert wire.wait_for(lambda: len(wire.got) >= len(good))
     assert {flow_of(fr)[1] for fr, _ in wire.got} == {5001}
     # Every failed setup's held packets are dropped within its bounded time.
@@ -578,17 +601,29 @@ def test_hold_buffer_overflow_is_counted_without_stalling_others(rig):
 
 def test_past_the_gateways_capacity_new_flows_wait_for_a_slot_and_late_ones_are_dropped(rig):
     start, wire, gw, tor, _ = rig
-    ing = start("--max-assigning", "2")
-    # Two flows the gateway is slow for hold both AssignFlow slots for three calls of
-    # ASSIGN_TIMEOUT_MS; three new flows wait behind them longer than a call's deadline.
+    ing = start("--max-assigning", "2", "--assign-patience-ms", str(ASSIGN_TIMEOUT_MS))
+    # Two flows the gateway is slow for take both places in AssignFlows calls for three calls
+    # of ASSIGN_TIMEOUT_MS; three new flows wait behind them longer than a call's deadline.
     wire.send([frame(34000, SLOW, 0), frame(34001, SLOW, 0)])
     time.sleep(0.1)
     wire.send([frame(34100 + f, 5001, 0) for f in range(3)])
     assert wire.wait_for(lambda: drops(ing.metrics(), "control_busy") == 3, timeout=5), ing.metrics()
-    assert not [r for r in gw.assigned if r.flow.dst_port == 5001]  # never asked: no slot in time
+    assert not [r for r in gw.assigned if r.flow.dst_port == 5001]  # never asked: no place in time
     assert wire.wait_for(lambda: drops(ing.metrics(), "assign_failed") + drops(ing.metrics(), "timeout") == 2, timeout=5)
     # Slots free again: new flows are set up.
     time.sleep(0.3)
     wire.take()
     wire.send([frame(34200 + f, 5001, 0) for f in range(3)])
     assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5)
+
+
+def test_by_default_new_flows_wait_out_a_slow_gateway_within_their_hold(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--max-assigning", "2")
+    # As above, but with the default patience (a call's deadline x the calls a flow may have):
+    # the three new flows wait for the slow ones' places and are set up, none is dropped.
+    wire.send([frame(34000, SLOW, 0), frame(34001, SLOW, 0)])
+    time.sleep(0.1)
+    wire.send([frame(34100 + f, 5001, 0) for f in range(3)])
+    assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5), ing.metrics()
+    assert drops(ing.metrics(), "control_busy") == 0

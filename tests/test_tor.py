@@ -172,19 +172,46 @@ def test_malformed_frames_are_counted_and_dropped_and_the_ingress_keeps_serving(
     assert len(capture(f"p.haslayer(UDP) and p[IP].src == '{NAT_IP}'", udp("198.18.3.9", 3334), timeout=5)) == 5
 
 
-def test_idle_rules_expire_into_the_gateway_and_the_instance_flow_count_drops(control):
+def fifty_short_flows(control, first: int) -> None:
+    """Fifty flows of chain3, two packets each, all delivered and assigned; their rules then
+    go idle (torctl's default idle timeout: 10 s)."""
     pb, stub = control
     sent, got = flows_through("--rate=50", "--duration=1", "--packets=2", "--gap-ms=2", "--dst-net=198.18.3.0/24",
-                              "--first-flow=10000")
+                              f"--first-flow={first}")
     assert got["packets"] == 100
     assert len(stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows) >= 50
-    # torctl's default idle timeout is 10 s: every flow goes idle
+
+
+def chain3_detached() -> None:
+    """Waits until chain3/0 gave its core back (the controller's reclaim of an idle instance)."""
+    wait_for("chain3/0 detached", lambda: re.search(r"chain3/0 pooled \S+ vlan=\d+ core=- flows=0 ", describe("chain3")),
+             timeout=15)
+
+
+def test_idle_rules_expire_into_the_gateway_and_the_instance_flow_count_drops(control):
+    pb, stub = control
+    fifty_short_flows(control, 10000)
     wait_for("chain3's flows released", lambda: not stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows,
              timeout=40, every=1)
     assert not [r for r in tor_flows("priority=100,") if "nw_dst=198.18.3." in r]
-    # with its flows gone, the instance gives its core back (the controller's reclaim)
-    wait_for("chain3/0 detached", lambda: re.search(r"chain3/0 pooled \S+ vlan=\d+ core=- flows=0 ", describe("chain3")),
+    chain3_detached()
+
+
+def test_a_gateway_restart_during_expiries_leaves_flow_counts_right_and_the_core_reclaimed(control):
+    pb, stub = control
+    fifty_short_flows(control, 50000)
+    time.sleep(5)
+    # The restart takes the gateway away for seconds: the flows' rules expire (idle 10 s) meanwhile,
+    # with no gateway watching for their expiry.
+    restart("keel-gateway")
+    back = time.time()
+    wait_for("the rules expired", lambda: not [r for r in tor_flows("priority=100,") if "nw_dst=198.18.3." in r],
              timeout=15)
+    # Within one idle timeout of its return the gateway counts what the ToR holds (none of them),
+    # and the idle instance gives its core back.
+    wait_for("chain3's flows released", lambda: not stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows,
+             timeout=max(back + 10 - time.time(), 0.5), every=0.5)
+    chain3_detached()
 
 
 def test_torctl_restart_keeps_live_flows_forwarding_and_new_flows_installed(control):

@@ -68,8 +68,19 @@ static std::shared_ptr<grpc::Channel> Dial(const std::string& target) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
+static AssignBatchConfig BatchConfig(const ControlConfig& cfg) {
+  AssignBatchConfig b;
+  b.max_flows = static_cast<size_t>(cfg.assign_batch);
+  b.window_ns = uint64_t(cfg.assign_window_us) * 1000;
+  b.max_attempts = cfg.assign_attempts;
+  const uint64_t patience_ms = cfg.assign_patience_ms > 0 ? uint64_t(cfg.assign_patience_ms)
+                                                           : uint64_t(cfg.assign_timeout_ms) * uint64_t(cfg.assign_attempts);
+  b.patience_ns = patience_ms * 1'000'000;
+  return b;
+}
+
 Control::Control(const ControlConfig& cfg, Channel* channel, IngressCounters* counters)
-    : cfg_(cfg), channel_(channel), counters_(counters) {
+    : cfg_(cfg), channel_(channel), counters_(counters), assign_batcher_(BatchConfig(cfg)) {
   gateway_ = v1::Control::NewStub(Dial(cfg.gateway));
   torctl_ = v1::TorControl::NewStub(Dial(cfg.torctl));
 }
@@ -151,14 +162,25 @@ void Control::CompletionLoop() {
 void Control::RequestLoop() {
   pollfd pfd{channel_->wake_fd(), POLLIN, 0};
   for (;;) {
+    uint64_t due;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stopping_) return;
+      /* With every call slot taken, the next completion sends the batch. */
+      due = assign_in_flight_ < kAssignInFlight ? assign_batcher_.Deadline() : 0;
     }
-    poll(&pfd, 1, -1);
+    if (due == 0) {
+      poll(&pfd, 1, -1);
+    } else {
+      const uint64_t now = MonotonicNs();
+      const uint64_t wait = due > now ? due - now : 0;
+      timespec d{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
+      ppoll(&pfd, 1, &d, nullptr);
+    }
     channel_->DrainWake();
     Msg m;
     while (channel_->FromLcore(&m)) HandleLcoreMsg(m);
+    FlushAssigns();
   }
 }
 
@@ -183,81 +205,106 @@ void Control::HandleLcoreMsg(const Msg& m) {
 }
 
 void Control::Assign(const Msg& m) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (assigning_ >= cfg_.max_assigning) {
-      assign_queue_.push_back({m, std::chrono::steady_clock::now()});
-      return;
-    }
-    assigning_++;
-  }
-  AssignAttempt(m.key, m.req_id, m.chain, 1);
+  PendingFlow f;
+  f.key = m.key;
+  f.req_id = m.req_id;
+  f.chain = m.chain;
+  std::lock_guard<std::mutex> lk(mu_);
+  assign_batcher_.Add(std::move(f), MonotonicNs());
 }
 
-void Control::AssignDone() {
-  const auto too_old = std::chrono::steady_clock::now() - std::chrono::milliseconds(cfg_.assign_timeout_ms);
-  std::vector<Msg> late;
-  Msg next;
-  bool have_next = false;
+void Control::FlushAssigns() {
+  std::vector<std::vector<PendingFlow>> batches;
+  std::vector<PendingFlow> late;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    assigning_--;
-    while (!assign_queue_.empty()) {
-      Waiting w = assign_queue_.front();
-      assign_queue_.pop_front();
-      if (w.since < too_old) {
-        late.push_back(w.msg);
-        continue;
-      }
-      next = w.msg;
-      have_next = true;
-      assigning_++;
-      break;
+    const uint64_t now = MonotonicNs();
+    while (assign_in_flight_ < kAssignInFlight && assigning_ < cfg_.max_assigning && assign_batcher_.Due(now)) {
+      auto b = assign_batcher_.Take(now, static_cast<size_t>(cfg_.max_assigning - assigning_), &late);
+      if (b.empty()) continue;
+      assign_in_flight_++;
+      assigning_ += static_cast<int>(b.size());
+      batches.push_back(std::move(b));
     }
   }
   /* Waited a whole call's deadline for a slot: the gateway is past its
    * capacity; the flow's packets go now rather than after more waiting. */
-  for (const Msg& m : late) Decide(m.key, m.req_id, DropReason::kControlBusy);
-  if (have_next) AssignAttempt(next.key, next.req_id, next.chain, 1);
-}
-
-void Control::AssignAttempt(const FlowKey& key, uint64_t id, const std::string& chain, int attempt) {
-  v1::AssignFlowRequest req;
-  *req.mutable_flow() = ToProto(key);
-  req.set_ingress_id(cfg_.ingress_id);
-  req.set_chain(chain);
-  Issue<v1::AssignFlowResponse>(
-      cfg_.assign_timeout_ms,
-      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncAssignFlow(ctx, req, cq); },
-      [this, key, id, chain, attempt](const grpc::Status& st, const v1::AssignFlowResponse& resp) {
-        OnAssigned(key, id, chain, attempt, st, resp);
-      });
-}
-
-void Control::OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt,
-                         const grpc::Status& st, const v1::AssignFlowResponse& resp) {
-  if (!st.ok()) {
-    const bool transient = st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                           st.error_code() == grpc::StatusCode::UNAVAILABLE;
-    if (transient && attempt < cfg_.assign_attempts) {
-      /* A gateway busy for a moment (a scale-out's cold start on core 0)
-       * costs the flow latency, not its packets. The flow keeps its slot. */
-      counters_->assign_retries.Add(1);
-      return AssignAttempt(key, req, chain, attempt + 1);
+  for (const PendingFlow& f : late) Decide(f.key, f.req_id, DropReason::kControlBusy);
+  for (auto& b : batches) {
+    auto batch = std::make_shared<std::vector<PendingFlow>>(std::move(b));
+    v1::AssignFlowsRequest req;
+    for (const PendingFlow& f : *batch) {
+      v1::AssignFlowRequest* r = req.add_flows();
+      *r->mutable_flow() = ToProto(f.key);
+      r->set_ingress_id(cfg_.ingress_id);
+      r->set_chain(f.chain);
     }
-    AssignDone();
-    /* A call that ran out of time may still have been carried out: the
-     * gateway would count the flow against its instance forever. Release it
-     * (a flow the gateway does not know is no harm). */
-    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Release(key, "assign_timeout");
-    return Decide(key, req, Failure(st, DropReason::kAssignFailed));
+    counters_->assign_calls.Add(1);
+    Issue<v1::AssignFlowsResponse>(
+        cfg_.assign_timeout_ms,
+        [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncAssignFlows(ctx, req, cq); },
+        [this, batch](const grpc::Status& st, const v1::AssignFlowsResponse& resp) { OnAssignedBatch(*batch, st, resp); });
   }
-  AssignDone();
+}
+
+void Control::OnAssignedBatch(const std::vector<PendingFlow>& batch, const grpc::Status& st,
+                              const v1::AssignFlowsResponse& resp) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    assign_in_flight_--;
+    assigning_ -= static_cast<int>(batch.size());
+  }
+  for (size_t i = 0; i < batch.size(); i++) {
+    const PendingFlow& f = batch[i];
+    if (st.ok() && i >= static_cast<size_t>(resp.results_size())) {
+      /* A gateway that answered fewer flows than it was asked: it did not decide the rest. */
+      AssignFailed(f, grpc::Status(grpc::StatusCode::INTERNAL, "no answer for the flow"));
+    } else if (!st.ok()) {
+      AssignFailed(f, st);
+    } else if (const v1::AssignFlowResult& r = resp.results(static_cast<int>(i)); !r.error().empty()) {
+      AssignFailed(f, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.error()));
+    } else {
+      OnAssigned(f, r.response());
+    }
+  }
+  FlushAssigns();
+  /* The request thread may sleep without a deadline (it saw every call slot
+   * taken): have it time the window of the flows still waiting. */
+  bool waiting;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting = assign_batcher_.waiting() > 0;
+  }
+  if (waiting) channel_->WakeControl();
+}
+
+void Control::AssignFailed(const PendingFlow& f, const grpc::Status& st) {
+  const bool transient = st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                         st.error_code() == grpc::StatusCode::UNAVAILABLE;
+  if (transient) {
+    /* A gateway busy for a moment (a scale-out's cold start on core 0)
+     * costs the flow latency, not its packets. */
+    std::lock_guard<std::mutex> lk(mu_);
+    if (assign_batcher_.Retry(f, MonotonicNs())) {
+      counters_->assign_retries.Add(1);
+      return;
+    }
+  }
+  /* A call that ran out of time may still have been carried out: the
+   * gateway would count the flow against its instance forever. Release it
+   * (a flow the gateway does not know is no harm). */
+  if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Release(f.key, "assign_timeout");
+  Decide(f.key, f.req_id, Failure(st, DropReason::kAssignFailed));
+}
+
+void Control::OnAssigned(const PendingFlow& f, const v1::AssignFlowResponse& resp) {
+  const FlowKey& key = f.key;
+  const uint64_t req = f.req_id;
   if (!resp.assigned()) return Decide(key, req, DropReason::kAssignFailed);
   Setup setup{key, {}};
   v1::FlowAssignment& a = setup.assignment;
   *a.mutable_flow() = ToProto(key);
-  a.set_chain(resp.chain().empty() ? chain : resp.chain());
+  a.set_chain(resp.chain().empty() ? f.chain : resp.chain());
   if (!resp.switch_only()) {
     a.set_instance(resp.instance().id());
     a.set_vlan(resp.instance().vlan());

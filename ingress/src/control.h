@@ -3,9 +3,11 @@
  * The ingress's control side: everything that talks gRPC, off the lcore.
  *
  *  - keel-ing-req: sleeps on the Channel's eventfd, takes the lcore's
- *    messages and starts the calls they need (AssignFlow, stage 2, release).
+ *    messages and starts the calls they need (AssignFlows, stage 2, release);
+ *    new flows go to the gateway in batches (assign_batch.h): the flows that
+ *    came within a window (1 ms) or up to a count, in one AssignFlows call.
  *  - keel-ing-cq: runs the completion queue of those asynchronous calls and
- *    chains each setup's next step: AssignFlow -> decision to the lcore
+ *    chains each setup's next step: AssignFlows -> decision to the lcore
  *    (release tagged with the instance's VLAN; a switch-only chain first
  *    has InstallFlow(reinject_only) put in a stage-1 rule), and after the
  *    lcore released the held packets, InstallFlow of the flow's own rule.
@@ -22,7 +24,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "assign_batch.h"
 #include "channel.h"
 #include "keel/v1/control.grpc.pb.h"
 #include "keel/v1/torctl.grpc.pb.h"
@@ -45,14 +47,23 @@ struct ControlConfig {
   std::string token;  /* the control-plane token every call carries (control_token.h) */
   uint32_t idle_timeout_s = 0;
   int assign_timeout_ms = 500;
-  /* AssignFlow is idempotent (a flow already assigned gets its assignment
-   * again), so a call that ran out of time or found the gateway unavailable is
-   * made again, up to this many calls in all, before the flow's packets go. */
+  /* AssignFlows is idempotent (a flow already assigned gets its assignment
+   * again), so a flow whose call ran out of time or found the gateway
+   * unavailable is sent again, up to this many calls in all, before its
+   * packets go. */
   int assign_attempts = 3;
-  /* AssignFlow calls out at once (each flow's retries keep its slot); new
-   * flows beyond wait in order, and one that waited longer than
-   * assign_timeout_ms is dropped as control_busy. */
+  /* New flows in AssignFlows calls at once; new flows beyond wait in order,
+   * and one that waited longer than assign_patience_ms for a place is
+   * dropped as control_busy. */
   int max_assigning = 256;
+  /* How long a new flow may wait for a place in a call; 0: as long as its
+   * calls could take (assign_timeout_ms x assign_attempts), so a gateway that
+   * is slow or restarting costs latency within the hold, not packets. */
+  int assign_patience_ms = 0;
+  /* A batch of new flows goes when it holds assign_batch flows or its first
+   * flow has waited assign_window_us. */
+  int assign_batch = 64;
+  int assign_window_us = 1000;
   int install_timeout_ms = 1000;
   int report_interval_ms = 2000;
 };
@@ -88,6 +99,7 @@ class Control {
     uint64_t since_ns;  /* its first packet, for install_latency */
   };
   static constexpr int kStage2InFlight = 2;
+  static constexpr int kAssignInFlight = 4;
   static constexpr size_t kStage2MaxBatch = 256;
 
   template <class Resp, class Prepare, class Done>
@@ -96,13 +108,20 @@ class Control {
   void RequestLoop();
   void HandleLcoreMsg(const Msg& m);
   void CompletionLoop();
+  /* A new flow from the lcore joins the open batch. */
   void Assign(const Msg& m);
-  /* A flow's AssignFlow is over (decided or given up): its slot goes to the next waiting flow. */
-  void AssignDone();
-  /* Call number |attempt| (from 1) of AssignFlow for a new flow. */
-  void AssignAttempt(const FlowKey& key, uint64_t req, const std::string& chain, int attempt);
-  void OnAssigned(const FlowKey& key, uint64_t req, const std::string& chain, int attempt, const grpc::Status& st,
-                  const keel::v1::AssignFlowResponse& resp);
+  /* Sends every batch that is due, while fewer than kAssignInFlight calls
+   * and max_assigning flows are out. */
+  void FlushAssigns();
+  /* The answer to one AssignFlows call. */
+  void OnAssignedBatch(const std::vector<PendingFlow>& batch, const grpc::Status& st,
+                       const keel::v1::AssignFlowsResponse& resp);
+  /* One flow's failed call (the whole call's status, or the flow's own):
+   * sent again if the failure is transient and it has calls left, else its
+   * packets are dropped. */
+  void AssignFailed(const PendingFlow& f, const grpc::Status& st);
+  /* One flow's answer: the decision to the lcore (and a switch-only chain's stage 1). */
+  void OnAssigned(const PendingFlow& f, const keel::v1::AssignFlowResponse& resp);
   /* Queues the flow's own rule for installation (its held packets are out);
    * |since_ns| is its first packet. */
   void InstallStage2(uint64_t req, uint64_t since_ns);
@@ -136,13 +155,9 @@ class Control {
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
   std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
   int stage2_in_flight_ = 0;            /* InstallFlows calls out */
-  /* New flows waiting for an AssignFlow slot, with when they came. */
-  struct Waiting {
-    Msg msg;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::deque<Waiting> assign_queue_;
-  int assigning_ = 0;                   /* flows with an AssignFlow out */
+  AssignBatcher assign_batcher_;        /* new flows waiting for AssignFlows */
+  int assign_in_flight_ = 0;            /* AssignFlows calls out */
+  int assigning_ = 0;                   /* flows in AssignFlows calls */
   grpc::ClientContext* watch_ctx_ = nullptr;
 
   std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */

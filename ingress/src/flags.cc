@@ -39,7 +39,8 @@ The ToR sends every packet it has no flow rule for (table-miss) to this
 ingress's port. keel-ingress parses it (Ethernet/IPv4/TCP/UDP), matches the
 first packet of each new flow against the chains' traffic filters (pcap-filter
 expressions, followed live from the gateway's Control.Watch; chains in name
-order, first match wins), asks the gateway for a chain instance (AssignFlow)
+order, first match wins), asks the gateway for a chain instance (AssignFlows:
+the new flows of a millisecond in one call)
 and keel-torctl for the flow's rule (InstallFlow), holding the flow's packets
 meanwhile. Once the rule is in, it sends the held packets back through the
 ToR in order, then has the rule widened to every port. A flow that matches
@@ -60,17 +61,28 @@ control plane:
                            first of keel's servers to start makes the
                            file; they refuse calls without it)
                            [/var/lib/keel/secrets/control-token]
-  --assign-timeout-ms MS   deadline of one AssignFlow                  [500]
-  --assign-attempts N      AssignFlow calls per new flow: one that runs out
-                           of time or finds the gateway unavailable is
-                           made again (the gateway answers a flow it has
-                           assigned with the same instance)            [3]
-  --max-assigning N        AssignFlow calls out at once; new flows beyond
-                           them wait their turn, and one that waited
-                           longer than --assign-timeout-ms is dropped
-                           (control_busy): past the gateway's capacity,
-                           flows that can still be set up in time are, instead
-                           of every flow timing out and being asked again [256]
+  --assign-timeout-ms MS   deadline of one AssignFlows call            [500]
+  --assign-attempts N      AssignFlows calls per new flow: a flow whose
+                           call runs out of time or finds the gateway
+                           unavailable is sent again (the gateway answers
+                           a flow it has assigned with the same
+                           instance)                                   [3]
+  --assign-batch N         most new flows in one AssignFlows call      [64]
+  --assign-window-us US    how long a new flow waits for others to share
+                           its AssignFlows call; a full batch goes at
+                           once, and so does a flow that comes this long
+                           after the last call went                    [1000]
+  --max-assigning N        new flows in AssignFlows calls at once; new
+                           flows beyond them wait their turn, and one that
+                           waited longer than --assign-patience-ms is
+                           dropped (control_busy): past the gateway's
+                           capacity, flows that can still be set up in
+                           time are, instead of every flow timing out and
+                           being asked again                           [256]
+  --assign-patience-ms MS  how long a new flow may wait for its place in
+                           a call; 0: as long as its calls could take
+                           (assign timeout x attempts), so a slow or
+                           restarting gateway costs latency, not packets [0]
   --install-timeout-ms MS  deadline of one InstallFlow                 [1000]
   --idle-timeout S         the ToR rule's idle timeout (0: torctl's default) [0]
   --report-interval-ms MS  ReportIngressStats period                   [2000]
@@ -131,7 +143,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   };
   uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000;
-  uint64_t max_assigning = 256;
+  uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
   struct Num {
     uint64_t* v;
     uint64_t min, max;
@@ -139,6 +151,8 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   std::map<std::string, Num> numbers = {
       {"--assign-timeout-ms", {&assign_ms, 1, 600000}},   {"--install-timeout-ms", {&install_ms, 1, 600000}},
       {"--assign-attempts", {&assign_attempts, 1, 10}},   {"--max-assigning", {&max_assigning, 1, 65536}},
+      {"--assign-batch", {&assign_batch, 1, 1024}},       {"--assign-window-us", {&assign_window_us, 0, 100000}},
+      {"--assign-patience-ms", {&assign_patience_ms, 0, 600000}},
       {"--retry-backoff-ms", {&backoff_ms, 0, 600000}},   {"--retire-ms", {&retire_ms, 1, 3600000}},
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
@@ -199,6 +213,9 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   f->control.assign_timeout_ms = static_cast<int>(assign_ms);
   f->control.assign_attempts = static_cast<int>(assign_attempts);
   f->control.max_assigning = static_cast<int>(max_assigning);
+  f->control.assign_patience_ms = static_cast<int>(assign_patience_ms);
+  f->control.assign_batch = static_cast<int>(assign_batch);
+  f->control.assign_window_us = static_cast<int>(assign_window_us);
   f->control.install_timeout_ms = static_cast<int>(install_ms);
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);
   f->control.report_interval_ms = static_cast<int>(report_ms);

@@ -54,6 +54,7 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
       {"stage2_installed", c.stage2_installed.Get()},
       {"stage2_failed", c.stage2_failed.Get()},
       {"flows_released", c.flows_released.Get()},
+      {"assign_calls", c.assign_calls.Get()},
       {"assign_retries", c.assign_retries.Get()},
       {"watch_restarts", c.watch_restarts.Get()},
   };

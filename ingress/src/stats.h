@@ -52,7 +52,8 @@ struct IngressCounters {
   Counter stage2_installed;
   Counter stage2_failed;
   Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
-  Counter assign_retries;       /* AssignFlow calls made again after a timeout or an unavailable gateway */
+  Counter assign_calls;         /* AssignFlows calls made (new flows / calls: the batch size) */
+  Counter assign_retries;       /* flows sent again after a timeout or an unavailable gateway */
   Counter chains;               /* chains in the filter set now */
   Counter watch_restarts;
 };

@@ -54,7 +54,8 @@ for it (Watch), and makes them run:
     socket serves only RegisterThread of the caller's own thread for the instance
     whose directory it sees; the agent's own calls go to coopsched's admin socket
     (--coopsched), which no container gets;
-  - with --redis-socket: the instance's own Redis user keel-nf.<group>, allowed
+  - with --redis-socket (or --nf-redis, where NFs reach Redis over their own
+    network, as on Kubernetes): the instance's own Redis user keel-nf.<group>, allowed
     only the keys keel:state:<tenant>:<group>:* (tenant: the gateway's chain) and
     the commands HSCAN, HSET, HDEL, HGET and PING, made before its containers
     start (ACL SETUSER, then ACL SAVE so it outlives a Redis restart; made again
@@ -126,7 +127,9 @@ controller attached the instance to, beside other instances, as under Docker
 (the node's coopsched cores must then be in that pool: no exclusive Pod on
 them). The chain buffer is on an emptyDir of medium HugePages-2Mi shared by the
 Pod's containers only, the NFs' statistics files on an emptyDir in memory at
-/run/keel/stats; coopsched's and redis' sockets come through hostPath; required
+/run/keel/stats; coopsched's socket (and redis', with --redis-socket) comes
+through hostPath, as does <secrets-dir>/<group> (the NFs' Redis login; use
+--nf-redis there, Redis being on another node); required
 node affinity to --node; restartPolicy Never; the labels above (values made
 label-safe) with the exact values per container in the annotation
 keel.dev/container-labels; position 0 also requests one
@@ -179,7 +182,8 @@ func run() int {
 		vfKind      = fs.String("vf", "ovsveth", "where VFs come from: ovsveth (OVS bridge + veth pairs) or sriov (--sriov-pf's VFs)")
 		sriovPF     = fs.String("sriov-pf", "", "with --vf sriov: the physical function's `NETDEV`")
 		pktbufDir   = fs.String("pktbuf-dir", "/run/keel/pktbuf", "tmpfs (huge=always) holding one `DIR`ectory per instance: chain buffer, NF stats files")
-		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty: NFs keep no state in Redis)")
+		redisSocket = fs.String("redis-socket", "", "redis-server's unix socket `PATH`, bind-mounted into NF containers for their state (empty, and no --nf-redis: NFs keep no state in Redis)")
+		nfRedis     = fs.String("nf-redis", "", "Redis `HOST:PORT` the NFs reach over their Pod network for their state, instead of --redis-socket (--runtime kubernetes: Redis runs on another node, e.g. redis.keel.svc:6379); their logins as with --redis-socket")
 		redisAddr   = fs.String("redis", "127.0.0.1:6379", "the agent's own Redis `ADDR` (HOST:PORT or unix:PATH), to make the NFs' Redis users and delete a removed instance's NF state (empty: never; needs --redis-socket empty)")
 		secretsDir  = fs.String("secrets-dir", "/run/keel/secrets", "with --redis-socket: host `DIR` of one directory per instance holding its NFs' Redis login (see above; empty: NFs log in as Redis' default user)")
 		vfDriver    = fs.String("vf-driver", "af_packet", "DPDK driver position 0 opens vf0 with: af_packet, or af_xdp (adds BPF, PERFMON and memlock to position 0's container)")
@@ -232,8 +236,16 @@ func run() int {
 	if err != nil {
 		return bad("%v", err)
 	}
-	if *redisSocket != "" && *secretsDir != "" && *redisAddr == "" {
-		return bad("--redis-socket with --secrets-dir needs --redis: the agent makes each instance's Redis user there")
+	if *redisSocket != "" && *nfRedis != "" {
+		return bad("--redis-socket and --nf-redis both say where NFs keep their state: give one")
+	}
+	if *nfRedis != "" {
+		if _, _, err := net.SplitHostPort(*nfRedis); err != nil || strings.HasPrefix(*nfRedis, "unix:") {
+			return bad("--nf-redis %q is not HOST:PORT (a socket goes with --redis-socket)", *nfRedis)
+		}
+	}
+	if (*redisSocket != "" || *nfRedis != "") && *secretsDir != "" && *redisAddr == "" {
+		return bad("--redis-socket or --nf-redis with --secrets-dir needs --redis: the agent makes each instance's Redis user there")
 	}
 	token, err := controltoken.Read(*tokenFile)
 	if err != nil {
@@ -361,7 +373,7 @@ func run() int {
 	}
 	cfg := agent.Config{
 		SpecConfig: agent.SpecConfig{Worker: *worker, PktbufDir: *pktbufDir, CoopschedNFSocket: csNFPath,
-			RedisSocket: *redisSocket, SecretsDir: *secretsDir, Cpuset: joinCores(cores), VFDriver: *vfDriver,
+			RedisSocket: *redisSocket, NFRedisAddr: *nfRedis, SecretsDir: *secretsDir, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
 		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,

@@ -104,7 +104,9 @@ func (a *Agent) startSlow(ctx context.Context, act reconcile.Action, obs *observ
 		a.mu.Lock()
 		delete(a.busy, act.ID)
 		a.mu.Unlock()
-		a.Kick()
+		if err == nil || act.Kind != reconcile.Remove {
+			a.Kick() // a failed remove waits for the next resync: Redis may be down a while
+		}
 	}()
 }
 
@@ -128,11 +130,22 @@ func (a *Agent) slow(ctx context.Context, act reconcile.Action, in *pb.ChainInst
 		if err == nil && a.cfg.SecretsDir != "" {
 			err = os.RemoveAll(a.cfg.SecretDir(act.ID)) // the chain's secrets too
 		}
+		a.mu.Lock()
 		if err == nil {
-			a.mu.Lock()
 			delete(a.fails, act.ID)
-			a.mu.Unlock()
+		} else {
+			// Once the containers are gone nothing on the worker names the instance: a failure
+			// record (with the tenant of its state) makes the next passes retry the Remove.
+			f := a.fails[act.ID]
+			if f == nil {
+				f = &failure{reason: "remove: " + err.Error()}
+				a.fails[act.ID] = f
+			}
+			if own.tenant != "" {
+				f.tenant = own.tenant
+			}
 		}
+		a.mu.Unlock()
 		a.logResult(act, err, time.Time{})
 		return err
 	case reconcile.Fail:
@@ -337,11 +350,19 @@ func (a *Agent) teardown(ctx context.Context, id string, own teardownInfo) error
 
 // deleteState deletes the NF state of a removed instance from Redis:
 // keel:state:<tenant>:<group>:* (keel-nf's keys, see nf-runtime redis_mirror).
+//
+// The tenant comes from the instance's container labels or its chain. A remove that is
+// retried after its first teardown took the containers but failed on the VF, the group or
+// the directory sees neither (the chain is gone too): the instance's group id alone then
+// names its state, as the gateway's chain names, and so group ids, are unique across tenants.
 func (a *Agent) deleteState(ctx context.Context, tenant, id string) error {
 	if a.Redis == nil {
 		return nil
 	}
 	pattern := stateKeys(tenant, id)
+	if tenant == "" {
+		pattern = "keel:state:*:" + globEscape(GroupID(id)) + ":*"
+	}
 	iter := a.Redis.Scan(ctx, 0, pattern, 256).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

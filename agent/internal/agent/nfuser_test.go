@@ -186,3 +186,35 @@ func Test_agent_refuses_a_wrong_Redis_password_naming_user_and_file(t *testing.T
 		t.Fatalf("the default user: %v", err)
 	}
 }
+
+// A remove retried after its first teardown took the containers knows no tenant any more
+// (no container labels, the chain gone): the instance's state must still go, and only its.
+func Test_deleteState_without_a_tenant_deletes_only_the_instances_state(t *testing.T) {
+	a, srv := aclAgent(t)
+	ctx := context.Background()
+	gw := srv.Client(t, "keel-gateway", "gatewaypw") // the agent may only read and delete NF state
+	keys := map[string]bool{                         // key -> must survive
+		"keel:state:acme:fw.0:0-nat":  false,
+		"keel:state:acme:fw.0:1-lb":   false,
+		"keel:state:acme:fw.10:0-nat": true,
+		"keel:state:acme:fw.1:0-nat":  true,
+		"keel:state:other:nat.0:0-x":  true,
+	}
+	for k := range keys {
+		if err := gw.HSet(ctx, k, "flow", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.deleteState(ctx, "", "fw/0"); err != nil {
+		t.Fatal(err)
+	}
+	for k, survive := range keys {
+		n, err := gw.Exists(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (n == 1) != survive {
+			t.Errorf("%s: exists=%v, want %v", k, n == 1, survive)
+		}
+	}
+}

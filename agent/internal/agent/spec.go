@@ -72,6 +72,10 @@ type SpecConfig struct {
 	// one mounted into NF containers; its admin socket, which the agent calls, never is.
 	CoopschedNFSocket string
 	RedisSocket       string // host path of redis-server's socket ("" : NFs keep no state in Redis)
+	// NFRedisAddr is the Redis HOST:PORT NFs reach over their own network for their state,
+	// when no socket can be shared with them (Kubernetes: Redis runs on another node). At
+	// most one of RedisSocket and NFRedisAddr is set.
+	NFRedisAddr string
 	// SecretsDir is the host directory holding one directory per instance with its NFs'
 	// Redis login (RedisAuthName) and its chain's secrets, mounted read-only into that
 	// instance's containers only ("": NFs log in as Redis' default user).
@@ -96,7 +100,10 @@ func (c SpecConfig) SecretDir(instance string) string {
 }
 
 // NFLogins reports whether each instance's NFs log in to Redis as a user of their own.
-func (c SpecConfig) NFLogins() bool { return c.RedisSocket != "" && c.SecretsDir != "" }
+func (c SpecConfig) NFLogins() bool { return c.NFState() && c.SecretsDir != "" }
+
+// NFState reports whether NFs keep their state in Redis (a socket or an address).
+func (c SpecConfig) NFState() bool { return c.RedisSocket != "" || c.NFRedisAddr != "" }
 
 // StatsFile is position k's statistics file: the same path on the host and in the
 // container, or with StatsDir the path inside the instance's containers.
@@ -143,9 +150,14 @@ func (c SpecConfig) Specs(in *pb.ChainInstance, ch *pb.Chain) []runtime.Spec {
 		if c.StatsDir != "" {
 			mounts = append(mounts, runtime.Mount{Target: c.StatsDir, Scratch: true})
 		}
-		if c.RedisSocket != "" {
-			args = append(args, "--redis", "unix:"+RedisSocketIn, "--tenant", ch.Tenant)
-			mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})
+		if c.NFState() {
+			if c.RedisSocket != "" {
+				args = append(args, "--redis", "unix:"+RedisSocketIn)
+				mounts = append(mounts, runtime.Mount{Source: c.RedisSocket, Target: RedisSocketIn})
+			} else {
+				args = append(args, "--redis", c.NFRedisAddr)
+			}
+			args = append(args, "--tenant", ch.Tenant)
 			if c.NFLogins() {
 				args = append(args, "--redis-auth-file", RedisAuthIn)
 				mounts = append(mounts, runtime.Mount{Source: c.SecretDir(in.Id), Target: SecretsIn, ReadOnly: true, Dir: true})

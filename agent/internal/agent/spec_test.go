@@ -139,6 +139,26 @@ func Test_Specs_without_Redis_socket_keep_no_NF_state(t *testing.T) {
 	}
 }
 
+// On Kubernetes Redis runs on another node: NFs reach it at an address over their Pod
+// network, with the same login, and no socket is mounted.
+func Test_Specs_with_an_NF_Redis_address_log_in_there_without_a_socket(t *testing.T) {
+	cfg := testSpecConfig()
+	cfg.RedisSocket, cfg.NFRedisAddr, cfg.SecretsDir = "", "redis.keel.svc:6379", t.TempDir()
+	for _, s := range cfg.Specs(&pb.ChainInstance{Id: "c3/0", Vlan: 100}, testChain()) {
+		if a := strings.Join(s.Args, " "); !strings.Contains(a, "--redis redis.keel.svc:6379 --tenant openfaas-fn --redis-auth-file /run/secrets/keel/redis") {
+			t.Fatalf("%s: args %s", s.Name, a)
+		}
+		for _, m := range s.Mounts {
+			if m.Target == RedisSocketIn {
+				t.Fatalf("%s: mounts a Redis socket %+v", s.Name, m)
+			}
+		}
+	}
+	if !cfg.NFLogins() {
+		t.Fatal("NFs reaching Redis at an address get logins of their own too")
+	}
+}
+
 func Test_a_draining_instance_keeps_the_spec_of_the_version_it_runs(t *testing.T) {
 	old := testChain()
 	updated := testChain()

@@ -14,10 +14,18 @@ FLOWS flows of PACKETS packets each per chain, 5 ms apart, each flow a new one f
 (its first packets take the ingress, the rest the rule torctl installs). Exits 1, saying
 what was missing or wrong, unless everything arrived as it should.
 
+With --nat-map FILE, chain3's NAT mappings (flow -> the source port the sink saw) are
+written to FILE, or, when FILE exists, must be the ones it holds: NF state that outlived
+a rebuilt instance. --reverse sends the flows last first, so a NAT that starts over with
+empty tables hands the ports out in the other order and the check fails.
+
 usage: chains.py [--flows N] [--packets N] [--sport BASE] [--chains chain1,chain3]
+                 [--nat-map FILE] [--reverse]
        (as root, scapy installed)
 """
 import argparse
+import json
+import os
 import subprocess
 import sys
 
@@ -42,10 +50,10 @@ for p in sn.results:
 """
 
 
-def packets(chains: list, flows: int, n: int, sport: int) -> str:
+def packets(chains: list, flows: int, n: int, sport: int, reverse: bool = False) -> str:
     """scapy expressions of the chains' flows, a flow's packets one after another."""
     out = []
-    for f in range(flows):
+    for f in (reversed(range(flows)) if reverse else range(flows)):
         for chain, dst, l4 in (("chain1", f"198.18.1.{10 + f}", f"UDP(sport={sport + f}, dport=5001)"),
                                ("chain2", f"198.18.2.{10 + f}", f"TCP(sport={sport + f}, dport=80, flags='PA')"),
                                ("chain3", f"198.18.3.{10 + f}", f"UDP(sport={sport + f}, dport=5001)")):
@@ -63,6 +71,8 @@ def main() -> int:
     ap.add_argument("--packets", type=int, default=10)
     ap.add_argument("--sport", type=int, default=20000)
     ap.add_argument("--chains", default="chain1,chain2,chain3", help="which of stack.yml's chains (default: all)")
+    ap.add_argument("--nat-map", help="write chain3's NAT mappings to FILE, or check them against it if it exists")
+    ap.add_argument("--reverse", action="store_true", help="send the flows last first")
     a = ap.parse_args()
     chains = a.chains.split(",")
     if not chains or not set(chains) <= {"chain1", "chain2", "chain3"}:
@@ -77,7 +87,7 @@ def main() -> int:
         # One flow after another, a flow's packets 5 ms apart.
         subprocess.run(["ip", "netns", "exec", "keelsrc", py, "-W", "ignore", "-c",
                         "from scapy.all import *; "
-                        f"sendp({packets(chains, a.flows, a.packets, a.sport)}, iface='keel-src', verbose=False, inter=0.005)"],
+                        f"sendp({packets(chains, a.flows, a.packets, a.sport, a.reverse)}, iface='keel-src', verbose=False, inter=0.005)"],
                        check=True, timeout=120)
         out, _ = sniff.communicate("go\n", timeout=60)
     finally:
@@ -102,8 +112,32 @@ def main() -> int:
         print(f"chains.py: {chain}: {len(pkts)} of {want} packets arrived, {ok} changed as the chain changes them")
         if len(pkts) != want or ok != want:
             bad.append(chain)
+            per_flow: dict[str, int] = {}
+            for p in pkts:
+                per_flow[p[3]] = per_flow.get(p[3], 0) + 1
+            print(f"chains.py:   packets per flow (by destination): {dict(sorted(per_flow.items()))}")
             for p in pkts[:3]:
                 print(f"chains.py:   e.g. dst-mac {p[0]} vlan {p[1]} {p[2]} -> {p[3]} {p[4]}->{p[5]} payload {p[6][:32]}")
+    if a.nat_map and "chain3" in chains:
+        nat: dict[str, list] = {}  # flow (its destination) -> the NAT's source ports seen
+        for _, _, src, dst, sport, _, _ in got.get("chain3", []):
+            nat.setdefault(dst, [])
+            if sport not in nat[dst]:
+                nat[dst].append(sport)
+        if any(len(p) != 1 for p in nat.values()):
+            print(f"chains.py: chain3's NAT changed a flow's port within the run: {nat}")
+            bad.append("chain3 NAT")
+        if os.path.exists(a.nat_map):
+            with open(a.nat_map) as f:
+                before = json.load(f)
+            print(f"chains.py: chain3's NAT mappings now {nat}, before {before}")
+            if nat != before:
+                print("chains.py: chain3's NAT mappings changed: its NF state did not outlive the instance")
+                bad.append("chain3 NAT state")
+        else:
+            with open(a.nat_map, "w") as f:
+                json.dump(nat, f)
+            print(f"chains.py: chain3's NAT mappings {nat} written to {a.nat_map}")
     if bad:
         print(f"chains.py: FAILED: {', '.join(bad)}", file=sys.stderr)
         return 1

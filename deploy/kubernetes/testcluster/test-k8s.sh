@@ -29,7 +29,11 @@
 #      chain changes them (chains.py); faas-cli logs shows the NFs' lines; the NFs'
 #      statistics reach the agent; faas-cli remove
 #      deletes the Pods.
-#   5. whole cores per instance, the base's default (KEEL_INSTANCE_CPUS 1, the agent
+#   5. NF state on Kubernetes: chain3's NAT keeps its mappings in Redis (its instance's own
+#      Redis user, reached over the Pod network); its Pod deleted mid-flow, the agent rebuilds
+#      it and the same flows, sent last first, keep their NAT ports; removed, the chains'
+#      state is deleted.
+#   6. whole cores per instance, the base's default (KEEL_INSTANCE_CPUS 1, the agent
 #      restarted): chain3's Pod is Guaranteed with one cpu, the kubelet's static CPU manager
 #      puts its NF in a cpuset of core 1 alone, and its flows arrive NATed (chains.py).
 # It holds /tmp/keel-core1.lock (core 1, coopsched's, as make test's stack tests do) and
@@ -52,6 +56,7 @@ made_pv=0
 exec 9>/tmp/keel-core1.lock
 flock -w 600 9 || { echo "test-k8s: core 1 stays taken (/tmp/keel-core1.lock: another keel stack or test)"; exit 1; }
 cleanup() {
+  [ -z "${keepalive:-}" ] || kill "$keepalive" 2>/dev/null || true
   "$cluster" down
   "$here/rack.sh" down
   [ "$made_pv" = 0 ] || rm -rf "$pv"
@@ -60,7 +65,30 @@ cleanup() {
 trap cleanup EXIT
 kubectl() { "$bin/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
 step() { printf '\ntest-k8s: %s\n' "$*"; }
-fail() { echo "test-k8s: $*"; exit 1; }
+# What the cluster's chains and their Pods said, for a failure after step 4 started them.
+diagnose() {
+  [ -n "${gw:-}" ] || return 0
+  for c in chain2 chain3; do HOME=$tmp "$faas" describe "$c" -g "$gw" 2>/dev/null | grep com.keel.instances || true; done
+  kubectl -n keel-nf get pods -o wide 2>/dev/null || true
+  local p
+  for p in $(kubectl -n keel-nf get pods -o name 2>/dev/null); do
+    echo "--- logs of $p"; kubectl -n keel-nf logs "$p" --all-containers --tail=30 2>/dev/null || true
+  done
+  for p in keel-agent keel-ingress; do
+    echo "--- logs of $p"; kubectl -n keel logs "daemonset/$p" --all-containers --tail=40 2>/dev/null || true
+  done
+  # Where keel-agent's goroutines are (SIGQUIT: Go prints them and exits; the DaemonSet's
+  # container restarts): the agent this cluster runs, found by its command line.
+  local pid
+  for pid in $(grep -l -- '--runtime=kubernetes' /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+    grep -qa keel-agent "/proc/$pid/cmdline" 2>/dev/null || continue
+    kill -QUIT "$pid" 2>/dev/null || continue
+    sleep 3
+    echo "--- keel-agent's goroutines (pid $pid)"
+    kubectl -n keel logs daemonset/keel-agent -c keel-agent --previous 2>/dev/null | grep -A12 '^goroutine ' | grep -B3 -A8 'internal/agent' | head -150 || true
+  done
+}
+fail() { echo "test-k8s: $*"; diagnose; exit 1; }
 # until SECONDS WHAT COMMAND...: poll COMMAND every half second
 until_ok() {
   local n=$(($1 * 2)) what=$2 t
@@ -179,7 +207,7 @@ ready() { HOME=$tmp "$faas" describe "$1" -g "$gw" | grep -q 'phase=ready'; }
 until_ok 180 "chain2 ready" ready chain2
 until_ok 180 "chain3 ready" ready chain3
 venv=$root/.venv/bin/python
-"$venv" "$here/chains.py" --flows 4 --packets 10
+"$venv" "$here/chains.py" --flows 4 --packets 10 || fail "stack.yml's flows"
 # The flows' instances ran attached on coopsched's core 1 (the core the controller chose).
 for c in chain2 chain3; do
   line=$(HOME=$tmp "$faas" describe "$c" -g "$gw" | grep com.keel.instances)
@@ -223,12 +251,48 @@ shape=$(kubectl -n keel-nf get pods -l com.keel.chain \
 echo "test-k8s: instance Pods (count qos/cpu): $(echo $shape)"
 [ "$(echo $shape | awk '{print $2}')" = Guaranteed/100m ] && [ "$(echo "$shape" | wc -l)" = 1 ] &&
   [ "$(echo $shape | awk '{print $1}')" -ge 4 ] || fail "instance Pods are not all Guaranteed with 100m of cpu: $shape"
+echo "test-k8s: stack.yml's chains carried packets on the cluster"
+
+step "5. NF state outlives an instance's Pod: chain3's NAT mappings after its Pod is deleted mid-flow"
+# chain3's NAT keeps its mappings in Redis (keel:state:<tenant>:<group>:*) as its instance's
+# own Redis user. Four new flows, then chain3/0's Pod deleted while the flows go on (a packet
+# each per second, lost until the instance is back, keeping their ToR rules to chain3/0);
+# the agent rebuilds the Pod as the same instance, whose NAT reads the mappings back. The
+# flows then come again last first: a NAT with empty tables hands its ports out in the
+# other order.
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 22000 --nat-map "$tmp/nat.json" || fail "chain3's flows before its Pod is deleted"
+pod=$(kubectl -n keel-nf get pods -o name | sed -n 's|^pod/\(keel-chain3-0-.*\)|\1|p')
+[ -n "$pod" ] || fail "no Pod of chain3/0"
+uid=$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.metadata.uid}')
+ip netns exec keelsrc "$venv" -W ignore -c "
+import time
+from scapy.all import Ether, IP, UDP, Raw, sendp
+pkts = [Ether(src='02:6b:65:00:00:01', dst='02:6b:65:00:00:02')/IP(src='198.18.0.1', dst=f'198.18.3.{10 + f}')/
+        UDP(sport=22000 + f, dport=5001)/Raw(b'keel-k8s-keep') for f in range(4)]
+for _ in range(180):
+    sendp(pkts, iface='keel-src', verbose=False)
+    time.sleep(1)
+" &
+keepalive=$!
+kubectl -n keel-nf delete pod "$pod" --wait=false
+rebuilt() {
+  [ "$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.phase}/{.metadata.uid}' 2>/dev/null)" != "Running/$uid" ] &&
+    [ "$(kubectl -n keel-nf get pod "$pod" -o 'jsonpath={.status.phase}' 2>/dev/null)" = Running ] &&
+    HOME=$tmp "$faas" describe chain3 -g "$gw" | grep -Eq "chain3/0 attached [^;]*phase=ready"
+}
+start=$(date +%s.%N)
+until_ok 180 "chain3/0's Pod $pod rebuilt, attached and ready" rebuilt
+echo "test-k8s: chain3/0's Pod rebuilt and ready in $(echo "$(date +%s.%N) - $start" | bc) s"
+kill "$keepalive"; wait "$keepalive" 2>/dev/null || true
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 22000 --nat-map "$tmp/nat.json" --reverse || fail "chain3's flows after its Pod was rebuilt"
+echo "test-k8s: chain3's NAT mappings outlived its Pod"
 (cd "$root" && HOME=$tmp "$faas" remove -f stack.yml -g "$gw")
 no_pods() { [ -z "$(kubectl -n keel-nf get pods -o name)" ]; }
 until_ok 120 "stack.yml's Pods deleted" no_pods
-echo "test-k8s: stack.yml's chains carried packets on the cluster"
+no_state() { [ -z "$(kubectl -n keel exec redis-0 -- redis-cli --user keel-gateway --pass "$(cat "$tmp/redis/redis-gateway")" --no-auth-warning --scan --pattern 'keel:state:*')" ]; }
+until_ok 60 "the chains' NF state deleted with their instances" no_state
 
-step "5. whole cores per instance (the default): a Pod's own exclusive core carries a chain"
+step "6. whole cores per instance (the default): a Pod's own exclusive core carries a chain"
 kubectl -n keel patch configmap keel-worker --type merge -p '{"data":{"KEEL_INSTANCE_CPUS":"1"}}'
 kubectl -n keel rollout restart daemonset/keel-agent
 kubectl -n keel rollout status --timeout=180s daemonset/keel-agent
@@ -246,7 +310,7 @@ nf_pid=$(grep -l "$cid" /proc/[0-9]*/cgroup 2>/dev/null | head -1 | cut -d/ -f3)
 cpuset=$(cat "/sys/fs/cgroup/cpuset$(awk -F: '$2 == "cpuset" {print $3}' "/proc/$nf_pid/cgroup")/cpuset.cpus")
 [ "$cpuset" = 1 ] || fail "$pod's NF may run on cores $cpuset, want its exclusive core 1"
 echo "test-k8s: chain3's Pod $pod is $shape, its NF (pid $nf_pid) in a cpuset of core $cpuset"
-"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000
+"$venv" "$here/chains.py" --chains chain3 --flows 4 --packets 10 --sport 21000 || fail "chain3's flows on a whole core"
 line=$(HOME=$tmp "$faas" describe chain3 -g "$gw" | grep com.keel.instances)
 echo "test-k8s: chain3: $line"
 grep -Eq "chain3/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 " <<<"$line" || fail "chain3 is not attached on core 1"
@@ -254,4 +318,5 @@ grep -Eq "chain3/[0-9]+ attached worker=keel-k8s vlan=[0-9]+ core=1 " <<<"$line"
 kubectl -n keel-nf get pods -o wide
 (cd "$root" && HOME=$tmp "$faas" remove -f stack.yml --filter chain3 -g "$gw")
 until_ok 120 "chain3's Pods deleted" no_pods
+until_ok 60 "chain3's NF state deleted with its instance" no_state
 echo "test-k8s: with whole cores, chain3's Pod ran on its own core 1 and carried packets"

@@ -46,6 +46,41 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	return s.Controller.Assign(ctx, flow, req.Chain)
 }
 
+// MaxAssignBatch is the most flows one AssignFlows call may carry.
+const MaxAssignBatch = 1024
+
+// AssignFlows assigns a batch of new flows (controller.AssignMany): each flow's answer, or
+// its own error (a malformed 5-tuple fails alone).
+func (s *Server) AssignFlows(ctx context.Context, req *pb.AssignFlowsRequest) (*pb.AssignFlowsResponse, error) {
+	if len(req.Flows) > MaxAssignBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "flows: %d in one call, at most %d", len(req.Flows), MaxAssignBatch)
+	}
+	resp := &pb.AssignFlowsResponse{Results: make([]*pb.AssignFlowResult, len(req.Flows))}
+	var reqs []controller.FlowRequest
+	var at []int // reqs[k] is request flow at[k]
+	for i, r := range req.Flows {
+		flow, err := controller.ParseFlow(r.GetFlow())
+		if err != nil {
+			resp.Results[i] = resultOf(nil, err)
+			continue
+		}
+		reqs = append(reqs, controller.FlowRequest{Flow: flow, Hint: r.Chain})
+		at = append(at, i)
+	}
+	for k, r := range s.Controller.AssignMany(ctx, reqs) {
+		resp.Results[at[k]] = resultOf(r.Resp, r.Err)
+	}
+	return resp, nil
+}
+
+func resultOf(resp *pb.AssignFlowResponse, err error) *pb.AssignFlowResult {
+	if err != nil {
+		st := status.Convert(err)
+		return &pb.AssignFlowResult{Error: st.Message(), Code: uint32(st.Code())}
+	}
+	return &pb.AssignFlowResult{Response: resp}
+}
+
 // ReleaseFlow ends a flow's assignment: its ToR rule expired, or the ingress could not
 // install it. The instance's flow count drops.
 func (s *Server) ReleaseFlow(ctx context.Context, req *pb.ReleaseFlowRequest) (*pb.ReleaseFlowResponse, error) {

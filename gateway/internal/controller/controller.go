@@ -151,25 +151,16 @@ func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint stri
 	if e == nil {
 		return &pb.AssignFlowResponse{Reason: "no chain's filter matches the flow"}, nil
 	}
-	c := e.fn.Chain
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := FlowKey(flow)
-	prev, err := s.Store.Flow(ctx, key)
-	if err != nil {
-		return nil, status.Error(codes.Unavailable, err.Error())
-	}
-	if prev != nil && prev.Chain == c.Name {
-		if prev.Instance == "" {
-			return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
-		}
-		in, err := s.Store.Instance(ctx, c.Name, prev.Instance)
-		if err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-		if in != nil {
-			return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, Instance: in.Proto()}, nil
-		}
+	return s.assignLocked(ctx, e, FlowKey(flow))
+}
+
+// assignLocked is Assign for the flow key of chain e, with s.mu held.
+func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key string) (*pb.AssignFlowResponse, error) {
+	c := e.fn.Chain
+	if resp, err := s.assignedBefore(ctx, c.Name, key); resp != nil || err != nil {
+		return resp, err
 	}
 	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
 	if e.switchOnly {
@@ -193,6 +184,29 @@ func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint stri
 		}
 		return resp, nil
 	}
+}
+
+// assignedBefore is the answer for a flow of chain that is assigned already (the ingress asks
+// again after a lost answer), or nil if it is not (or its instance is gone).
+func (s *Controller) assignedBefore(ctx context.Context, chain, key string) (*pb.AssignFlowResponse, error) {
+	prev, err := s.Store.Flow(ctx, key)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if prev == nil || prev.Chain != chain {
+		return nil, nil
+	}
+	if prev.Instance == "" {
+		return &pb.AssignFlowResponse{Assigned: true, Chain: chain, SwitchOnly: true}, nil
+	}
+	in, err := s.Store.Instance(ctx, chain, prev.Instance)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if in == nil {
+		return nil, nil
+	}
+	return &pb.AssignFlowResponse{Assigned: true, Chain: chain, Instance: in.Proto()}, nil
 }
 
 // assign is one attempt of Assign for a flow of chain name that needs an instance.

@@ -223,6 +223,34 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HINCRBY', KEYS[4], ARGV[4], 1)
 return redis.call('SCARD', KEYS[2])
 `)
+	// flowWrite's "assign" for many flows at once (AssignFlows). KEYS: flows hash, calls
+	// hash, then per flow its instance's spec hash and flow set. ARGV: per flow its key, its
+	// record, its chain, its instance's id and the generation expected of the instance. Returns
+	// per flow what flowWrite would: the instance's flow count after, 0 or -1.
+	flowsAssign = redis.NewScript(`
+local out, gens = {}, {}
+for i = 0, #ARGV / 5 - 1 do
+  local spec, set, a = KEYS[3 + 2 * i], KEYS[4 + 2 * i], 5 * i
+  local id = ARGV[a + 4]
+  local gen = gens[spec .. ' ' .. id]
+  if gen == nil then
+    local cur = redis.call('HGET', spec, id)
+    gen = cur and tostring(cjson.decode(cur).gen or 0) or false
+    gens[spec .. ' ' .. id] = gen
+  end
+  if not gen then
+    out[#out + 1] = 0
+  elseif gen ~= ARGV[a + 5] then
+    out[#out + 1] = -1
+  else
+    redis.call('HSET', KEYS[1], ARGV[a + 1], ARGV[a + 2])
+    redis.call('SADD', set, ARGV[a + 1])
+    redis.call('HINCRBY', KEYS[2], ARGV[a + 3], 1)
+    out[#out + 1] = redis.call('SCARD', set)
+  end
+end
+return out
+`)
 	// KEYS: spec hash, status hash, flow set, flows hash, VLAN set. ARGV: id, expected gen
 	// ("" for any), VLAN, "idle" to require no flows. Removes the instance with its flows.
 	instanceDelete = redis.NewScript(`
@@ -402,6 +430,64 @@ func (s *Store) AssignFlow(ctx context.Context, f *Flow, in *Instance, spec bool
 		}
 	})
 	return nil
+}
+
+// FlowAssign is one flow of AssignFlows and the instance it goes to.
+type FlowAssign struct {
+	Flow *Flow
+	In   *Instance
+}
+
+// AssignFlows records several flow assignments to attached instances in one Redis round trip,
+// each as AssignFlow (without spec) would: per flow nil, or ErrGone or ErrStale for that flow
+// alone (nothing recorded for it). The second result is an error of the whole batch (Redis
+// unreachable: nothing recorded). Entries that share an instance share its *Instance, whose
+// Flows ends as the count after the last of them.
+func (s *Store) AssignFlows(ctx context.Context, batch []FlowAssign) ([]error, error) {
+	keys := []string{keyFlows, keyCalls}
+	args := make([]any, 0, 5*len(batch))
+	for _, b := range batch {
+		f, in := b.Flow, b.In
+		f.Instance, f.VLAN, f.Worker = in.ID, in.VLAN, in.Worker
+		fb, err := json.Marshal(f)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, keyInstances+in.Chain, keyInstFlows+in.ID)
+		args = append(args, f.Key, fb, f.Chain, in.ID, strconv.FormatUint(in.Gen, 10))
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	ns, err := flowsAssign.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err == nil && len(ns) != len(batch) {
+		err = fmt.Errorf("%d answers for %d flows", len(ns), len(batch))
+	}
+	if err != nil {
+		s.drop(c)
+		return nil, fmt.Errorf("assign %d flows: %w", len(batch), err)
+	}
+	errs := make([]error, len(batch))
+	for i, n := range ns {
+		b := batch[i]
+		if n == 0 {
+			s.gone(c, b.In)
+		}
+		if errs[i] = scriptErr("assign flow "+b.Flow.Key, b.In.ID, n); errs[i] != nil {
+			if n == -1 {
+				s.stale(c, b.In)
+			}
+			continue
+		}
+		b.In.Flows = uint32(n)
+		s.update(c, func(c *cache) {
+			c.putFlow(b.Flow)
+			if cur := c.instances[b.In.Chain][b.In.ID]; cur != nil {
+				cur.Flows = uint32(n)
+			}
+		})
+	}
+	return errs, nil
 }
 
 // PutFlow records the assignment of a flow of a chain that runs on the switch only (no

@@ -14,6 +14,7 @@ import json
 import logging
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -104,6 +105,9 @@ class Controller:
         self._synced = False
         self._seen: set[str] = set()
         self._subscribers: list[queue.Queue] = []
+        # Removals no watcher has taken (none was watching, or its queue was full or it ended
+        # before sending them): the next watcher gets them first.
+        self._unsent: deque = deque()
         self.installs = 0
         self.connections = 0
         switch.on_connect = self.switch_connected
@@ -445,6 +449,12 @@ class Controller:
         return [(self._assignment(e.cookie, ofp.match_fields(e.match), ofp.output_ports(e.instructions),
                                   names), e) for e in entries if e.table_id == STEER_TABLE]
 
+    def list_known(self) -> list[Flow]:
+        """The flows whose stage-2 rule torctl has on the switch by its own record (installs the
+        switch acknowledged, less the removals it reported; read back whenever it connects)."""
+        with self._lock:
+            return [f for f in self._flows.values() if f.stage2]
+
     def flow_count(self) -> int:
         with self._lock:
             return sum(1 for f in self._flows.values() if f.stage2)
@@ -452,14 +462,14 @@ class Controller:
     # ----- flow expiry -----
 
     def flow_removed(self, msg: Any) -> None:
-        """Publish a stage-2 rule's idle/hard timeout to every WatchFlowRemoved subscriber."""
+        """Publish a stage-2 rule's idle/hard timeout to every WatchFlowRemoved subscriber, or keep
+        it for the next one while none watches (the gateway restarting)."""
         reasons = {0: "idle_timeout", 1: "hard_timeout"}
         if msg.reason not in reasons or cookie_kind(msg.cookie) != KIND_FLOW:
             return
         flow = FiveTuple.from_match(ofp.match_fields(msg.match))
         with self._lock:
             f = self._flows.pop(flow, None)
-            subs = list(self._subscribers)
         if f is not None:
             a = f.assignment
         else:
@@ -469,25 +479,60 @@ class Controller:
         self.metrics.flow_removed.labels(reasons[msg.reason]).inc()
         event = (a, reasons[msg.reason], msg.packet_count, msg.byte_count,
                  msg.duration_sec + msg.duration_nsec / 1e9)
-        for q in subs:
-            try:
-                q.put_nowait(event)
-            except queue.Full:
+        with self._lock:  # no watcher comes or goes meanwhile
+            if not self._subscribers:
+                self._keep_unsent([event])
+            for q in list(self._subscribers):
+                if q.qsize() < self.WATCH_QUEUE:
+                    q.put_nowait(event)
+                    continue
                 LOG.warning("a FlowRemoved watcher is too far behind; ending its stream")
                 self.unsubscribe(q)
+                if not self._subscribers:
+                    self._keep_unsent([event])
+
+    # At most this many removals wait for a watcher (a switch's flow table's worth); beyond,
+    # the oldest go and are counted: the gateway's flow reconciliation still finds them.
+    MAX_UNSENT = 1 << 18
+    # A watcher with this many removals queued (more than a full backlog handed to it at its
+    # start) is too far behind: its stream ends, its removals wait for it to watch again.
+    WATCH_QUEUE = 2 * MAX_UNSENT
+
+    def _keep_unsent(self, events: list) -> None:
+        with self._lock:
+            self._unsent.extend(events)
+            over = len(self._unsent) - self.MAX_UNSENT
+            for _ in range(max(over, 0)):
+                self._unsent.popleft()
+        if over > 0:
+            self.metrics.flow_removed_dropped.inc(over)
 
     def subscribe(self) -> queue.Queue:
-        q: queue.Queue = queue.Queue(maxsize=10000)
+        """A new watcher's queue: first the removals no watcher took, then each new one."""
+        q: queue.Queue = queue.Queue()
         with self._lock:
+            while self._unsent:
+                q.put_nowait(self._unsent.popleft())
             self._subscribers.append(q)
         return q
 
     def unsubscribe(self, q: queue.Queue) -> None:
+        """Ends a watcher; the removals left in its queue wait for the next one, unless another
+        watcher has them too."""
         with self._lock:
-            if q in self._subscribers:
-                self._subscribers.remove(q)
+            if q not in self._subscribers:
+                return
+            self._subscribers.remove(q)
+            last = not self._subscribers
+        left = []
+        while True:
+            try:
+                left.append(q.get_nowait())
+            except queue.Empty:
+                break
+        if last and left:
+            self._keep_unsent(left)
 
     def subscribed(self, q: queue.Queue) -> bool:
         with self._lock:
             return q in self._subscribers
-

@@ -27,6 +27,9 @@ class Metrics:
                            registry=r)
         self.flow_removed = Counter("keel_torctl_flow_removed", "flow rules the switch expired, by reason",
                                     ["reason"], registry=r)
+        self.flow_removed_dropped = Counter("keel_torctl_flow_removed_dropped",
+                                            "expiries no watcher took before the backlog was full",
+                                            registry=r)
         self.switch_connected = Gauge("keel_torctl_switch_connected", "1 while the switch is connected",
                                       registry=r)
         self.gateway_synced = Gauge("keel_torctl_gateway_synced",

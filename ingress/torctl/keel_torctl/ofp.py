@@ -8,6 +8,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from .rules import Rule
+from .wire import PackedFlowMod, add_bytes
 
 ALL_TABLES = ofp.OFPTT_ALL
 
@@ -43,7 +44,16 @@ def _instruction(i: tuple) -> Any:
 
 
 def add(dp: Any, rule: Rule) -> Any:
-    """An OFPFC_ADD flow-mod for a rule (replacing an identical entry is harmless)."""
+    """An OFPFC_ADD flow-mod for a rule (replacing an identical entry is harmless), packed by
+    wire.add_bytes when it can (a flow rule always), else by os-ken."""
+    body = add_bytes(rule)
+    if body is not None:
+        return PackedFlowMod(dp, body)
+    return osken_add(dp, rule)
+
+
+def osken_add(dp: Any, rule: Rule) -> Any:
+    """add's flow-mod as os-ken's own objects build it."""
     return parser.OFPFlowMod(
         dp, cookie=rule.cookie, table_id=rule.table, command=ofp.OFPFC_ADD,
         idle_timeout=rule.idle_timeout, priority=rule.priority, buffer_id=ofp.OFP_NO_BUFFER,

@@ -177,6 +177,24 @@ def test_flows_removed_streams_expiries_in_batches(torctl, bridge):
     assert sorted(got) == [(s, "idle_timeout") for s in range(3100, 3110)]
 
 
+def test_list_flows_by_record_is_what_the_switch_holds_through_expiries(torctl, bridge):
+    """ListFlows from torctl's record (the cheap listing the gateway reconciles with every 10 s)
+    names the same stage-2 rules as the switch's own table, also after some expire."""
+    def stage2(read_back):
+        listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(read_back=read_back), timeout=10).flows
+        return {(f.assignment.flow.src_port, f.assignment.vlan, f.assignment.chain, f.cookie)
+                for f in listed if not f.reinject_only and 3200 <= f.assignment.flow.src_port < 3300}
+
+    for sport in range(3200, 3210):
+        install(torctl, sport, vlan=9, worker=WORKER, idle=1 if sport % 2 else 60, instance="x/0")
+    install(torctl, 3250, reinject=True, idle=60)  # stage 1: not in either listing's stage 2
+    assert stage2(False) == stage2(True)
+    assert {f[0] for f in stage2(False)} == set(range(3200, 3210))
+    wait_for(lambda: {f[0] for f in stage2(True)} == set(range(3200, 3210, 2)), timeout=15,
+             what="the idle flows' expiry")
+    wait_for(lambda: stage2(False) == stage2(True), timeout=5, what="the record to follow the expiries")
+
+
 def test_install_fails_fast_for_unknown_chain_and_missing_worker_port(torctl):
     with pytest.raises(grpc.RpcError) as e:
         install(torctl, 4000, chain="nope")
@@ -194,7 +212,7 @@ def test_torctl_restart_keeps_forwarding_and_rebuilds_its_state(torctl, bridge):
     net.send([udp(5000)])
     assert [(p[Dot1Q].vlan, p[UDP].sport) for p in net.recv("trunk")] == [(11, 5000)]
     torctl.start()
-    listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(), timeout=10).flows
+    listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(read_back=True), timeout=10).flows
     mine = [f for f in listed if f.assignment.flow.src_port == 5000]
     assert len(mine) == 1
     assert (mine[0].assignment.vlan, mine[0].assignment.worker, mine[0].assignment.chain) == (11, WORKER, "plain")
