@@ -121,13 +121,14 @@ func policyInstance(in *store.Instance) policy.Instance {
 }
 
 // batchFor is the bursts per turn of an instance: Galleon eqs. 1–3 over the chain's cost as
-// keel measured it (measuredCost), or the chain's modelled costs before the first measurement.
+// keel measured it (measuredCost), or the chain's modelled costs before the first measurement,
+// within the batch its SLO allows (policy.Config.Operating).
 func (s *Controller) batchFor(m *policy.Model, in *store.Instance) uint32 {
 	cost := measuredCost(m.Cost, in.CyclesPerPacket, int(in.Batch))
 	if cost.FreqHz == 0 {
 		return uint32(max(1, s.Policy.FixedBatch))
 	}
-	return uint32(s.Policy.BatchFor(cost, float64(max(1, cost.BurstMax))))
+	return uint32(m.Chain.CapBatch(s.Policy.BatchFor(cost, float64(max(1, cost.BurstMax)))))
 }
 
 // measuredCost is the model's cost with its NFs' cycles scaled to what keel measured: cpp,

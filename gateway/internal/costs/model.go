@@ -53,19 +53,21 @@ func (m *Modeler) Model(name string, nfs []string, p99us float64) (*policy.Model
 	if !cfg.Isolation {
 		cost = RunToCompletion(cost)
 	}
-	batch := cfg.BatchFor(cost, BurstMax)
 	prof, err := m.profile(name, nfs)
-	if prof == nil {
-		p := dpmodel.DeriveProfile(name, cost, batch, m.PacketBytes, 1)
-		p.NFs = nfs
-		if err != nil {
-			p.Method += "; not the measured profile: " + err.Error()
-		}
-		prof = &p
+	if prof != nil {
+		thr := cfg.ThresholdFor(prof, p99us)
+		return &policy.Model{Chain: policy.Chain{Name: name, SLOus: p99us, MaxPps: prof.MaxPps, Threshold: thr},
+			Cost: cost, Profile: prof}, nil
 	}
-	thr := cfg.ThresholdFor(prof, p99us)
-	return &policy.Model{Chain: policy.Chain{Name: name, SLOus: p99us, MaxPps: prof.MaxPps, Threshold: thr},
-		Cost: cost, Profile: prof}, nil
+	batch, p, thr := cfg.Operating(cost, p99us, func(b int) policy.Profile {
+		return dpmodel.DeriveProfile(name, cost, b, m.PacketBytes, 1)
+	})
+	p.NFs = nfs
+	if err != nil {
+		p.Method += "; not the measured profile: " + err.Error()
+	}
+	return &policy.Model{Chain: policy.Chain{Name: name, SLOus: p99us, MaxPps: p.MaxPps, Threshold: thr, BatchCap: batch},
+		Cost: cost, Profile: &p}, nil
 }
 
 // profile reads ProfileDir/profile_<chain>.json: nil when there is none, and an error

@@ -224,3 +224,39 @@ func Test_Config_Repack_keepsAShortTurnFromALongOne(t *testing.T) {
 		t.Fatalf("Repack = %+v, want %+v", got, want)
 	}
 }
+
+// Test_Config_Repack_keepsATightSLOFromLongTurns is bench/scenarios/random-12.yaml's SLO
+// miss (issue 33): a 50 µs chain (t4) packed beside sgroups whose full turns take 90 µs and
+// more had a p99 of 52.7 µs at loads where alone it has 41.5. One full round of the core
+// (its own full turn and the others') must fit in its SLO; a core that already holds more is
+// split.
+func Test_Config_Repack_keepsATightSLOFromLongTurns(t *testing.T) {
+	batch := func(in Instance, b int) Instance { in.Batch = b; return in }
+	chains := func(v *View) *View {
+		v.Chains["tight"] = Chain{Name: "tight", SLOus: 50, MaxPps: 1.4e6, Threshold: 0.75}  // 23 µs turns
+		v.Chains["long"] = Chain{Name: "long", SLOus: 500, MaxPps: 900e3, Threshold: 0.95}   // B = 2: 71 µs turns
+		v.Chains["short"] = Chain{Name: "short", SLOus: 500, MaxPps: 6.4e6, Threshold: 0.95} // B = 1: 5 µs turns
+		return v
+	}
+	v := chains(view(att("tight/1", "w1", 0, 10, 100e3), batch(att("long/1", "w1", 1, 10, 100e3), 2)))
+	if got := testCfg().Repack(v); got != nil {
+		t.Fatalf("Repack = %+v: the 50 µs chain would wait for 71 µs turns", got)
+	}
+	// Every core in use: a new instance of tight is not packed beside long's turns, but is
+	// beside short's.
+	v = chains(view(batch(att("long/1", "w1", 0, 2, 20e3), 2), att("short/1", "w1", 1, 5, 300e3),
+		att("fw/1", "w1", 2, 7, 700e3), att("fw/2", "w1", 3, 7, 700e3), pooled("tight/1", "w1")))
+	v.Workers = workers("w1")
+	if a := testCfg().Assign(v, "tight"); a.Instance != "tight/1" || !a.Attach || a.Core != 1 {
+		t.Fatalf("assignment %+v, want tight/1 attached on core 1 beside short's 5 µs turns (core 0 is less loaded)", a)
+	}
+	v = chains(view(att("tight/1", "w1", 0, 10, 100e3), att("short/1", "w1", 1, 10, 100e3)))
+	if got, want := testCfg().Repack(v), []Move{{"short/1", "w1", 1, 0}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Repack = %+v, want %+v: 23 + 5 µs fit in 50 µs", got, want)
+	}
+	// Packed at attach (every core was in use), then a core came free: split.
+	v = chains(view(att("tight/1", "w1", 0, 10, 100e3), batch(att("long/1", "w1", 0, 5, 50e3), 2)))
+	if got, want := testCfg().Repack(v), []Move{{"long/1", "w1", 0, 1}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Repack = %+v, want %+v", got, want)
+	}
+}

@@ -26,7 +26,8 @@ type Config struct {
 	// ClearFrac: an overloaded instance takes new flows again once its load is below
 	// ClearFrac × its threshold (hysteresis against flapping).
 	ClearFrac float64
-	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate (0: off).
+	// QueueHigh: a NIC queue this long marks an instance overloaded whatever its rate (0: off),
+	// or a full turn of its batch if that is longer (QueueHighFor).
 	QueueHigh int
 	// PoolLow and PoolHigh keep each chain's idle (pooled, detached) instances within
 	// [PoolLow, PoolHigh] (Listing 1's scale-out and scale-in thresholds).
@@ -78,6 +79,9 @@ type Chain struct {
 	// MinInstances is how many instances (attached and idle) the chain keeps deployed at
 	// least, as faas-cli scale set it: the idle pool is kept large enough to make it up.
 	MinInstances int
+	// BatchCap is the most bursts per turn its instances run at (0: the policy's MaxBatch):
+	// the batch Operating chose for its SLO.
+	BatchCap int
 }
 
 // Instance is one chain instance (an sgroup) as the controller sees it.
@@ -129,6 +133,53 @@ func (cfg Config) BatchFor(c Cost, fill float64) int {
 		return max(1, cfg.FixedBatch)
 	}
 	return c.Batch(cfg.BatchP, fill, max(1, cfg.MaxBatch))
+}
+
+// CapBatch is b within the chain's BatchCap.
+func (ch Chain) CapBatch(b int) int {
+	if ch.BatchCap > 0 {
+		return max(1, min(b, ch.BatchCap))
+	}
+	return b
+}
+
+// Operating is the batch a chain runs at, its latency profile there and its threshold.
+// Galleon's eqs. 1–3 give the fewest bursts per turn that keep the handoffs within 1−p of
+// the core (BatchFor), but a longer turn also holds every packet of the batch longer, and
+// §4.3 notes that a chain with a low latency SLO cannot have a large batch. The threshold
+// of §5.2 is taken from the profile at the batch the chain runs at, so the batch and the
+// threshold are chosen together: among BatchFor's B and its halvings down to 1, the one whose profile gives
+// the most packets per second a core serves within the SLO (threshold × eq. 1's rate);
+// a batch within 0.5 % of the best that is smaller wins (shorter turns: lower latency for
+// the chain and for sgroups sharing its core). profile(B) is the chain's profile at B.
+// Without SLO thresholds or adaptive batch it is BatchFor's B and its profile.
+func (cfg Config) Operating(c Cost, sloUs float64, profile func(batch int) Profile) (int, Profile, float64) {
+	top := cfg.BatchFor(c, float64(c.burstMax()))
+	p := profile(top)
+	thr := cfg.ThresholdFor(&p, sloUs)
+	if !cfg.SLOThresholds || !cfg.AdaptiveBatch || !c.Isolated() {
+		return top, p, thr
+	}
+	type cand struct {
+		b        int
+		p        Profile
+		thr, cap float64
+	}
+	cands := []cand{{top, p, thr, thr * p.MaxPps}}
+	best := cands[0].cap
+	for b := top / 2; b >= 1; b /= 2 {
+		q := profile(b)
+		t := cfg.ThresholdFor(&q, sloUs)
+		cands = append(cands, cand{b, q, t, t * q.MaxPps})
+		best = math.Max(best, t*q.MaxPps)
+	}
+	pick := cands[0]
+	for _, x := range cands {
+		if x.cap >= 0.995*best && (pick.cap < 0.995*best || x.b < pick.b) {
+			pick = x
+		}
+	}
+	return pick.b, pick.p, pick.thr
 }
 
 // perFlowPps estimates one flow's packet rate in a chain from the instances of live workers
@@ -268,7 +319,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		if in.Chain != chain || in.Attached || in.Draining || up[in.Worker] == nil {
 			continue
 		}
-		if v.freeCore(cfg, up[in.Worker], ch.Threshold) < 0 {
+		if v.freeCore(cfg, up[in.Worker], ch) < 0 {
 			continue
 		}
 		// A ready instance first; then the least loaded worker; then the lower ID.
@@ -281,7 +332,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 		return Assignment{Reason: fmt.Sprintf("chain %s: every attached instance is at its threshold (%.2f of a core) and no idle instance has a free core",
 			chain, ch.Threshold)}
 	}
-	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch.Threshold), ColdStart: !idle.Ready}
+	return Assignment{Instance: idle.ID, Attach: true, Core: v.freeCore(cfg, up[idle.Worker], ch), ColdStart: !idle.Ready}
 }
 
 // workerLoads is each worker's attached load per managed core.
@@ -298,12 +349,32 @@ func (v *View) workerLoads() map[string]float64 {
 	return out
 }
 
-// freeCore is the core a newly attached instance of a chain with threshold thr gets on
-// worker w (Listing 1's pick_idle_core): the lowest core no sgroup uses; with packing, when
-// every core is in use, the least loaded core whose load is under PackFrac × the lowest
-// threshold of its sgroups and thr; -1 if none.
-func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
+// freeCore is the core a newly attached instance of chain ch gets on worker w (Listing 1's
+// pick_idle_core): the lowest core no sgroup uses; with packing, when every core is in use,
+// the least loaded core whose load is under PackFrac × the lowest threshold of its sgroups
+// and ch's, and where the new sgroup and those on the core can wait for each other's turns
+// as Repack requires (bin.fits; the new one at its chain's batch); -1 if none.
+func (v *View) freeCore(cfg Config, w *Worker, ch Chain) int32 {
+	thr := ch.Threshold
 	use := v.cores()
+	var it packItem
+	bins := map[int32]*bin{}
+	if ch.Name != "" && cfg.Pack {
+		it = newPackItem("", -1, 0, thr, perFlowPps(v, ch.Name), max(1, ch.BatchCap), ch)
+		for i := range v.Instances {
+			in := &v.Instances[i]
+			if in.Worker != w.Name || !in.Attached || in.Core < 0 {
+				continue
+			}
+			b := bins[in.Core]
+			if b == nil {
+				b = newBin(in.Core)
+				bins[in.Core] = b
+			}
+			o := v.Chains[in.Chain]
+			b.add(len(b.ids), newPackItem(in.ID, in.Core, v.Load(in), o.Threshold, EstRate(in, perFlowPps(v, in.Chain)), in.Batch, o), cfg.PackFrac)
+		}
+	}
 	free, best, bestLoad := int32(-1), int32(-1), math.Inf(1)
 	for _, c := range w.Cores {
 		u := use[coreKey{w.Name, c}]
@@ -313,7 +384,8 @@ func (v *View) freeCore(cfg Config, w *Worker, thr float64) int32 {
 			}
 			continue
 		}
-		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad {
+		if cfg.Pack && u.load < cfg.PackFrac*math.Min(u.minThr, thr) && u.load < bestLoad &&
+			(ch.Name == "" || it.turnS <= bins[c].tol && bins[c].turnS <= it.tolerance(cfg.PackFrac)) {
 			best, bestLoad = c, u.load
 		}
 	}
@@ -332,7 +404,19 @@ func (cfg Config) PickCore(v *View, worker string) int32 {
 	if w == nil {
 		return -1
 	}
-	return v.freeCore(cfg, w, math.Inf(1))
+	return v.freeCore(cfg, w, Chain{Threshold: math.Inf(1)})
+}
+
+// QueueHighFor is the NIC queue that marks an instance running at batch bursts per turn
+// overloaded (Galleon §5.1's queue-length event): QueueHigh, or one full turn if that is
+// longer. A turn of B bursts takes B·32 packets at once, so between its turns an instance at
+// a large batch holds a queue of up to a turn at loads it sustains (Galleon Fig. 4's queue
+// length under its threshold); only what one turn cannot take is a backlog. 0: off.
+func (cfg Config) QueueHighFor(batch int) int {
+	if cfg.QueueHigh <= 0 {
+		return 0
+	}
+	return max(cfg.QueueHigh, batch*burstPkts)
 }
 
 // Change is a new overload mark for an instance: why as a bounded Reason, and as a line
@@ -366,14 +450,15 @@ func (cfg Config) Overload(v *View) []Change {
 		}
 		thr := v.Chains[in.Chain].Threshold
 		load := v.Load(in)
+		qh := cfg.QueueHighFor(in.Batch)
 		u := use[coreKey{in.Worker, in.Core}]
 		var why string
 		var reason Reason
 		switch {
 		case load >= thr:
 			reason, why = ReasonLoad, fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
-		case cfg.QueueHigh > 0 && in.QueueLen >= cfg.QueueHigh:
-			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, cfg.QueueHigh)
+		case qh > 0 && in.QueueLen >= qh:
+			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, qh)
 		case in.NewDrops > 0:
 			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)
 		case u != nil && u.members > 1 && u.load >= u.minThr:
@@ -389,7 +474,7 @@ func (cfg Config) Overload(v *View) []Change {
 			continue
 		}
 		f := cfg.ClearFrac
-		calm := load < f*thr && float64(in.QueueLen) < f*float64(cfg.QueueHigh) &&
+		calm := load < f*thr && float64(in.QueueLen) < f*float64(qh) &&
 			(u == nil || u.members < 2 || u.load < f*u.minThr)
 		if calm {
 			out = append(out, Change{in.ID, false, ReasonBelowThreshold, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
@@ -422,9 +507,14 @@ type PoolChange struct {
 
 // Pool keeps a chain's idle instances (detached, ready or starting) within [PoolLow,
 // PoolHigh], both raised to what the chain's MinInstances needs beside its attached ones
-// (Listing 1's scale_out / scale_in loops): new ones go to the least loaded
-// workers, and the idle ones with the highest IDs go first. A chain not in Chains (removed)
-// keeps no idle instance.
+// (Listing 1's scale_out / scale_in loops). An idle instance counts toward PoolLow only
+// where it could take a flow: on a worker with a core for it (Assign's freeCore). An idle
+// instance on a full worker is no pool at all: the chain's new flows would wait at the
+// ingress, their packets held, until a core came free on that worker, and then reach the
+// instance at once (bench/scenarios/random-12.yaml's t1, issue 33). New instances go to
+// the least loaded workers that have a core for one, or to the least loaded workers when
+// none has; above PoolHigh, the idle instances that could not attach go first, then those
+// with the highest IDs. A chain not in Chains (removed) keeps no idle instance.
 func (cfg Config) Pool(v *View, chain string) PoolChange {
 	low, high := cfg.PoolLow, cfg.PoolHigh
 	ch, ok := v.Chains[chain]
@@ -432,9 +522,14 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 		low, high = 0, 0
 	}
 	up := v.workerUp()
+	room := map[string]bool{} // the worker has a core for a new instance of the chain
+	for _, w := range v.Workers {
+		room[w.Name] = v.freeCore(cfg, up[w.Name], ch) >= 0
+	}
 	var idle []string
-	attached := 0
+	attached, usable := 0, 0
 	count := map[string]int{}
+	stuck := map[string]bool{}
 	for i := range v.Instances {
 		in := &v.Instances[i]
 		if up[in.Worker] == nil {
@@ -447,6 +542,11 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 			attached++
 		default:
 			idle = append(idle, in.ID)
+			if room[in.Worker] {
+				usable++
+			} else {
+				stuck[in.ID] = true
+			}
 		}
 	}
 	if ok {
@@ -456,20 +556,33 @@ func (cfg Config) Pool(v *View, chain string) PoolChange {
 	if len(v.Workers) == 0 {
 		return pc
 	}
+	anyRoom := false
+	for _, r := range room {
+		anyRoom = anyRoom || r
+	}
 	wload := v.workerLoads()
-	for n := len(idle); n < low; n++ {
+	for n := len(idle); usable < low && (anyRoom || n < low); n++ {
 		var pick string
 		for _, w := range v.Workers {
+			if anyRoom && !room[w.Name] {
+				continue
+			}
 			if pick == "" || wload[w.Name] < wload[pick] || (wload[w.Name] == wload[pick] && count[w.Name] < count[pick]) {
 				pick = w.Name
 			}
 		}
 		count[pick]++
+		usable++
 		pc.Create = append(pc.Create, pick)
 	}
-	if len(idle) > high {
-		sort.Slice(idle, func(i, j int) bool { return idLess(idle[j], idle[i]) })
-		pc.Remove = idle[:len(idle)-high]
+	if n := len(idle) + len(pc.Create); n > high {
+		sort.Slice(idle, func(i, j int) bool {
+			if stuck[idle[i]] != stuck[idle[j]] {
+				return stuck[idle[i]]
+			}
+			return idLess(idle[j], idle[i])
+		})
+		pc.Remove = idle[:min(len(idle), n-high)]
 	}
 	return pc
 }

@@ -285,7 +285,7 @@ func Test_Config_PickCore(t *testing.T) {
 		{"no packing: every core in use", noPack, w(0, 1), []Instance{att("fw/1", "w1", 0, 1, 100e3), att("fw/2", "w1", 1, 1, 100e3)}, "w1", -1},
 		{"unknown worker", testCfg(), w(0, 1), nil, "w2", -1},
 		{"worker without cores", testCfg(), w(), nil, "w1", -1},
-		{"another worker's instances do not count", testCfg(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 7, 700e3)}, "w1", 0},
+		{"another worker's instances do not count", testCfg(), append(w(0), Worker{Name: "w2", Cores: []int32{0}}), []Instance{att("fw/1", "w2", 0, 8, 800e3)}, "w1", 0},
 		{"a removed chain's core is not shared", testCfg(), w(0), []Instance{att("gone/1", "w1", 0, 1, 100e3)}, "w1", -1},
 	}
 	for _, tc := range cases {
@@ -567,5 +567,102 @@ func Test_Pool_keeps_the_instances_faas_cli_scale_asked_for_and_ignores_draining
 	v.Instances[1].Flows, v.Instances[1].IdleSince = 0, v.Now.Add(-time.Hour)
 	if got := cfg.Reclaim(v); len(got) != 0 {
 		t.Fatalf("reclaim %v, want nothing", got)
+	}
+}
+
+// An idle instance on a worker whose cores are all taken cannot take a flow: the pool is
+// made up on a worker with a free core, and the stuck one goes first when the pool is too
+// large. Before, the stuck instance counted as the pool, the chain's new flows waited at the
+// ingress until a core came free on its worker and then reached an instance all at once,
+// overflowing its NIC queue (bench/scenarios/random-12.yaml's t1 lost 28,726 packets).
+func Test_Config_Pool_counts_only_idle_instances_that_could_attach(t *testing.T) {
+	cfg := testCfg()
+	cfg.PoolLow, cfg.PoolHigh = 1, 1
+	full := []Instance{att("nat/1", "w1", 0, 8, 850e3), att("nat/2", "w1", 1, 8, 850e3),
+		att("nat/3", "w1", 2, 8, 850e3), att("nat/4", "w1", 3, 8, 850e3)}
+	v := view(append(full, att("fw/1", "w2", 0, 8, 800e3), pooled("fw/2", "w1"))...)
+	if a := cfg.Assign(v, "fw"); a.Instance != "" {
+		t.Fatalf("assignment %+v, want none: fw/1 is at its threshold and w1 has no core for fw/2", a)
+	}
+	want := PoolChange{Create: []string{"w2"}, Remove: []string{"fw/2"}}
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Pool = %+v, want %+v", got, want)
+	}
+	// Once w1 has a core again, its idle instance is the pool.
+	v.Instances[3].Attached, v.Instances[3].Core = false, -1
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, PoolChange{}) {
+		t.Fatalf("Pool with a free core on w1 = %+v, want nothing", got)
+	}
+	// No worker has a core: nothing is gained by another idle instance.
+	v.Instances[3].Attached, v.Instances[3].Core = true, 3
+	v.Workers = workers("w1")
+	if got := cfg.Pool(v, "fw"); !reflect.DeepEqual(got, PoolChange{}) {
+		t.Fatalf("Pool on a full rack = %+v, want nothing", got)
+	}
+}
+
+// Operating chooses the batch and the threshold together: a longer turn raises the rate a
+// core sustains (eq. 1) but holds packets longer, and for a tight SLO the threshold it
+// leaves is lower (bench/scenarios/random-12.yaml's t4: eqs. 2–3 give B = 3, where the
+// threshold is 0.687 of 779 kpps; at B = 1 it is 0.749 of 718 kpps: as many packets a core
+// within the SLO, in shorter turns).
+func Test_Config_Operating(t *testing.T) {
+	cost := Cost{NFCycles: []float64{440, 1054, 63, 166, 1054}, IOCycles: 47, CopyCycles: 69, HandoffCycles: 2531,
+		FreqHz: 2.4e9, BurstMax: 32}
+	cfg := testCfg()
+	if b := cfg.BatchFor(cost, 32); b != 3 {
+		t.Fatalf("eqs. 2–3 give B = %d, want 3", b)
+	}
+	// A profile whose p99 at each load grows with the batch: B·10 µs + 60 µs·load⁴.
+	asked := []int{}
+	profile := func(b int) Profile {
+		asked = append(asked, b)
+		p := Profile{MaxPps: cost.Rate(b, 32), Batch: b}
+		for i := 1; i <= 20; i++ {
+			l := float64(i) / 20
+			p.Points = append(p.Points, Point{Load: l, P99us: float64(b)*10 + 60*l*l*l*l})
+		}
+		return p
+	}
+	b, p, thr := cfg.Operating(cost, 50, profile)
+	if b != 1 || p.Batch != 1 || thr < 0.9 || !reflect.DeepEqual(asked, []int{3, 1}) {
+		t.Fatalf("tight SLO: B = %d (profile at %d), threshold %.3f, profiles at %v; want B = 1 of [3 1]", b, p.Batch, thr, asked)
+	}
+	asked = nil
+	if b, _, thr := cfg.Operating(cost, 500, profile); b != 3 || thr != 0.95 {
+		t.Fatalf("loose SLO: B = %d, threshold %.3f; want eqs. 2–3's B = 3 at 0.95", b, thr)
+	}
+	m := Metron()
+	if b, _, _ := m.Operating(cost, 50, profile); b != 1 {
+		t.Fatalf("Metron: B = %d, want 1", b)
+	}
+	if got := (Chain{BatchCap: 2}).CapBatch(5); got != 2 {
+		t.Fatalf("CapBatch(5) with cap 2 = %d", got)
+	}
+	if got := (Chain{}).CapBatch(5); got != 5 {
+		t.Fatalf("CapBatch(5) without cap = %d", got)
+	}
+}
+
+// A queue that one turn takes is no backlog: an instance at 8 bursts per turn holding 200
+// packets between turns is not overloaded, one at 1 burst is (mixed.yaml's chain1 runs at
+// B = 16: turns of 512 packets).
+func Test_Config_Overload_queue_scales_with_the_batch(t *testing.T) {
+	cfg := testCfg()
+	cfg.QueueHigh = 64
+	long := att("fw/1", "w1", 0, 3, 300e3)
+	long.Batch, long.QueueLen = 8, 200
+	short := att("fw/2", "w1", 1, 3, 300e3)
+	short.QueueLen = 200
+	got := cfg.Overload(view(long, short))
+	if len(got) != 1 || got[0].Instance != "fw/2" || got[0].Reason != ReasonQueue {
+		t.Fatalf("overload marks %+v, want fw/2's only (queue 200 ≥ 64; fw/1's turn takes 256)", got)
+	}
+	long.QueueLen = 256
+	if got := cfg.Overload(view(long)); len(got) != 1 || got[0].Reason != ReasonQueue {
+		t.Fatalf("overload marks %+v, want fw/1 at a queue of a full turn", got)
+	}
+	if cfg.QueueHigh = 0; cfg.QueueHighFor(8) != 0 {
+		t.Fatal("QueueHigh 0 must keep the queue check off")
 	}
 }

@@ -5,7 +5,7 @@
 // of chain instances, and keel's real controller policy (gateway/internal/policy) called at
 // every decision: Assign for each new flow, Overload on each stats report (every stats_ms,
 // and at once when a NIC queue reaches QueueHigh), Reclaim, Pool and Repack every
-// control_ms, BatchFor at attach. It is a discrete-event simulation (an event heap and a
+// control_ms, Operating at deploy and BatchFor at attach. It is a discrete-event simulation (an event heap and a
 // clock) with seeded randomness: the same scenario, policy and costs give the same result.
 //
 // Each chain of a scenario runs on its own in the rack (as Galleon ran each chain's
@@ -293,13 +293,15 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 			return nil, fmt.Errorf("%s: chain %s: %v", sc.file, ch.Name, err)
 		}
 		batch := cfg.BatchFor(cost, dpmodel.BurstSize)
-		pc := policy.Chain{Name: ch.Name, SLOus: ch.SLOus, MaxPps: cost.Rate(batch, dpmodel.BurstSize)}
+		pc := policy.Chain{Name: ch.Name, SLOus: ch.SLOus}
 		if cfg.SLOThresholds {
-			prof := ProfileFor(ch.Name, cost, batch, int(math.Round(ch.tr.meanBytes)), sc.Seed)
-			pc.Threshold = cfg.ThresholdFor(&prof, ch.SLOus)
+			batch, _, pc.Threshold = cfg.Operating(cost, ch.SLOus, func(b int) policy.Profile {
+				return ProfileFor(ch.Name, cost, b, int(math.Round(ch.tr.meanBytes)), sc.Seed)
+			})
 		} else {
 			pc.Threshold = cfg.ThresholdFor(nil, ch.SLOus)
 		}
+		pc.MaxPps, pc.BatchCap = cost.Rate(batch, dpmodel.BurstSize), batch
 		seed := sc.Seed ^ seedOf(sc.Name, ch.Name)
 		c := &chainRun{spec: *ch, tr: &ch.tr, cost: cost, batch: batch, pchan: pc, seed: seed,
 			rng: rand.New(rand.NewPCG(seed, 0x5eed)), lmax: map[int]float64{}}
@@ -580,10 +582,11 @@ func (r *run) coreOfInst(worker string, core int32) *dpmodel.Core { return r.cor
 
 func (r *run) attach(in *inst, core int32) {
 	c := r.coreOfInst(in.p.Worker, core)
-	in.g.Batch = r.cfg.BatchFor(in.c.cost, dpmodel.BurstSize)
+	in.g.Batch = in.c.pchan.CapBatch(r.cfg.BatchFor(in.c.cost, dpmodel.BurstSize))
 	c.Attach(in.g, r.now, r.sc.MovePauseMs/1e3)
 	in.core = c
 	in.p.Attached, in.p.Core, in.p.Batch = true, core, in.g.Batch
+	in.g.QueueHigh = r.cfg.QueueHighFor(in.g.Batch)
 	in.lastArr, in.lastDrop = in.g.Arrived, in.g.Dropped
 	r.countCores()
 }
