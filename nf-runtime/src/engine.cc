@@ -54,8 +54,10 @@ void Engine::Begin() {
 }
 
 void Engine::StampRx(uint32_t used_before, uint64_t tsc) {
-  const uint32_t used = buf_->used();
-  for (uint32_t i = used_before; i < used; i++) rx_tsc_[buf_->SlotIndex(i)] = tsc;
+  const uint32_t used = buf_->used(), mask = buf_->nslots() - 1;
+  if (used <= used_before) return;
+  const uint32_t first = buf_->SlotIndex(used_before);
+  for (uint32_t i = 0; i < used - used_before; i++) rx_tsc_[(first + i) & mask] = tsc;
 }
 
 void Engine::End() { end_tsc_.store(Rdtsc()); }
@@ -159,12 +161,12 @@ void Engine::Egress() {
     }
     uint64_t t2 = Rdtsc();
     uint64_t rx_tsc[kMaxBurst];
-    for (int i = 0; i < n; i++) rx_tsc[i] = rx_tsc_[buf_->SlotIndex(static_cast<uint32_t>(i))];
+    const uint32_t first = buf_->SlotIndex(0), mask = buf_->nslots() - 1;
+    for (int i = 0; i < n; i++) rx_tsc[i] = rx_tsc_[(first + static_cast<uint32_t>(i)) & mask];
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.tx_port, out, nout, &port_);
     uint64_t t3 = Rdtsc();
-    /* Every packet of the burst left now, sent or dropped by an NF. */
-    for (int i = 0; i < n; i++) sojourn_.Record(t3 - rx_tsc[i]);
+    sojourn_.RecordBurst(t3, rx_tsc, n); /* every packet of it left now, sent or dropped by an NF */
     uint64_t t4 = Rdtsc();
     Charge(KEEL_CYCLES_VIEW, t1 - t0);
     Charge(KEEL_CYCLES_COPY_OUT, t2 - t1);

@@ -16,13 +16,6 @@ uint64_t LatencyHist::Upper(int b) {
   return Lower(b + 1) - 1;
 }
 
-void LatencyHist::CopyTo(LatencyHist* out) const {
-  for (int b = 0; b < kBuckets; b++) out->counts_[b] = bucket_count(b);
-  out->count_ = count();
-  out->sum_ = sum();
-  out->max_ = max();
-}
-
 uint64_t LatencyHist::Quantile(double q) const {
   /* The rank of the packet sought: ceil(q * n), at least the first. */
   uint64_t n = 0;

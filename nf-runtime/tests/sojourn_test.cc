@@ -73,12 +73,9 @@ TEST(LatencyHist, FixedMemoryWhateverItRecords) {
   EXPECT_LE(size, 17u * 1024) << "a histogram per instance stays small";
 }
 
-TEST(LatencyHist, CopyAndJsonCarryEveryPacket) {
-  LatencyHist h, c;
+TEST(LatencyHist, JsonCarriesEveryPacket) {
+  LatencyHist h;
   for (uint64_t v = 1; v < 100000; v += 7) h.Record(v);
-  h.CopyTo(&c);
-  EXPECT_EQ(c.count(), h.count());
-  EXPECT_EQ(c.Quantile(0.99), h.Quantile(0.99));
   Json j = h.ToJson();
   EXPECT_EQ(j["unit"], "tsc_cycles");
   EXPECT_EQ(j["sub_bucket_bits"], LatencyHist::kSubBits);

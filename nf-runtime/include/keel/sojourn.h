@@ -57,13 +57,26 @@ class LatencyHist {
     if (v > __atomic_load_n(&max_, __ATOMIC_RELAXED)) __atomic_store_n(&max_, v, __ATOMIC_RELAXED);
   }
 
+  /* Records |n| packets that left at TSC |now|, received at |rx_tsc|[i]:
+   * the totals are summed in registers and written once. */
+  void RecordBurst(uint64_t now, const uint64_t* rx_tsc, int n) {
+    uint64_t sum = 0, top = 0;
+    for (int i = 0; i < n; i++) {
+      const uint64_t v = now - rx_tsc[i];
+      Bump(&counts_[Bucket(v)], 1);
+      sum += v;
+      top = v > top ? v : top;
+    }
+    Bump(&count_, static_cast<uint64_t>(n));
+    Bump(&sum_, sum);
+    if (top > __atomic_load_n(&max_, __ATOMIC_RELAXED)) __atomic_store_n(&max_, top, __ATOMIC_RELAXED);
+  }
+
   uint64_t count() const { return __atomic_load_n(&count_, __ATOMIC_RELAXED); }
   uint64_t sum() const { return __atomic_load_n(&sum_, __ATOMIC_RELAXED); }
   uint64_t max() const { return __atomic_load_n(&max_, __ATOMIC_RELAXED); }
   uint64_t bucket_count(int b) const { return __atomic_load_n(&counts_[b], __ATOMIC_RELAXED); }
 
-  /* A copy made while the packet thread may be writing (each word whole). */
-  void CopyTo(LatencyHist* out) const;
   /* The q-quantile (0 < q <= 1) in cycles: the upper edge of the bucket of
    * the ceil(q * count)-th smallest packet, at most max; 0 when empty. */
   uint64_t Quantile(double q) const;
