@@ -177,13 +177,15 @@ type Report struct {
 	Drops     uint64  // the NFs' own
 	QueueLen  uint32  // the NFs' own
 	Restarts  uint64
+	// The server sojourn's p99 over the last window (position 0's measurement).
+	SojournP99us float64
 }
 
 // Significant reports whether cur differs enough from the last report to send it now:
 // any change of phase, attachment, core, batch or restarts, new drops (the VF's or the
 // NFs'), a rate that moved by more than 10 % (or left or reached zero), or a NIC queue that
-// started or stopped building. The NFs' figures only make a report sooner; the gateway
-// decides by keel's.
+// started or stopped building, or a server sojourn p99 that moved by more than 10 %. The NFs'
+// figures only make a report sooner; the gateway decides by keel's.
 func Significant(last, cur Report) bool {
 	if last.Phase != cur.Phase || last.Reason != cur.Reason || last.Attached != cur.Attached ||
 		last.Core != cur.Core || last.Batch != cur.Batch || last.Restarts != cur.Restarts ||
@@ -196,5 +198,8 @@ func Significant(last, cur Report) bool {
 	if last.RatePPS > 0 && math.Abs(cur.RatePPS-last.RatePPS) > 0.1*last.RatePPS {
 		return true
 	}
-	return (last.QueueLen == 0) != (cur.QueueLen == 0)
+	if (last.QueueLen == 0) != (cur.QueueLen == 0) {
+		return true
+	}
+	return math.Abs(cur.SojournP99us-last.SojournP99us) > 0.1*last.SojournP99us
 }
