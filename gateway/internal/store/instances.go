@@ -618,3 +618,26 @@ func lastSlash(s string) int {
 	}
 	return -1
 }
+
+// ChainSojourn is a chain's server sojourn as its attached instances measured it over their
+// last windows: each quantile the largest of theirs, an upper bound of the chain's own (a
+// mixture's quantile is never above its parts' largest).
+type ChainSojourn struct {
+	P50us, P99us, P999us float64
+	WindowS              float64 // the longest window among them
+	Measured             int     // attached instances that reported a window with packets
+}
+
+// SojournOf is the chain's server sojourn from its instances insts.
+func SojournOf(insts []*Instance) ChainSojourn {
+	var s ChainSojourn
+	for _, in := range insts {
+		if in.State != Attached || in.P99us <= 0 {
+			continue
+		}
+		s.Measured++
+		s.P50us, s.P99us, s.P999us = max(s.P50us, in.P50us), max(s.P99us, in.P99us), max(s.P999us, in.P999us)
+		s.WindowS = max(s.WindowS, in.SojournWindowS)
+	}
+	return s
+}
