@@ -4,7 +4,11 @@
  * byte K at offset K of the L4 payload and, for K > 0, checks that the NF
  * before it wrote K-1 at offset K-1. Packets that fail the check are
  * counted as out of order and dropped; packets too short to stamp pass.
+ * With {"stall_ns":N} it also busy-waits N ns in every batch: a slow NF
+ * whose cost no model knows (the closed-loop test of issue 32).
  */
+#include <chrono>
+
 #include "keel/nf.h"
 
 namespace keel {
@@ -13,11 +17,17 @@ namespace {
 class Stamp : public NF {
  public:
   void Init(const Config& config) override {
-    config.CheckObject({"index"});
+    config.CheckObject({"index", "stall_ns"});
     index_ = static_cast<uint16_t>(config["index"].Int(0, 255));
+    if (config.Has("stall_ns")) stall_ = std::chrono::nanoseconds(config["stall_ns"].Int(0, 10000000));
   }
 
   void ProcessBatch(PacketBatch* batch) override {
+    if (stall_.count() > 0 && batch->cnt() > 0) {
+      const auto until = std::chrono::steady_clock::now() + stall_;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     for (Packet* p : *batch) {
       uint16_t len;
       uint8_t* pl = p->payload(&len);
@@ -41,6 +51,7 @@ class Stamp : public NF {
 
  private:
   uint16_t index_ = 0;
+  std::chrono::nanoseconds stall_{0};
   uint64_t stamped_ = 0;
   uint64_t out_of_order_ = 0;
   uint64_t short_ = 0;
@@ -51,7 +62,9 @@ class Stamp : public NF {
 KEEL_NF(Stamp, "stamp", "diagnostic: writes its index into the payload and checks the NF before it");
 KEEL_NF_ARGS(Stamp, R"json([
   {"name": "index", "required": true, "type": "integer", "minimum": 0, "maximum": 255,
-   "doc": "this NF's position, written into the payload"}
+   "doc": "this NF's position, written into the payload"},
+  {"name": "stall_ns", "type": "integer", "minimum": 0, "maximum": 10000000,
+   "doc": "busy-waits this long in every batch (diagnostic: a slow NF), default 0"}
 ])json");
 
 }  // namespace keel
