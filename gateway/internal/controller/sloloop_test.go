@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -73,22 +74,38 @@ func Test_SLOLoop_under_budget_changes_nothing(t *testing.T) {
 	}
 }
 
-func Test_SLOLoop_well_under_budget_raises_the_threshold_slowly_and_at_most_once_per_hold(t *testing.T) {
+func Test_SLOLoop_well_under_budget_raises_the_threshold_slowly_back_to_the_model_and_never_past_it(t *testing.T) {
 	l := NewSLOLoop(10)
 	t0 := time.Unix(1000, 0)
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 5 * time.Second) } // a window every 5 s, Hold 10 s
+	for i := 0; i < 6; i++ {                                                          // over budget: three cuts
+		v := sloView(150, at(i))
+		l.Apply(v, v.Now)
+	}
 	var thr []float64
-	for i := 0; i < 8; i++ { // a window every 5 s, Hold 10 s
-		v := sloView(20, t0.Add(time.Duration(i)*5*time.Second))
+	for i := 6; i < 40; i++ { // well under (20 µs < 45 µs)
+		v := sloView(20, at(i))
 		l.Apply(v, v.Now)
 		thr = append(thr, v.Chains["c"].Threshold)
 	}
+	low := 0.8 * 0.8 * 0.8 * 0.8
+	if thr[0] < low-1e-9 || thr[0] > low+0.05*0.8+1e-9 {
+		t.Fatalf("thresholds %v: want three cuts of x0.8 from 0.8, then the first step up", thr)
+	}
+	lastStep := 0
 	for i := 1; i < len(thr); i++ {
 		if thr[i] < thr[i-1] || thr[i]-thr[i-1] > 0.05*0.8+1e-9 {
 			t.Fatalf("thresholds %v: want slow steps up", thr)
 		}
+		if thr[i] != thr[i-1] {
+			if i-lastStep < 2 {
+				t.Fatalf("thresholds %v: two steps within 10 s (windows %d and %d)", thr, lastStep, i)
+			}
+			lastStep = i
+		}
 	}
-	if thr[1] != thr[0] || thr[7] <= thr[0] || thr[7] > 1 {
-		t.Fatalf("thresholds %v: want one step per 10 s, never above a whole core", thr)
+	if last := thr[len(thr)-1]; math.Abs(last-0.8) > 1e-9 {
+		t.Fatalf("thresholds %v: want back at the model's 0.8 and no higher", thr)
 	}
 }
 
