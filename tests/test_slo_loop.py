@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from keelstack import RUN, SKIP_REASON, all_ready, describe, faas, instances, running_stack, wait_for
+from keelstack import SKIP_REASON, chain_stack, describe, gateway_log, instances, one_chain_stack, wait_for
 from test_controller import NET, Sink, send
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
@@ -20,39 +20,13 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 CHAIN = "slow"
 STALL_NS = 400_000
 
-STACK = f"""version: 1.0
-provider:
-  name: openfaas
-  gateway: http://127.0.0.1:8080
-functions:
-  {CHAIN}:
-    image: keel/chain:latest
-    labels:
-      com.keel.kind: chain
-    annotations:
-      com.keel.chain: "Stamp(index=0, stall_ns={STALL_NS})"
-      com.keel.filter: "dst net {NET}"
-      com.keel.slo: "p99=200us,t_min=10Mbps"
-"""
+STACK = chain_stack(CHAIN, f"Stamp(index=0, stall_ns={STALL_NS})", NET, "p99=200us,t_min=10Mbps")
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    yml = tmp_path_factory.mktemp("sloloop") / "stack.yml"
-    yml.write_text(STACK)
-    with running_stack():
-        r = faas("deploy", "-f", str(yml))
-        assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(f"{CHAIN}'s pooled instance ready", lambda: all_ready(CHAIN))
-        try:
-            yield
-        finally:
-            r = faas("remove", CHAIN)
-            assert r.returncode == 0, r.stdout + r.stderr
-
-
-def gateway_log() -> str:
-    return (RUN / "keel-gateway.log").read_text(errors="replace")
+    with one_chain_stack(tmp_path_factory.mktemp("sloloop") / "stack.yml", STACK, CHAIN):
+        yield
 
 
 OVERLOAD = re.compile(rf"overload: chain {CHAIN} instance {CHAIN}/0 overloaded: measured server p99 ([\d.]+) µs > "
