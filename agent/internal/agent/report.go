@@ -131,8 +131,14 @@ func reportOf(m *pb.InstanceStats) nfstats.Report {
 		Restarts: m.Restarts, SojournP99us: m.P99Us}
 }
 
-// observeSojourn gives the windows position 0's cumulative histograms as of its last file.
-func (ss *sampleState) observeSojourn(length time.Duration) {
+// observeSojourn gives the windows position 0's cumulative histograms as of its last file;
+// a detached instance (stopped, its file not rewritten) has no window, and starts a new one
+// when it is attached again.
+func (ss *sampleState) observeSojourn(length time.Duration, attached bool) {
+	if !attached {
+		ss.sojourn, ss.rxWait = nfstats.Window{}, nfstats.Window{}
+		return
+	}
 	ss.sojourn.Length, ss.rxWait.Length = length, length
 	if ss.cur.Sojourn != nil {
 		ss.sojourn.Observe(ss.cur.Sojourn, ss.cur.At)
@@ -201,7 +207,7 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 				ss.pps, ss.gbps = nfstats.Rate(ss.cur, s)
 				ss.cur = s
 			}
-			ss.observeSojourn(a.cfg.SojournWindow)
+			ss.observeSojourn(a.cfg.SojournWindow, st.attached)
 			// A detached chain is stopped and writes no file: it carries no traffic.
 			if !st.attached || now.Sub(ss.cur.At) > 3*a.cfg.StatsInterval {
 				ss.pps, ss.gbps = 0, 0

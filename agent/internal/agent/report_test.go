@@ -351,7 +351,7 @@ func Test_an_instances_report_carries_the_last_sojourn_window(t *testing.T) {
 	step := func(at time.Time) {
 		c := *cum
 		ss.cur = nfstats.Sample{At: at, Sojourn: &c, RxWaitBound: &c, TscHz: 2e9}
-		ss.observeSojourn(5 * time.Second)
+		ss.observeSojourn(5*time.Second, true)
 	}
 	step(t0)
 	var m pb.InstanceStats
@@ -373,5 +373,11 @@ func Test_an_instances_report_carries_the_last_sojourn_window(t *testing.T) {
 	ss.sojournFigures(&m)
 	if m.SojournPackets != 100 || m.P99Us < 200 || m.P99Us > 204 {
 		t.Fatalf("window 2 (its own packets only): %+v", &m)
+	}
+	ss.observeSojourn(5*time.Second, false) // detached: its last window is not its figure any more
+	m = pb.InstanceStats{}
+	ss.sojournFigures(&m)
+	if m.P99Us != 0 || m.SojournWindowS != 0 {
+		t.Fatalf("figures of a detached instance: %+v", &m)
 	}
 }
