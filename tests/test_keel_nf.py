@@ -594,6 +594,10 @@ def test_keel_chain_writes_the_statistics_keel_nf_writes(tmp_path):
         assert (s["nfs"][0]["packets_in"], s["nfs"][0]["dropped"]) == (300, 100)
         assert s["cycles"]["turns"] >= s["batches"] > 0 and s["cycles_per_batch"] > 0
         assert s["seconds"] > 0 and s["tsc_hz"] > 0
+        # every packet that left, sent or dropped by the NF, has its sojourn in the histogram
+        soj = s["sojourn"]
+        assert soj["count"] == 300 and sum(n for _, n in soj["buckets"]) == 300 and 0 < soj["max"], soj
+        assert s["rx_wait_bound"]["count"] == 300
 
 
 def test_wait_futex_is_refused_under_coopsched():
