@@ -351,8 +351,9 @@ type Change struct {
 // Overload recomputes every attached instance's overload mark (Galleon §5.1–5.2): an
 // instance is overloaded when its load reaches its chain's threshold, its NIC queue reaches
 // QueueHigh, it dropped packets, the core it shares has reached the lowest threshold of
-// its sgroups, or its measured server sojourn p99 is over its chain's server budget. It takes new flows again only once all of these are below ClearFrac of their
-// limits. It returns the marks that change; instances of gone workers get none.
+// its sgroups, or its measured server sojourn p99 is over its chain's server budget. It
+// takes new flows again only once all of these are below ClearFrac of their limits. It
+// returns the marks that change; instances of gone workers get none.
 func (cfg Config) Overload(v *View) []Change {
 	use := v.cores()
 	up := v.workerUp()
