@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 CHAIN = "slow"
 STALL_NS = 400_000
 
-STACK = chain_stack(CHAIN, f"Stamp(index=0, stall_ns={STALL_NS})", NET, "p99=200us,t_min=10Mbps")
+STACK = chain_stack(CHAIN, f"Stamp(stall_ns={STALL_NS})", NET, "p99=200us,t_min=10Mbps")
 
 
 @pytest.fixture(scope="module")

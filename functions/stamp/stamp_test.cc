@@ -44,5 +44,15 @@ TEST(Stamp, StallHoldsEveryBatchAndIsBounded) {
   EXPECT_THROW_MSG(MakeNf("stamp", R"({"index":0,"stall_ns":20000000})"), "stamp.stall_ns: 20000000 is out of range");
 }
 
+TEST(Stamp, StallWithoutIndexLeavesPacketsAsTheyCame) {
+  auto s = MakeNf("stamp", R"({"stall_ns":1000})");
+  auto in = UdpPacket("198.18.0.1", "198.19.0.1", 1, 2, "KEELxx");
+  RunResult r = RunBatch(s.get(), {in});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], in.bytes());
+  EXPECT_EQ(s->Stats()["stamped"], 0);
+  EXPECT_THROW_MSG(MakeNf("stamp", "{}"), "stamp.index");
+}
+
 }  // namespace
 }  // namespace keel
