@@ -132,10 +132,10 @@ func reportOf(m *pb.InstanceStats) nfstats.Report {
 }
 
 // observeSojourn gives the windows position 0's cumulative histograms as of its last file;
-// a detached instance (stopped, its file not rewritten) has no window, and starts a new one
-// when it is attached again.
-func (ss *sampleState) observeSojourn(length time.Duration, attached bool) {
-	if !attached {
+// an instance that is not running, attached and ready (detached: stopped, its file not
+// rewritten; starting) has no window, and starts new ones when it is again.
+func (ss *sampleState) observeSojourn(length time.Duration, running bool) {
+	if !running {
 		ss.sojourn, ss.rxWait = nfstats.Window{}, nfstats.Window{}
 		return
 	}
@@ -207,7 +207,7 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 				ss.pps, ss.gbps = nfstats.Rate(ss.cur, s)
 				ss.cur = s
 			}
-			ss.observeSojourn(a.cfg.SojournWindow, st.attached)
+			ss.observeSojourn(a.cfg.SojournWindow, st.attached && st.phase == "ready")
 			// A detached chain is stopped and writes no file: it carries no traffic.
 			if !st.attached || now.Sub(ss.cur.At) > 3*a.cfg.StatsInterval {
 				ss.pps, ss.gbps = 0, 0

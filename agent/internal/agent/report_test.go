@@ -354,6 +354,9 @@ func Test_an_instances_report_carries_the_last_sojourn_window(t *testing.T) {
 		ss.observeSojourn(5*time.Second, true)
 	}
 	step(t0)
+	cum.Record(2e10, 5) // the instance's first window (while it started): not reported
+	t0 = t0.Add(5 * time.Second)
+	step(t0)
 	var m pb.InstanceStats
 	ss.sojournFigures(&m)
 	if m.P99Us != 0 || m.SojournWindowS != 0 {

@@ -152,10 +152,14 @@ func (j *histJSON) toHist(h *Hist) error {
 // Window turns an instance's cumulative histogram into fixed windows: Observe gives it each
 // new state; once Length has passed since the window began, the window closes (Last) and the
 // next begins at that state (the per-window reset; the cumulative histogram is never reset).
+// The first window a Window sees is not reported: it holds the packets the instance took in
+// before it was watched (an instance attached while still starting sends, in its first
+// turns, packets that waited for its later NFs to come up).
 type Window struct {
 	Length time.Duration
 	start  Hist
 	began  time.Time
+	first  time.Time // the first Observe
 	last   Hist
 	lastAt time.Time     // when Last closed; zero before the first
 	lastLn time.Duration // its length
@@ -165,7 +169,7 @@ type Window struct {
 // (position 0 restarted) begins a new window at it.
 func (w *Window) Observe(cur *Hist, at time.Time) {
 	if w.began.IsZero() {
-		w.start, w.began = *cur, at
+		w.start, w.began, w.first = *cur, at, at
 		return
 	}
 	d := at.Sub(w.began)
@@ -175,7 +179,7 @@ func (w *Window) Observe(cur *Hist, at time.Time) {
 		}
 		return
 	}
-	if win, ok := cur.Since(&w.start); ok {
+	if win, ok := cur.Since(&w.start); ok && w.began.After(w.first) {
 		w.last, w.lastAt, w.lastLn = win, at, d
 	}
 	w.start, w.began = *cur, at

@@ -75,9 +75,15 @@ func Test_Hist_is_fixed_memory(t *testing.T) {
 
 func Test_Window_resets_each_window_and_not_the_cumulative_histogram(t *testing.T) {
 	w := Window{Length: 5 * time.Second}
-	t0 := time.Unix(1000, 0)
+	t0 := time.Unix(995, 0)
 	var cum Hist
 	w.Observe(&cum, t0)
+	cum.Record(9e9, 3) // what the instance did before it was watched: never reported
+	t0 = t0.Add(5 * time.Second)
+	w.Observe(&cum, t0)
+	if _, _, _, ok := w.Last(); ok {
+		t.Fatal("the first window was reported")
+	}
 	cum.Record(1000, 100) // window 1: fast
 	w.Observe(&cum, t0.Add(2*time.Second))
 	if _, _, _, ok := w.Last(); ok {
@@ -94,7 +100,7 @@ func Test_Window_resets_each_window_and_not_the_cumulative_histogram(t *testing.
 	if h.Count() != 10 || h.Quantile(0.5) < 500000 {
 		t.Fatalf("window 2: %d packets, p50 %d", h.Count(), h.Quantile(0.5))
 	}
-	if cum.Count() != 110 {
+	if cum.Count() != 113 {
 		t.Fatalf("cumulative %d", cum.Count())
 	}
 	// Position 0 restarted: its histogram begins again, the window at it.
@@ -103,9 +109,9 @@ func Test_Window_resets_each_window_and_not_the_cumulative_histogram(t *testing.
 	w.Observe(&fresh, t0.Add(12*time.Second))
 	fresh.Record(2000, 5)
 	w.Observe(&fresh, t0.Add(17*time.Second))
-	h, _, _, _ = w.Last()
-	if h.Count() != 5 {
-		t.Fatalf("window after restart: %d packets", h.Count())
+	h, _, at, _ := w.Last()
+	if h.Count() != 5 || !at.Equal(t0.Add(17*time.Second)) {
+		t.Fatalf("window after restart: %d packets, closed %v", h.Count(), at)
 	}
 }
 
