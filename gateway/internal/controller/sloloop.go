@@ -32,6 +32,11 @@ import (
 //     instances from attaching and detaching in turn).
 //   - A chain without a measurement (no attached instance reported a window yet) keeps its
 //     factor: the model's threshold for a new chain.
+//   - Only while the chain has a ready idle instance does a measurement over the budget act
+//     (mark, cut): otherwise the next flow would wait for a cold start, and lose packets
+//     doing so, for the sake of one window's figure. Meanwhile an instance's figure counts
+//     as the budget itself, which neither marks nor clears it. (make demo on this machine,
+//     without this: pools drained by latency marks, cold starts, and loss.)
 //
 // The measured figure is position 0's (InstanceStats.p99_us): a tenant's first NF runs in
 // that process and could lie about it. A lie costs the tenant itself: too high, and its chain
@@ -86,11 +91,14 @@ func (l *SLOLoop) Apply(v *policy.View, now time.Time) []ThresholdChange {
 	if l.chains == nil {
 		l.chains = map[string]*sloChain{}
 	}
-	worst := map[string]float64{}
+	worst, spare := map[string]float64{}, map[string]bool{}
 	for i := range v.Instances {
 		in := &v.Instances[i]
 		if in.Attached && in.SojournP99us > worst[in.Chain] {
 			worst[in.Chain] = in.SojournP99us
+		}
+		if !in.Attached && in.Ready && !in.Draining {
+			spare[in.Chain] = true
 		}
 	}
 	for name := range l.chains {
@@ -117,7 +125,7 @@ func (l *SLOLoop) Apply(v *policy.View, now time.Time) []ThresholdChange {
 		if p99, budget := worst[name], ch.ServerBudgetUs; p99 > 0 && budget > 0 && now.Sub(st.changed) >= l.Hold {
 			var reason policy.Reason
 			switch {
-			case p99 > budget && st.factor > l.MinFactor:
+			case p99 > budget && st.factor > l.MinFactor && spare[name]:
 				st.factor, reason = math.Max(l.MinFactor, st.factor*l.Decrease), policy.ReasonMeasuredP99
 			case p99 < l.Under*budget && st.factor < 1:
 				st.factor, reason = math.Min(1, st.factor+l.Increase), policy.ReasonMeasuredP99Under
@@ -130,6 +138,12 @@ func (l *SLOLoop) Apply(v *policy.View, now time.Time) []ThresholdChange {
 		}
 		ch.Threshold = model * st.factor
 		v.Chains[name] = ch
+	}
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		if budget := v.Chains[in.Chain].ServerBudgetUs; in.SojournP99us > budget && budget > 0 && !spare[in.Chain] {
+			in.SojournP99us = budget
+		}
 	}
 	return out
 }

@@ -193,3 +193,22 @@ func Test_a_measured_p99_over_budget_attaches_a_second_instance(t *testing.T) {
 		t.Fatalf("decisions %+v: want chain3/0 overloaded by its measured p99, then chain3/1 attached", srv.Decisions())
 	}
 }
+
+func Test_SLOLoop_without_a_ready_idle_instance_a_measurement_neither_marks_nor_clears(t *testing.T) {
+	l, cfg := NewSLOLoop(10), policy.Keel()
+	v := sloView(150, time.Unix(1000, 0))
+	v.Instances[1].Ready = false // the pool's instance is still starting: a new flow would wait for it
+	if changes := l.Apply(v, v.Now); len(changes) != 0 || v.Chains["c"].Threshold != 0.8 {
+		t.Fatalf("changes %+v, threshold %v", changes, v.Chains["c"].Threshold)
+	}
+	if marks := cfg.Overload(v); len(marks) != 0 {
+		t.Fatalf("overload marks %+v", marks)
+	}
+	v = sloView(150, time.Unix(1005, 0))
+	v.Instances[1].Ready = false
+	v.Instances[0].Overloaded = true // marked while the pool had a ready instance
+	l.Apply(v, v.Now)
+	if marks := cfg.Overload(v); len(marks) != 0 {
+		t.Fatalf("overload marks %+v: an over-budget instance is not cleared for want of a spare", marks)
+	}
+}
