@@ -20,7 +20,7 @@ class Stamp : public NF {
   void Init(const Config& config) override {
     config.CheckObject({"index", "stall_ns"});
     if (config.Has("stall_ns")) stall_ = std::chrono::nanoseconds(config["stall_ns"].Int(0, 10000000));
-    if (stall_.count() == 0 || config.Has("index")) index_ = static_cast<int>(config["index"].Int(0, 255));
+    if (!config.Has("stall_ns") || config.Has("index")) index_ = static_cast<int>(config["index"].Int(0, 255));
   }
 
   void ProcessBatch(PacketBatch* batch) override {
