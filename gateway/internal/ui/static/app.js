@@ -125,7 +125,7 @@ function drawChains(t) {
     const met = c.slo.p99_us > 0 && (c.switch_only || c.p99_us === 0) ? el("span", {}, "p99 not measured")
       : c.slo_met ? el("span", { class: "ok" }, "server budget met") : el("span", { class: "bad" }, "server budget missed");
     const measured = c.switch_only || c.p99_us === 0 ? "— (not measured)"
-      : `${us(c.p99_us)} (p50 ${us(c.p50_us)}, p99.9 ${us(c.p999_us)}; ${c.window_s} s window)`;
+      : `${us(c.p99_us)} (p50 ${us(c.p50_us)}, p99.9 ${us(c.p999_us)}; ${c.window_s.toFixed(1)} s window)`;
     const nfs = c.nfs.map((n) => el("span", { class: "nf" + (c.switch_nfs.includes(n) ? " switch" : ""),
       title: c.switch_nfs.includes(n) ? "on the ToR switch" : "on a server core" }, n));
     return el("div", { class: "chain", "data-chain": c.name, "data-rate-pps": c.rate_pps, "data-cores": c.cores.length,
