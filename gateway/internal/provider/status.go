@@ -266,7 +266,7 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		budget = fmt.Sprintf("server budget %.1f us of the %g us SLO", budgetUs, c.SLO.P99us)
 	}
 	if so := store.SojournOf(insts); so.Measured > 0 {
-		ann["com.keel.p99"] = fmt.Sprintf("measured %.1f us server sojourn (p50 %.1f, p99.9 %.1f) over the last %g s window of %d instance(s); %s; %s",
+		ann["com.keel.p99"] = fmt.Sprintf("measured %.1f us server sojourn (p50 %.1f, p99.9 %.1f) over the last %.1f s window of %d instance(s); %s; %s",
 			so.P99us, so.P50us, so.P999us, so.WindowS, so.Measured, budget, predicted)
 	} else {
 		ann["com.keel.p99"] = fmt.Sprintf("not measured yet (no attached instance reported a window); %s; %s", budget, predicted)
