@@ -93,7 +93,7 @@ MODES = ("single", "keel", "keel_rx_copy", "keel_b32", "copy", "copy_same_batch"
 SIZES = "80,1024"  # packet sizes run by default (--sizes)
 FIXED_BURSTS_PER_TURN = 32  # keel_b32's
 # keel_cycles_kind (nf-runtime/include/keel/chain_sched.h), in order.
-CYCLE_KINDS = ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx", "busy", "handoff", "turns")
+CYCLE_KINDS = ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx", "sojourn", "busy", "handoff", "turns")
 # Offsets in struct keel_chain_sched, at KEEL_SCHED_OFFSET in the buffer file.
 SCHED_OFFSET, SCHED_ROUNDS, SCHED_PACKETS, SCHED_CYCLES = 2048, 48, 56, 272
 
@@ -572,7 +572,7 @@ def explain(row):
     k, s = b.get("keel"), b.get("single")
     if not k or not s:
         return None
-    kinds = ("rx", "nf", "copy_in", "view", "copy_out", "tx", "turn_overhead", "handoff")
+    kinds = ("rx", "nf", "copy_in", "view", "copy_out", "tx", "sojourn", "turn_overhead", "handoff")
     extra = {x: round(k.get(x, 0) - s.get(x, 0), 1) for x in kinds}
     wall_k, wall_s = k["wall"], s["wall"]
     rc = b.get("keel_rx_copy")

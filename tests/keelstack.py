@@ -319,3 +319,34 @@ def running_stack():
     assert not left, f"make down left links {left}"
     left = [n for n in keel_netns() if n in STACK_NETNS or n not in netns_before]
     assert not left, f"make down left network namespaces {left}"
+
+
+def gateway_log() -> str:
+    """keel-gateway's log so far (every controller decision is a line of it)."""
+    return (RUN / "keel-gateway.log").read_text(errors="replace")
+
+
+def chain_stack(chain: str, spec: str, net: str, slo: str, labels: dict[str, str] | None = None) -> str:
+    """A faas-cli stack.yml of one chain: spec in the chain language, serving dst net `net`."""
+    extra = "".join(f"      {k}: {json.dumps(v)}\n" for k, v in (labels or {}).items())
+    return (f"version: 1.0\nprovider:\n  name: openfaas\n  gateway: {GATEWAY}\nfunctions:\n  {chain}:\n"
+            f"    image: keel/chain:latest\n    labels:\n      com.keel.kind: chain\n{extra}"
+            f"    annotations:\n      com.keel.chain: {json.dumps(spec)}\n      com.keel.filter: \"dst net {net}\"\n"
+            f"      com.keel.slo: \"{slo}\"\n")
+
+
+@contextlib.contextmanager
+def one_chain_stack(yml, stack_text: str, chain: str):
+    """The running stack with the one chain of stack_text deployed from the file yml and its
+    pooled instance ready; the chain is removed again (its cores and VLANs go back for the
+    other stack tests) before the stack goes down."""
+    yml.write_text(stack_text)
+    with running_stack():
+        r = faas("deploy", "-f", str(yml))
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for(f"{chain}'s pooled instance ready", lambda: all_ready(chain))
+        try:
+            yield
+        finally:
+            r = faas("remove", chain)
+            assert r.returncode == 0, r.stdout + r.stderr

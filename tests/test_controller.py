@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from keelenv import ROOT
-from keelstack import RUN, SKIP_REASON, all_ready, faas, instances, running_stack, sh, wait_for
+from keelstack import SKIP_REASON, chain_stack, gateway_log, instances, one_chain_stack, wait_for
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
@@ -25,41 +25,14 @@ CHAIN = "scaled"
 NET = "198.18.4.0/24"
 
 
-STACK = f"""version: 1.0
-provider:
-  name: openfaas
-  gateway: http://127.0.0.1:8080
-functions:
-  {CHAIN}:
-    image: keel/chain:latest
-    labels:
-      com.keel.kind: chain
-      com.openfaas.scale.type: capacity
-      com.openfaas.scale.target: "1"
-    annotations:
-      com.keel.chain: "NAT(external_ip='198.18.100.4', port_range=[1024, 65535])"
-      com.keel.filter: "dst net {NET}"
-      com.keel.slo: "p99=200us,t_min=10Mbps"
-"""
+STACK = chain_stack(CHAIN, "NAT(external_ip='198.18.100.4', port_range=[1024, 65535])", NET, "p99=200us,t_min=10Mbps",
+                    {"com.openfaas.scale.type": "capacity", "com.openfaas.scale.target": "1"})
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    yml = tmp_path_factory.mktemp("controller") / "stack.yml"
-    yml.write_text(STACK)
-    with running_stack():
-        r = faas("deploy", "-f", str(yml))
-        assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(f"{CHAIN}'s pooled instance ready", lambda: all_ready(CHAIN))
-        try:
-            yield
-        finally:
-            r = faas("remove", CHAIN)  # its cores and VLANs go back for the other stack tests
-            assert r.returncode == 0, r.stdout + r.stderr
-
-
-def gateway_log() -> str:
-    return (RUN / "keel-gateway.log").read_text(errors="replace")
+    with one_chain_stack(tmp_path_factory.mktemp("controller") / "stack.yml", STACK, CHAIN):
+        yield
 
 
 class Sink:

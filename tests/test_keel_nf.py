@@ -553,7 +553,7 @@ def test_wait_futex_chain_keeps_chain_order_with_a_copy_per_hop(tmp_path):
     for k, s in enumerate(finals):
         c = s["cycles"]
         assert c["turns"] > 0 and c["nf"] > 0 and c["handoff"] > 0
-        parts = sum(c[x] for x in ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx"))
+        parts = sum(c[x] for x in ("rx", "rx_idle", "nf", "copy_in", "view", "copy_out", "tx", "sojourn"))
         assert c["busy"] >= parts, f"position {k}: the parts of its turns exceed the turns: {c}"
         if k > 0:
             assert c["copy_in"] > 0 and c["view"] > 0 and c["rx"] == 0 and c["tx"] == 0, c
@@ -594,6 +594,10 @@ def test_keel_chain_writes_the_statistics_keel_nf_writes(tmp_path):
         assert (s["nfs"][0]["packets_in"], s["nfs"][0]["dropped"]) == (300, 100)
         assert s["cycles"]["turns"] >= s["batches"] > 0 and s["cycles_per_batch"] > 0
         assert s["seconds"] > 0 and s["tsc_hz"] > 0
+        # every packet that left, sent or dropped by the NF, has its sojourn in the histogram
+        soj = s["sojourn"]
+        assert soj["count"] == 300 and sum(n for _, n in soj["buckets"]) == 300 and 0 < soj["max"], soj
+        assert s["rx_wait_bound"]["count"] == 300
 
 
 def test_wait_futex_is_refused_under_coopsched():

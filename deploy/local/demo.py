@@ -15,8 +15,12 @@ Steps, each skipped when already done:
                         scenario bench/scenarios/e2e.json: a ramp up, a steady phase and a ramp
                         down per chain; chain2's flows rise past its capacity target so the
                         controller attaches a second instance, and fall again
-  5. report             per chain: offered and delivered rate, loss, p50/p99 against the SLO,
-                        instances and cores over time; written to bench/results/e2e.json
+  5. report             per chain: offered and delivered rate, loss, p50/p99 end to end against
+                        the SLO; the server's share beside it (server_p99_us, the instances'
+                        measured sojourn, against the server budget, the SLO less the network's)
+                        and the ToR's (tor_p99_us: the switch-only chain1's end-to-end p99, a
+                        path through the ToR and no server, under the same traffic); instances
+                        and cores over time; written to bench/results/e2e.json
 
 The stack stays up afterwards for you to explore; `make down` stops it. Must run as root.
 """
@@ -153,7 +157,9 @@ class Sampler(threading.Thread):
                 for c in topo["chains"]:
                     if c["name"] in CHAINS:
                         self.samples.append({"t_s": t, "chain": c["name"], "sgroups_attached": c["attached"],
-                                             "cores": len(c["cores"]), "flows": c["flows"]})
+                                             "cores": len(c["cores"]), "flows": c["flows"],
+                                             "server_p99_us": c.get("p99_us", 0), "server_p50_us": c.get("p50_us", 0),
+                                             "server_budget_us": c.get("server_budget_us", 0)})
             except OSError as e:
                 say(f"  (topology not read: {e})")
             self.stop.wait(1.0)
@@ -169,12 +175,33 @@ def timeline(samples: list, traffic: dict) -> list:
              "rate_mbps": round(rate.get((round(s["t_s"]), s["chain"]), 0.0), 3)} for s in samples]
 
 
-def result(traffic: dict, slos: dict, samples: list) -> dict:
+def server_figures(samples: list, chain: str) -> dict:
+    """A chain's server sojourn over the run: the worst window's p99 and p50 that the gateway
+    showed (each the largest of the chain's attached instances over the agent's window), and
+    its server budget; None where no window was measured (a switch-only chain)."""
+    mine = [x for x in samples if x["chain"] == chain]
+    p99 = max((x["server_p99_us"] for x in mine), default=0)
+    p50 = max((x["server_p50_us"] for x in mine), default=0)
+    budget = next((x["server_budget_us"] for x in reversed(mine) if x["server_budget_us"]), None)
+    return {"server_p99_us": round(p99, 1) if p99 else None, "server_p50_us": round(p50, 1) if p50 else None,
+            "server_budget_us": round(budget, 1) if budget else None}
+
+
+def result(traffic: dict, slos: dict, samples: list, switch_only: set) -> dict:
+    # The ToR hop: a chain the ToR serves without a server (chain1) measured end to end under the
+    # same traffic is the ToR's (and the veths') share alone.
+    tor = next((c["p99_us"] for c in traffic["chains"] if c["name"] in switch_only), None)
     chains = [{"name": c["name"], "slo_us": slos.get(c["name"]), "offered_mbps": c["offered_mbps"],
                "delivered_mbps": c["delivered_mbps"], "loss": c["loss"], "p50_us": c["p50_us"],
-               "p99_us": c["p99_us"], "transform_errors": c["transform_errors"]}
+               "p99_us": c["p99_us"], "transform_errors": c["transform_errors"],
+               **server_figures(samples, c["name"]), "tor_p99_us": tor}
               for c in traffic["chains"] if c["name"] in CHAINS]
-    return {"chains": chains, "timeline": timeline(samples, traffic)}
+    return {"chains": chains, "timeline": timeline(samples, traffic),
+            "method": "p50_us/p99_us: keel-trafgen's sink, end to end; server_p99_us/server_p50_us: the worst "
+                      "window (--sojourn-window) of the chain's measured server sojourn during the run (position 0's "
+                      "TSC stamps, worker RX to TX; the largest of its attached instances); server_budget_us: the SLO "
+                      "less keel-gateway --network-budget; tor_p99_us: the end-to-end p99 of the switch-only chain "
+                      "(through the ToR, no server) in the same run"}
 
 
 def sim_comparison(bin_dir: Path, res: dict) -> dict:
@@ -224,6 +251,7 @@ def report(res: dict, traffic: dict) -> bool:
         say(f"  {c['name']:<7} {c['offered_mbps']:>6.1f}Mb/s {c['delivered_mbps']:>6.1f}Mb/s {c['loss']:>6} "
             f"{c['p50_us']:>6.0f}µs {c['p99_us']:>6.0f}µs {c['slo_us'] or 0:>5.0f}µs {c['transform_errors']:>6}  "
             f"{'meets its SLO' if ok else 'MISSES'}")
+        say(f"  {'':<7} {server_line(c)}")
         e = extra[c["name"]]
         notes = [f"{e['flows']} flows", f"first packet of a flow (rule setup) p99 {e['setup_p99_us'] / 1000:.1f} ms"]
         if e.get("blocked_sent"):
@@ -237,6 +265,18 @@ def report(res: dict, traffic: dict) -> bool:
         say(f"  {'':<7} cores   " + " ".join(f"{p['cores']}" for p in cols))
     say(f"\n  written to {RESULT.relative_to(ROOT)}")
     return good
+
+
+def server_line(c: dict) -> str:
+    """The chain's end-to-end p99 split: the server's measured share against its budget, the ToR's."""
+    tor = f"ToR hop p99 {c['tor_p99_us']:.0f}µs" if c.get("tor_p99_us") is not None else "ToR hop not measured"
+    if c.get("server_p99_us") is None:
+        return f"server p99 not measured (no instance window), {tor}"
+    verdict = ""
+    if c.get("server_budget_us"):
+        verdict = " (meets its server budget)" if c["server_p99_us"] <= c["server_budget_us"] else " (MISSES its server budget)"
+    return (f"server p99 {c['server_p99_us']:.1f}µs (p50 {c['server_p50_us'] or 0:.1f}µs) against server budget "
+            f"{c['server_budget_us'] or 0:.0f}µs{verdict}, beside e2e p99 {c['p99_us']:.0f}µs; {tor}")
 
 
 def report_sim(cmp: dict) -> None:
@@ -305,7 +345,8 @@ def main() -> int:
     sampler.join()
 
     traffic = json.loads(traffic_json.read_text())
-    res = result(traffic, slo_us(ROOT / "stack.yml"), sampler.samples)
+    res = result(traffic, slo_us(ROOT / "stack.yml"), sampler.samples,
+                 {c["name"] for c in topo["chains"] if c["switch_only"]})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     good = report(res, traffic)

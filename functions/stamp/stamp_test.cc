@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "testing/nf_test.h"
 
 namespace keel {
@@ -31,6 +33,25 @@ TEST(Stamp, ShortPayloadPassesAndBadIndexIsRejected) {
   RunResult r = RunBatch(s.get(), {UdpPacket("198.18.0.1", "198.19.0.1", 1, 2, "ab")});
   EXPECT_EQ(r.out.size(), 1u);
   EXPECT_THROW_MSG(MakeNf("stamp", R"({"index":256})"), "stamp.index: 256 is out of range");
+}
+
+TEST(Stamp, StallHoldsEveryBatchAndIsBounded) {
+  auto s = MakeNf("stamp", R"({"index":0,"stall_ns":2000000})");
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = RunBatch(s.get(), {UdpPacket("198.18.0.1", "198.19.0.1", 1, 2, "xxxxxx")});
+  EXPECT_EQ(r.out.size(), 1u);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2));
+  EXPECT_THROW_MSG(MakeNf("stamp", R"({"index":0,"stall_ns":20000000})"), "stamp.stall_ns: 20000000 is out of range");
+}
+
+TEST(Stamp, StallWithoutIndexLeavesPacketsAsTheyCame) {
+  auto s = MakeNf("stamp", R"({"stall_ns":1000})");
+  auto in = UdpPacket("198.18.0.1", "198.19.0.1", 1, 2, "KEELxx");
+  RunResult r = RunBatch(s.get(), {in});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], in.bytes());
+  EXPECT_EQ(s->Stats()["stamped"], 0);
+  EXPECT_THROW_MSG(MakeNf("stamp", "{}"), "stamp.index");
 }
 
 }  // namespace

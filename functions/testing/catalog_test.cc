@@ -31,7 +31,7 @@ const std::map<std::string, std::string> kValid = {
     {"monitor", "{}"},
     {"nat", R"({"external_ip":"198.18.100.1","port_range":[1024,65535]})"},
     {"rededup", R"({"cache_entries":16})"},
-    {"stamp", R"({"index":3})"},
+    {"stamp", R"({"index":3,"stall_ns":0})"},
     {"tunnel", R"({"vlan":7})"},
     {"urlfilter", R"({"blocklist":["example.com/ads","tracker.net"]})"},
 };

@@ -28,6 +28,7 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
   if (opt_.position != 0) return;
   tx_chains_ = PortTxChains(opt_.tx_port);
   port_.rx_queue_len_known.Set(PortRxQueueLen(opt_.rx_port) >= 0);
+  if (buf_) rx_tsc_.assign(buf_->nslots(), 0);
   if (opt_.rx_zero_copy && opt_.copy_in && buf_) {
     rx_zero_copy_ = true;
     held_.assign(buf_->nslots(), nullptr);
@@ -48,7 +49,15 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
 
 void Engine::Begin() {
   last_rx_ = Rdtsc();
+  last_poll_ = last_rx_;
   begin_tsc_.store(last_rx_);
+}
+
+void Engine::StampRx(uint32_t used_before, uint64_t tsc) {
+  const uint32_t used = buf_->used(), mask = buf_->nslots() - 1;
+  if (used <= used_before) return;
+  const uint32_t first = buf_->SlotIndex(used_before);
+  for (uint32_t i = 0; i < used - used_before; i++) rx_tsc_[(first + i) & mask] = tsc;
 }
 
 void Engine::End() { end_tsc_.store(Rdtsc()); }
@@ -151,13 +160,19 @@ void Engine::Egress() {
         }
     }
     uint64_t t2 = Rdtsc();
+    uint64_t rx_tsc[kMaxBurst];
+    const uint32_t first = buf_->SlotIndex(0), mask = buf_->nslots() - 1;
+    for (int i = 0; i < n; i++) rx_tsc[i] = rx_tsc_[(first + static_cast<uint32_t>(i)) & mask];
     buf_->Release(static_cast<uint32_t>(n));
     TransmitBurst(opt_.tx_port, out, nout, &port_);
     uint64_t t3 = Rdtsc();
+    sojourn_.RecordBurst(t3, rx_tsc, n); /* every packet of it left now, sent or dropped by an NF */
+    uint64_t t4 = Rdtsc();
     Charge(KEEL_CYCLES_VIEW, t1 - t0);
     Charge(KEEL_CYCLES_COPY_OUT, t2 - t1);
     Charge(KEEL_CYCLES_TX, t3 - t2);
-    t0 = t3;
+    Charge(KEEL_CYCLES_SOJOURN, t4 - t3);
+    t0 = t4;
   }
   if (zero_copy_ && !SlotsReleased()) {
     /* The port holds slots longer than a turn can wait: copy from now on,
@@ -182,9 +197,16 @@ uint32_t Engine::Head(uint32_t bursts) {
     rte_mbuf* mbufs[kMaxBurst];
     uint16_t n = rte_eth_rx_burst(opt_.rx_port, 0, mbufs, burst);
     if (n == 0) {
+      last_poll_ = t;
       Charge(KEEL_CYCLES_RX_IDLE, Rdtsc() - t);
       break;
     }
+    /* They arrived after the poll before this one, or the queue would have
+     * given them then: the wait the VF's queue hides from us is at most
+     * this (af_packet and af_xdp carry no receive timestamp). */
+    rx_wait_bound_.RecordN(t - last_poll_, n);
+    last_poll_ = t;
+    const uint64_t rx_tsc = t;
     received += n;
     Packet views[kMaxBurst];
     PacketBatch batch;
@@ -197,13 +219,18 @@ uint32_t Engine::Head(uint32_t bursts) {
     if (!opt_.copy_in) {
       rte_mbuf* out[kMaxBurst];
       TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+      const uint64_t t3 = Rdtsc();
+      sojourn_.RecordN(t3 - rx_tsc, n); /* the whole burst left at once */
       t = Rdtsc();
-      Charge(KEEL_CYCLES_TX, t - t2);
+      Charge(KEEL_CYCLES_TX, t3 - t2);
+      Charge(KEEL_CYCLES_SOJOURN, t - t3);
       continue;
     }
+    const uint32_t used_before = buf_->used();
     if (rx_zero_copy_) {
       /* Received into the chain buffer: the survivors enter it as they are. */
       EnterSlots(mbufs, views, n, &batch);
+      StampRx(used_before, rx_tsc);
       t = Rdtsc();
       Charge(KEEL_CYCLES_VIEW, t - t2);
       continue;
@@ -212,6 +239,7 @@ uint32_t Engine::Head(uint32_t bursts) {
      * chain's buffer; the NIC's buffers go straight back to the port. */
     uint32_t copied = 0;
     for (Packet* p : batch) copied += buf_->Push(p->data(), p->len());
+    StampRx(used_before, rx_tsc);
     port_.copied.Add(copied);
     port_.copy_dropped.Add(static_cast<uint32_t>(batch.cnt()) - copied);
     rte_pktmbuf_free_bulk(mbufs, n);
@@ -371,6 +399,8 @@ Json Engine::StatsJson() const {
     j["bursts_per_turn"] = bursts_per_turn_.Get();
     j["batches"] = batches;
     j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
+    j["sojourn"] = sojourn_.ToJson();
+    j["rx_wait_bound"] = rx_wait_bound_.ToJson();
   }
   return j;
 }

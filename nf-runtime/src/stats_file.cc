@@ -29,8 +29,8 @@ Json PortJson(const PortCounters& c) {
 }
 
 Json CyclesJson(const uint64_t* row) {
-  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx",       "rx_idle", "nf",   "copy_in", "view",
-                                                        "copy_out", "tx",      "busy", "handoff", "turns"};
+  static const char* const kNames[KEEL_CYCLES_KINDS] = {"rx", "rx_idle", "nf",   "copy_in", "view",    "copy_out",
+                                                        "tx", "sojourn", "busy", "handoff", "turns"};
   Json j = Json::object();
   for (int i = 0; i < KEEL_CYCLES_KINDS; i++) j[kNames[i]] = __atomic_load_n(&row[i], __ATOMIC_RELAXED);
   return j;

@@ -353,5 +353,45 @@ TEST(EngineRxZeroCopy, EgressCopyFreesTheReceivedSlots) {
   EXPECT_EQ(in.avail(), kBufs);
 }
 
+TEST(EngineSojourn, EveryPacketIsTimedFromItsReceiveBurstToItsTransmitOrDrop) {
+  ASSERT_TRUE(Eal()) << eal_err;
+  Instance in;
+  ASSERT_TRUE(in.rx) << in.err;
+  /* The second NF drops every frame (all go to 198.19.0.1) in the chain
+   * buffer, at position 1's turn: they leave at Egress without being sent,
+   * and are timed all the same. */
+  Position0 p0(&in, {{"macswap", ""}, {"acl", R"({"rules":[{"dst_ip":"198.19.0.1/32","drop":true}]})"}});
+  p0.engine.Begin();
+  const uint64_t ms = TscHz() / 1000;
+  auto turn = [&](uint16_t n, uint64_t stall) {
+    rte_mbuf* m[32];
+    for (uint16_t i = 0; i < n; i++) m[i] = Frame(in.rx->pool(), 100, static_cast<uint8_t>(i));
+    Send(m, n);
+    ASSERT_EQ(p0.engine.Head(1), n);
+    const uint64_t until = Rdtsc() + stall; /* a slow NF between receive and transmit */
+    while (Rdtsc() < until) {
+    }
+    p0.engine.InPlace(1, 1);
+    p0.engine.Egress();
+    rte_mbuf* back[32];
+    uint16_t got = rte_eth_rx_burst(kPort, 0, back, 32); /* the loopback port lets go of them */
+    rte_pktmbuf_free_bulk(back, got);
+  };
+  turn(10, 0);
+  const LatencyHist& h = p0.engine.sojourn();
+  ASSERT_EQ(h.count(), 10u);
+  EXPECT_LT(h.Quantile(1.0), ms) << "no stall: well under a millisecond";
+  turn(20, 2 * ms);
+  ASSERT_EQ(h.count(), 30u);
+  EXPECT_LT(h.Quantile(0.3), ms) << "the first turn's packets";
+  EXPECT_GE(h.Quantile(0.5), 2 * ms) << "the stalled turn's packets waited the stall";
+  EXPECT_LT(h.Quantile(1.0), 50 * ms);
+  Json j = p0.engine.StatsJson();
+  EXPECT_EQ(j["sojourn"]["count"], 30);
+  EXPECT_EQ(j["rx_wait_bound"]["count"], 30);
+  EXPECT_GT(j["cycles"]["sojourn"].get<uint64_t>(), 0u) << "its cost is in the cycle account";
+  EXPECT_EQ(j["port"]["tx_packets"], 0) << "dropped, not sent";
+}
+
 }  // namespace
 }  // namespace keel

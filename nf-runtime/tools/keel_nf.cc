@@ -131,7 +131,7 @@ const char kUsage[] =
     "   \"bad_descriptors\": {\"written_by\": J, \"count\": n} (packets dropped because\n"
     "   the descriptor position J, the one before this, left pointing outside its slot),\n"
     "   \"cycles\": {\"rx\", \"rx_idle\", \"nf\", \"copy_in\", \"view\", \"copy_out\", \"tx\",\n"
-    "              \"busy\", \"handoff\": cycles, \"turns\": n} (where this position's turns\n"
+    "              \"sojourn\", \"busy\", \"handoff\": cycles, \"turns\": n} (where this position's turns\n"
     "   went; busy is all of them, handoff the cycles from the previous position\n"
     "   passing the turn to this one starting),\n"
     "   \"nfs\": [{\"nf\": NAME, \"packets_in\": n, \"packets_out\": n, \"dropped\": n,\n"
@@ -147,7 +147,14 @@ const char kUsage[] =
     "   \"egress\": {\"zero_copy\": true|false, \"zero_copy_packets\": n, \"fallbacks\": n},\n"
     "   \"bursts_per_turn\": B (the most bursts a turn receives: the batch size\n"
     "   coopsched's SetBatch sets), \"batches\": n (turns that received packets),\n"
-    "   \"cycles_per_batch\": x (busy cycles of those turns, each on average)}\n";
+    "   \"cycles_per_batch\": x (busy cycles of those turns, each on average),\n"
+    "   \"sojourn\": each packet's TSC cycles from the receive burst that brought it to\n"
+    "   the transmit burst that sent it (or the turn that found it dropped), and\n"
+    "   \"rx_wait_bound\": the cycles since the poll before the one that received it (the\n"
+    "   most it can have waited in the VF's queue unseen), both cumulative histograms\n"
+    "   {\"unit\": \"tsc_cycles\", \"sub_bucket_bits\": 6, \"count\", \"sum\", \"max\": n,\n"
+    "   \"buckets\": [[BUCKET, n], ...]}: values under 64 a bucket each, each power of\n"
+    "   two above split into 64 (keel/sojourn.h)}\n";
 
 keel::Member* g_member = nullptr;
 void OnSignal(int) {

@@ -191,6 +191,7 @@ func run() int {
 		advertise   = fs.String("advertise", "", "`HOST:PORT` at which keel-gateway reaches --listen (faas-cli logs of a chain); default --listen, which then must name a host (not 0.0.0.0)")
 		statsEvery  = fs.Duration("stats-interval", time.Second, "how often NFs write their stats files and the agent reads them")
 		heartbeat   = fs.Duration("heartbeat", 10*time.Second, "an instance's stats go to the gateway at least this often (else on significant change)")
+		sojournWin  = fs.Duration("sojourn-window", 5*time.Second, "the window over which an instance's server sojourn p50/p99/p99.9 are reported (each window's packets only; at least --stats-interval)")
 		rtRuntime   = fs.Int64("rt-runtime-us", 10000, "cgroup v1 cpu.rt_runtime_us of each NF container (see SCHED_FIFO above)")
 		regTimeout  = fs.Duration("register-timeout", 30*time.Second, "an instance whose NFs have not formed their sgroup after this is failed and rebuilt")
 		waitIface   = fs.Duration("wait-iface", 30*time.Second, "how long position 0 waits for vf0 to appear (keel-nf --wait-iface)")
@@ -231,6 +232,9 @@ func run() int {
 	}
 	if *statsEvery < 10*time.Millisecond || *heartbeat < *statsEvery {
 		return bad("--stats-interval must be >= 10ms and --heartbeat at least as long")
+	}
+	if *sojournWin < *statsEvery {
+		return bad("--sojourn-window %v is shorter than --stats-interval %v", *sojournWin, *statsEvery)
 	}
 	login, err := redisLogin.Login()
 	if err != nil {
@@ -376,7 +380,7 @@ func run() int {
 			RedisSocket: *redisSocket, NFRedisAddr: *nfRedis, SecretsDir: *secretsDir, Cpuset: joinCores(cores), VFDriver: *vfDriver,
 			StatsIntervalMs: int(statsEvery.Milliseconds()), RTRuntimeUs: *rtRuntime,
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
-		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, Resync: *resync,
+		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, SojournWindow: *sojournWin, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
 		ProcRoot: *procRoot, PodCores: podCores,
 	}

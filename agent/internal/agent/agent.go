@@ -27,6 +27,7 @@ type Config struct {
 	Cores           []int32 // the cores coopsched manages
 	Heartbeat       time.Duration
 	StatsInterval   time.Duration
+	SojournWindow   time.Duration // the window of the server sojourn figures reported
 	Resync          time.Duration // a full pass at least this often
 	RegisterTimeout time.Duration // containers up, sgroup not formed after this: failed
 	ReadyResetAfter time.Duration // ready this long: the failure backoff starts over

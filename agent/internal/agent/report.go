@@ -32,6 +32,9 @@ type sampleState struct {
 	loggedAt   map[string]time.Time
 	last       nfstats.Report
 	lastSent   time.Time
+	// The server sojourn position 0 measures (cumulative in cur.Sojourn) in windows of
+	// --sojourn-window, and its bound on the wait in the VF's queue beside it.
+	sojourn, rxWait nfstats.Window
 }
 
 // mismatchLogEvery is how often at most a contradicted NF figure is logged, per instance
@@ -125,7 +128,40 @@ func (s *statsStream) close() {
 func reportOf(m *pb.InstanceStats) nfstats.Report {
 	return nfstats.Report{Phase: m.Phase, Reason: m.Reason, Attached: m.Attached, Core: m.Core, Batch: m.Batch,
 		RatePPS: m.RatePps, VFDropped: m.VfDropped, Drops: m.NfReportedDrops, QueueLen: m.NfReportedQueueLen,
-		Restarts: m.Restarts}
+		Restarts: m.Restarts, SojournP99us: m.P99Us}
+}
+
+// observeSojourn gives the windows position 0's cumulative histograms as of its last file;
+// an instance that is not running, attached and ready (detached: stopped, its file not
+// rewritten; starting) has no window, and starts new ones when it is again.
+func (ss *sampleState) observeSojourn(length time.Duration, running bool) {
+	if !running {
+		ss.sojourn, ss.rxWait = nfstats.Window{}, nfstats.Window{}
+		return
+	}
+	ss.sojourn.Length, ss.rxWait.Length = length, length
+	if ss.cur.Sojourn != nil {
+		ss.sojourn.Observe(ss.cur.Sojourn, ss.cur.At)
+	}
+	if ss.cur.RxWaitBound != nil {
+		ss.rxWait.Observe(ss.cur.RxWaitBound, ss.cur.At)
+	}
+}
+
+// sojournFigures fills m's sojourn fields from the last complete window (none: zeros).
+func (ss *sampleState) sojournFigures(m *pb.InstanceStats) {
+	h, length, _, ok := ss.sojourn.Last()
+	if !ok || ss.cur.TscHz <= 0 {
+		return
+	}
+	us := func(h *nfstats.Hist, q float64) float64 { return float64(h.Quantile(q)) / ss.cur.TscHz * 1e6 }
+	m.SojournWindowS, m.SojournPackets = length.Seconds(), h.Count()
+	if h.Count() > 0 {
+		m.P99Us, m.SojournP50Us, m.SojournP999Us = us(h, 0.99), us(h, 0.5), us(h, 0.999)
+	}
+	if w, _, _, ok := ss.rxWait.Last(); ok && w.Count() > 0 {
+		m.RxWaitBoundP99Us = us(w, 0.99)
+	}
 }
 
 // sample reads every desired instance's files and keel's own counters, updates its rates,
@@ -171,6 +207,7 @@ func (a *Agent) sample(ctx context.Context, now time.Time) []*pb.InstanceStats {
 				ss.pps, ss.gbps = nfstats.Rate(ss.cur, s)
 				ss.cur = s
 			}
+			ss.observeSojourn(a.cfg.SojournWindow, st.attached && st.phase == "ready")
 			// A detached chain is stopped and writes no file: it carries no traffic.
 			if !st.attached || now.Sub(ss.cur.At) > 3*a.cfg.StatsInterval {
 				ss.pps, ss.gbps = 0, 0
@@ -258,6 +295,7 @@ func (a *Agent) statsMessage(id string, st *instStatus) *pb.InstanceStats {
 		VfDropped: ss.keel.VF.RxDropped, CyclesPerPacket: ss.fig.CyclesPerPacket,
 		NfReportedRatePps: ss.pps, NfReportedDrops: ss.cur.Drops, NfReportedQueueLen: ss.cur.QueueLen,
 		NfReportedCyclesPerBatch: ss.cur.CyclesPerBatch}
+	ss.sojournFigures(m)
 	for _, nf := range ss.cur.NFs {
 		name := nf.Name
 		if nf.Position < len(st.members) {
@@ -304,6 +342,7 @@ var (
 			[]string{"instance", "chain", "reason"}},
 		{"keel_agent_instance_nf_reported_queue_length_packets", "Packets waiting in the VF's receive queue, as position 0 reports (the NF's own figure)", inst},
 		{"keel_agent_instance_nf_reported_cycles_per_batch", "TSC cycles of the first NF's turns that received packets, each on average, as it reports (the NF's own figure)", inst},
+		{"keel_instance_sojourn_seconds", "Server sojourn of the instance's packets, from position 0 receiving them from the VF to transmitting them (or finding them dropped), as position 0 stamps them (TSC; its process also runs the chain's first NF)", inst},
 		{"keel_agent_nf_stats_mismatch_total", "Samples in which an instance's NF statistics contradicted keel's measurement, by figure: rate, queue, cycles",
 			[]string{"instance", "figure"}},
 		{"keel_agent_nf_packets_in_total", "Packets into an NF, as it reports (its own figure)", nfLbl},
@@ -375,6 +414,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		g("keel_agent_instance_nf_reported_queue_length_packets", float64(ss.cur.QueueLen), id, st.chain)
 		g("keel_agent_instance_nf_reported_cycles_per_batch", ss.cur.CyclesPerBatch, id, st.chain)
+		if h := ss.cur.Sojourn; h != nil && ss.cur.TscHz > 0 {
+			ch <- sojournHistogram(h, ss.cur.TscHz, id, st.chain)
+		}
 		for _, nf := range ss.cur.NFs {
 			l := []string{id, st.chain, strconv.Itoa(nf.Position), nf.Name}
 			c("keel_agent_nf_packets_in_total", float64(nf.PacketsIn), l...)
@@ -409,6 +451,31 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		kind, result, _ := strings.Cut(k, " ")
 		c("keel_agent_actions_total", float64(n), kind, result)
 	}
+}
+
+// sojournLe are the upper bounds (seconds) of keel_instance_sojourn_seconds' buckets.
+var sojournLe = []float64{1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3,
+	20e-3, 50e-3, 100e-3, 1}
+
+// sojournHistogram is the cumulative histogram h (cycles at hz) as Prometheus buckets: each of
+// h's buckets counts under the first bound at or above its upper edge (never too low).
+func sojournHistogram(h *nfstats.Hist, hz float64, labels ...string) prometheus.Metric {
+	cum := make(map[float64]uint64, len(sojournLe))
+	h.Buckets(func(upper, n uint64) {
+		sec := float64(upper) / hz
+		for _, le := range sojournLe {
+			if sec <= le {
+				cum[le] += n
+				break
+			}
+		}
+	})
+	var acc uint64
+	for _, le := range sojournLe {
+		acc += cum[le]
+		cum[le] = acc
+	}
+	return prometheus.MustNewConstHistogram(descs["keel_instance_sojourn_seconds"], h.Count(), float64(h.Sum())/hz, cum, labels...)
 }
 
 func b2f(b bool) float64 {

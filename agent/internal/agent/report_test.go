@@ -26,10 +26,14 @@ import (
 )
 
 func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
+	sojourn := new(nfstats.Hist)
+	sojourn.Record(3000, 8)   // 3 µs at 1 GHz
+	sojourn.Record(150000, 2) // 150 µs
 	a := &Agent{status: map[string]*instStatus{}, actions: map[string]uint64{"attach ok": 2}, connected: true}
 	a.status["chain3/1"] = &instStatus{chain: "chain3", members: []string{"NAT"}, phase: "ready", attached: true, core: 1, batch: 2,
 		stats: sampleState{have: true, pps: 1000, gbps: 0.008, cur: nfstats.Sample{At: time.Now(), Packets: 10, Bytes: 10000, Drops: 3,
-			DropsBy: map[string]uint64{"nf": 2, "tx": 1}, NFs: []nfstats.NF{{Name: "nat", PacketsIn: 10, PacketsOut: 8, Dropped: 2}}},
+			DropsBy: map[string]uint64{"nf": 2, "tx": 1}, NFs: []nfstats.NF{{Name: "nat", PacketsIn: 10, PacketsOut: 8, Dropped: 2}},
+			Sojourn: sojourn, TscHz: 1e9},
 			haveKeel: true, keel: measure.Sample{VF: vf.Counters{RxPackets: 10, RxBytes: 10000, RxDropped: 1}},
 			fig: measure.Figures{OfferedPPS: 1000, OfferedGbps: 0.008, CyclesPerPacket: 900}, mismatches: map[string]uint64{"rate": 4}}}
 	reg := prometheus.NewPedanticRegistry()
@@ -44,8 +48,17 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 	values := map[string]float64{}
 	for _, f := range fams {
 		name := f.GetName()
-		if !strings.HasPrefix(name, "keel_agent_") || scaled.MatchString(name) {
+		// keel_instance_sojourn_seconds is named by issue 32 (the dashboard and users query it).
+		if !strings.HasPrefix(name, "keel_agent_") && name != "keel_instance_sojourn_seconds" || scaled.MatchString(name) {
 			t.Errorf("%s: want keel_agent_* in base units", name)
+		}
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			h := f.GetMetric()[0].GetHistogram()
+			values[name+"_count"] = float64(h.GetSampleCount())
+			for _, b := range h.GetBucket() {
+				values[fmt.Sprintf("%s{le=%g}", name, b.GetUpperBound())] = float64(b.GetCumulativeCount())
+			}
+			continue
 		}
 		if (f.GetType() == dto.MetricType_COUNTER) != strings.HasSuffix(name, "_total") {
 			t.Errorf("%s: type %v; counters and only counters end in _total", name, f.GetType())
@@ -78,6 +91,10 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		"keel_agent_nf_dropped_packets_total":                              2,
 		"keel_agent_nf_stats_mismatch_total{rate}":                         4,
 		"keel_agent_nf_stats_mismatch_total{queue}":                        0,
+		"keel_instance_sojourn_seconds_count":                              10,
+		"keel_instance_sojourn_seconds{le=2e-06}":                          0,
+		"keel_instance_sojourn_seconds{le=5e-06}":                          8,
+		"keel_instance_sojourn_seconds{le=0.0002}":                         10,
 	} {
 		if got, ok := values[k]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
@@ -324,5 +341,46 @@ func Test_a_forged_stats_file_does_not_change_the_figures_the_controller_decides
 		if fs.mismatches[f] != 1 || hs.mismatches[f] != 0 {
 			t.Errorf("%s: forged file counted %d times, honest %d; want 1 and 0", f, fs.mismatches[f], hs.mismatches[f])
 		}
+	}
+}
+
+func Test_an_instances_report_carries_the_last_sojourn_window(t *testing.T) {
+	ss := &sampleState{}
+	t0 := time.Unix(1000, 0)
+	cum := new(nfstats.Hist)
+	step := func(at time.Time) {
+		c := *cum
+		ss.cur = nfstats.Sample{At: at, Sojourn: &c, RxWaitBound: &c, TscHz: 2e9}
+		ss.observeSojourn(5*time.Second, true)
+	}
+	step(t0)
+	cum.Record(2e10, 5) // the instance's first window (while it started): not reported
+	t0 = t0.Add(5 * time.Second)
+	step(t0)
+	var m pb.InstanceStats
+	ss.sojournFigures(&m)
+	if m.P99Us != 0 || m.SojournWindowS != 0 {
+		t.Fatalf("figures before a window closed: %+v", &m)
+	}
+	cum.Record(20000, 990) // 10 µs at 2 GHz
+	cum.Record(400000, 10) // 200 µs: the slowest 1 %
+	step(t0.Add(5 * time.Second))
+	ss.sojournFigures(&m)
+	if m.SojournPackets != 1000 || m.SojournWindowS != 5 || m.SojournP50Us < 10 || m.SojournP50Us > 10.2 ||
+		m.P99Us < 10 || m.P99Us > 10.2 || m.SojournP999Us < 200 || m.SojournP999Us > 204 {
+		t.Fatalf("window 1: %+v", &m)
+	}
+	cum.Record(400000, 100) // the next window: only slow packets
+	step(t0.Add(10 * time.Second))
+	m = pb.InstanceStats{}
+	ss.sojournFigures(&m)
+	if m.SojournPackets != 100 || m.P99Us < 200 || m.P99Us > 204 {
+		t.Fatalf("window 2 (its own packets only): %+v", &m)
+	}
+	ss.observeSojourn(5*time.Second, false) // detached: its last window is not its figure any more
+	m = pb.InstanceStats{}
+	ss.sojournFigures(&m)
+	if m.P99Us != 0 || m.SojournWindowS != 0 {
+		t.Fatalf("figures of a detached instance: %+v", &m)
 	}
 }

@@ -40,6 +40,11 @@ type File struct {
 	} `json:"port"`
 	// Busy cycles of position 0's turns that received packets, each on average.
 	CyclesPerBatch float64 `json:"cycles_per_batch"`
+	// Position 0: the packets' server sojourn and the bound on their wait in the VF's queue,
+	// cumulative histograms in TSC cycles at TscHz (sojourn.go).
+	TscHz       float64   `json:"tsc_hz"`
+	Sojourn     *histJSON `json:"sojourn"`
+	RxWaitBound *histJSON `json:"rx_wait_bound"`
 	// Descriptors of the chain buffer this position refused (written out of bounds by the
 	// position before it, WrittenBy); each one is a packet dropped.
 	BadDescriptors struct {
@@ -80,6 +85,10 @@ type Sample struct {
 	QueueLen       uint32
 	CyclesPerBatch float64
 	NFs            []NF // in chain order; a position whose file is not there yet is absent
+	// Position 0's cumulative sojourn and queue-wait bound histograms (nil if its file has
+	// none, or a malformed one) and its TSC rate.
+	Sojourn, RxWaitBound *Hist
+	TscHz                float64
 }
 
 // DropReasons are the reasons an instance's drops are counted under (a bounded label set).
@@ -125,9 +134,25 @@ func Read(open Opener, n int) (Sample, bool) {
 				s.QueueLen = uint32(min(*f.Port.RxQueueLen, math.MaxUint32))
 			}
 			s.CyclesPerBatch = f.CyclesPerBatch
+			if f.TscHz > 0 {
+				s.TscHz = f.TscHz
+				s.Sojourn, s.RxWaitBound = histOf(f.Sojourn), histOf(f.RxWaitBound)
+			}
 		}
 	}
 	return s, ok
+}
+
+// histOf is the file's histogram j, or nil if there is none or it does not fit the geometry.
+func histOf(j *histJSON) *Hist {
+	if j == nil {
+		return nil
+	}
+	h := new(Hist)
+	if j.toHist(h) != nil {
+		return nil
+	}
+	return h
 }
 
 // Rate is the packet and bit rate between two samples of one instance (zero if the
@@ -152,13 +177,15 @@ type Report struct {
 	Drops     uint64  // the NFs' own
 	QueueLen  uint32  // the NFs' own
 	Restarts  uint64
+	// The server sojourn's p99 over the last window (position 0's measurement).
+	SojournP99us float64
 }
 
 // Significant reports whether cur differs enough from the last report to send it now:
 // any change of phase, attachment, core, batch or restarts, new drops (the VF's or the
 // NFs'), a rate that moved by more than 10 % (or left or reached zero), or a NIC queue that
-// started or stopped building. The NFs' figures only make a report sooner; the gateway
-// decides by keel's.
+// started or stopped building, or a server sojourn p99 that moved by more than 10 %. The NFs'
+// figures only make a report sooner; the gateway decides by keel's.
 func Significant(last, cur Report) bool {
 	if last.Phase != cur.Phase || last.Reason != cur.Reason || last.Attached != cur.Attached ||
 		last.Core != cur.Core || last.Batch != cur.Batch || last.Restarts != cur.Restarts ||
@@ -171,5 +198,8 @@ func Significant(last, cur Report) bool {
 	if last.RatePPS > 0 && math.Abs(cur.RatePPS-last.RatePPS) > 0.1*last.RatePPS {
 		return true
 	}
-	return (last.QueueLen == 0) != (cur.QueueLen == 0)
+	if (last.QueueLen == 0) != (cur.QueueLen == 0) {
+		return true
+	}
+	return math.Abs(cur.SojournP99us-last.SojournP99us) > 0.1*last.SojournP99us
 }

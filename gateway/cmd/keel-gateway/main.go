@@ -61,6 +61,7 @@ type options struct {
 	upstream, upstreamUser, upstreamPasswordFile                                               string
 	loadWindow, downWindow, wakeTimeout, callTimeout                                           time.Duration
 	rpsTarget                                                                                  float64
+	networkBudget                                                                              time.Duration
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -133,6 +134,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.chainCosts, "chain-costs", "bench/results/chain_length.json", "measured I/O and handoff cycles of chains under coopsched (built-in figures if absent)")
 	fs.StringVar(&o.profiles, "profiles", "", "directory of measured latency profiles, profile_<chain>.json; a chain without one\n"+
 		"(or with one taken for other NFs or another clock) is profiled by the queueing model")
+	fs.DurationVar(&o.networkBudget, "network-budget", 10*time.Microsecond, "the share of every chain's p99 SLO that the ToR hops and links take (the embedded rack:\n"+
+		"twice the topology's link_latency_us); the rest is the server budget: an instance whose measured server\n"+
+		"sojourn p99 is over it counts as overloaded, and the chain's threshold follows (README, \"Latency\")")
 	fs.IntVar(&o.packetBytes, "packet-bytes", 1024, "packet size the controller sizes chains for (Galleon's median)")
 	fs.Float64Var(&o.coreGHz, "core-ghz", 0, "clock of the workers' managed cores (0: the clock --chain-costs was measured at)")
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
@@ -160,6 +164,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.coreGHz < 0 {
 		return nil, fmt.Errorf("--core-ghz must be >= 0")
+	}
+	if o.networkBudget < 0 {
+		return nil, fmt.Errorf("--network-budget must be >= 0 (got %v)", o.networkBudget)
 	}
 	if o.scalePeriod <= 0 {
 		return nil, fmt.Errorf("--scale-period must be positive")
@@ -378,7 +385,9 @@ func run(o *options) error {
 	modeler := &costs.Modeler{Costs: table, Policy: pol, ProfileDir: o.profiles, PacketBytes: o.packetBytes, FreqHz: freq}
 	p.Models = modeler
 	ctl := &controller.Controller{Store: st, Pool: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
-		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) }}
+		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) },
+		SLO:        controller.NewSLOLoop(float64(o.networkBudget) / float64(time.Microsecond))}
+	p.ServerBudget = ctl.SLO.ServerBudget
 	fsc := &controller.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
 		OnDecision: ctl.Record, Logf: log.Printf}
 	ctl.Functions, p.OnReplicas = fsc, fsc.Heard
@@ -400,6 +409,7 @@ func run(o *options) error {
 		go ctl.SyncFlows(ctx, tor, 10*time.Second, log.Printf)
 	}
 	view := &ui.View{Source: ui.StoreSource{Store: st}, Decisions: ctl.Decisions, History: &ui.History{Keep: int(o.history / o.sample)},
+		ServerBudget: ctl.SLO.ServerBudget,
 		OnSample: func(t ui.Topology) {
 			m.SetRack(t.Totals.Chains, t.Totals.Attached, t.Totals.Pooled, t.Totals.Flows)
 		}}

@@ -34,7 +34,8 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		kube: kube.Options{Backend: "docker", Namespace: "openfaas-fn", ClusterDomain: "cluster.local"}, upstreamUser: "admin",
 		leader: leader.Options{Lease: "keel-gateway", LeaseDuration: leader.DefaultLeaseDuration,
 			RenewDeadline: leader.DefaultRenewDeadline, RetryPeriod: leader.DefaultRetryPeriod},
-		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, callTimeout: 2 * time.Minute, rpsTarget: 5}
+		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, callTimeout: 2 * time.Minute, rpsTarget: 5,
+		networkBudget: 10 * time.Microsecond}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}

@@ -61,6 +61,9 @@ type Controller struct {
 	// Functions, when set, scales normal functions in the same loop (functions.go); its
 	// decisions join the chains'.
 	Functions *FunctionScaler
+	// SLO, when set, corrects each chain's modelled threshold with its instances' measured
+	// server sojourn (sloloop.go); nil: the model alone, as Galleon.
+	SLO *SLOLoop
 
 	mu        sync.Mutex // serialises the controller's decisions
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter
@@ -381,7 +384,8 @@ func (s *Controller) ApplyStats(ctx context.Context, st *pb.InstanceStats) error
 	// The controller decides by keel's own figures (the VF's counters, coopsched's account of
 	// CPU time); what the NFs report of themselves is kept for describe and the dashboard only.
 	note := applyMeasured(in, st)
-	in.P99us = st.P99Us
+	in.P99us, in.P50us, in.P999us, in.SojournWindowS = st.P99Us, st.SojournP50Us, st.SojournP999Us, st.SojournWindowS
+	in.RxWaitBoundP99us = st.RxWaitBoundP99Us
 	in.NFQueueLen, in.NFDrops = st.NfReportedQueueLen, st.NfReportedDrops
 	in.Phase, in.Reason, in.Restarts = st.Phase, st.Reason, st.Restarts
 	in.ReportedAt = time.Now().UTC()

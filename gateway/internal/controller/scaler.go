@@ -51,7 +51,7 @@ func (s *Controller) model(f *chain.Function) (*policy.Model, error) {
 	if err != nil {
 		// Said once per chain version: the chain is still served, by flow count and queue.
 		s.logf("chain %s: no cost model (%v); its instances count as unloaded until they report a queue", f.Deployment.Service, err)
-		m = &policy.Model{Chain: policy.Chain{Name: f.Deployment.Service, Threshold: s.Policy.FixedThreshold}}
+		m = &policy.Model{Chain: policy.Chain{Name: f.Deployment.Service, SLOus: f.Chain.SLO.P99us, Threshold: s.Policy.FixedThreshold}}
 	}
 	s.models.Store(key, m)
 	return m, nil
@@ -106,6 +106,7 @@ func (s *Controller) state(ctx context.Context) (*state, error) {
 			st.view.Instances = append(st.view.Instances, policyInstance(in))
 		}
 	}
+	s.applySLO(st.view)
 	return st, nil
 }
 
@@ -116,7 +117,7 @@ func policyInstance(in *store.Instance) policy.Instance {
 	}
 	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
 		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
-		RatePps: rate, NewDrops: in.NewVFDropped, Overloaded: in.Overloaded, Batch: int(in.Batch),
+		RatePps: rate, NewDrops: in.NewVFDropped, SojournP99us: in.P99us, Overloaded: in.Overloaded, Batch: int(in.Batch),
 		IdleSince: in.IdleSince, Draining: in.Draining}
 }
 

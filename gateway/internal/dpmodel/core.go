@@ -45,6 +45,7 @@ type SGroup struct {
 	Cap       int   // NIC queue capacity
 	QueueHigh int   // a queue this long sets High (0: never)
 	Hist      *Hist // where its packets' latencies go (may be shared)
+	Window    *Hist // and, when set, this instance's own (keel-sim's measured sojourn)
 
 	rate        float64 // packets per second arriving now
 	last        float64 // arrivals drawn through this time
@@ -147,6 +148,9 @@ func (g *SGroup) take(k int, dep float64) {
 		c := &g.q[g.head]
 		if c.n <= k {
 			g.Hist.AddRange(dep-c.b, dep-c.a, float64(c.n))
+			if g.Window != nil {
+				g.Window.AddRange(dep-c.b, dep-c.a, float64(c.n))
+			}
 			k -= c.n
 			g.head++
 			continue
@@ -154,6 +158,9 @@ func (g *SGroup) take(k int, dep float64) {
 		// the first k of the chunk
 		mid := c.a + (c.b-c.a)*float64(k)/float64(c.n)
 		g.Hist.AddRange(dep-mid, dep-c.a, float64(k))
+		if g.Window != nil {
+			g.Window.AddRange(dep-mid, dep-c.a, float64(k))
+		}
 		c.a, c.n = mid, c.n-k
 		k = 0
 	}

@@ -69,7 +69,7 @@ func New() *Metrics {
 		ChainPackets:   NewSettableCounterVec("keel_chain_packets_total", "Packets offered to a chain's instances on their VFs (measured by the agents)", ch),
 		ChainNFDrops:   NewSettableCounterVec("keel_chain_nf_reported_drops_total", "Packets a chain's instances dropped, as their NFs report (the NFs' own figures)", ch),
 		ChainVFDropped: NewSettableCounterVec("keel_chain_vf_dropped_packets_total", "Packets a chain's instances' VFs could not hand over, their receive side full (measured by the agents)", ch),
-		ChainP99:       gauge("keel_chain_p99_latency_seconds", "Worst p99 latency over a chain's instances", ch),
+		ChainP99:       gauge("keel_chain_p99_latency_seconds", "Server sojourn p99 of a chain: the largest of its attached instances over their last windows (an upper bound of the chain's)", ch),
 		ChainInstances: gauge("keel_chain_instances", "Chain instances by state (pooled, attached)", []string{"chain", "state"}),
 		ChainCores:     gauge("keel_chain_cores", "Server cores a chain's placement uses", ch),
 		ChainFlows:     gauge("keel_chain_flows", "Flows assigned to a chain's instances", ch),

@@ -19,6 +19,7 @@ const (
 	KindPack      Kind = "pack"      // an instance moved to another core of its worker
 	KindBatch     Kind = "batch"     // an instance's bursts per turn changed
 	KindFunction  Kind = "function"  // a normal function's replicas changed; Chain is the function
+	KindThreshold Kind = "threshold" // a chain's overload threshold moved with its measured p99
 )
 
 // Reason is why a decision was made: a bounded set (the label of
@@ -38,6 +39,8 @@ const (
 	ReasonQueue                    Reason = "queue"                       // overload: NIC queue ≥ QueueHigh
 	ReasonDrops                    Reason = "drops"                       // overload: packets dropped
 	ReasonSharedCore               Reason = "shared_core"                 // overload: its shared core is full
+	ReasonMeasuredP99              Reason = "measured_p99"                // overload, threshold: measured server p99 over budget
+	ReasonMeasuredP99Under         Reason = "measured_p99_under"          // threshold: measured server p99 well under budget
 	ReasonBelowThreshold           Reason = "below_threshold"             // clear
 	ReasonDetached                 Reason = "detached"                    // clear: the instance left its core
 	ReasonMove                     Reason = "move"                        // pack

@@ -79,6 +79,9 @@ type Chain struct {
 	// MinInstances is how many instances (attached and idle) the chain keeps deployed at
 	// least, as faas-cli scale set it: the idle pool is kept large enough to make it up.
 	MinInstances int
+	// ServerBudgetUs is the SLO's share for the server's sojourn (the rest is the network's:
+	// controller.SLOLoop); 0: no measured-latency bound.
+	ServerBudgetUs float64
 	// BatchCap is the most bursts per turn its instances run at (0: the policy's MaxBatch):
 	// the batch Operating chose for its SLO.
 	BatchCap int
@@ -94,7 +97,8 @@ type Instance struct {
 	FlowsAtStats      int   // flows assigned when RatePps was measured
 	RatePps           float64
 	QueueLen          int
-	NewDrops          uint64 // drops in the latest stats interval
+	NewDrops          uint64  // drops in the latest stats interval
+	SojournP99us      float64 // measured server sojourn p99 over the last window (0: none)
 	Overloaded        bool
 	Batch             int
 	IdleSince         time.Time // attached and without flows since then (zero: it has flows)
@@ -430,9 +434,10 @@ type Change struct {
 
 // Overload recomputes every attached instance's overload mark (Galleon §5.1–5.2): an
 // instance is overloaded when its load reaches its chain's threshold, its NIC queue reaches
-// QueueHigh, it dropped packets, or the core it shares has reached the lowest threshold of
-// its sgroups. It takes new flows again only once all of these are below ClearFrac of their
-// limits. It returns the marks that change; instances of gone workers get none.
+// QueueHigh, it dropped packets, the core it shares has reached the lowest threshold of
+// its sgroups, or its measured server sojourn p99 is over its chain's server budget. It
+// takes new flows again only once all of these are below ClearFrac of their limits. It
+// returns the marks that change; instances of gone workers get none.
 func (cfg Config) Overload(v *View) []Change {
 	use := v.cores()
 	up := v.workerUp()
@@ -448,7 +453,7 @@ func (cfg Config) Overload(v *View) []Change {
 			}
 			continue
 		}
-		thr := v.Chains[in.Chain].Threshold
+		thr, budget := v.Chains[in.Chain].Threshold, v.Chains[in.Chain].ServerBudgetUs
 		load := v.Load(in)
 		qh := cfg.QueueHighFor(in.Batch)
 		u := use[coreKey{in.Worker, in.Core}]
@@ -463,6 +468,8 @@ func (cfg Config) Overload(v *View) []Change {
 			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)
 		case u != nil && u.members > 1 && u.load >= u.minThr:
 			reason, why = ReasonSharedCore, fmt.Sprintf("shared core %d load %.2f ≥ %.2f", in.Core, u.load, u.minThr)
+		case budget > 0 && in.SojournP99us > budget:
+			reason, why = ReasonMeasuredP99, fmt.Sprintf("measured server p99 %.1f µs > server budget %.1f µs", in.SojournP99us, budget)
 		}
 		if why != "" {
 			if !in.Overloaded {
@@ -475,7 +482,7 @@ func (cfg Config) Overload(v *View) []Change {
 		}
 		f := cfg.ClearFrac
 		calm := load < f*thr && float64(in.QueueLen) < f*float64(qh) &&
-			(u == nil || u.members < 2 || u.load < f*u.minThr)
+			(u == nil || u.members < 2 || u.load < f*u.minThr) && (budget == 0 || in.SojournP99us < f*budget)
 		if calm {
 			out = append(out, Change{in.ID, false, ReasonBelowThreshold, fmt.Sprintf("load %.2f < %.2f", load, f*thr)})
 		}

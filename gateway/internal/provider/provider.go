@@ -111,6 +111,9 @@ type Provider struct {
 	// ReportStale is how old an agent's latest report of an instance may be for the instance
 	// to count as available (0: DefaultReportStale).
 	ReportStale time.Duration
+	// ServerBudget is the server's share of a chain's p99 SLO (controller.SLOLoop's), shown
+	// beside its measured p99; nil: the whole SLO.
+	ServerBudget func(sloUs float64) float64
 	// Models, when set, models a placed chain as the controller will (package costs), so
 	// that deploy refuses a chain the controller cannot scale: an SLO no per-core load meets.
 	Models ChainModeler

@@ -38,7 +38,7 @@ func (p *Provider) SetChainMetrics(f *chain.Function, insts []*store.Instance) {
 	}
 	name := f.Deployment.Service
 	var pooled, attached, flows float64
-	var packets, nfDrops, vfDropped, rate, p99 float64
+	var packets, nfDrops, vfDropped, rate float64
 	for _, in := range insts {
 		if in.State == store.Attached {
 			attached++
@@ -50,9 +50,6 @@ func (p *Provider) SetChainMetrics(f *chain.Function, insts []*store.Instance) {
 		nfDrops += float64(in.NFDrops)
 		vfDropped += float64(in.VFDropped)
 		rate += in.RateGbps
-		if in.P99us > p99 {
-			p99 = in.P99us
-		}
 	}
 	cores := 0
 	for _, s := range f.Chain.Placement.Subgroups {
@@ -66,7 +63,7 @@ func (p *Provider) SetChainMetrics(f *chain.Function, insts []*store.Instance) {
 	m.ChainNFDrops.Set(nfDrops, name)
 	m.ChainVFDropped.Set(vfDropped, name)
 	m.ChainRate.WithLabelValues(name).Set(rate * 1e9)
-	m.ChainP99.WithLabelValues(name).Set(p99 / 1e6)
+	m.ChainP99.WithLabelValues(name).Set(store.SojournOf(insts).P99us / 1e6)
 	m.ChainCores.WithLabelValues(name).Set(float64(cores * len(insts)))
 	m.Services.WithLabelValues(name).Set(float64(len(insts)))
 }
@@ -137,7 +134,7 @@ func (p *Provider) status(ctx context.Context, f *chain.Function) (*types.Functi
 		if err != nil {
 			return nil, err
 		}
-		describeChain(f.Chain, insts, ann)
+		describeChain(f.Chain, insts, ann, p.serverBudget(f.Chain.SLO.P99us))
 		st.Image = f.Chain.Summary()
 		// What an OpenFaaS user expects: replicas are the instances serving flows (attached),
 		// available ones are those their agent reports running, lately; the idle pool is
@@ -194,9 +191,18 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
+// serverBudget is the server's share of a p99 SLO of sloUs (ServerBudget; without it, all).
+func (p *Provider) serverBudget(sloUs float64) float64 {
+	if p.ServerBudget == nil {
+		return sloUs
+	}
+	return p.ServerBudget(sloUs)
+}
+
 // describeChain writes the chain's NFs, placement (and its refinement, if any), instances, rate
-// and p99 into annotations.
-func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]string) {
+// and p99 (measured, against the server budget budgetUs, beside the placer's prediction) into
+// annotations.
+func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]string, budgetUs float64) {
 	ann["com.keel.nfs"] = strings.Join(c.NFs, " -> ")
 	ann["com.keel.placement"] = c.Summary()
 	var sgs []string
@@ -213,7 +219,7 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		ann["com.keel.refined-gains"] = c.RefineGains()
 	}
 	var parts []string
-	var rate, p99 float64
+	var rate float64
 	for _, in := range insts {
 		core := "-"
 		if in.Core >= 0 {
@@ -242,11 +248,11 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 		if in.Why != "" {
 			line += " (" + in.Why + ")"
 		}
+		if in.P99us > 0 {
+			line += fmt.Sprintf(" server_p99=%.1fus", in.P99us)
+		}
 		parts = append(parts, line)
 		rate += in.RateGbps
-		if in.P99us > p99 {
-			p99 = in.P99us
-		}
 	}
 	if len(parts) == 0 {
 		parts = []string{"none"}
@@ -254,5 +260,15 @@ func describeChain(c *chain.Chain, insts []*store.Instance, ann map[string]strin
 	sort.Strings(parts)
 	ann["com.keel.instances"] = strings.Join(parts, "; ")
 	ann["com.keel.rate"] = fmt.Sprintf("%.3f Gbps (placed %.3f Gbps)", rate, c.Placement.RateGbps)
-	ann["com.keel.p99"] = fmt.Sprintf("%.1f us (placed latency %.1f us)", p99, c.Placement.LatencyUs)
+	predicted := fmt.Sprintf("predicted %.1f us (the placer's model)", c.Placement.LatencyUs)
+	budget := "no SLO"
+	if c.SLO.P99us > 0 {
+		budget = fmt.Sprintf("server budget %.1f us of the %g us SLO", budgetUs, c.SLO.P99us)
+	}
+	if so := store.SojournOf(insts); so.Measured > 0 {
+		ann["com.keel.p99"] = fmt.Sprintf("measured %.1f us server sojourn (p50 %.1f, p99.9 %.1f) over the last %.1f s window of %d instance(s); %s; %s",
+			so.P99us, so.P50us, so.P999us, so.WindowS, so.Measured, budget, predicted)
+	} else {
+		ann["com.keel.p99"] = fmt.Sprintf("not measured yet (no attached instance reported a window); %s; %s", budget, predicted)
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/controller"
 	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/dpmodel"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -193,6 +194,10 @@ type inst struct {
 	flowsAlive int
 	active     int     // flows whose rule is in
 	rate       float64 // their packets per second
+	// The sojourn its packets saw since win began: the measurement keel-agent reports
+	// (position 0's histogram over --sojourn-window), here the model's latencies.
+	win      dpmodel.Hist
+	winStart float64
 }
 
 // chainRun is one chain of a run: its costs, its traffic and its results.
@@ -244,6 +249,10 @@ type run struct {
 	end                       float64
 	progress                  io.Writer
 	lastProgress, wallStarted time.Time
+	// slo corrects the chains' thresholds with the instances' sojourn (the gateway's
+	// controller.SLOLoop, with no network: the model's latency is the server's); nil for a
+	// policy without SLO thresholds.
+	slo *controller.SLOLoop
 }
 
 func (r *run) push(t float64, k evKind, f *flow, in *inst, c *chainRun) {
@@ -307,6 +316,9 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 			rng: rand.New(rand.NewPCG(seed, 0x5eed)), lmax: map[int]float64{}}
 		r.chains = append(r.chains, c)
 		r.byName[ch.Name] = c
+	}
+	if cfg.SLOThresholds {
+		r.slo = controller.NewSLOLoop(0)
 	}
 	r.label = r.chains[0].spec.Name
 	if len(r.chains) > 1 {
@@ -531,6 +543,10 @@ func (r *run) newFlow(c *chainRun) {
 	r.scheduleFlow(c)
 }
 
+// sojournWindowS is the window of an instance's measured sojourn: keel-agent's
+// --sojourn-window default.
+const sojournWindowS = 5.0
+
 // --- decisions ---
 
 func (r *run) view() *policy.View {
@@ -544,6 +560,9 @@ func (r *run) view() *policy.View {
 		if !in.removed {
 			v.Instances = append(v.Instances, in.p)
 		}
+	}
+	if r.slo != nil {
+		r.slo.Apply(v, v.Now)
 	}
 	return v
 }
@@ -585,6 +604,8 @@ func (r *run) attach(in *inst, core int32) {
 	in.g.Batch = in.c.pchan.CapBatch(r.cfg.BatchFor(in.c.cost, dpmodel.BurstSize))
 	c.Attach(in.g, r.now, r.sc.MovePauseMs/1e3)
 	in.core = c
+	in.win.Reset()
+	in.winStart, in.g.Window = r.now, &in.win
 	in.p.Attached, in.p.Core, in.p.Batch = true, core, in.g.Batch
 	in.g.QueueHigh = r.cfg.QueueHighFor(in.g.Batch)
 	in.lastArr, in.lastDrop = in.g.Arrived, in.g.Dropped
@@ -599,6 +620,7 @@ func (r *run) detach(in *inst) {
 	in.core = nil
 	in.p.Attached, in.p.Core, in.p.Overloaded = false, -1, false
 	in.p.IdleSince, in.p.RatePps, in.p.FlowsAtStats, in.p.QueueLen, in.p.NewDrops = time.Time{}, 0, 0, 0, 0
+	in.p.SojournP99us, in.g.Window = 0, nil
 	r.countCores()
 }
 
@@ -702,6 +724,11 @@ func (r *run) stats() {
 		in.p.QueueLen = g.QueueLen()
 		in.p.FlowsAtStats = in.p.Flows
 		in.lastArr, in.lastDrop = g.Arrived, g.Dropped
+		if r.now-in.winStart >= sojournWindowS {
+			in.p.SojournP99us = in.win.Quantile(0.99) * 1e6
+			in.win.Reset()
+			in.winStart = r.now
+		}
 	}
 	r.applyOverload()
 	r.retry()

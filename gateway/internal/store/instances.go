@@ -68,9 +68,15 @@ type Instance struct {
 	ReportedAt time.Time `json:"reported_at,omitzero"` // the agent's latest report of it
 	RateGbps   float64   `json:"rate_gbps"`            // offered on its VF
 	RatePps    float64   `json:"rate_pps,omitempty"`   // packets/s offered on its VF
-	P99us      float64   `json:"p99_us"`
-	Packets    uint64    `json:"packets"`    // offered on its VF
-	VFDropped  uint64    `json:"vf_dropped"` // refused by its VF (its receive side full)
+	// Its server sojourn over the agent's last window (position 0's measurement): p50, p99,
+	// p99.9 in µs, the window's length, and the bound on the wait in the VF's queue it hides.
+	P99us            float64 `json:"p99_us"`
+	P50us            float64 `json:"p50_us,omitempty"`
+	P999us           float64 `json:"p999_us,omitempty"`
+	SojournWindowS   float64 `json:"sojourn_window_s,omitempty"`
+	RxWaitBoundP99us float64 `json:"rx_wait_bound_p99_us,omitempty"`
+	Packets          uint64  `json:"packets"`    // offered on its VF
+	VFDropped        uint64  `json:"vf_dropped"` // refused by its VF (its receive side full)
 	// What its NFs report of themselves (their statistics files): shown, never decided by.
 	NFQueueLen uint32 `json:"nf_reported_queue_len"`
 	NFDrops    uint64 `json:"nf_reported_drops"`
@@ -137,6 +143,10 @@ type instanceStatus struct {
 	RateGbps        float64   `json:"rate_gbps,omitempty"`
 	RatePps         float64   `json:"rate_pps,omitempty"`
 	P99us           float64   `json:"p99_us,omitempty"`
+	P50us           float64   `json:"p50_us,omitempty"`
+	P999us          float64   `json:"p999_us,omitempty"`
+	SojournWindowS  float64   `json:"sojourn_window_s,omitempty"`
+	RxWaitP99us     float64   `json:"rx_wait_bound_p99_us,omitempty"`
 	Packets         uint64    `json:"packets,omitempty"`
 	VFDropped       uint64    `json:"vf_dropped,omitempty"`
 	NFQueueLen      uint32    `json:"nf_reported_queue_len,omitempty"`
@@ -158,7 +168,8 @@ func (sp *instanceSpec) applyTo(in *Instance) {
 
 func statusOf(in *Instance) instanceStatus {
 	return instanceStatus{Phase: in.Phase, Reason: in.Reason, Restarts: in.Restarts, ReportedAt: in.ReportedAt,
-		RateGbps: in.RateGbps, RatePps: in.RatePps, P99us: in.P99us, Packets: in.Packets, VFDropped: in.VFDropped,
+		RateGbps: in.RateGbps, RatePps: in.RatePps, P99us: in.P99us, P50us: in.P50us, P999us: in.P999us,
+		SojournWindowS: in.SojournWindowS, RxWaitP99us: in.RxWaitBoundP99us, Packets: in.Packets, VFDropped: in.VFDropped,
 		NFQueueLen: in.NFQueueLen, NFDrops: in.NFDrops, CyclesPerPacket: in.CyclesPerPacket}
 }
 
@@ -166,6 +177,7 @@ func (st *instanceStatus) applyTo(in *Instance) {
 	in.Phase, in.Reason, in.Restarts, in.ReportedAt = st.Phase, st.Reason, st.Restarts, st.ReportedAt
 	in.RateGbps, in.RatePps, in.P99us, in.Packets, in.VFDropped = st.RateGbps, st.RatePps, st.P99us, st.Packets, st.VFDropped
 	in.NFQueueLen, in.NFDrops, in.CyclesPerPacket = st.NFQueueLen, st.NFDrops, st.CyclesPerPacket
+	in.P50us, in.P999us, in.SojournWindowS, in.RxWaitBoundP99us = st.P50us, st.P999us, st.SojournWindowS, st.RxWaitP99us
 }
 
 // Errors of the instance writes.
@@ -691,4 +703,27 @@ func lastSlash(s string) int {
 		}
 	}
 	return -1
+}
+
+// ChainSojourn is a chain's server sojourn as its attached instances measured it over their
+// last windows: each quantile the largest of theirs, an upper bound of the chain's own (a
+// mixture's quantile is never above its parts' largest).
+type ChainSojourn struct {
+	P50us, P99us, P999us float64
+	WindowS              float64 // the longest window among them
+	Measured             int     // attached instances that reported a window with packets
+}
+
+// SojournOf is the chain's server sojourn from its instances insts.
+func SojournOf(insts []*Instance) ChainSojourn {
+	var s ChainSojourn
+	for _, in := range insts {
+		if in.State != Attached || in.P99us <= 0 {
+			continue
+		}
+		s.Measured++
+		s.P50us, s.P99us, s.P999us = max(s.P50us, in.P50us), max(s.P99us, in.P99us), max(s.P999us, in.P999us)
+		s.WindowS = max(s.WindowS, in.SojournWindowS)
+	}
+	return s
 }

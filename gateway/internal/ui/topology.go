@@ -71,8 +71,9 @@ type Sgroup struct {
 	VFDropped  uint64   `json:"vf_dropped"`            // refused by its VF, its receive side full (keel's count)
 	NFQueueLen uint32   `json:"nf_reported_queue_len"` // its receive queue, as position 0 reports (the NF's own figure)
 	Batch      uint32   `json:"batch"`
-	P99us      float64  `json:"p99_us"`
-	SLOP99us   float64  `json:"slo_p99_us"` // 0: the chain has no latency bound
+	P99us      float64  `json:"p99_us"`           // measured server sojourn p99 over the agent's last window (0: none)
+	SLOP99us   float64  `json:"slo_p99_us"`       // 0: the chain has no latency bound
+	BudgetUs   float64  `json:"server_budget_us"` // the SLO's server share
 	Overloaded bool     `json:"overloaded"`
 	Phase      string   `json:"phase"`
 	Why        string   `json:"why,omitempty"`
@@ -94,9 +95,16 @@ type Chain struct {
 	Flows      int       `json:"flows"`
 	RateGbps   float64   `json:"rate_gbps"`
 	RatePps    float64   `json:"rate_pps"`
-	P99us      float64   `json:"p99_us"` // worst over its attached instances
-	SLOMet     bool      `json:"slo_met"`
-	History    []Sample  `json:"history"` // oldest first
+	// Server sojourn as its attached instances measured it over their last windows (the
+	// largest of theirs: store.SojournOf); 0: not measured. SLOMet: p99 within the server
+	// budget, the SLO's share that the server has (the rest is the network's).
+	P99us    float64  `json:"p99_us"`
+	P50us    float64  `json:"p50_us"`
+	P999us   float64  `json:"p999_us"`
+	WindowS  float64  `json:"window_s"`
+	BudgetUs float64  `json:"server_budget_us"`
+	SLOMet   bool     `json:"slo_met"`
+	History  []Sample `json:"history"` // oldest first
 }
 
 // Sample is one point of a chain's history.
@@ -117,6 +125,8 @@ type Snapshot struct {
 	// Flows are the live flows of each chain (a switch-only chain's flows have no instance);
 	// a chain absent here counts its instances' flows.
 	Flows map[string]int
+	// ServerBudget is the server's share of a p99 SLO (the controller's); nil: all of it.
+	ServerBudget func(sloUs float64) float64
 }
 
 // Build assembles the topology from a snapshot, the controller's decisions (oldest first, as
@@ -167,17 +177,22 @@ func Build(s Snapshot, decisions []policy.Decision, history map[string][]Sample)
 			ch.SwitchNFs = append(ch.SwitchNFs, n.Name)
 		}
 		ch.SwitchOnly = len(c.Members) == 0
+		ch.BudgetUs = c.SLO.P99us
+		if s.ServerBudget != nil {
+			ch.BudgetUs = s.ServerBudget(c.SLO.P99us)
+		}
+		so := store.SojournOf(s.Instances[ch.Name])
+		ch.P99us, ch.P50us, ch.P999us, ch.WindowS = so.P99us, so.P50us, so.P999us, so.WindowS
 		for _, in := range s.Instances[ch.Name] {
 			sg := Sgroup{Chain: ch.Name, Instance: in.ID, NFs: ch.ServerNFs, State: in.State, Core: in.Core, VLAN: in.VLAN,
 				Flows: in.Flows, RateGbps: in.RateGbps, RatePps: in.RatePps, Load: in.Load, Threshold: in.Threshold,
-				VFDropped: in.VFDropped, NFQueueLen: in.NFQueueLen, Batch: in.Batch, P99us: in.P99us, SLOP99us: c.SLO.P99us, Overloaded: in.Overloaded,
-				Phase: in.Phase, Why: in.Why}
+				VFDropped: in.VFDropped, NFQueueLen: in.NFQueueLen, Batch: in.Batch, P99us: in.P99us, SLOP99us: c.SLO.P99us,
+				BudgetUs: ch.BudgetUs, Overloaded: in.Overloaded, Phase: in.Phase, Why: in.Why}
 			ch.Flows += int(in.Flows)
 			if in.State == store.Attached && in.Core >= 0 {
 				ch.Attached++
 				ch.RateGbps += in.RateGbps
 				ch.RatePps += in.RatePps
-				ch.P99us = max(ch.P99us, in.P99us)
 				ch.Cores = append(ch.Cores, coreName(in.Worker, in.Core))
 				k := core(in.Worker, in.Core)
 				k.Load += in.Load
@@ -192,7 +207,7 @@ func Build(s Snapshot, decisions []policy.Decision, history map[string][]Sample)
 			ch.Flows = n
 		}
 		ch.Cores = uniq(ch.Cores)
-		ch.SLOMet = c.SLO.P99us == 0 || ch.P99us <= c.SLO.P99us
+		ch.SLOMet = c.SLO.P99us == 0 || ch.P99us <= ch.BudgetUs
 		t.Chains = append(t.Chains, ch)
 		t.Totals.Chains++
 		t.Totals.Attached += ch.Attached

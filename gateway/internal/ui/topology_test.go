@@ -219,3 +219,30 @@ func Test_topology_handler_and_page_are_served(t *testing.T) {
 		}
 	}
 }
+
+func Test_Build_shows_each_chains_measured_server_p99_against_its_server_budget(t *testing.T) {
+	s := rack()
+	s.Instances["chain3"][0].P50us, s.Instances["chain3"][0].P999us, s.Instances["chain3"][0].SojournWindowS = 12, 60, 5
+	s.Instances["chain3"][1].P50us, s.Instances["chain3"][1].P999us, s.Instances["chain3"][1].SojournWindowS = 20, 400, 5
+	s.ServerBudget = func(slo float64) float64 { return slo - 10 }
+	top := Build(s, nil, nil)
+	by := map[string]Chain{}
+	for _, c := range top.Chains {
+		by[c.Name] = c
+	}
+	c3, c2 := by["chain3"], by["chain2"]
+	if c3.P99us != 150 || c3.P50us != 20 || c3.P999us != 400 || c3.WindowS != 5 || c3.BudgetUs != 90 || c3.SLOMet {
+		t.Fatalf("chain3: %+v: want the largest of its instances' quantiles, over its 90 µs server budget", c3)
+	}
+	if c2.P99us != 40 || c2.BudgetUs != 190 || !c2.SLOMet {
+		t.Fatalf("chain2: %+v", c2)
+	}
+	if sg := top.Workers[0].Cores[1].Sgroups[0]; sg.BudgetUs != 90 || sg.P99us != 150 {
+		t.Fatalf("sgroup %+v", sg)
+	}
+	// A pooled instance's old figure is not the chain's.
+	s.Instances["chain3"][1].State = store.Pooled
+	if c := Build(s, nil, nil).Chains[2]; c.Name != "chain3" || c.P99us != 30 {
+		t.Fatalf("chain3 with one attached instance: %+v", c)
+	}
+}

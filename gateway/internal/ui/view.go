@@ -101,6 +101,8 @@ type View struct {
 	History   *History
 	// OnSample, when set, sees every sampled topology (the gateway sets its keel_gateway_* gauges).
 	OnSample func(Topology)
+	// ServerBudget is the server's share of a p99 SLO (Snapshot.ServerBudget).
+	ServerBudget func(sloUs float64) float64
 }
 
 // Topology reads the store and builds the current topology with the history so far.
@@ -109,6 +111,7 @@ func (v *View) Topology(ctx context.Context) (Topology, error) {
 	if err != nil {
 		return Topology{}, err
 	}
+	s.ServerBudget = v.ServerBudget
 	var d []policy.Decision
 	if v.Decisions != nil {
 		d = v.Decisions()

@@ -62,6 +62,7 @@ enum keel_cycles_kind {
   KEEL_CYCLES_VIEW,       /* reading and writing the chain buffer's descriptors */
   KEEL_CYCLES_COPY_OUT,   /* egress: packets into transmit buffers */
   KEEL_CYCLES_TX,         /* rte_eth_tx_burst */
+  KEEL_CYCLES_SOJOURN,    /* position 0: recording each packet's sojourn (sojourn.h) */
   KEEL_CYCLES_BUSY,       /* from the start of each turn to passing it on */
   KEEL_CYCLES_HANDOFF,    /* from the predecessor's handoff_tsc to this turn's start */
   KEEL_CYCLES_TURNS,      /* turns taken (a count, not cycles) */

@@ -17,7 +17,11 @@
  *    the slots) or copied into transmit mbufs, and recycle the slots.
  *
  * The engine also keeps the process's counters and writes the one schema
- * of the statistics files of keel-nf and keel-chain (StatsJson).
+ * of the statistics files of keel-nf and keel-chain (StatsJson). Position 0
+ * measures each packet's server sojourn (sojourn.h): Head stamps the TSC of
+ * the receive burst that brought it, Egress (or the head's own transmit in
+ * a chain without a buffer) reads it back once the packet left, sent or
+ * dropped.
  */
 #ifndef KEEL_ENGINE_H_
 #define KEEL_ENGINE_H_
@@ -31,6 +35,7 @@
 #include "keel/chain.h"
 #include "keel/monitor.h"
 #include "keel/pktbuf.h"
+#include "keel/sojourn.h"
 #include "keel/stats_file.h"
 
 namespace keel {
@@ -99,6 +104,10 @@ class Engine {
    * when |cycles| is 0). */
   bool IdleLongerThan(uint64_t cycles) const { return cycles && Rdtsc() - last_rx_ > cycles; }
 
+  /* Position 0: each packet's cycles from the receive burst that brought it
+   * to the transmit burst that sent it (or the Egress that found it dropped),
+   * cumulative since start; the statistics thread may read it. */
+  const LatencyHist& sojourn() const { return sojourn_; }
   /* Adds |c| to the cycle accounting's |kind|. */
   void Charge(int kind, uint64_t c) { ChargeCycles(cycles_, kind, c); }
 
@@ -107,6 +116,9 @@ class Engine {
   Json StatsJson() const;
 
  private:
+  /* Stamps the packets the chain buffer gained since it held |used_before|
+   * with |tsc|, the receive burst's. */
+  void StampRx(uint32_t used_before, uint64_t tsc);
   int AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out);
   /* copy_each_hop: runs NFs [first_nf, size) on private copies of |batch|
    * and copies the results back. */
@@ -157,6 +169,15 @@ class Engine {
   std::vector<rte_mbuf*> held_;
   bool rx_zero_copy_ = false;
   Counter rx_zero_copy_packets_;
+  /* Sojourn: the TSC at which each ring index's packet was received, in
+   * this process's memory beside held_ (no NF after position 0 can write
+   * it, and no NF touches a cache line more for it); the histogram; and
+   * the bound on how long a received packet may have waited in the VF's
+   * queue before the poll that found it (the time since the poll before). */
+  std::vector<uint64_t> rx_tsc_;
+  LatencyHist sojourn_;
+  LatencyHist rx_wait_bound_;
+  uint64_t last_poll_ = 0;
 };
 
 }  // namespace keel

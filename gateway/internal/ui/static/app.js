@@ -60,8 +60,8 @@ function kv(pairs) {
 }
 
 function sgroupCard(sg, chains) {
-  const slo = sg.slo_p99_us > 0 ? ` / SLO ${us(sg.slo_p99_us)}` : " (no SLO)";
-  const p99cls = sg.slo_p99_us > 0 && sg.p99_us > sg.slo_p99_us ? "bad" : "ok";
+  const slo = sg.slo_p99_us > 0 ? ` / server budget ${us(sg.server_budget_us)} (SLO ${us(sg.slo_p99_us)})` : " (no SLO)";
+  const p99cls = sg.slo_p99_us > 0 && sg.p99_us > sg.server_budget_us ? "bad" : "ok";
   const card = el("div", { class: "sgroup", style: `border-left-color:${color(chains, sg.chain)}`, "data-instance": sg.instance },
     el("div", { class: "title" }, el("span", { class: "chain-name" }, sg.chain), el("span", {}, sg.instance)),
     el("div", { class: "nfs" }, sg.nfs.join(" → ") || "—"),
@@ -71,7 +71,7 @@ function sgroupCard(sg, chains) {
       ["VF refused", `${sg.vf_dropped} packets`, sg.vf_dropped > 0 ? "warn" : ""],
       ["NIC queue (NF's own figure)", `${sg.nf_reported_queue_len} packets`],
       ["batch", `${sg.batch} bursts/turn`],
-      ["p99", (sg.p99_us > 0 ? us(sg.p99_us) : "not reported") + slo, sg.p99_us > 0 ? p99cls : ""],
+      ["server p99 (measured)", (sg.p99_us > 0 ? us(sg.p99_us) : "not measured") + slo, sg.p99_us > 0 ? p99cls : ""],
       ["flows", String(sg.flows)],
       ["vlan · phase", `${sg.vlan} · ${sg.phase || "unseen"}`, sg.phase === "failed" ? "bad" : ""],
     ]),
@@ -120,10 +120,12 @@ function drawChains(t) {
   const t1 = Date.parse(t.time);
   const cards = t.chains.map((c) => {
     const t0 = c.history.length ? Math.min(Date.parse(c.history[0].t), t1 - 60000) : t1 - 60000;
-    const slo = c.slo.p99_us > 0 ? `p99 ≤ ${us(c.slo.p99_us)}` : "no latency bound";
-    // No p99 from the agents (they report rates and queues, not latency) is not a met SLO.
+    const slo = c.slo.p99_us > 0 ? `p99 ≤ ${us(c.slo.p99_us)} (server budget ${us(c.server_budget_us)})` : "no latency bound";
+    // No window measured yet (no attached instance, or no packet) is not a met budget.
     const met = c.slo.p99_us > 0 && (c.switch_only || c.p99_us === 0) ? el("span", {}, "p99 not measured")
-      : c.slo_met ? el("span", { class: "ok" }, "SLO met") : el("span", { class: "bad" }, "SLO missed");
+      : c.slo_met ? el("span", { class: "ok" }, "server budget met") : el("span", { class: "bad" }, "server budget missed");
+    const measured = c.switch_only || c.p99_us === 0 ? "— (not measured)"
+      : `${us(c.p99_us)} (p50 ${us(c.p50_us)}, p99.9 ${us(c.p999_us)}; ${c.window_s.toFixed(1)} s window)`;
     const nfs = c.nfs.map((n) => el("span", { class: "nf" + (c.switch_nfs.includes(n) ? " switch" : ""),
       title: c.switch_nfs.includes(n) ? "on the ToR switch" : "on a server core" }, n));
     return el("div", { class: "chain", "data-chain": c.name, "data-rate-pps": c.rate_pps, "data-cores": c.cores.length,
@@ -136,12 +138,12 @@ function drawChains(t) {
         ["cores", c.cores.length ? c.cores.join(", ") : "none", "cores"],
         ["flows", String(c.flows)],
         ["rate", c.switch_only ? "— (on the switch; flows only)" : `${gbps(c.rate_gbps)} · ${pps(c.rate_pps)}`, "rate"],
-        ["p99", c.switch_only || c.p99_us === 0 ? "— (not reported)" : us(c.p99_us), c.p99_us === 0 ? "" : c.slo_met ? "ok" : "bad"],
+        ["server p99 (measured)", measured, c.p99_us === 0 ? "" : c.slo_met ? "ok" : "bad"],
       ]),
       el("div", { class: "charts" },
         chart("rate", c.history, "rate_gbps", gbps, 0, t0, t1),
         chart("cores", c.history, "cores", (v) => String(v), 0, t0, t1),
-        chart("p99", c.history, "p99_us", us, c.slo.p99_us, t0, t1)));
+        chart("server p99", c.history, "p99_us", us, c.server_budget_us, t0, t1)));
   });
   document.getElementById("chains").replaceChildren(...(cards.length ? cards : [el("div", { class: "empty" }, "no chain deployed")]));
 }
