@@ -165,7 +165,13 @@ func Test_namespaces_and_network_policies_hold_the_trust_boundary(t *testing.T) 
 			PodSelector metav1.LabelSelector    `json:"podSelector"`
 			PolicyTypes []string                `json:"policyTypes"`
 			Ingress     []struct{ From []peer } `json:"ingress"`
-			Egress      []struct{}              `json:"egress"`
+			Egress      []struct {
+				To    []peer `json:"to"`
+				Ports []struct {
+					Port     int    `json:"port"`
+					Protocol string `json:"protocol"`
+				} `json:"ports"`
+			} `json:"egress"`
 		}
 	}
 	byName := map[string]policy{}
@@ -177,21 +183,49 @@ func Test_namespaces_and_network_policies_hold_the_trust_boundary(t *testing.T) 
 		}
 		byName[p.Metadata.Namespace+"/"+p.Metadata.Name] = p
 	}
+	// Chain instances take nothing and reach only Redis (their NF state, as their own Redis
+	// user) and the cluster DNS that names it.
 	deny, ok := byName["keel-nf/default-deny"]
 	if !ok || len(deny.Spec.PodSelector.MatchLabels) != 0 || len(deny.Spec.PolicyTypes) != 2 ||
-		len(deny.Spec.Ingress) != 0 || len(deny.Spec.Egress) != 0 {
-		t.Errorf("keel-nf: want a policy that denies every Pod all ingress and egress, have %+v", deny)
+		len(deny.Spec.Ingress) != 0 {
+		t.Errorf("keel-nf: want a policy that denies every Pod all ingress, have %+v", deny)
 	}
-	for _, name := range []string{"redis", "keel-place"} {
-		p, ok := byName["keel/"+name]
-		if !ok || p.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != name {
+	for _, e := range deny.Spec.Egress {
+		redis := len(e.To) == 1 && e.To[0].PodSelector != nil && e.To[0].PodSelector.MatchLabels["app.kubernetes.io/name"] == "redis" &&
+			e.To[0].NamespaceSelector != nil && e.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "keel" &&
+			len(e.Ports) == 1 && e.Ports[0].Port == 6379
+		dns := len(e.To) == 1 && e.To[0].PodSelector == nil && e.To[0].NamespaceSelector != nil &&
+			e.To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "kube-system" && len(e.Ports) > 0
+		for _, p := range e.Ports {
+			dns = dns && p.Port == 53
+		}
+		if !redis && !dns {
+			t.Errorf("keel-nf: egress %+v is neither to Redis' port nor to the cluster DNS", e)
+		}
+	}
+	if len(deny.Spec.Egress) != 2 {
+		t.Errorf("keel-nf: want egress to Redis and DNS only, have %d rules", len(deny.Spec.Egress))
+	}
+	admits := map[string]func(peer) bool{
+		"keel-place": func(f peer) bool {
+			return f.PodSelector != nil && f.PodSelector.MatchLabels["app.kubernetes.io/name"] == "keel-gateway"
+		},
+		"redis": func(f peer) bool {
+			return f.PodSelector != nil && f.PodSelector.MatchLabels["app.kubernetes.io/name"] == "keel-gateway" ||
+				f.PodSelector == nil && f.NamespaceSelector != nil &&
+					f.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "keel-nf"
+		},
+	}
+	for name, ok := range admits {
+		p, found := byName["keel/"+name]
+		if !found || p.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != name {
 			t.Errorf("no NetworkPolicy selects %s", name)
 			continue
 		}
 		for _, r := range p.Spec.Ingress {
 			for _, f := range r.From {
-				if f.PodSelector == nil || f.PodSelector.MatchLabels["app.kubernetes.io/name"] != "keel-gateway" {
-					t.Errorf("%s admits %+v, want keel-gateway only", name, f)
+				if !ok(f) {
+					t.Errorf("%s admits %+v, want keel-gateway (and for Redis the keel-nf Pods) only", name, f)
 				}
 			}
 		}
