@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/httputil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -47,6 +48,10 @@ type Metrics struct {
 
 // AssignFlowMethod is the gRPC method whose latency keel_gateway_assign_flow_duration_seconds measures.
 const AssignFlowMethod = "/keel.v1.Control/AssignFlow"
+
+// AssignFlowsMethod is the batched AssignFlow (keel-ingress' new flows of a window): each of
+// its flows assigned counts in keel_gateway_flows_assigned_total as AssignFlow's do.
+const AssignFlowsMethod = "/keel.v1.Control/AssignFlows"
 
 // New creates and registers every collector.
 func New() *Metrics {
@@ -116,6 +121,22 @@ func (m *Metrics) Decision(kind, reason string) {
 // AssignFlowInterceptor times AssignFlow calls and counts the flows they assign; other
 // methods pass through untouched.
 func (m *Metrics) AssignFlowInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == AssignFlowsMethod {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		result := "error"
+		if b, ok := resp.(assignBatch); ok && err == nil {
+			result = "refused"
+			for _, r := range b.GetResults() {
+				if a := r.GetResponse(); r.GetError() == "" && a.GetAssigned() {
+					result = "assigned"
+					m.FlowsAssigned.WithLabelValues(a.GetChain()).Inc()
+				}
+			}
+		}
+		m.AssignSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		return resp, err
+	}
 	if info.FullMethod != AssignFlowMethod {
 		return handler(ctx, req)
 	}
@@ -131,6 +152,11 @@ func (m *Metrics) AssignFlowInterceptor(ctx context.Context, req any, info *grpc
 	}
 	m.AssignSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	return resp, err
+}
+
+// assignBatch is what the interceptor reads of a keel.v1 AssignFlowsResponse.
+type assignBatch interface {
+	GetResults() []*pb.AssignFlowResult
 }
 
 // assignResponse is what the interceptor reads of a keel.v1 AssignFlowResponse.

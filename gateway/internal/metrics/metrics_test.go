@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -144,5 +145,31 @@ func Test_ForgetChain_drops_its_series(t *testing.T) {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%d series left after ForgetChain", n)
 		}
+	}
+}
+
+// keel-ingress asks in batches (AssignFlows): each flow of a batch that was assigned counts
+// toward its chain, refused and failed ones do not.
+func Test_AssignFlows_counts_each_assigned_flow_of_a_batch(t *testing.T) {
+	m := New()
+	batch := &pb.AssignFlowsResponse{Results: []*pb.AssignFlowResult{
+		{Response: &pb.AssignFlowResponse{Assigned: true, Chain: "chain3"}},
+		{Response: &pb.AssignFlowResponse{Assigned: true, Chain: "chain3"}},
+		{Response: &pb.AssignFlowResponse{Assigned: true, Chain: "chain2"}},
+		{Response: &pb.AssignFlowResponse{Assigned: false, Chain: "chain2"}},
+		{Error: "no instance", Code: 14},
+	}}
+	info := &grpc.UnaryServerInfo{FullMethod: AssignFlowsMethod}
+	if _, err := m.AssignFlowInterceptor(context.Background(), nil, info, func(context.Context, any) (any, error) { return batch, nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP keel_gateway_flows_assigned_total Flows AssignFlow assigned, by chain
+# TYPE keel_gateway_flows_assigned_total counter
+keel_gateway_flows_assigned_total{chain="chain2"} 1
+keel_gateway_flows_assigned_total{chain="chain3"} 2
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "keel_gateway_flows_assigned_total"); err != nil {
+		t.Error(err)
 	}
 }
