@@ -32,7 +32,8 @@ import (
 //     instances from attaching and detaching in turn).
 //   - A chain without a measurement (no attached instance reported a window yet) keeps its
 //     factor: the model's threshold for a new chain.
-//   - Only while the chain has a ready idle instance does a measurement over the budget act
+//   - Only while the chain has a ready idle instance that could be attached (Attachable) does
+//     a measurement over the budget act
 //     (mark, cut): otherwise the next flow would wait for a cold start, and lose packets
 //     doing so, for the sake of one window's figure. Meanwhile an instance's figure counts
 //     as the budget itself, which neither marks nor clears it. (make demo on this machine,
@@ -50,6 +51,11 @@ type SLOLoop struct {
 	Under           float64
 	MinFactor       float64
 	Hold            time.Duration
+	// Attachable says whether a ready idle instance could be attached now (policy.Config's
+	// CanAttach); nil: any could. An instance that cannot (no core for it: on one managed
+	// core, packing's rules) gives a measured overload nowhere to send the next flow, which
+	// would then be refused.
+	Attachable func(v *policy.View, in *policy.Instance) bool
 
 	chains map[string]*sloChain
 }
@@ -97,7 +103,7 @@ func (l *SLOLoop) Apply(v *policy.View, now time.Time) []ThresholdChange {
 		if in.Attached && in.SojournP99us > worst[in.Chain] {
 			worst[in.Chain] = in.SojournP99us
 		}
-		if !in.Attached && in.Ready && !in.Draining {
+		if !in.Attached && in.Ready && !in.Draining && (l.Attachable == nil || l.Attachable(v, in)) {
 			spare[in.Chain] = true
 		}
 	}
@@ -163,6 +169,9 @@ func (c ThresholdChange) Text() string {
 func (s *Controller) applySLO(v *policy.View) {
 	if s.SLO == nil {
 		return
+	}
+	if s.SLO.Attachable == nil {
+		s.SLO.Attachable = s.Policy.CanAttach
 	}
 	for _, c := range s.SLO.Apply(v, v.Now) {
 		s.decide(policy.Decision{Kind: policy.KindThreshold, Reason: c.Reason, Chain: c.Chain, Core: -1}, "%s", c.Text())

@@ -212,3 +212,26 @@ func Test_SLOLoop_without_a_ready_idle_instance_a_measurement_neither_marks_nor_
 		t.Fatalf("overload marks %+v: an over-budget instance is not cleared for want of a spare", marks)
 	}
 }
+
+// A ready idle instance with no core it could be attached to (the worker's one core taken,
+// and packing refuses another sgroup there) is no spare: marking the measured instance would
+// leave the chain's next flow nowhere to go, and the ingress would drop it.
+func Test_SLOLoop_an_idle_instance_without_a_core_for_it_is_no_spare(t *testing.T) {
+	l, cfg := NewSLOLoop(10), policy.Keel()
+	l.Attachable = cfg.CanAttach
+	v := sloView(150, time.Unix(1000, 0))
+	v.Workers[0].Cores = []int32{1}
+	v.Instances[0].RatePps = 7e5 // its core is well used (0.7 of it): nothing more packs there
+	if !cfg.CanAttach(sloView(150, v.Now), &v.Instances[1]) {
+		t.Fatal("with a free core the idle instance could be attached")
+	}
+	if cfg.CanAttach(v, &v.Instances[1]) {
+		t.Fatal("on the one core, nearly full, the idle instance cannot be attached")
+	}
+	if changes := l.Apply(v, v.Now); len(changes) != 0 || v.Chains["c"].Threshold != 0.8 {
+		t.Fatalf("changes %+v, threshold %v", changes, v.Chains["c"].Threshold)
+	}
+	if marks := cfg.Overload(v); len(marks) != 0 {
+		t.Fatalf("overload marks %+v", marks)
+	}
+}

@@ -399,6 +399,14 @@ func (v *View) freeCore(cfg Config, w *Worker, ch Chain) int32 {
 	return best
 }
 
+// CanAttach reports whether the idle instance in could be attached now: its worker has a
+// core for its chain (freeCore, with packing's rules). A mark that makes a chain's next flow
+// look for another instance is only worth making when one can take it.
+func (cfg Config) CanAttach(v *View, in *Instance) bool {
+	w := v.workerUp()[in.Worker]
+	return w != nil && v.freeCore(cfg, w, v.Chains[in.Chain]) >= 0
+}
+
 // PickCore is freeCore for callers outside the package: the core worker gets for a newly
 // attached instance, -1 if it has none. It does not know the instance's chain, so a shared
 // core is bounded by its own sgroups' thresholds only (Assign also bounds it by the new

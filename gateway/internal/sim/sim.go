@@ -319,6 +319,7 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 	}
 	if cfg.SLOThresholds {
 		r.slo = controller.NewSLOLoop(0)
+		r.slo.Attachable = cfg.CanAttach
 	}
 	r.label = r.chains[0].spec.Name
 	if len(r.chains) > 1 {
