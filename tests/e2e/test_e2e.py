@@ -297,7 +297,9 @@ def test_a_killed_nf_container_of_chain3_is_rebuilt_and_keeps_the_nat_mappings(s
     killed = {}
 
     def kill():
-        iid = next(i for i, x in instances("chain3").items() if x["state"] == "attached")
+        # the attached instance that carries chain 3's flows (the SLO loop may have attached a
+        # second one for the flows after a measured overload)
+        iid = max((x["flows"], i) for i, x in instances("chain3").items() if x["state"] == "attached")[1]
         cs = nf_containers(instance=iid)
         nat = max(cs, key=lambda c: int(re.search(r"com\.keel\.position=(\d+)", c["Labels"])[1]))  # NAT is last
         killed.update(iid=iid, id=nat["ID"], n=len(cs),
