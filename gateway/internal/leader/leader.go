@@ -43,7 +43,8 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
-// Defaults: a dead leader is replaced within LeaseDuration + RetryPeriod (5 s).
+// Defaults: a dead leader is replaced within LeaseDuration + 2.2 RetryPeriod (6.2 s: client-go
+// retries every RetryPeriod with a jitter of up to 1.2 of it), plus the API server's round trips.
 const (
 	DefaultLeaseDuration = 4 * time.Second
 	DefaultRenewDeadline = 3 * time.Second
