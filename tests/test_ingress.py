@@ -414,7 +414,10 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     assert m["keel_ingress_new_flows_total"] == n_flows
     assert m["keel_ingress_flows_installed_total"] == n_flows
     assert m["keel_ingress_stage2_installed_total"] == n_flows
-    assert m["keel_ingress_packets_reinjected_total"] == len(sent)
+    # The packet loop publishes its counters a moment after the packets left: every one
+    # arrived (above), the count follows.
+    assert wire.wait_for(lambda: ing.metrics()["keel_ingress_packets_reinjected_total"] == len(sent), timeout=5), \
+        ing.metrics()["keel_ingress_packets_reinjected_total"]
     assert m["keel_ingress_hold_latency_seconds_count"] == n_flows
     # New flows that came within a millisecond went to the gateway in one AssignFlows call,
     # at most --assign-batch (64) a call.
