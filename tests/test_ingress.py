@@ -418,6 +418,7 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     # arrived (above), the count follows.
     assert wire.wait_for(lambda: ing.metrics()["keel_ingress_packets_reinjected_total"] == len(sent), timeout=5), \
         ing.metrics()["keel_ingress_packets_reinjected_total"]
+    m = ing.metrics()  # the counters as they stand now that every one has caught up
     assert m["keel_ingress_hold_latency_seconds_count"] == n_flows
     # New flows that came within a millisecond went to the gateway in one AssignFlows call,
     # at most --assign-batch (64) a call.
