@@ -118,40 +118,43 @@ func (m *Metrics) Decision(kind, reason string) {
 	m.Decisions.WithLabelValues(kind, reason).Inc()
 }
 
-// AssignFlowInterceptor times AssignFlow calls and counts the flows they assign; other
+// AssignFlowInterceptor times AssignFlow and AssignFlows calls and counts the flows they assign; other
 // methods pass through untouched.
 func (m *Metrics) AssignFlowInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if info.FullMethod == AssignFlowsMethod {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		result := "error"
-		if b, ok := resp.(assignBatch); ok && err == nil {
-			result = "refused"
-			for _, r := range b.GetResults() {
-				if a := r.GetResponse(); r.GetError() == "" && a.GetAssigned() {
-					result = "assigned"
-					m.FlowsAssigned.WithLabelValues(a.GetChain()).Inc()
-				}
-			}
-		}
-		m.AssignSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
-		return resp, err
-	}
-	if info.FullMethod != AssignFlowMethod {
+	if info.FullMethod != AssignFlowMethod && info.FullMethod != AssignFlowsMethod {
 		return handler(ctx, req)
 	}
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	result := "refused"
-	switch {
-	case err != nil:
-		result = "error"
-	case assigned(resp):
-		result = "assigned"
-		m.FlowsAssigned.WithLabelValues(resp.(assignResponse).GetChain()).Inc()
+	result := "error"
+	if err == nil {
+		result = "refused"
+		for _, chain := range assignedChains(resp) {
+			result = "assigned"
+			m.FlowsAssigned.WithLabelValues(chain).Inc()
+		}
 	}
 	m.AssignSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	return resp, err
+}
+
+// assignedChains is the chain of each flow a call assigned: AssignFlow's one, or those of an
+// AssignFlows batch.
+func assignedChains(resp any) []string {
+	var out []string
+	switch r := resp.(type) {
+	case assignBatch:
+		for _, f := range r.GetResults() {
+			if a := f.GetResponse(); f.GetError() == "" && a.GetAssigned() {
+				out = append(out, a.GetChain())
+			}
+		}
+	case assignResponse:
+		if r.GetAssigned() {
+			out = append(out, r.GetChain())
+		}
+	}
+	return out
 }
 
 // assignBatch is what the interceptor reads of a keel.v1 AssignFlowsResponse.
@@ -163,11 +166,6 @@ type assignBatch interface {
 type assignResponse interface {
 	GetAssigned() bool
 	GetChain() string
-}
-
-func assigned(resp any) bool {
-	r, ok := resp.(assignResponse)
-	return ok && r.GetAssigned()
 }
 
 func gauge(name, help string, labels []string) *prometheus.GaugeVec {
