@@ -19,6 +19,7 @@ Table 0 steers (priorities low to high):
   120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
   130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
                                            egress, goto the chain's first after-server NF table
+  140 UDP to PROBE_NET port PROBE_PORT  -> output egress (the ToR probe: no ingress, no server)
 The ingress tags its normal path (flows of no chain) with NORMAL_VLAN so that OVS's datapath
 cache never holds a wide "in_port=ingress -> egress" entry: such an entry, cached before a new
 flow's stage-1 rule went in, would carry the flow's re-injected first packets to the egress
@@ -26,6 +27,10 @@ untransformed until OVS revalidated it (the barrier reply does not wait for that
 untagged IPv4 packet from the ingress matches its flow's own 5-tuple rule, so the cache entries
 they make are exact; the drops are split so that one made by other traffic (priority 1) keeps
 the EtherType and cannot catch IPv4.
+The probe rule gives the ToR's own share of a chain's latency: keel-trafgen sends a probe
+flow (bench/scenarios/e2e.json's "tor-probe") that crosses the switch once, from the source
+port to the egress, as every chain's packets do on their way in; make demo and the latency
+tests subtract it from a chain's end-to-end figures to compare them with the server's sojourn.
 A flow with an instance needs no rule of its own before its first packets can go: the ingress
 sends them back tagged with the instance's VLAN, and the instance's reinject rule (installed
 with the instance, like its return rule) steers them. So one flow-mod per flow (stage 2) is
@@ -52,6 +57,10 @@ STEER_TABLE = 0
 PRIO_MISS, PRIO_INGRESS_OTHER, PRIO_NORMAL = 0, 1, 2
 PRIO_FLOW, PRIO_REINJECT = 100, 110
 PRIO_RETURN, PRIO_RETURN_CHAIN = 120, 130
+PRIO_PROBE = 140
+# The ToR probe's destinations (198.19.255.0/30, inside keel's bench range 198.18.0.0/15) and
+# UDP port (echo); keel-trafgen's "tor-probe" sends there (deploy/local/demo.py).
+PROBE_NET, PROBE_MASK, PROBE_PORT = "198.19.255.0", "255.255.255.252", 7
 VLAN_PRESENT = 0x1000  # OFPVID_PRESENT
 VLAN_NONE = 0x0000  # OFPVID_NONE: the packet has no VLAN tag
 # The VLAN keel-ingress tags its normal path with (ingress/src/dataplane.h kNormalPathVlan).
@@ -182,6 +191,9 @@ def base_rules(ports: Ports, ingress: str, egress: str, trunks: list[str]) -> li
         Rule(STEER_TABLE, PRIO_NORMAL, (("in_port", ing), ("vlan_vid", VLAN_NONE), ("eth_type", ETH_IPV4)), (),
              cookie(KIND_BASE, 0, 2)),
         Rule(STEER_TABLE, PRIO_INGRESS_OTHER, (("in_port", ing),), (), cookie(KIND_BASE, 0, 3)),
+        Rule(STEER_TABLE, PRIO_PROBE, (("eth_type", ETH_IPV4), ("ip_proto", PROTO_UDP),
+                                       ("ipv4_dst", (PROBE_NET, PROBE_MASK)), ("udp_dst", PROBE_PORT)),
+             (("apply", (("output", eg),)),), cookie(KIND_BASE, 0, 4)),
     ]
     for trunk in trunks:
         port = ports(trunk)

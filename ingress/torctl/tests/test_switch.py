@@ -70,6 +70,21 @@ def test_base_rules_steer_table_miss_to_the_ingress_and_trunk_returns_to_the_egr
     assert [(p.haslayer(Dot1Q), p[UDP].sport) for p in got] == [(False, 2)]
 
 
+def test_the_tor_probe_crosses_the_switch_to_the_egress_and_nothing_else_does(torctl, bridge):
+    """The ToR probe (rules.py PRIO_PROBE): UDP to 198.19.255.0/30 port 7 goes from the source
+    straight to the egress, never to the ingress or a worker; the same flow to another port, or
+    port 7 on another address, is an ordinary new flow (to the ingress)."""
+    net = bridge[1]
+    net.drain()
+    probe = lambda sport, dst="198.19.255.1", dport=7: (Ether(**MACS) / IP(src="198.18.0.1", dst=dst) /
+                                                         UDP(sport=sport, dport=dport) / Raw(b"p" * 32))
+    net.send([probe(40001), probe(40002, dst="198.19.255.2")])
+    assert [p[UDP].sport for p in net.recv("egress")] == [40001, 40002]
+    net.send([probe(40003, dport=8), probe(40004, dst="198.19.255.5")])
+    assert [p[UDP].sport for p in net.recv("ingress")] == [40003, 40004]
+    assert net.recv("egress", 0.1) == [] and net.recv("trunk", 0.1) == []
+
+
 def test_install_returns_after_the_barrier_so_the_next_packet_takes_the_rule(torctl, bridge):
     net = bridge[1]
     net.drain()
