@@ -559,6 +559,13 @@ def test_wait_futex_chain_keeps_chain_order_with_a_copy_per_hop(tmp_path):
             assert c["copy_in"] > 0 and c["view"] > 0 and c["rx"] == 0 and c["tx"] == 0, c
     c0 = finals[0]["cycles"]
     assert c0["rx"] > 0 and c0["copy_in"] > 0 and c0["copy_out"] > 0 and c0["tx"] > 0, c0
+    # the waits of the turns that carried packets: part of the handoff cycles, never more
+    for k, s in enumerate(finals):
+        w = s["handoff_wait"]
+        assert 0 < w["count"] <= s["cycles"]["turns"] and sum(n for _, n in w["buckets"]) == w["count"], (k, w)
+        assert 0 < w["sum"] <= s["cycles"]["handoff"], (k, w, s["cycles"])
+        b = s["turn_busy"]
+        assert w["count"] <= b["count"] <= s["cycles"]["turns"] and 0 < b["sum"] <= s["cycles"]["busy"], (k, b)
 
 
 def test_one_nf_chain_sends_what_keel_chain_sends_without_buffer_or_handoff(tmp_path):

@@ -21,7 +21,9 @@ Steps, each skipped when already done:
                         and the ToR's (tor_p50_us/tor_p99_us: the scenario's "tor-probe" flow,
                         which the ToR sends from the source straight to the sink, no ingress
                         and no server, under the same traffic); instances and cores over time;
-                        written to bench/results/e2e.json
+                        written to bench/results/e2e.json, with server_time: where each
+                        chain's server time went, from its instances' statistics files
+                        (deploy/local/server_time.py)
 
 The stack stays up afterwards for you to explore; `make down` stops it. Must run as root.
 """
@@ -38,6 +40,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import server_time  # deploy/local/server_time.py
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "run"
 GATEWAY = "http://127.0.0.1:8080"
@@ -49,6 +53,7 @@ SIM_RESULT = ROOT / "bench" / "results" / "e2e_sim.json"
 CHAIN_RATE = ROOT / "bench" / "results" / "chain_rate.json"
 SERVER_NFS = {"chain2": "acl,urlfilter,encrypt", "chain3": "acl,nat"}  # stack.yml's, as placed
 CHAINS = ("chain1", "chain2", "chain3")
+PKTBUF = Path("/run/keel/pktbuf")  # keel-agent --pktbuf-dir under make up (deploy/local/lib.sh)
 
 
 def say(msg: str) -> None:
@@ -207,7 +212,10 @@ def result(traffic: dict, slos: dict, samples: list) -> dict:
                      "TSC stamps, worker RX to TX; the largest of its attached instances); server_budget_us: the SLO "
                      "less keel-gateway --network-budget; tor_p50_us/tor_p99_us: the ToR probe (UDP to "
                      "198.19.255.0/30 port 7, which the ToR sends from the source straight to the sink) in the same "
-                     "run: one crossing of the switch, where a chain with a server makes two"}
+                     "run: one crossing of the switch, where a chain with a server makes two; server_time: per chain, "
+                     "the instances' statistics files over the traffic (deploy/local/server_time.py): the sojourn "
+                     "histogram of the whole run, and per position the waits for its turns that carried packets "
+                     "(handoff_wait) and its work per batch"}
     if probe:
         out["tor_probe"] = {k: probe[k] for k in ("offered_mbps", "delivered_mbps", "loss", "p50_us", "p99_us")}
     return out
@@ -261,6 +269,8 @@ def report(res: dict, traffic: dict) -> bool:
             f"{c['p50_us']:>6.0f}µs {c['p99_us']:>6.0f}µs {c['slo_us'] or 0:>5.0f}µs {c['transform_errors']:>6}  "
             f"{'meets its SLO' if ok else 'MISSES'}")
         say(f"  {'':<7} {server_line(c)}")
+        if c["name"] in res.get("server_time", {}):
+            say(f"  {'':<7} {server_time_line(res['server_time'][c['name']])}")
         e = extra[c["name"]]
         notes = [f"{e['flows']} flows", f"first packet of a flow (rule setup) p99 {e['setup_p99_us'] / 1000:.1f} ms"]
         if e.get("blocked_sent"):
@@ -286,6 +296,19 @@ def server_line(c: dict) -> str:
         verdict = " (meets its server budget)" if c["server_p99_us"] <= c["server_budget_us"] else " (MISSES its server budget)"
     return (f"server p99 {c['server_p99_us']:.1f}µs (p50 {c['server_p50_us'] or 0:.1f}µs) against server budget "
             f"{c['server_budget_us'] or 0:.0f}µs{verdict}, beside e2e p99 {c['p99_us']:.0f}µs; {tor}")
+
+
+def server_time_line(t: dict) -> str:
+    """Where the chain's server time went over the run (server_time.py)."""
+    parts = []
+    for p in t["positions"]:
+        wait = f"waits {p['handoff_wait_mean_us']:.1f}µs (p99 {p['handoff_wait_p99_us']:.0f}) for its turn, " \
+            if p["turns_with_packets"] else ""
+        parts.append(f"position {p['position']} ({','.join(p['nfs'])}) {wait}works {p['work_per_batch_us']:.1f}µs")
+    return (f"server time over the run: sojourn p50 {t['sojourn_p50_us']:.1f}µs, p99 {t['sojourn_p99_us']:.1f}µs, "
+            f"mean {t['sojourn_mean_us']:.1f}µs; a batch of {t['packets_per_batch']:.1f} packets: "
+            + "; ".join(parts) + f" (means, {t['mean_accounted_us']:.1f}µs in all); before its turn a packet waited "
+            f"in the VF's queue up to {t['rx_wait_bound_p99_us']:.0f}µs (p99)")
 
 
 def report_sim(cmp: dict) -> None:
@@ -338,8 +361,10 @@ def main() -> int:
     traffic_json = RUN / "e2e-traffic.json"
     sampler = Sampler(faas)
     sampler.start()
+    stats_before = server_time.snapshot(PKTBUF)
     gen = subprocess.run([bin_dir / "keel-trafgen", "--scenario", args.scenario, "--out", traffic_json],
                          timeout=900)
+    split = server_time.breakdown(stats_before, server_time.snapshot(PKTBUF))
     if gen.returncode != 0:
         die(f"keel-trafgen failed (exit {gen.returncode}); the stack is still up (make down stops it)")
     say(f"  traffic done; watching the controller detach what the ramp attached (up to {args.settle:.0f} s)")
@@ -355,6 +380,7 @@ def main() -> int:
 
     traffic = json.loads(traffic_json.read_text())
     res = result(traffic, slo_us(ROOT / "stack.yml"), sampler.samples)
+    res["server_time"] = split
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     good = report(res, traffic)

@@ -356,6 +356,8 @@ uint64_t Engine::EndTurn(uint64_t start) {
   const uint64_t end = Rdtsc();
   Charge(KEEL_CYCLES_BUSY, end - start);
   Charge(KEEL_CYCLES_TURNS, 1);
+  if (carrying_ || turn_received_ || (buf_ && buf_->used())) turn_busy_.Record(end - start);
+  carrying_ = false;
   if (turn_received_) {
     port_.batches.Add(1);
     port_.batch_cycles.Add(end - start);
@@ -385,6 +387,10 @@ Json Engine::StatsJson() const {
             {"bad_descriptors", {{"written_by", (opt_.position + opt_.of - 1) % opt_.of},
                                  {"count", buf_ ? buf_->bad_descriptors() : 0}}},
             {"cycles", CyclesJson(cycles_)},
+            /* The waits for this position's turns that carried packets: the
+             * scheduler's share of their sojourn (chain_sched.h, handoff). */
+            {"handoff_wait", handoff_wait_.ToJson()},
+            {"turn_busy", turn_busy_.ToJson()},
             {"nfs", chain_->StatsJson(end != 0)}};
   if (opt_.position == 0) {
     const uint64_t batches = port_.batches.Get();

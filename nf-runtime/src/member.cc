@@ -198,7 +198,7 @@ bool Member::Run(std::string* err) {
   while (running && AwaitTurn(s, err)) {
     const uint64_t start = Rdtsc();
     const uint64_t passed = Load(&s->handoff_tsc);
-    if (passed && start > passed) engine_->Charge(KEEL_CYCLES_HANDOFF, start - passed);
+    if (passed && start > passed) engine_->Handoff(start - passed);
     Store(&s->busy_since_tsc, start);
     if (k == 0) {
       if (stop_.load(std::memory_order_relaxed)) {

@@ -110,6 +110,16 @@ class Engine {
   const LatencyHist& sojourn() const { return sojourn_; }
   /* Adds |c| to the cycle accounting's |kind|. */
   void Charge(int kind, uint64_t c) { ChargeCycles(cycles_, kind, c); }
+  /* At the start of a turn: |c| cycles passed since the predecessor passed
+   * it (KEEL_CYCLES_HANDOFF). Charged always; recorded in the handoff_wait
+   * histogram when the chain buffer holds packets, i.e. when the wait was
+   * part of some packet's sojourn (an idle group's turns are not); EndTurn
+   * then records the turn in turn_busy. */
+  void Handoff(uint64_t c) {
+    Charge(KEEL_CYCLES_HANDOFF, c);
+    carrying_ = buf_ && buf_->used();
+    if (carrying_) handoff_wait_.Record(c);
+  }
 
   /* The statistics file (keel-nf --help documents it; keel-chain writes the
    * same). Any thread; the NFs' own figures only once End() was called. */
@@ -177,6 +187,12 @@ class Engine {
   std::vector<uint64_t> rx_tsc_;
   LatencyHist sojourn_;
   LatencyHist rx_wait_bound_;
+  /* Where the sojourn of the packets in flight goes, per position: the waits
+   * for its turns (Handoff) and the turns themselves (EndTurn), of the turns
+   * that found packets in the chain buffer or put some there. */
+  LatencyHist handoff_wait_;
+  LatencyHist turn_busy_;
+  bool carrying_ = false;
   uint64_t last_poll_ = 0;
 };
 
