@@ -117,6 +117,8 @@ def test_topology_json_shows_chains_on_cores_with_rates(traffic):
     attach = [d for d in t["decisions"] if d["kind"] == "attach" and d["chain"] in ("chain2", "chain3")]
     assert attach and all(d["reason"] in ("no_instance_under_threshold", "cold_start") for d in attach), t["decisions"]
     assert any(len(c["history"]) >= 2 for c in t["chains"]), "the gateway keeps no history"
+    # and each instance's own, for its sparkline (issue 32)
+    assert all(len(sg["history"]) >= 1 and "p99_us" in sg["history"][-1] for sg in sgroups), sgroups
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,7 @@ for (const c of document.querySelectorAll('[data-chain]')) {
 }
 const sgroups = [...document.querySelectorAll('.core .sgroup')].map(s => ({
   core: s.closest('.core').dataset.core, chain: s.querySelector('.chain-name').textContent,
-  rate: s.querySelector('dd.rate').textContent}));
+  rate: s.querySelector('dd.rate').textContent, spark: !!s.querySelector('.spark svg')}));
 const kinds = [...document.querySelectorAll('#decisions tr[data-kind]')].map(r => r.dataset.kind);
 return {updated: document.body.dataset.updated || '', status: document.getElementById('status').textContent,
         chains, sgroups, kinds};
@@ -180,6 +182,8 @@ def test_dashboard_shows_chains_cores_rates_and_scale_events(browser, traffic):
     assert state["updated"], "the page never loaded the topology"
     assert "ToR switch" in state["chains"]["chain1"]["text"]
     assert all(s["core"].startswith("local:") for s in state["sgroups"]), state["sgroups"]
+    # every attached instance of a chain with a latency SLO draws its p99 sparkline
+    assert all(s["spark"] for s in state["sgroups"] if s["chain"] in ("chain2", "chain3")), state["sgroups"]
     # A readable screenshot of the whole page, beyond the window.
     size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
     shot = browser.execute_cdp_cmd("Page.captureScreenshot", {

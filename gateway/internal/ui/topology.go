@@ -77,6 +77,7 @@ type Sgroup struct {
 	Overloaded bool     `json:"overloaded"`
 	Phase      string   `json:"phase"`
 	Why        string   `json:"why,omitempty"`
+	History    []Sample `json:"history"` // oldest first; cores is 1 while it was attached
 }
 
 // Chain is one deployed chain, summed over its instances, with its recent history.
@@ -187,7 +188,10 @@ func Build(s Snapshot, decisions []policy.Decision, history map[string][]Sample)
 			sg := Sgroup{Chain: ch.Name, Instance: in.ID, NFs: ch.ServerNFs, State: in.State, Core: in.Core, VLAN: in.VLAN,
 				Flows: in.Flows, RateGbps: in.RateGbps, RatePps: in.RatePps, Load: in.Load, Threshold: in.Threshold,
 				VFDropped: in.VFDropped, NFQueueLen: in.NFQueueLen, Batch: in.Batch, P99us: in.P99us, SLOP99us: c.SLO.P99us,
-				BudgetUs: ch.BudgetUs, Overloaded: in.Overloaded, Phase: in.Phase, Why: in.Why}
+				BudgetUs: ch.BudgetUs, Overloaded: in.Overloaded, Phase: in.Phase, Why: in.Why, History: history[in.ID]}
+			if sg.History == nil {
+				sg.History = []Sample{}
+			}
 			ch.Flows += int(in.Flows)
 			if in.State == store.Attached && in.Core >= 0 {
 				ch.Attached++
@@ -252,6 +256,15 @@ func Build(s Snapshot, decisions []policy.Decision, history map[string][]Sample)
 // Point is a chain's sample taken from its entry in a topology.
 func (c Chain) Point(at time.Time) Sample {
 	return Sample{Time: at, RateGbps: c.RateGbps, Cores: len(c.Cores), P99us: c.P99us, Flows: c.Flows}
+}
+
+// Point is an instance's sample taken from its entry in a topology.
+func (sg Sgroup) Point(at time.Time) Sample {
+	cores := 0
+	if sg.State == store.Attached {
+		cores = 1
+	}
+	return Sample{Time: at, RateGbps: sg.RateGbps, Cores: cores, P99us: sg.P99us, Flows: int(sg.Flows)}
 }
 
 func coreName(worker string, core int32) string {

@@ -183,6 +183,45 @@ func Test_History_keeps_the_latest_samples_of_deployed_chains(t *testing.T) {
 	}
 }
 
+func Test_History_keeps_each_instances_p99_for_its_sparkline(t *testing.T) {
+	h := &History{Keep: 2}
+	for i := 0; i < 3; i++ {
+		s := rack()
+		s.Time = t0.Add(time.Duration(i) * 2 * time.Second)
+		s.Instances["chain3"][1].P99us = float64(100 + i) // chain3/2
+		h.Add(Build(s, nil, h.All()))
+	}
+	got := Build(rack(), nil, h.All())
+	var sg2, sg3 *Sgroup
+	for _, w := range got.Workers {
+		for _, c := range w.Cores {
+			for i := range c.Sgroups {
+				if c.Sgroups[i].Instance == "chain3/2" {
+					sg2 = &c.Sgroups[i]
+				}
+			}
+		}
+		for i := range w.Pool {
+			if w.Pool[i].Instance == "chain3/3" {
+				sg3 = &w.Pool[i]
+			}
+		}
+	}
+	if sg2 == nil || len(sg2.History) != 2 || sg2.History[0].P99us != 101 || sg2.History[1].P99us != 102 ||
+		sg2.History[1].Cores != 1 || sg2.History[1].Flows != 1 {
+		t.Fatalf("chain3/2's history: %+v", sg2)
+	}
+	if sg3 == nil || len(sg3.History) != 2 || sg3.History[1].Cores != 0 {
+		t.Fatalf("pooled chain3/3's history: %+v", sg3)
+	}
+	s := rack()
+	s.Instances["chain3"] = s.Instances["chain3"][:1]
+	h.Add(Build(s, nil, nil))
+	if _, ok := h.All()["chain3/2"]; ok {
+		t.Error("a removed instance's history is kept")
+	}
+}
+
 // fakeSource is a store with the rack's records.
 type fakeSource struct{ s Snapshot }
 

@@ -60,29 +60,44 @@ func Read(ctx context.Context, src Source) (Snapshot, error) {
 	return s, err
 }
 
-// History keeps each chain's latest samples (a ring of Keep per chain).
+// History keeps the latest samples of each chain and of each of its instances (a ring of
+// Keep each), by chain name and by instance ID ("chain/N": no chain's name has a slash).
 type History struct {
 	Keep    int
 	mu      sync.Mutex
 	samples map[string][]Sample
 }
 
-// Add appends every chain's current point; chains no longer deployed are forgotten.
+// Add appends every chain's and every instance's current point; chains and instances no
+// longer there are forgotten.
 func (h *History) Add(t Topology) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	next := make(map[string][]Sample, len(t.Chains))
-	for _, c := range t.Chains {
-		s := append(h.samples[c.Name], c.Point(t.Time))
+	add := func(key string, p Sample) {
+		s := append(h.samples[key], p)
 		if len(s) > h.Keep {
 			s = append([]Sample(nil), s[len(s)-h.Keep:]...)
 		}
-		next[c.Name] = s
+		next[key] = s
+	}
+	for _, c := range t.Chains {
+		add(c.Name, c.Point(t.Time))
+	}
+	for _, w := range t.Workers {
+		for _, c := range w.Cores {
+			for _, sg := range c.Sgroups {
+				add(sg.Instance, sg.Point(t.Time))
+			}
+		}
+		for _, sg := range w.Pool {
+			add(sg.Instance, sg.Point(t.Time))
+		}
 	}
 	h.samples = next
 }
 
-// All returns a copy of every chain's samples, oldest first.
+// All returns a copy of every chain's and instance's samples, oldest first.
 func (h *History) All() map[string][]Sample {
 	h.mu.Lock()
 	defer h.mu.Unlock()

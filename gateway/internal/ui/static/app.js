@@ -76,6 +76,12 @@ function sgroupCard(sg, chains) {
       ["vlan · phase", `${sg.vlan} · ${sg.phase || "unseen"}`, sg.phase === "failed" ? "bad" : ""],
     ]),
     bar(sg.load, sg.threshold, sg.overloaded));
+  if (sg.slo_p99_us > 0 && sg.history.length) {
+    // its measured p99 over the view's window, against the server budget (a sparkline)
+    const t1 = Date.parse(sg.history[sg.history.length - 1].t);
+    const t0 = Math.min(Date.parse(sg.history[0].t), t1 - 60000);
+    card.append(el("div", { class: "charts spark" }, chart("server p99", sg.history, "p99_us", us, sg.server_budget_us, t0, t1)));
+  }
   if (sg.why) card.title = sg.why;
   return card;
 }
