@@ -308,7 +308,8 @@ def server_time_line(t: dict) -> str:
     return (f"server time over the run: sojourn p50 {t['sojourn_p50_us']:.1f}µs, p99 {t['sojourn_p99_us']:.1f}µs, "
             f"mean {t['sojourn_mean_us']:.1f}µs; a batch of {t['packets_per_batch']:.1f} packets: "
             + "; ".join(parts) + f" (means, {t['mean_accounted_us']:.1f}µs in all); before its turn a packet waited "
-            f"in the VF's queue up to {t['rx_wait_bound_p99_us']:.0f}µs (p99)")
+            f"in the VF's queue up to {t['rx_wait_bound_p99_us']:.0f}µs (p99; a packet that found its instance detached "
+            f"waited for the attach)")
 
 
 def report_sim(cmp: dict) -> None:
