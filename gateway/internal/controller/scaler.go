@@ -117,7 +117,8 @@ func policyInstance(in *store.Instance) policy.Instance {
 	}
 	return policy.Instance{ID: in.ID, Chain: in.Chain, Worker: in.Worker, Attached: in.State == store.Attached,
 		Core: in.Core, Ready: in.Phase == "ready", Flows: int(in.Flows), FlowsAtStats: int(in.FlowsAtStats),
-		RatePps: rate, NewDrops: in.NewVFDropped, SojournP99us: in.P99us, Overloaded: in.Overloaded, Batch: int(in.Batch),
+		RatePps: rate, NewDrops: in.NewVFDropped, SojournP99us: in.P99us, Overloaded: in.Overloaded,
+		OverloadReason: policy.Reason(in.OverloadReason), Batch: int(in.Batch),
 		IdleSince: in.IdleSince, Draining: in.Draining}
 }
 
@@ -349,8 +350,10 @@ func (s *Controller) overload(ctx context.Context, st *state) error {
 		}
 		in.Overloaded = ch.Overloaded
 		if ch.Overloaded {
+			in.OverloadReason = string(ch.Reason)
 			in.Why = "overloaded: " + ch.Why + "; takes no new flows"
 		} else {
+			in.OverloadReason = ""
 			in.Why = "takes new flows again: " + ch.Why
 		}
 		if err := s.Store.UpdateSpec(ctx, in, false); skip(err) {

@@ -38,8 +38,16 @@ func Test_SLOLoop_splits_the_SLO_into_network_and_server_budgets(t *testing.T) {
 	}
 }
 
+// noConfirm is keel's loop acting on the first window over the budget (Confirm is tested on
+// its own below).
+func noConfirm(networkBudgetUs float64) *SLOLoop {
+	l := NewSLOLoop(networkBudgetUs)
+	l.Confirm = 0
+	return l
+}
+
 func Test_SLOLoop_over_budget_marks_the_instance_overloaded_and_the_next_flow_attaches(t *testing.T) {
-	l, cfg := NewSLOLoop(10), policy.Keel()
+	l, cfg := noConfirm(10), policy.Keel()
 	v := sloView(150, time.Unix(1000, 0)) // the model: 0.2 of a core is far under 0.8
 	changes := l.Apply(v, v.Now)
 	if len(changes) != 1 || changes[0].Reason != policy.ReasonMeasuredP99 || changes[0].To >= changes[0].From ||
@@ -75,7 +83,7 @@ func Test_SLOLoop_under_budget_changes_nothing(t *testing.T) {
 }
 
 func Test_SLOLoop_well_under_budget_raises_the_threshold_slowly_back_to_the_model_and_never_past_it(t *testing.T) {
-	l := NewSLOLoop(10)
+	l := noConfirm(10)
 	t0 := time.Unix(1000, 0)
 	at := func(i int) time.Time { return t0.Add(time.Duration(i) * 5 * time.Second) } // a window every 5 s, Hold 10 s
 	for i := 0; i < 6; i++ {                                                          // over budget: three cuts
@@ -110,9 +118,9 @@ func Test_SLOLoop_well_under_budget_raises_the_threshold_slowly_back_to_the_mode
 }
 
 func Test_SLOLoop_latency_oscillating_around_the_budget_does_not_flap(t *testing.T) {
-	l, cfg := NewSLOLoop(10), policy.Keel()
+	l, cfg := noConfirm(10), policy.Keel() // even acting on single windows
 	t0 := time.Unix(1000, 0)
-	overloaded := false
+	overloaded, reason := false, policy.Reason("")
 	transitions, raised := 0, 0
 	last := 0.8
 	for i := 0; i < 40; i++ { // ±10 % around the 90 µs budget, a window every 5 s
@@ -121,7 +129,7 @@ func Test_SLOLoop_latency_oscillating_around_the_budget_does_not_flap(t *testing
 			p99 = 81
 		}
 		v := sloView(p99, t0.Add(time.Duration(i)*5*time.Second))
-		v.Instances[0].Overloaded = overloaded
+		v.Instances[0].Overloaded, v.Instances[0].OverloadReason = overloaded, reason
 		for _, c := range l.Apply(v, v.Now) {
 			if c.To > c.From {
 				raised++
@@ -129,7 +137,7 @@ func Test_SLOLoop_latency_oscillating_around_the_budget_does_not_flap(t *testing
 		}
 		for _, m := range cfg.Overload(v) {
 			if m.Instance == "c/0" && m.Overloaded != overloaded {
-				overloaded = m.Overloaded
+				overloaded, reason = m.Overloaded, m.Reason // as the controller records it
 				transitions++
 			}
 		}
@@ -165,7 +173,7 @@ func Test_SLOLoop_without_measurements_keeps_the_model(t *testing.T) {
 // instance, and the decision log says it was the measured p99.
 func Test_a_measured_p99_over_budget_attaches_a_second_instance(t *testing.T) {
 	srv, _, _ := flowRack(t, false)
-	srv.SLO = NewSLOLoop(10)
+	srv.SLO = noConfirm(10)
 	ctx := context.Background()
 	first := assign(t, srv, 0)
 	if first.Instance.GetId() != "chain3/0" {
@@ -195,7 +203,7 @@ func Test_a_measured_p99_over_budget_attaches_a_second_instance(t *testing.T) {
 }
 
 func Test_SLOLoop_without_a_ready_idle_instance_a_measurement_neither_marks_nor_clears(t *testing.T) {
-	l, cfg := NewSLOLoop(10), policy.Keel()
+	l, cfg := noConfirm(10), policy.Keel()
 	v := sloView(150, time.Unix(1000, 0))
 	v.Instances[1].Ready = false // the pool's instance is still starting: a new flow would wait for it
 	if changes := l.Apply(v, v.Now); len(changes) != 0 || v.Chains["c"].Threshold != 0.8 {
@@ -206,7 +214,7 @@ func Test_SLOLoop_without_a_ready_idle_instance_a_measurement_neither_marks_nor_
 	}
 	v = sloView(150, time.Unix(1005, 0))
 	v.Instances[1].Ready = false
-	v.Instances[0].Overloaded = true // marked while the pool had a ready instance
+	v.Instances[0].Overloaded, v.Instances[0].OverloadReason = true, policy.ReasonMeasuredP99 // marked while the pool had a ready instance
 	l.Apply(v, v.Now)
 	if marks := cfg.Overload(v); len(marks) != 0 {
 		t.Fatalf("overload marks %+v: an over-budget instance is not cleared for want of a spare", marks)
@@ -217,7 +225,7 @@ func Test_SLOLoop_without_a_ready_idle_instance_a_measurement_neither_marks_nor_
 // and packing refuses another sgroup there) is no spare: marking the measured instance would
 // leave the chain's next flow nowhere to go, and the ingress would drop it.
 func Test_SLOLoop_an_idle_instance_without_a_core_for_it_is_no_spare(t *testing.T) {
-	l, cfg := NewSLOLoop(10), policy.Keel()
+	l, cfg := noConfirm(10), policy.Keel()
 	l.Attachable = cfg.CanAttach
 	v := sloView(150, time.Unix(1000, 0))
 	v.Workers[0].Cores = []int32{1}
@@ -233,5 +241,29 @@ func Test_SLOLoop_an_idle_instance_without_a_core_for_it_is_no_spare(t *testing.
 	}
 	if marks := cfg.Overload(v); len(marks) != 0 {
 		t.Fatalf("overload marks %+v", marks)
+	}
+}
+
+// One window over the budget is a tail of a few hundred packets: it neither marks nor cuts.
+// Over for Confirm (two windows in a row) it does; a window back within the budget starts over.
+func Test_SLOLoop_acts_on_a_p99_over_budget_only_once_confirmed(t *testing.T) {
+	l, cfg := NewSLOLoop(10), policy.Keel()
+	t0 := time.Unix(1000, 0)
+	step := func(i int, p99 float64) (changes []ThresholdChange, marks []policy.Change) {
+		v := sloView(p99, t0.Add(time.Duration(i)*5*time.Second))
+		changes = l.Apply(v, v.Now)
+		return changes, cfg.Overload(v)
+	}
+	for i, p99 := range []float64{150, 60, 150, 60} { // over, within, over, within
+		if c, m := step(i, p99); len(c) != 0 || len(m) != 0 {
+			t.Fatalf("window %d (p99 %v): changes %+v, marks %+v from single windows over the budget", i, p99, c, m)
+		}
+	}
+	if c, m := step(4, 150); len(c) != 0 || len(m) != 0 {
+		t.Fatalf("first of two windows over: changes %+v, marks %+v", c, m)
+	}
+	c, m := step(5, 150)
+	if len(c) != 1 || c[0].Reason != policy.ReasonMeasuredP99 || len(m) != 1 || !m[0].Overloaded {
+		t.Fatalf("second window over in a row: changes %+v, marks %+v; want a cut and a mark", c, m)
 	}
 }

@@ -298,6 +298,37 @@ func Test_Config_PickCore(t *testing.T) {
 	}
 }
 
+// A mark clears under ClearFrac of the limit that made it; the measured p99 holds back only a
+// mark made for it, or a p99 over the budget (issue 33: keel-sim's random-12, where t1's
+// load-marked instances sat at 0.93 of its budget and never cleared).
+func Test_Config_Overload_clears_a_load_mark_with_the_p99_within_budget(t *testing.T) {
+	v := func(p99 float64, reason Reason) *View {
+		in := att("fw/1", "w1", 0, 7, 700e3) // load 0.70, under 0.9 × 0.8
+		in.Overloaded, in.OverloadReason, in.SojournP99us = true, reason, p99
+		v := view(in)
+		c := v.Chains["fw"]
+		c.ServerBudgetUs = 30
+		v.Chains["fw"] = c
+		return v
+	}
+	cleared := func(v *View) bool {
+		ch := testCfg().Overload(v)
+		return len(ch) == 1 && !ch[0].Overloaded
+	}
+	if !cleared(v(27.9, ReasonLoad)) {
+		t.Error("a load mark with the p99 at 0.93 of the budget stays: the chain's instances never clear")
+	}
+	if cleared(v(31, ReasonLoad)) {
+		t.Error("a load mark cleared with the p99 over the budget")
+	}
+	if cleared(v(27.9, ReasonMeasuredP99)) {
+		t.Error("a p99 mark cleared above ClearFrac of the budget: no hysteresis")
+	}
+	if !cleared(v(26.9, ReasonMeasuredP99)) {
+		t.Error("a p99 mark stays under ClearFrac (0.9) of the budget")
+	}
+}
+
 func Test_Config_Overload(t *testing.T) {
 	with := func(in Instance, f func(*Instance)) Instance { f(&in); return in }
 	over := func(in *Instance) { in.Overloaded = true }

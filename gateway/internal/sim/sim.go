@@ -619,7 +619,7 @@ func (r *run) detach(in *inst) {
 		in.c.stranded += uint64(q) // nothing will serve them
 	}
 	in.core = nil
-	in.p.Attached, in.p.Core, in.p.Overloaded = false, -1, false
+	in.p.Attached, in.p.Core, in.p.Overloaded, in.p.OverloadReason = false, -1, false, ""
 	in.p.IdleSince, in.p.RatePps, in.p.FlowsAtStats, in.p.QueueLen, in.p.NewDrops = time.Time{}, 0, 0, 0, 0
 	in.p.SojournP99us, in.g.Window = 0, nil
 	r.countCores()
@@ -704,7 +704,11 @@ func (r *run) flowEnd(f *flow) {
 
 func (r *run) applyOverload() {
 	for _, c := range r.cfg.Overload(r.view()) {
-		r.inst(c.Instance).p.Overloaded = c.Overloaded
+		in := r.inst(c.Instance)
+		in.p.Overloaded, in.p.OverloadReason = c.Overloaded, ""
+		if c.Overloaded {
+			in.p.OverloadReason = c.Reason
+		}
 	}
 }
 

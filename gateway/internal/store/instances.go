@@ -43,20 +43,22 @@ const (
 // as its owners wrote it: spec, status, flows and the controller's notes.
 type Instance struct {
 	// Spec: the gateway's, written by compare-and-set on Gen.
-	ID         string    `json:"id"`
-	Chain      string    `json:"chain"`
-	Worker     string    `json:"worker"`
-	VFPort     uint32    `json:"vf_port"`
-	VLAN       uint32    `json:"vlan"`
-	State      string    `json:"state"` // pooled | attached
-	Core       int32     `json:"core"`  // -1 while pooled
-	Cores      int       `json:"cores"`
-	Batch      uint32    `json:"batch"` // bursts per turn the gateway wants
-	Overloaded bool      `json:"overloaded"`
-	Why        string    `json:"why,omitempty"` // why the spec is as it is, for describe
-	Gen        uint64    `json:"gen"`           // the spec's generation: bumped by every write
-	Draining   bool      `json:"draining,omitempty"`
-	DrainUntil time.Time `json:"drain_until,omitzero"`
+	ID         string `json:"id"`
+	Chain      string `json:"chain"`
+	Worker     string `json:"worker"`
+	VFPort     uint32 `json:"vf_port"`
+	VLAN       uint32 `json:"vlan"`
+	State      string `json:"state"` // pooled | attached
+	Core       int32  `json:"core"`  // -1 while pooled
+	Cores      int    `json:"cores"`
+	Batch      uint32 `json:"batch"` // bursts per turn the gateway wants
+	Overloaded bool   `json:"overloaded"`
+	// OverloadReason is the policy's reason for the mark (policy.Reason); "" when not marked.
+	OverloadReason string    `json:"overload_reason,omitempty"`
+	Why            string    `json:"why,omitempty"` // why the spec is as it is, for describe
+	Gen            uint64    `json:"gen"`           // the spec's generation: bumped by every write
+	Draining       bool      `json:"draining,omitempty"`
+	DrainUntil     time.Time `json:"drain_until,omitzero"`
 	// Runs is the previous version of the chain a draining instance still runs (a rolling
 	// update: it keeps its flows, takes no new ones and goes when they end or at DrainUntil).
 	Runs *pb.Chain `json:"runs,omitempty"`
@@ -127,6 +129,7 @@ type instanceSpec struct {
 	Cores      int       `json:"cores"`
 	Batch      uint32    `json:"batch"`
 	Overloaded bool      `json:"overloaded"`
+	OverReason string    `json:"overload_reason,omitempty"`
 	Why        string    `json:"why,omitempty"`
 	Gen        uint64    `json:"gen"`
 	Draining   bool      `json:"draining,omitempty"`
@@ -156,14 +159,15 @@ type instanceStatus struct {
 
 func specOf(in *Instance) instanceSpec {
 	return instanceSpec{ID: in.ID, Chain: in.Chain, Worker: in.Worker, VFPort: in.VFPort, VLAN: in.VLAN, State: in.State,
-		Core: in.Core, Cores: in.Cores, Batch: in.Batch, Overloaded: in.Overloaded, Why: in.Why, Gen: in.Gen,
-		Draining: in.Draining, DrainUntil: in.DrainUntil, Runs: in.Runs}
+		Core: in.Core, Cores: in.Cores, Batch: in.Batch, Overloaded: in.Overloaded, OverReason: in.OverloadReason, Why: in.Why,
+		Gen: in.Gen, Draining: in.Draining, DrainUntil: in.DrainUntil, Runs: in.Runs}
 }
 
 func (sp *instanceSpec) applyTo(in *Instance) {
 	in.ID, in.Chain, in.Worker, in.VFPort, in.VLAN, in.State = sp.ID, sp.Chain, sp.Worker, sp.VFPort, sp.VLAN, sp.State
 	in.Core, in.Cores, in.Batch, in.Overloaded, in.Why, in.Gen = sp.Core, sp.Cores, sp.Batch, sp.Overloaded, sp.Why, sp.Gen
 	in.Draining, in.DrainUntil, in.Runs = sp.Draining, sp.DrainUntil, sp.Runs
+	in.OverloadReason = sp.OverReason
 }
 
 func statusOf(in *Instance) instanceStatus {
