@@ -193,5 +193,34 @@ TEST(Lb, DropsNonIpv4AndTruncatedPackets) {
   EXPECT_EQ(lb->state().size(), 0u);
 }
 
+TEST(Lb, AFlowMovesWithItsBackend) {
+  /* The destination's backend list changed since: its hash would send the
+   * flow elsewhere; the moved flow keeps its backend. */
+  constexpr char kOther[] = R"({"backends":["192.0.2.13","192.0.2.12","192.0.2.11","192.0.2.10"]})";
+  auto a = MakeNf("lb", kConfig), b = MakeNf("lb", kOther), fresh = MakeNf("lb", kOther);
+  a->state().set_mirrored(true);
+  auto pkt = [] { return UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "x"); };
+  RunResult r = RunBatch(a.get(), {pkt()});
+  ASSERT_EQ(r.out.size(), 1u);
+  std::string backend = Backend(&r.out[0]);
+  RunResult elsewhere = RunBatch(fresh.get(), {pkt()});
+  ASSERT_NE(Backend(&elsewhere.out[0]), backend) << "pick a flow the new list sends elsewhere";
+
+  FlowKey flow = TestFlow("10.0.0.1", "203.0.113.5", 1234, 53);
+  std::string err;
+  MoveFrame f = MoveFlow(MoveChain{{a.get()}, {"lb"}}, MoveChain{{b.get()}, {"lb"}}, flow, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(f.records.size(), 1u);
+  FlowKey next = flow;
+  next.dst_ip = Ip(backend);
+  EXPECT_TRUE(f.cur == next) << "the next position sees the backend as destination";
+  EXPECT_EQ(a->state().size(), 0u) << "the source forgot the flow";
+
+  r = RunBatch(b.get(), {pkt()});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(Backend(&r.out[0]), backend);
+  EXPECT_EQ(b->Stats()["new_flows"], 0);
+}
+
 }  // namespace
 }  // namespace keel

@@ -97,6 +97,49 @@ RunResult RunChain(const std::vector<NF*>& nfs, const std::vector<TestPacket>& p
 
 RunResult RunBatch(NF* nf, const std::vector<TestPacket>& pkts) { return RunChain({nf}, pkts); }
 
+namespace {
+
+/* The frame after a hop on the wire: encoded, checked, decoded. */
+MoveFrame OverTheWire(const MoveFrame& f) {
+  uint8_t buf[kMoveFrameMax];
+  size_t n = EncodeMoveFrame(f, buf, sizeof buf);
+  EXPECT_GT(n, 0u) << "the frame does not encode";
+  MoveFrame out;
+  std::string err;
+  EXPECT_TRUE(DecodeMoveFrame(buf, n, &out, &err)) << err;
+  return out;
+}
+
+}  // namespace
+
+MoveFrame MoveFlow(const MoveChain& from, const MoveChain& to, const FlowKey& flow, std::string* err) {
+  MoveFrame f;
+  f.kind = MoveKind::kExport;
+  f.flow = f.cur = flow;
+  for (size_t i = 0; i < from.nfs.size(); i++) {
+    f = OverTheWire(f);
+    ExportAt(from.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(from.names[i])}, &f);
+  }
+  f = OverTheWire(f);
+  if (f.status != MoveStatus::kOk) return f;
+  f.kind = MoveKind::kImport;
+  for (size_t i = 0; i < to.nfs.size(); i++) {
+    f = OverTheWire(f);
+    ImportAt(to.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(to.names[i])}, &f, err);
+  }
+  return OverTheWire(f);
+}
+
+FlowKey TestFlow(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport, uint8_t proto) {
+  FlowKey k;
+  k.src_ip = Ip(src);
+  k.dst_ip = Ip(dst);
+  k.src_port = sport;
+  k.dst_port = dport;
+  k.proto = proto;
+  return k;
+}
+
 bool ChecksumsValid(const std::vector<uint8_t>& bytes) {
   std::vector<uint8_t> copy = bytes;
   Packet p = View(&copy);

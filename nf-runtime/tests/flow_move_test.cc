@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "keel/flow_move.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace keel {
+namespace {
+
+/* An NF whose only state is its flow table: the default ExportFlow and
+ * ImportFlow hand it over. */
+class TableNf : public NF {
+ public:
+  void Init(const Config&) override {}
+  void ProcessBatch(PacketBatch*) override {}
+};
+
+/* An NF that files a flow under |keys| keys of |len| bytes each. */
+class WideNf : public TableNf {
+ public:
+  WideNf(int keys, uint8_t len) : keys_(keys), len_(len) {}
+  FlowKey Key(const FlowKey& flow, int i) const {
+    FlowKey k = flow;
+    k.src_port = static_cast<uint16_t>(flow.src_port + i);
+    return k;
+  }
+  void Fill(const FlowKey& flow) {
+    uint8_t v[kMaxStateValue];
+    for (int i = 0; i < keys_; i++) {
+      std::memset(v, i, sizeof v);
+      ASSERT_TRUE(state().Update(Key(flow, i), v, len_));
+    }
+  }
+  void ExportFlow(const FlowKey& flow, FlowExport* out) override {
+    StateRecord r;
+    for (int i = 0; i < keys_; i++)
+      if (state().Take(Key(flow, i), &r)) out->records.push_back(r);
+  }
+
+ private:
+  int keys_;
+  uint8_t len_;
+};
+
+FlowKey Key(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport, uint8_t proto = kProtoUdp) {
+  FlowKey k;
+  k.src_ip = src;
+  k.dst_ip = dst;
+  k.src_port = sport;
+  k.dst_port = dport;
+  k.proto = proto;
+  return k;
+}
+
+const FlowKey kFlow = Key(0x0a000001, 0xcb007105, 1234, 53);
+
+StateRecord Value(const FlowKey& k, uint8_t len, uint8_t fill) {
+  StateRecord r;
+  r.key = k;
+  r.len = len;
+  std::memset(r.data, fill, len);
+  return r;
+}
+
+MoveFrame SampleFrame() {
+  MoveFrame f;
+  f.kind = MoveKind::kImport;
+  f.flow = kFlow;
+  f.cur = Key(0xc6336401, 0xcb007105, 1001, 53);
+  f.records.push_back(MoveRecord{0, NfId("nat"), Value(kFlow, 8, 0xab)});
+  f.records.push_back(MoveRecord{0, NfId("nat"), Value(kFlow.Reverse(), 8, 0xcd)});
+  f.records.push_back(MoveRecord{2, NfId("monitor"), Value(kFlow, 0, 0)});
+  f.records.push_back(MoveRecord{3, NfId("x"), Value(kFlow, kMaxStateValue, 0x11)});
+  return f;
+}
+
+std::vector<uint8_t> Encode(const MoveFrame& f) {
+  std::vector<uint8_t> buf(kMoveFrameMax);
+  buf.resize(EncodeMoveFrame(f, buf.data(), buf.size()));
+  return buf;
+}
+
+bool SameRecord(const MoveRecord& a, const MoveRecord& b) {
+  return a.position == b.position && a.nf == b.nf && a.state.key == b.state.key && a.state.len == b.state.len &&
+         std::memcmp(a.state.data, b.state.data, a.state.len) == 0;
+}
+
+std::string DecodeError(std::vector<uint8_t> bytes) {
+  MoveFrame f;
+  std::string err;
+  EXPECT_FALSE(DecodeMoveFrame(bytes.data(), bytes.size(), &f, &err));
+  return err;
+}
+
+TEST(FlowMove, AFrameSurvivesTheWire) {
+  MoveFrame f = SampleFrame();
+  std::vector<uint8_t> bytes = Encode(f);
+  ASSERT_EQ(bytes.size(), kMoveHeaderBytes + 4 * kMoveRecordBytes + 8 + 8 + 0 + kMaxStateValue);
+  EXPECT_EQ(bytes[0], 'K');
+  EXPECT_EQ(bytes[2], 1) << "version";
+  EXPECT_EQ(bytes[8], 0x0a) << "addresses big-endian";
+  MoveFrame g;
+  std::string err;
+  ASSERT_TRUE(DecodeMoveFrame(bytes.data(), bytes.size(), &g, &err)) << err;
+  EXPECT_EQ(g.kind, MoveKind::kImport);
+  EXPECT_EQ(g.status, MoveStatus::kOk);
+  EXPECT_TRUE(g.flow == f.flow);
+  EXPECT_TRUE(g.cur == f.cur);
+  ASSERT_EQ(g.records.size(), f.records.size());
+  for (size_t i = 0; i < f.records.size(); i++) EXPECT_TRUE(SameRecord(g.records[i], f.records[i])) << i;
+}
+
+TEST(FlowMove, SixteenRecordsOfTheLargestValueFitAndSeventeenDoNot) {
+  EXPECT_EQ(kMoveMaxRecords, 16u);
+  MoveFrame f;
+  for (size_t i = 0; i < kMoveMaxRecords; i++) f.records.push_back(MoveRecord{0, 1, Value(kFlow, kMaxStateValue, 1)});
+  EXPECT_LE(Encode(f).size(), kMoveFrameMax);
+  EXPECT_GT(Encode(f).size(), 0u);
+  f.records.push_back(MoveRecord{0, 1, Value(kFlow, kMaxStateValue, 1)});
+  EXPECT_EQ(Encode(f).size(), 0u) << "a frame over 1400 bytes is not written";
+  uint8_t small[40];
+  EXPECT_EQ(EncodeMoveFrame(SampleFrame(), small, sizeof small), 0u) << "nor one over the buffer";
+}
+
+TEST(FlowMove, DecodingNamesWhatIsWrong) {
+  std::vector<uint8_t> good = Encode(SampleFrame());
+  EXPECT_NE(DecodeError({good.begin(), good.begin() + 33}).find("shorter than the 34-byte header"), std::string::npos);
+  std::vector<uint8_t> b = good;
+  b.resize(kMoveFrameMax + 1);
+  EXPECT_NE(DecodeError(b).find("longer than 1400"), std::string::npos);
+  b = good;
+  b[1] = 'X';
+  EXPECT_NE(DecodeError(b).find("bad magic"), std::string::npos);
+  b = good;
+  b[2] = 2;
+  EXPECT_NE(DecodeError(b).find("version 2, expected 1"), std::string::npos);
+  b = good;
+  b[3] = 3;
+  EXPECT_NE(DecodeError(b).find("kind 3"), std::string::npos);
+  b = good;
+  b[4] = 4;
+  EXPECT_NE(DecodeError(b).find("unknown status 4"), std::string::npos);
+  b = good;
+  b[7] = 1;
+  EXPECT_NE(DecodeError(b).find("reserved"), std::string::npos);
+  b = good;
+  b[6] = 5;
+  EXPECT_NE(DecodeError(b).find("record 4 is cut short"), std::string::npos);
+  b = good;
+  b[6] = 3;
+  EXPECT_NE(DecodeError(b).find("83 bytes after the last record"), std::string::npos);
+  b = good;
+  b.pop_back();
+  EXPECT_NE(DecodeError(b).find("record 3's value is cut short"), std::string::npos);
+  b = good;
+  b[kMoveHeaderBytes + kMoveRecordBytes - 1] = kMaxStateValue + 1;
+  EXPECT_NE(DecodeError(b).find("65-byte value"), std::string::npos);
+}
+
+/* Garbage, and valid frames with bytes changed, never crash the decoder,
+ * and what it accepts it writes back byte for byte. */
+TEST(FlowMove, RandomBytesNeverCrashTheDecoder) {
+  std::mt19937 rng(37);
+  std::vector<uint8_t> good = Encode(SampleFrame());
+  size_t accepted = 0;
+  for (int i = 0; i < 200000; i++) {
+    std::vector<uint8_t> b;
+    if (i % 2) {
+      b.resize(rng() % (kMoveFrameMax + 64));
+      for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
+      if (b.size() >= 3 && i % 4 == 1) b[0] = 'K', b[1] = 'M', b[2] = 1;
+    } else {
+      b = good;
+      for (int n = 1 + rng() % 4; n > 0; n--) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+      if (rng() % 4 == 0) b.resize(rng() % (b.size() + 1));
+    }
+    MoveFrame f;
+    std::string err;
+    if (!DecodeMoveFrame(b.data(), b.size(), &f, &err)) {
+      EXPECT_FALSE(err.empty());
+      continue;
+    }
+    accepted++;
+    ASSERT_EQ(Encode(f), b) << "input " << i;
+  }
+  EXPECT_GT(accepted, 0u) << "some mutations stay valid";
+}
+
+TEST(FlowMove, TheDefaultExportTakesTheFlowBothWaysAndForgetsItInTheStore) {
+  TableNf s, d;
+  s.state().set_mirrored(true);
+  d.state().set_mirrored(true);
+  FlowKey other = Key(0x0a000002, 0xcb007105, 1234, 53);
+  ASSERT_TRUE(s.state().Update(kFlow, Value(kFlow, 4, 1).data, 4));
+  ASSERT_TRUE(s.state().Update(kFlow.Reverse(), Value(kFlow, 6, 2).data, 6));
+  ASSERT_TRUE(s.state().Update(other, Value(other, 4, 3).data, 4));
+  std::vector<StateRecord> out, pulled;
+  std::vector<FlowKey> pulls;
+  s.state().Sync(true);
+  s.state().Exchange(&out, &pulls, &pulled);
+
+  MoveFrame f;
+  f.flow = f.cur = kFlow;
+  ExportAt(&s, MovePosition{1, NfId("t")}, &f);
+  ASSERT_EQ(f.status, MoveStatus::kOk);
+  ASSERT_EQ(f.records.size(), 2u);
+  EXPECT_TRUE(f.records[0].state.key == kFlow);
+  EXPECT_TRUE(f.records[1].state.key == kFlow.Reverse());
+  EXPECT_EQ(f.records[1].position, 1u);
+  EXPECT_EQ(f.records[1].nf, NfId("t"));
+  EXPECT_TRUE(f.cur == kFlow) << "an NF that rewrites nothing leaves the flow as it is";
+  EXPECT_EQ(s.state().size(), 1u) << "the other flow stays";
+  out.clear();
+  s.state().Sync(true);
+  s.state().Exchange(&out, &pulls, &pulled);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].len + out[1].len, 0) << "both deleted from the store";
+
+  f.kind = MoveKind::kImport;
+  std::string err;
+  ImportAt(&d, MovePosition{0, NfId("u")}, &f, &err);
+  EXPECT_EQ(d.state().size(), 0u) << "records of another position are not this one's";
+  ImportAt(&d, MovePosition{1, NfId("t")}, &f, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  uint8_t v[8];
+  ASSERT_TRUE(d.state().Read(kFlow.Reverse(), v, 6));
+  EXPECT_EQ(v[5], 2);
+  out.clear();
+  d.state().Sync(true);
+  d.state().Exchange(&out, &pulls, &pulled);
+  EXPECT_EQ(out.size(), 2u) << "written to the destination's store";
+}
+
+TEST(FlowMove, RecordsOfAnotherNfAreRefused) {
+  TableNf d;
+  MoveFrame f = SampleFrame();
+  std::string err;
+  ImportAt(&d, MovePosition{0, NfId("lb")}, &f, &err);
+  EXPECT_EQ(f.status, MoveStatus::kRefused);
+  EXPECT_NE(err.find("another NF"), std::string::npos);
+  EXPECT_EQ(d.state().size(), 0u);
+  /* A failed frame passes later positions untouched. */
+  ImportAt(&d, MovePosition{2, NfId("monitor")}, &f, &err);
+  EXPECT_EQ(d.state().size(), 0u);
+}
+
+TEST(FlowMove, AFullTableRefusesTheImportAndKeepsWhatItHad) {
+  TableNf d;
+  d.state().set_limits(FlowLimits{2, 0});
+  FlowKey held = Key(9, 9, 9, 9);
+  ASSERT_TRUE(d.state().Update(held, Value(held, 1, 7).data, 1));
+  ASSERT_TRUE(d.state().Update(kFlow, Value(kFlow, 1, 7).data, 1));
+  MoveFrame f;
+  f.kind = MoveKind::kImport;
+  f.records.push_back(MoveRecord{0, NfId("t"), Value(kFlow, 2, 5)});
+  f.records.push_back(MoveRecord{0, NfId("t"), Value(kFlow.Reverse(), 2, 5)});
+  std::string err;
+  ImportAt(&d, MovePosition{0, NfId("t")}, &f, &err);
+  EXPECT_EQ(f.status, MoveStatus::kRefused);
+  EXPECT_NE(err.find("flow table full"), std::string::npos) << err;
+  StateRecord r;
+  ASSERT_TRUE(d.state().Peek(kFlow, &r));
+  EXPECT_EQ(r.len, 1u) << "the overwritten value is back";
+  EXPECT_EQ(r.data[0], 7);
+  EXPECT_TRUE(d.state().Peek(held, &r));
+  EXPECT_FALSE(d.state().Peek(kFlow.Reverse(), &r));
+}
+
+TEST(FlowMove, AFlowWhoseStateDoesNotFitFailsAndStaysWhereItWas) {
+  WideNf fits(16, kMaxStateValue), wide(17, kMaxStateValue);
+  fits.Fill(kFlow);
+  wide.Fill(kFlow);
+  MoveFrame f;
+  f.flow = f.cur = kFlow;
+  ExportAt(&fits, MovePosition{0, 1}, &f);
+  ASSERT_EQ(f.status, MoveStatus::kOk);
+  EXPECT_EQ(f.records.size(), 16u);
+  EXPECT_EQ(fits.state().size(), 0u);
+
+  f = MoveFrame{};
+  f.flow = f.cur = kFlow;
+  ExportAt(&wide, MovePosition{4, 1}, &f);
+  EXPECT_EQ(f.status, MoveStatus::kNoRoom);
+  EXPECT_EQ(f.failed_position, 4u);
+  EXPECT_TRUE(f.records.empty()) << "nothing truncated into the frame";
+  EXPECT_EQ(wide.state().size(), 17u) << "the NF keeps the flow";
+  EXPECT_GT(Encode(f).size(), 0u) << "the failed frame still goes back to the ingress";
+}
+
+TEST(FlowMove, StateDeclarations) {
+  Json args = Json::parse(R"([{"name": "per_flow", "type": "boolean", "default": false, "doc": "d"}])");
+  EXPECT_EQ(CheckStateDecl(Json::parse(R"({"scope": "per-flow", "doc": "x"})"), args), "");
+  EXPECT_EQ(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"per_flow": true}})"), args), "");
+  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "mine", "doc": "x"})"), args).find("'scope' must be"), std::string::npos);
+  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global"})"), args).find("'doc'"), std::string::npos);
+  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "when": 1})"), args).find("unknown key 'when'"),
+            std::string::npos);
+  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"rate": 1}})"), args)
+                .find("'rate', which is not an argument"),
+            std::string::npos);
+  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "per-flow", "doc": "x", "per_flow_if": {"per_flow": true}})"), args)
+                .find("for scope global"),
+            std::string::npos);
+
+  Json cond = Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"per_flow": true}})");
+  EXPECT_TRUE(StateMovable(Json::parse(R"({"scope": "per-flow"})"), args, Json::object()));
+  EXPECT_FALSE(StateMovable(Json::parse(R"({"scope": "global", "doc": "x"})"), args, Json::object()));
+  EXPECT_FALSE(StateMovable(cond, args, Json::object())) << "the default is false";
+  EXPECT_FALSE(StateMovable(cond, args, Json::parse(R"({"per_flow": false})")));
+  EXPECT_TRUE(StateMovable(cond, args, Json::parse(R"({"per_flow": true})")));
+}
+
+}  // namespace
+}  // namespace keel
