@@ -5,11 +5,11 @@
  * translates --flows UDP flows (through ProcessBatch, its flow table
  * mirrored as with Redis on); then each flow moves to a fresh instance B:
  *
- *   export: what A's position does with the export frame: decode it,
- *           ExportAt (NAT's ExportFlow takes both keys of the mapping and
- *           forgets them), encode it;
- *   import: what B's position does with the import frame: decode it,
- *           ImportAt (NAT's ImportFlow checks and puts both keys), encode it.
+ *   export: what A's position does with the export frame (MoveAt): decode
+ *           it, ExportAt (NAT's ExportFlow takes both keys of the mapping
+ *           and forgets them), encode it;
+ *   import: what B's position does with the import frame (MoveAt): decode
+ *           it, ImportAt (NAT's ImportFlow checks and puts both keys), encode it.
  *
  * ExportAt and ImportAt alone are timed too (nf_*). The mirror hand-over
  * (FlowState::Sync) runs between moves, untimed, as it runs between batches.

@@ -97,37 +97,23 @@ RunResult RunChain(const std::vector<NF*>& nfs, const std::vector<TestPacket>& p
 
 RunResult RunBatch(NF* nf, const std::vector<TestPacket>& pkts) { return RunChain({nf}, pkts); }
 
-namespace {
-
-/* The frame after a hop on the wire: encoded, checked, decoded. */
-MoveFrame OverTheWire(const MoveFrame& f) {
-  uint8_t buf[kMoveFrameMax];
-  size_t n = EncodeMoveFrame(f, buf, sizeof buf);
-  EXPECT_GT(n, 0u) << "the frame does not encode";
-  MoveFrame out;
-  std::string err;
-  EXPECT_TRUE(DecodeMoveFrame(buf, n, &out, &err)) << err;
-  return out;
-}
-
-}  // namespace
-
 MoveFrame MoveFlow(const MoveChain& from, const MoveChain& to, const FlowKey& flow, std::string* err) {
   MoveFrame f;
-  f.kind = MoveKind::kExport;
   f.flow = f.cur = flow;
-  for (size_t i = 0; i < from.nfs.size(); i++) {
-    f = OverTheWire(f);
-    ExportAt(from.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(from.names[i])}, &f);
-  }
-  f = OverTheWire(f);
+  uint8_t buf[kMoveFrameMax];
+  size_t len = EncodeMoveFrame(f, buf, sizeof buf);
+  auto through = [&](const MoveChain& chain) {
+    for (size_t i = 0; i < chain.nfs.size(); i++)
+      EXPECT_TRUE(MoveAt(chain.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(chain.names[i])}, buf, &len, err))
+          << *err;
+    EXPECT_TRUE(DecodeMoveFrame(buf, len, &f, err)) << *err;
+  };
+  through(from);
   if (f.status != MoveStatus::kOk) return f;
-  f.kind = MoveKind::kImport;
-  for (size_t i = 0; i < to.nfs.size(); i++) {
-    f = OverTheWire(f);
-    ImportAt(to.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(to.names[i])}, &f, err);
-  }
-  return OverTheWire(f);
+  f.kind = MoveKind::kImport; /* the ingress turns it around */
+  len = EncodeMoveFrame(f, buf, sizeof buf);
+  through(to);
+  return f;
 }
 
 FlowKey TestFlow(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport, uint8_t proto) {

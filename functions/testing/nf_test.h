@@ -71,8 +71,8 @@ struct MoveChain {
 
 /* Moves |flow| (as the ingress sees it) from chain instance |from| to |to|
  * the way the ingress does (issue 37): an export frame through |from|,
- * encoded and decoded at each hop, turned into an import frame through
- * |to|. Returns the frame as it came back; |*err| says why an import was
+ * each position working on its bytes (MoveAt), turned into an import frame
+ * through |to|. Returns the frame as it came back; |*err| says why an import was
  * refused. */
 MoveFrame MoveFlow(const MoveChain& from, const MoveChain& to, const FlowKey& flow, std::string* err);
 /* The 5-tuple of a test flow (host byte order). */

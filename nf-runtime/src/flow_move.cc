@@ -205,4 +205,16 @@ void ImportAt(NF* nf, const MovePosition& pos, MoveFrame* frame, std::string* er
   frame->failed_position = pos.index;
 }
 
+bool MoveAt(NF* nf, const MovePosition& pos, uint8_t* buf, size_t* len, std::string* err) {
+  MoveFrame f;
+  if (!DecodeMoveFrame(buf, *len, &f, err)) return false;
+  if (f.kind == MoveKind::kExport)
+    ExportAt(nf, pos, &f);
+  else
+    ImportAt(nf, pos, &f, err);
+  /* ExportAt keeps the frame within kMoveFrameMax; ImportAt does not grow it. */
+  *len = EncodeMoveFrame(f, buf, kMoveFrameMax);
+  return true;
+}
+
 }  // namespace keel

@@ -312,5 +312,27 @@ TEST(FlowMove, StateDeclarations) {
   EXPECT_TRUE(StateMovable(cond, args, Json::parse(R"({"per_flow": true})")));
 }
 
+TEST(FlowMove, APositionWorksOnTheFrameInPlace) {
+  TableNf s, d;
+  ASSERT_TRUE(s.state().Update(kFlow, Value(kFlow, 8, 9).data, 8));
+  MoveFrame f;
+  f.flow = f.cur = kFlow;
+  uint8_t buf[kMoveFrameMax];
+  size_t len = EncodeMoveFrame(f, buf, sizeof buf);
+  std::string err;
+  ASSERT_TRUE(MoveAt(&s, MovePosition{0, 7}, buf, &len, &err)) << err;
+  EXPECT_EQ(len, kMoveHeaderBytes + kMoveRecordBytes + 8);
+  EXPECT_EQ(s.state().size(), 0u);
+  buf[3] = static_cast<uint8_t>(MoveKind::kImport);
+  ASSERT_TRUE(MoveAt(&d, MovePosition{0, 7}, buf, &len, &err)) << err;
+  EXPECT_EQ(d.state().size(), 1u);
+  ASSERT_TRUE(MoveAt(&d, MovePosition{0, 8}, buf, &len, &err)) << "a refusal travels in the frame";
+  ASSERT_TRUE(DecodeMoveFrame(buf, len, &f, &err));
+  EXPECT_EQ(f.status, MoveStatus::kRefused);
+  buf[0] = 'X';
+  EXPECT_FALSE(MoveAt(&d, MovePosition{0, 7}, buf, &len, &err)) << "not a frame: the caller drops it";
+  EXPECT_NE(err.find("bad magic"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace keel

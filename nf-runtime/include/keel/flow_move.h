@@ -122,6 +122,14 @@ void ExportAt(NF* nf, const MovePosition& pos, MoveFrame* frame);
  * records for it, status becomes kRefused and |*err| says why. */
 void ImportAt(NF* nf, const MovePosition& pos, MoveFrame* frame, std::string* err);
 
+/* What a position does with a move frame that reaches it: the |*len| bytes
+ * at |buf| (which has room for kMoveFrameMax) are decoded, run through
+ * ExportAt or ImportAt by their kind, and written back in place, |*len| set
+ * to the new length. A refused import sets |*err| and the frame's status
+ * (the frame goes on). False, with the problem in |*err|, only when the
+ * bytes are not a frame: the caller drops and counts them. */
+bool MoveAt(NF* nf, const MovePosition& pos, uint8_t* buf, size_t* len, std::string* err);
+
 }  // namespace keel
 
 #endif  // KEEL_FLOW_MOVE_H_
