@@ -34,17 +34,6 @@ std::string Stored(NF* nf, const FlowKey& key) {
   return buf;
 }
 
-FlowKey Key(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport,
-            uint8_t proto) {
-  FlowKey k;
-  k.src_ip = Ip(src);
-  k.dst_ip = Ip(dst);
-  k.src_port = sport;
-  k.dst_port = dport;
-  k.proto = proto;
-  return k;
-}
-
 /* |pkt| as a fragment with the given flags/offset word (host order). */
 TestPacket Fragment(TestPacket pkt, uint16_t frag_off) {
   Packet v = View(&pkt.bytes());
@@ -74,8 +63,8 @@ TEST(Lb, RewritesDestinationToTheFlowsBackend) {
   EXPECT_EQ(r.out[1], TcpPacket("10.0.0.2", b1, 4321, 80, "tcp").bytes());
   EXPECT_TRUE(ChecksumsValid(r.out[0]));
   EXPECT_TRUE(ChecksumsValid(r.out[1]));
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp)), b0);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 4321, 80, kProtoTcp)), b1);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp)), b0);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 4321, 80, kProtoTcp)), b1);
 }
 
 TEST(Lb, SpreadsFlowsAndKeepsEachOnItsBackend) {
@@ -109,7 +98,7 @@ TEST(Lb, AFullTableStillBalancesNewFlowsWithoutKeepingThem) {
 
 TEST(Lb, UsesTheChoiceStoredInState) {
   auto lb = MakeNf("lb", kConfig);
-  FlowKey key = Key("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp);
+  FlowKey key = TestFlow("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp);
   struct {
     uint32_t backend;
   } stored{Ip("198.18.0.99")};
@@ -150,14 +139,14 @@ TEST(Lb, BalancesOtherProtocolsAndFragmentsByAddresses) {
   RunResult r = RunBatch(lb.get(), {BuildPacket(icmp), first, rest});
   ASSERT_EQ(r.out.size(), 3u);
   std::string icmp_backend = Backend(&r.out[0]);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.1", "203.0.113.80", 0, 0, kProtoIcmp)), icmp_backend);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.1", "203.0.113.80", 0, 0, kProtoIcmp)), icmp_backend);
   L4Spec icmp_out = icmp;
   icmp_out.dst_ip = icmp_backend;
   EXPECT_EQ(r.out[0], BuildPacket(icmp_out).bytes());
   std::string frag_backend = Backend(&r.out[1]);
   EXPECT_EQ(Backend(&r.out[2]), frag_backend);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 0, 0, kProtoUdp)), frag_backend);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 1234, 80, kProtoUdp)), "");
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 0, 0, kProtoUdp)), frag_backend);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 1234, 80, kProtoUdp)), "");
   /* The first fragment's UDP checksum covers the whole datagram: patched like any other. */
   EXPECT_TRUE(ChecksumsValid(r.out[1]));
   Packet v = View(&r.out[2]);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "keel/flow_move.h"
 
+#include <arpa/inet.h>
+
 #include <cstring>
 
 namespace keel {
@@ -11,19 +13,20 @@ constexpr uint8_t kMagic0 = 'K';
 constexpr uint8_t kMagic1 = 'M';
 constexpr size_t kKeyBytes = 13;
 
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
+void Put16(uint8_t* p, uint16_t v) { Store16(p, htons(v)); }
 
 void Put32(uint8_t* p, uint32_t v) {
-  Put16(p, static_cast<uint16_t>(v >> 16));
-  Put16(p + 2, static_cast<uint16_t>(v));
+  uint32_t n = htonl(v);
+  std::memcpy(p, &n, sizeof n);
 }
 
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+uint16_t Get16(const uint8_t* p) { return ntohs(Load16(p)); }
 
-uint32_t Get32(const uint8_t* p) { return uint32_t{Get16(p)} << 16 | Get16(p + 2); }
+uint32_t Get32(const uint8_t* p) {
+  uint32_t n;
+  std::memcpy(&n, p, sizeof n);
+  return ntohl(n);
+}
 
 void PutKey(uint8_t* p, const FlowKey& k) {
   Put32(p, k.src_ip);

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 
 namespace keel {
 namespace {
@@ -44,14 +45,8 @@ class WideNf : public TableNf {
   uint8_t len_;
 };
 
-FlowKey Key(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport, uint8_t proto = kProtoUdp) {
-  FlowKey k;
-  k.src_ip = src;
-  k.dst_ip = dst;
-  k.src_port = sport;
-  k.dst_port = dport;
-  k.proto = proto;
-  return k;
+FlowKey Key(uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport) {
+  return FlowKey{src, dst, sport, dport, kProtoUdp};
 }
 
 const FlowKey kFlow = Key(0x0a000001, 0xcb007105, 1234, 53);
@@ -130,33 +125,24 @@ TEST(FlowMove, DecodingNamesWhatIsWrong) {
   std::vector<uint8_t> b = good;
   b.resize(kMoveFrameMax + 1);
   EXPECT_NE(DecodeError(b).find("longer than 1400"), std::string::npos);
-  b = good;
-  b[1] = 'X';
-  EXPECT_NE(DecodeError(b).find("bad magic"), std::string::npos);
-  b = good;
-  b[2] = 2;
-  EXPECT_NE(DecodeError(b).find("version 2, expected 1"), std::string::npos);
-  b = good;
-  b[3] = 3;
-  EXPECT_NE(DecodeError(b).find("kind 3"), std::string::npos);
-  b = good;
-  b[4] = 4;
-  EXPECT_NE(DecodeError(b).find("unknown status 4"), std::string::npos);
-  b = good;
-  b[7] = 1;
-  EXPECT_NE(DecodeError(b).find("reserved"), std::string::npos);
-  b = good;
-  b[6] = 5;
-  EXPECT_NE(DecodeError(b).find("record 4 is cut short"), std::string::npos);
-  b = good;
-  b[6] = 3;
-  EXPECT_NE(DecodeError(b).find("83 bytes after the last record"), std::string::npos);
+  /* One byte changed: where, to what, and what the decoder says. */
+  for (auto [at, value, want] : {
+           std::tuple{size_t{1}, uint8_t{'X'}, "bad magic"},
+           {2, 2, "version 2, expected 1"},
+           {3, 3, "kind 3"},
+           {4, 4, "unknown status 4"},
+           {7, 1, "reserved"},
+           {6, 5, "record 4 is cut short"},
+           {6, 3, "83 bytes after the last record"},
+           {kMoveHeaderBytes + kMoveRecordBytes - 1, kMaxStateValue + 1, "65-byte value"},
+       }) {
+    b = good;
+    b[at] = value;
+    EXPECT_NE(DecodeError(b).find(want), std::string::npos) << "byte " << at << " = " << int{value};
+  }
   b = good;
   b.pop_back();
   EXPECT_NE(DecodeError(b).find("record 3's value is cut short"), std::string::npos);
-  b = good;
-  b[kMoveHeaderBytes + kMoveRecordBytes - 1] = kMaxStateValue + 1;
-  EXPECT_NE(DecodeError(b).find("65-byte value"), std::string::npos);
 }
 
 /* Garbage, and valid frames with bytes changed, never crash the decoder,
@@ -291,18 +277,17 @@ TEST(FlowMove, AFlowWhoseStateDoesNotFitFailsAndStaysWhereItWas) {
 
 TEST(FlowMove, StateDeclarations) {
   Json args = Json::parse(R"([{"name": "per_flow", "type": "boolean", "default": false, "doc": "d"}])");
-  EXPECT_EQ(CheckStateDecl(Json::parse(R"({"scope": "per-flow", "doc": "x"})"), args), "");
-  EXPECT_EQ(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"per_flow": true}})"), args), "");
-  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "mine", "doc": "x"})"), args).find("'scope' must be"), std::string::npos);
-  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global"})"), args).find("'doc'"), std::string::npos);
-  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "when": 1})"), args).find("unknown key 'when'"),
-            std::string::npos);
-  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"rate": 1}})"), args)
-                .find("'rate', which is not an argument"),
-            std::string::npos);
-  EXPECT_NE(CheckStateDecl(Json::parse(R"({"scope": "per-flow", "doc": "x", "per_flow_if": {"per_flow": true}})"), args)
-                .find("for scope global"),
-            std::string::npos);
+  auto problem = [&](const char* decl) { return CheckStateDecl(Json::parse(decl), args); };
+  EXPECT_EQ(problem(R"({"scope": "per-flow", "doc": "x"})"), "");
+  EXPECT_EQ(problem(R"({"scope": "global", "doc": "x", "per_flow_if": {"per_flow": true}})"), "");
+  for (auto [decl, want] : {
+           std::pair{R"({"scope": "mine", "doc": "x"})", "'scope' must be"},
+           {R"({"scope": "global"})", "'doc'"},
+           {R"({"scope": "global", "doc": "x", "when": 1})", "unknown key 'when'"},
+           {R"({"scope": "global", "doc": "x", "per_flow_if": {"rate": 1}})", "'rate', which is not an argument"},
+           {R"({"scope": "per-flow", "doc": "x", "per_flow_if": {"per_flow": true}})", "for scope global"},
+       })
+    EXPECT_NE(problem(decl).find(want), std::string::npos) << decl << ": " << problem(decl);
 
   Json cond = Json::parse(R"({"scope": "global", "doc": "x", "per_flow_if": {"per_flow": true}})");
   EXPECT_TRUE(StateMovable(Json::parse(R"({"scope": "per-flow"})"), args, Json::object()));
