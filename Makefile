@@ -151,7 +151,7 @@ py-test:
 # $(FUZZ_BUILD)/work. make test replays the checked-in corpus (ctest fuzz_replay_*).
 FUZZ_BUILD   ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_packet fuzz_pktbuf fuzz_nf fuzz_config
+FUZZ_TARGETS := fuzz_packet fuzz_pktbuf fuzz_nf fuzz_config fuzz_flowmove
 fuzz: apt-deps fuzz-deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DKEEL_FUZZ=ON > /dev/null
 	ninja -C $(FUZZ_BUILD) -j $(JOBS) $(FUZZ_TARGETS)
@@ -179,6 +179,7 @@ down:
 bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 	taskset -c 1 chrt -f 50 $(BUILD)/bin/keel-sojourn-bench --out bench/results/sojourn_cost.json
+	taskset -c 1 chrt -f 50 $(BUILD)/bin/keel-flowmove-bench --out bench/results/flow_state_move.json
 	$(PY) bench/xdp_offload.py --bin $(BUILD)/bin --out bench/results/xdp_offload.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) placer/bench_smartchain.py --out bench/results/smartchain_eval.json \

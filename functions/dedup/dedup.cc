@@ -143,5 +143,7 @@ KEEL_NF_ARGS(Dedup, R"json([
   {"name": "cache_entries", "type": "integer", "minimum": 1, "maximum": 65536, "default": 4096,
    "doc": "chunks remembered (rededup must use the same)"}
 ])json");
+KEEL_NF_STATE(Dedup, R"json({"scope": "global",
+  "doc": "one chunk cache shared by every flow, filled in packet order in step with rededup's: a flow cannot take it along"})json");
 
 }  // namespace keel

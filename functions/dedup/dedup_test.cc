@@ -194,5 +194,25 @@ TEST(Dedup, RejectsBadConfig) {
   EXPECT_THROW_MSG(MakeNf("dedup", R"({"window":4})"), "dedup.window: unknown field");
 }
 
+TEST(Dedup, DedupAndRededupKeepGlobalStateTheirFlowsDoNotMove) {
+  for (const char* name : {"dedup", "rededup"}) {
+    auto nf = MakeNf(name, "{}");
+    EXPECT_FALSE(nf->movable()) << name;
+    MoveFrame f;
+    f.flow = f.cur = TestFlow("10.0.0.1", "10.0.0.2", 1000, 2000);
+    ExportAt(nf.get(), MovePosition{2, NfId(name)}, &f);
+    EXPECT_EQ(f.status, MoveStatus::kGlobal) << name;
+    EXPECT_EQ(f.failed_position, 2u) << name;
+    /* An import frame with records for it is refused. */
+    MoveFrame in;
+    in.kind = MoveKind::kImport;
+    in.records.push_back(MoveRecord{2, NfId(name), StateRecord{}});
+    std::string err;
+    ImportAt(nf.get(), MovePosition{2, NfId(name)}, &in, &err);
+    EXPECT_EQ(in.status, MoveStatus::kRefused) << name;
+    EXPECT_NE(err.find("global"), std::string::npos) << err;
+  }
+}
+
 }  // namespace
 }  // namespace keel

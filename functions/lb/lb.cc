@@ -12,8 +12,11 @@
  * Packets without ports (other protocols, and every fragment so that all
  * fragments of a datagram stay together) are keyed by (src, dst, proto).
  * Non-IPv4 frames and TCP/UDP packets with a truncated header are dropped.
+ * A flow moving to another instance (issue 37) takes its backend along.
  */
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "keel/nf.h"
@@ -72,6 +75,27 @@ class Lb : public NF {
     }
   }
 
+  /* A moving flow takes its backend; the next position sees it as the
+   * destination. */
+  void ExportFlow(const FlowKey& flow, FlowExport* out) override {
+    NF::ExportFlow(flow, out);
+    for (const StateRecord& r : out->records) {
+      if (!(r.key == flow) || r.len != sizeof(LbChoice)) continue;
+      LbChoice c;
+      std::memcpy(&c, r.data, sizeof c);
+      out->next.dst_ip = c.backend;
+    }
+  }
+
+  bool ImportFlow(const std::vector<StateRecord>& records, std::string* err) override {
+    for (const StateRecord& r : records) {
+      if (r.len == sizeof(LbChoice)) continue;
+      *err = "lb: a record of " + std::to_string(r.len) + " bytes, expected " + std::to_string(sizeof(LbChoice));
+      return false;
+    }
+    return NF::ImportFlow(records, err);
+  }
+
   Json Stats() const override { return Json{{"new_flows", new_flows_}, {"untracked_flows", untracked_flows_}}; }
 
  private:
@@ -85,5 +109,7 @@ KEEL_NF_ARGS(Lb, R"json([
   {"name": "backends", "required": true, "type": "array", "items": {"type": "ipv4"}, "min_items": 1,
    "doc": "backend addresses; each flow goes to one of them"}
 ])json");
+KEEL_NF_STATE(Lb, R"json({"scope": "per-flow",
+  "doc": "the backend of each flow in the flow table"})json");
 
 }  // namespace keel

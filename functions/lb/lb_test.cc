@@ -34,17 +34,6 @@ std::string Stored(NF* nf, const FlowKey& key) {
   return buf;
 }
 
-FlowKey Key(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport,
-            uint8_t proto) {
-  FlowKey k;
-  k.src_ip = Ip(src);
-  k.dst_ip = Ip(dst);
-  k.src_port = sport;
-  k.dst_port = dport;
-  k.proto = proto;
-  return k;
-}
-
 /* |pkt| as a fragment with the given flags/offset word (host order). */
 TestPacket Fragment(TestPacket pkt, uint16_t frag_off) {
   Packet v = View(&pkt.bytes());
@@ -74,8 +63,8 @@ TEST(Lb, RewritesDestinationToTheFlowsBackend) {
   EXPECT_EQ(r.out[1], TcpPacket("10.0.0.2", b1, 4321, 80, "tcp").bytes());
   EXPECT_TRUE(ChecksumsValid(r.out[0]));
   EXPECT_TRUE(ChecksumsValid(r.out[1]));
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp)), b0);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 4321, 80, kProtoTcp)), b1);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp)), b0);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 4321, 80, kProtoTcp)), b1);
 }
 
 TEST(Lb, SpreadsFlowsAndKeepsEachOnItsBackend) {
@@ -109,7 +98,7 @@ TEST(Lb, AFullTableStillBalancesNewFlowsWithoutKeepingThem) {
 
 TEST(Lb, UsesTheChoiceStoredInState) {
   auto lb = MakeNf("lb", kConfig);
-  FlowKey key = Key("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp);
+  FlowKey key = TestFlow("10.0.0.1", "203.0.113.80", 1234, 80, kProtoUdp);
   struct {
     uint32_t backend;
   } stored{Ip("198.18.0.99")};
@@ -150,14 +139,14 @@ TEST(Lb, BalancesOtherProtocolsAndFragmentsByAddresses) {
   RunResult r = RunBatch(lb.get(), {BuildPacket(icmp), first, rest});
   ASSERT_EQ(r.out.size(), 3u);
   std::string icmp_backend = Backend(&r.out[0]);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.1", "203.0.113.80", 0, 0, kProtoIcmp)), icmp_backend);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.1", "203.0.113.80", 0, 0, kProtoIcmp)), icmp_backend);
   L4Spec icmp_out = icmp;
   icmp_out.dst_ip = icmp_backend;
   EXPECT_EQ(r.out[0], BuildPacket(icmp_out).bytes());
   std::string frag_backend = Backend(&r.out[1]);
   EXPECT_EQ(Backend(&r.out[2]), frag_backend);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 0, 0, kProtoUdp)), frag_backend);
-  EXPECT_EQ(Stored(lb.get(), Key("10.0.0.2", "203.0.113.80", 1234, 80, kProtoUdp)), "");
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 0, 0, kProtoUdp)), frag_backend);
+  EXPECT_EQ(Stored(lb.get(), TestFlow("10.0.0.2", "203.0.113.80", 1234, 80, kProtoUdp)), "");
   /* The first fragment's UDP checksum covers the whole datagram: patched like any other. */
   EXPECT_TRUE(ChecksumsValid(r.out[1]));
   Packet v = View(&r.out[2]);
@@ -191,6 +180,35 @@ TEST(Lb, DropsNonIpv4AndTruncatedPackets) {
   EXPECT_EQ(r.out.size(), 0u);
   EXPECT_EQ(r.dropped, 4);
   EXPECT_EQ(lb->state().size(), 0u);
+}
+
+TEST(Lb, AFlowMovesWithItsBackend) {
+  /* The destination's backend list changed since: its hash would send the
+   * flow elsewhere; the moved flow keeps its backend. */
+  constexpr char kOther[] = R"({"backends":["192.0.2.13","192.0.2.12","192.0.2.11","192.0.2.10"]})";
+  auto a = MakeNf("lb", kConfig), b = MakeNf("lb", kOther), fresh = MakeNf("lb", kOther);
+  a->state().set_mirrored(true);
+  auto pkt = [] { return UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "x"); };
+  RunResult r = RunBatch(a.get(), {pkt()});
+  ASSERT_EQ(r.out.size(), 1u);
+  std::string backend = Backend(&r.out[0]);
+  RunResult elsewhere = RunBatch(fresh.get(), {pkt()});
+  ASSERT_NE(Backend(&elsewhere.out[0]), backend) << "pick a flow the new list sends elsewhere";
+
+  FlowKey flow = TestFlow("10.0.0.1", "203.0.113.5", 1234, 53);
+  std::string err;
+  MoveFrame f = MoveFlow(MoveChain{{a.get()}, {"lb"}}, MoveChain{{b.get()}, {"lb"}}, flow, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(f.records.size(), 1u);
+  FlowKey next = flow;
+  next.dst_ip = Ip(backend);
+  EXPECT_TRUE(f.cur == next) << "the next position sees the backend as destination";
+  EXPECT_EQ(a->state().size(), 0u) << "the source forgot the flow";
+
+  r = RunBatch(b.get(), {pkt()});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(Backend(&r.out[0]), backend);
+  EXPECT_EQ(b->Stats()["new_flows"], 0);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "testing/nf_test.h"
 
 namespace keel {
@@ -48,8 +50,10 @@ TEST(Limiter, RejectsBadConfig) {
                    "limiter.rate_bps: expected an integer, got 1.5");
   EXPECT_THROW_MSG(MakeNf("limiter", R"({"rate_bps":"8k","burst_bytes":1500})"),
                    "limiter.rate_bps: expected an integer, got string");
-  EXPECT_THROW_MSG(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":true})"),
-                   "limiter.per_flow: unknown field");
+  EXPECT_THROW_MSG(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500,"per_host":true})"),
+                   "limiter.per_host: unknown field");
+  EXPECT_THROW_MSG(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":1})"),
+                   "limiter.per_flow: expected");
 }
 
 TEST(Limiter, DropsWhatExceedsTheBucketAndRefillsOverTime) {
@@ -129,6 +133,50 @@ TEST(Limiter, HighRatesDoNotOverflow) {
 TEST(Limiter, RunsOnTheSteadyClock) {
   auto l = MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1000})");
   EXPECT_EQ(Passed(l.get(), {Frame(1000), Frame(1000)}), 1);
+}
+
+TEST(Limiter, OneBucketForAllIsGlobalStateAndPerFlowBucketsMove) {
+  EXPECT_FALSE(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500})")->movable());
+  EXPECT_TRUE(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":true})")->movable());
+  MoveFrame f;
+  f.flow = f.cur = TestFlow("10.0.0.1", "10.0.0.2", 1000, 2000);
+  auto global = MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500})");
+  ExportAt(global.get(), MovePosition{3, NfId("limiter")}, &f);
+  EXPECT_EQ(f.status, MoveStatus::kGlobal);
+  EXPECT_EQ(f.failed_position, 3u);
+}
+
+TEST(Limiter, PerFlowKeepsABucketForEachFlow) {
+  auto l = MakeLimiter(R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":true})");
+  TestPacket other = UdpPacket("10.0.0.3", "10.0.0.2", 1000, 2000, std::string(958, 'p'));
+  EXPECT_EQ(Passed(l.get(), {Frame(1000), Frame(1000), other}), 2) << "the second flow has a bucket of its own";
+  EXPECT_EQ(l->state().size(), 2u);
+  EXPECT_EQ(l->Stats()["dropped_packets"], 1);
+}
+
+TEST(Limiter, APerFlowBucketMovesWithItsTokensAndRefillsFromTheImport) {
+  const char* config = R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":true})"; /* 1000 B/s */
+  auto a = MakeLimiter(config), b = MakeLimiter(config);
+  a->state().set_mirrored(true);
+  b->now = 5000 * kSecond; /* another host's clock */
+  EXPECT_EQ(Passed(a.get(), {Frame(1000)}), 1); /* 500 B left */
+  a->now = kSecond / 5;                          /* 700 B at the export */
+  std::string err;
+  MoveFrame f = MoveFlow(MoveChain{{a.get()}, {"limiter"}}, MoveChain{{b.get()}, {"limiter"}},
+                         TestFlow("10.0.0.1", "10.0.0.2", 1000, 2000), &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  ASSERT_EQ(f.records.size(), 1u);
+  Limiter::Bucket sent;
+  std::memcpy(&sent, f.records[0].state.data, sizeof sent);
+  EXPECT_EQ(sent.tokens, 700ull * 8 * kSecond) << "tokens as of the export";
+  EXPECT_EQ(a->state().size(), 0u) << "the source forgot the flow";
+
+  b->now += kSecond / 10; /* 800 B: a fresh bucket would hold 1500 */
+  EXPECT_EQ(Passed(b.get(), {Frame(900)}), 0);
+  EXPECT_EQ(Passed(b.get(), {Frame(800)}), 1);
+  EXPECT_EQ(Passed(b.get(), {Frame(42)}), 0) << "empty";
+  b->now += kSecond;
+  EXPECT_EQ(Passed(b.get(), {Frame(1000)}), 1) << "refilled on the destination's clock";
 }
 
 }  // namespace

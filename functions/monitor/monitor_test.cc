@@ -154,5 +154,30 @@ TEST(Monitor, RejectsConfig) {
   EXPECT_THROW_MSG(MakeNf("monitor", "[]"), "monitor: expected an object, got array");
 }
 
+TEST(Monitor, AFlowMovesWithItsCountersBothWays) {
+  auto a = MakeNf("monitor", "{}"), b = MakeNf("monitor", "{}");
+  RunBatch(a.get(), {UdpPacket("10.0.0.1", "10.0.0.2", 1000, 2000, "aaaa"),
+                     UdpPacket("10.0.0.1", "10.0.0.2", 1000, 2000, "aaaa"),
+                     UdpPacket("10.0.0.2", "10.0.0.1", 2000, 1000, "bb"),
+                     UdpPacket("10.0.0.7", "10.0.0.2", 7, 2000, "c")});
+  std::string err;
+  MoveFrame f = MoveFlow(MoveChain{{a.get()}, {"monitor"}}, MoveChain{{b.get()}, {"monitor"}},
+                         TestFlow("10.0.0.1", "10.0.0.2", 1000, 2000), &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(f.records.size(), 2u);
+  /* The source reports only the flow that stayed; its totals stay. */
+  EXPECT_EQ(a->Stats(), Totals({Flow("10.0.0.7", "10.0.0.2", 7, 2000, 17, 1, 43)}, 4, 4 * 42 + 4 + 4 + 2 + 1));
+  RunBatch(b.get(), {UdpPacket("10.0.0.1", "10.0.0.2", 1000, 2000, "aaaa")});
+  EXPECT_EQ(b->Stats(), Totals({Flow("10.0.0.1", "10.0.0.2", 1000, 2000, 17, 3, 3 * 46),
+                                Flow("10.0.0.2", "10.0.0.1", 2000, 1000, 17, 1, 44)},
+                               1, 46));
+  /* Back to the source: it goes on from the moved counters. */
+  f = MoveFlow(MoveChain{{b.get()}, {"monitor"}}, MoveChain{{a.get()}, {"monitor"}},
+               TestFlow("10.0.0.2", "10.0.0.1", 2000, 1000), &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(b->Stats()["flows"].size(), 0u);
+  EXPECT_EQ(a->Stats()["flows"].size(), 3u);
+}
+
 }  // namespace
 }  // namespace keel

@@ -18,8 +18,13 @@
  * dropped (table_full_drops). A port is free for a new flow when no reverse
  * key holds it for the same remote ip:port and protocol; ports are tried
  * from a rotating cursor, and a flow that finds none is dropped.
+ *
+ * A flow moving to another instance (issue 37) takes both keys along; the
+ * other instance must translate to the same external_ip, and refuses a
+ * mapping whose port it has given to another flow.
  */
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -103,6 +108,55 @@ class Nat : public NF {
         ip->src = addr;
       }
     }
+  }
+
+  /* A moving flow takes its mapping: both keys, found from either
+   * direction's 5-tuple; the next position sees the translated flow. */
+  void ExportFlow(const FlowKey& flow, FlowExport* out) override {
+    FlowKey fwd = flow, rev;
+    StateRecord r;
+    NatEndpoint e;
+    bool reply = flow.dst_ip == ext_ip_ && flow.dst_port >= lo_ && flow.dst_port <= hi_;
+    if (reply) {
+      if (!state().Peek(flow, &r)) return;
+      std::memcpy(&e, r.data, sizeof e);
+      rev = flow;
+      fwd.src_ip = e.ip;
+      fwd.src_port = e.port;
+      fwd.dst_ip = flow.src_ip;
+      fwd.dst_port = flow.src_port;
+      out->next.dst_ip = e.ip;
+      out->next.dst_port = e.port;
+    } else {
+      if (!state().Peek(flow, &r)) return;
+      std::memcpy(&e, r.data, sizeof e);
+      rev = Reverse(flow, e.port);
+      out->next.src_ip = e.ip;
+      out->next.src_port = e.port;
+    }
+    if (state().Take(fwd, &r)) out->records.push_back(r);
+    /* The reverse key is the flow's only while it maps back to it. */
+    if (state().Peek(rev, &r)) {
+      std::memcpy(&e, r.data, sizeof e);
+      if (e.ip == fwd.src_ip && e.port == fwd.src_port && state().Take(rev, &r)) out->records.push_back(r);
+    }
+  }
+
+  /* Refuses a mapping whose keys map elsewhere here: the external port is
+   * taken by another flow of this instance. */
+  bool ImportFlow(const std::vector<StateRecord>& records, std::string* err) override {
+    for (const StateRecord& r : records) {
+      StateRecord here;
+      if (r.len != sizeof(NatEndpoint)) {
+        *err = "nat: a record of " + std::to_string(r.len) + " bytes, expected " + std::to_string(sizeof(NatEndpoint));
+        return false;
+      }
+      if (state().Peek(r.key, &here) && (here.len != r.len || std::memcmp(here.data, r.data, r.len) != 0)) {
+        *err = "nat: the mapping conflicts with one of this instance (its port is taken)";
+        return false;
+      }
+    }
+    return NF::ImportFlow(records, err);
   }
 
   Json Stats() const override {
@@ -189,5 +243,7 @@ KEEL_NF_ARGS(Nat, R"json([
    "items": {"type": "integer", "minimum": 1, "maximum": 65535},
    "doc": "[lo, hi]: the source ports handed out to flows"}
 ])json");
+KEEL_NF_STATE(Nat, R"json({"scope": "per-flow",
+  "doc": "a mapping per flow in the flow table: forward and reverse key"})json");
 
 }  // namespace keel

@@ -266,5 +266,111 @@ TEST(Nat, AFloodOfNewFlowsCannotGrowTheTableOrEvictFlowsInUse) {
   EXPECT_EQ(r.out.size(), 1u) << "the flow in use keeps its mapping";
 }
 
+/* Keys the flow table handed its mirror since the last call: written
+ * (value) and deleted (len 0). */
+std::vector<StateRecord> Mirrored(NF* nf) {
+  std::vector<StateRecord> dirty, pulled;
+  std::vector<FlowKey> pulls;
+  nf->state().Sync(true);
+  nf->state().Exchange(&dirty, &pulls, &pulled);
+  return dirty;
+}
+
+const MoveChain Chain(NF* nat) { return MoveChain{{nat}, {"nat"}}; }
+
+TEST(Nat, AFlowMovesWithItsMappingBothWays) {
+  auto a = MakeNat(), b = MakeNat();
+  a->state().set_mirrored(true);
+  b->state().set_mirrored(true);
+  /* Another flow takes port 1000 first: a fresh instance would give the
+   * moving flow 1000, its mapping is 1001. */
+  RunBatch(a.get(), {UdpPacket("10.0.0.9", "203.0.113.5", 999, 53, "other")});
+  RunResult r = RunBatch(a.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q1")});
+  EXPECT_EQ(OutSrcPort(&r), 1001);
+  Mirrored(a.get());
+
+  std::string err;
+  MoveFrame f = MoveFlow(Chain(a.get()), Chain(b.get()), TestFlow("10.0.0.1", "203.0.113.5", 1234, 53), &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(f.records.size(), 2u) << "forward and reverse key";
+  EXPECT_TRUE(f.cur == TestFlow("198.51.100.1", "203.0.113.5", 1001, 53)) << "the next position sees the translated flow";
+
+  /* The source forgot both keys, here and in its store; the other flow stays. */
+  EXPECT_EQ(a->state().size(), 2u);
+  std::vector<StateRecord> gone = Mirrored(a.get());
+  ASSERT_EQ(gone.size(), 2u);
+  for (const StateRecord& g : gone) EXPECT_EQ(g.len, 0u) << "deleted from the source's hash";
+  EXPECT_EQ(RunBatch(a.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1001, "a")}).out.size(), 0u);
+
+  /* The destination holds it as if it had made it: written to its hash,
+   * the same port outbound, the same internal host for replies. */
+  EXPECT_EQ(Mirrored(b.get()).size(), 2u);
+  r = RunBatch(b.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q2")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("198.51.100.1", "203.0.113.5", 1001, 53, "q2").bytes());
+  r = RunBatch(b.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1001, "a2")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("203.0.113.5", "10.0.0.1", 53, 1234, "a2").bytes());
+  EXPECT_EQ(Stat(b.get(), "mappings"), 0) << "no new mapping made";
+}
+
+TEST(Nat, AFlowNamedByItsReplyMovesWhole) {
+  auto a = MakeNat(), b = MakeNat();
+  RunBatch(a.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q")});
+  std::string err;
+  MoveFrame f = MoveFlow(Chain(a.get()), Chain(b.get()), TestFlow("203.0.113.5", "198.51.100.1", 53, 1000), &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  EXPECT_EQ(f.records.size(), 2u);
+  EXPECT_TRUE(f.cur == TestFlow("203.0.113.5", "10.0.0.1", 53, 1234));
+  EXPECT_EQ(a->state().size(), 0u);
+  RunResult r = RunBatch(b.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "a")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("203.0.113.5", "10.0.0.1", 53, 1234, "a").bytes());
+}
+
+TEST(Nat, AnInstanceThatGaveThePortAwayRefusesTheMappingAndKeepsItsOwn) {
+  auto a = MakeNat(), b = MakeNat();
+  RunBatch(a.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q")});
+  RunBatch(b.get(), {UdpPacket("10.0.0.2", "203.0.113.5", 4321, 53, "q")}); /* port 1000 too */
+  std::string err;
+  MoveFrame f = MoveFlow(Chain(a.get()), Chain(b.get()), TestFlow("10.0.0.1", "203.0.113.5", 1234, 53), &err);
+  EXPECT_EQ(f.status, MoveStatus::kRefused);
+  EXPECT_EQ(f.failed_position, 0u);
+  EXPECT_NE(err.find("conflicts"), std::string::npos) << err;
+  EXPECT_EQ(b->state().size(), 2u);
+  RunResult r = RunBatch(b.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "a")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("203.0.113.5", "10.0.0.2", 53, 4321, "a").bytes());
+  /* The frame goes back to the source as an import: the source is whole again. */
+  f.kind = MoveKind::kImport;
+  f.status = MoveStatus::kOk;
+  ImportAt(a.get(), MovePosition{0, NfId("nat")}, &f, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  r = RunBatch(a.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "a")});
+  ASSERT_EQ(r.out.size(), 1u);
+  EXPECT_EQ(r.out[0], UdpPacket("203.0.113.5", "10.0.0.1", 53, 1234, "a").bytes());
+}
+
+TEST(Nat, BehindAGlobalNfTheFlowDoesNotMoveAndTheSourceIsMadeWhole) {
+  auto a = MakeNat(), b = MakeNat();
+  auto dedup_a = MakeNf("dedup", "{}"), dedup_b = MakeNf("dedup", "{}");
+  EXPECT_FALSE(dedup_a->movable());
+  RunBatch(a.get(), {UdpPacket("10.0.0.1", "203.0.113.5", 1234, 53, "q")});
+  std::string err;
+  MoveFrame f = MoveFlow(MoveChain{{a.get(), dedup_a.get()}, {"nat", "dedup"}},
+                         MoveChain{{b.get(), dedup_b.get()}, {"nat", "dedup"}},
+                         TestFlow("10.0.0.1", "203.0.113.5", 1234, 53), &err);
+  EXPECT_EQ(f.status, MoveStatus::kGlobal);
+  EXPECT_EQ(f.failed_position, 1u);
+  EXPECT_EQ(b->state().size(), 0u) << "nothing reached the destination";
+  f.kind = MoveKind::kImport;
+  f.status = MoveStatus::kOk;
+  ImportAt(a.get(), MovePosition{0, NfId("nat")}, &f, &err);
+  ImportAt(dedup_a.get(), MovePosition{1, NfId("dedup")}, &f, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  RunResult r = RunBatch(a.get(), {UdpPacket("203.0.113.5", "198.51.100.1", 53, 1000, "a")});
+  EXPECT_EQ(r.out.size(), 1u);
+}
+
 }  // namespace
 }  // namespace keel

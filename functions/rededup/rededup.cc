@@ -123,5 +123,7 @@ KEEL_NF_ARGS(Rededup, R"json([
   {"name": "cache_entries", "type": "integer", "minimum": 1, "maximum": 65536, "default": 4096,
    "doc": "chunks remembered, as dedup's"}
 ])json");
+KEEL_NF_STATE(Rededup, R"json({"scope": "global",
+  "doc": "one chunk cache shared by every flow, replayed in packet order in step with dedup's: a flow cannot take it along"})json");
 
 }  // namespace keel

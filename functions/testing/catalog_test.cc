@@ -56,6 +56,23 @@ TEST(Catalog, ListsEveryLibraryNfWithWellFormedArgumentSchemas) {
   EXPECT_EQ(names, want);
 }
 
+/* Whether each NF's flows can move with their state (issue 37), as the
+ * gateway reads it from the catalogue and keel-nf decides it. */
+TEST(Catalog, DeclaresWhichNfsKeepGlobalState) {
+  std::map<std::string, std::string> scope;
+  for (const Json& nf : Catalog()["nfs"]) {
+    std::string name = nf["name"];
+    ASSERT_TRUE(nf.contains("state")) << name;
+    if (nf["state"] != Json{{"scope", "per-flow"}}) EXPECT_EQ(CheckStateDecl(nf["state"], nf["args"]), "") << name;
+    scope[name] = nf["state"]["scope"];
+  }
+  for (const char* global : {"dedup", "rededup", "limiter"}) EXPECT_EQ(scope[global], "global") << global;
+  for (const char* per_flow : {"nat", "lb", "monitor", "acl", "macswap"}) EXPECT_EQ(scope[per_flow], "per-flow") << per_flow;
+  for (const auto& [name, config] : kValid)
+    EXPECT_EQ(MakeNf(name, config)->movable(), scope[name] == "per-flow") << name;
+  EXPECT_TRUE(MakeNf("limiter", R"({"rate_bps":8000,"burst_bytes":1500,"per_flow":true})")->movable());
+}
+
 TEST(Catalog, DeclaredNamesAreTheOnesInitAccepts) {
   for (const Json& nf : Catalog()["nfs"]) {
     std::string name = nf["name"];

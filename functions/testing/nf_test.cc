@@ -97,6 +97,35 @@ RunResult RunChain(const std::vector<NF*>& nfs, const std::vector<TestPacket>& p
 
 RunResult RunBatch(NF* nf, const std::vector<TestPacket>& pkts) { return RunChain({nf}, pkts); }
 
+MoveFrame MoveFlow(const MoveChain& from, const MoveChain& to, const FlowKey& flow, std::string* err) {
+  MoveFrame f;
+  f.flow = f.cur = flow;
+  uint8_t buf[kMoveFrameMax];
+  size_t len = EncodeMoveFrame(f, buf, sizeof buf);
+  auto through = [&](const MoveChain& chain) {
+    for (size_t i = 0; i < chain.nfs.size(); i++)
+      EXPECT_TRUE(MoveAt(chain.nfs[i], MovePosition{static_cast<uint8_t>(i), NfId(chain.names[i])}, buf, &len, err))
+          << *err;
+    EXPECT_TRUE(DecodeMoveFrame(buf, len, &f, err)) << *err;
+  };
+  through(from);
+  if (f.status != MoveStatus::kOk) return f;
+  f.kind = MoveKind::kImport; /* the ingress turns it around */
+  len = EncodeMoveFrame(f, buf, sizeof buf);
+  through(to);
+  return f;
+}
+
+FlowKey TestFlow(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport, uint8_t proto) {
+  FlowKey k;
+  k.src_ip = Ip(src);
+  k.dst_ip = Ip(dst);
+  k.src_port = sport;
+  k.dst_port = dport;
+  k.proto = proto;
+  return k;
+}
+
 bool ChecksumsValid(const std::vector<uint8_t>& bytes) {
   std::vector<uint8_t> copy = bytes;
   Packet p = View(&copy);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "keel/flow_move.h"
 #include "keel/nf.h"
 
 namespace keel {
@@ -61,6 +62,22 @@ struct RunResult {
 RunResult RunBatch(NF* nf, const std::vector<TestPacket>& pkts);
 /* Runs |pkts| through |nfs| in order, as the chain runner does. */
 RunResult RunChain(const std::vector<NF*>& nfs, const std::vector<TestPacket>& pkts);
+
+/* A chain instance as a flow move sees it: its NFs and their names. */
+struct MoveChain {
+  std::vector<NF*> nfs;
+  std::vector<std::string> names;
+};
+
+/* Moves |flow| (as the ingress sees it) from chain instance |from| to |to|
+ * the way the ingress does (issue 37): an export frame through |from|,
+ * each position working on its bytes (MoveAt), turned into an import frame
+ * through |to|. Returns the frame as it came back; |*err| says why an import was
+ * refused. */
+MoveFrame MoveFlow(const MoveChain& from, const MoveChain& to, const FlowKey& flow, std::string* err);
+/* The 5-tuple of a test flow (host byte order). */
+FlowKey TestFlow(const std::string& src, const std::string& dst, uint16_t sport, uint16_t dport,
+             uint8_t proto = kProtoUdp);
 
 /* True if the IPv4 header checksum and the TCP/UDP checksum of |bytes| are right. */
 bool ChecksumsValid(const std::vector<uint8_t>& bytes);

@@ -115,6 +115,56 @@ NfArgsRegistrar::NfArgsRegistrar(const NfRegistrar& nf, const char* args_json) {
   if (nf.accepted()) Registry()[nf.name()].args = std::move(args);
 }
 
+std::string CheckStateDecl(const Json& state, const Json& args) {
+  if (!state.is_object()) return ": expected an object";
+  static const std::set<std::string> kKeys = {"scope", "doc", "per_flow_if"};
+  for (auto it = state.begin(); it != state.end(); ++it)
+    if (!kKeys.count(it.key())) return ": unknown key '" + it.key() + "'";
+  if (!state.contains("scope") || !state["scope"].is_string() ||
+      (state["scope"] != "per-flow" && state["scope"] != "global"))
+    return ": 'scope' must be \"per-flow\" or \"global\"";
+  if (!state.contains("doc") || !state["doc"].is_string() || state["doc"].get<std::string>().empty())
+    return ": 'doc' (one line: what the state is) is missing";
+  if (state.contains("per_flow_if")) {
+    const Json& cond = state["per_flow_if"];
+    if (state["scope"] != "global") return ": 'per_flow_if' is for scope global";
+    if (!cond.is_object() || cond.empty()) return ": 'per_flow_if' must be an object {\"ARG\": VALUE}";
+    for (auto it = cond.begin(); it != cond.end(); ++it) {
+      bool declared = false;
+      for (const Json& a : args) declared = declared || a.value("name", "") == it.key();
+      if (!declared) return ": 'per_flow_if' names '" + it.key() + "', which is not an argument";
+    }
+  }
+  return "";
+}
+
+bool StateMovable(const Json& state, const Json& args, const Json& config) {
+  if (state.value("scope", "per-flow") == "per-flow") return true;
+  auto cond = state.find("per_flow_if");
+  if (cond == state.end()) return false;
+  for (auto it = cond->begin(); it != cond->end(); ++it) {
+    const Json* value = nullptr;
+    if (config.is_object() && config.contains(it.key())) value = &config[it.key()];
+    for (const Json& a : args)
+      if (!value && a.value("name", "") == it.key() && a.contains("default")) value = &a["default"];
+    if (!value || *value != it.value()) return false;
+  }
+  return true;
+}
+
+NfStateRegistrar::NfStateRegistrar(const NfRegistrar& nf, const char* state_json) {
+  if (!nf.accepted()) return; /* a refused name: LoadNfLibrary reports it */
+  Json state = Json::parse(state_json, nullptr, false);
+  const Json& args = Registry()[nf.name()].args;
+  std::string problem = state.is_discarded() ? ": not JSON" : CheckStateDecl(state, args);
+  if (!problem.empty()) {
+    std::fprintf(stderr, "keel: KEEL_NF_STATE of NF '%s': state%s\n", nf.name().c_str(),
+                 problem.c_str());
+    std::abort();
+  }
+  Registry()[nf.name()].state = std::move(state);
+}
+
 void SetNfOrigin(const std::string& path) { Origin() = path; }
 
 std::unique_ptr<NF> CreateNf(const std::string& name) {
@@ -132,7 +182,7 @@ std::vector<const NfInfo*> ListNfs() {
 Json CatalogJson() {
   Json nfs = Json::array();
   for (const NfInfo* i : ListNfs()) {
-    Json nf = {{"name", i->name}, {"help", i->help}, {"args", i->args}};
+    Json nf = {{"name", i->name}, {"help", i->help}, {"args", i->args}, {"state", i->state}};
     if (!i->loaded_from.empty()) nf["loaded_from"] = i->loaded_from;
     nfs.push_back(std::move(nf));
   }
@@ -148,6 +198,8 @@ std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_js
   }
   Json j = ResolveSecrets(Config::ParseText(config_json, name), SecretsDir(), name);
   nf->Init(Config(j, name));
+  const NfInfo& info = Registry().at(name);
+  nf->movable_ = StateMovable(info.state, info.args, j);
   return nf;
 }
 

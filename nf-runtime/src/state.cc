@@ -98,6 +98,21 @@ void FlowState::Remove(const FlowKey& flow) {
   if (mirrored_) removed_.push_back(flow);
 }
 
+bool FlowState::Peek(const FlowKey& flow, StateRecord* out) const {
+  auto it = table_.find(flow);
+  if (it == table_.end()) return false;
+  out->key = flow;
+  out->len = it->second.len;
+  std::memcpy(out->data, it->second.data, it->second.len);
+  return true;
+}
+
+bool FlowState::Take(const FlowKey& flow, StateRecord* out) {
+  if (!Peek(flow, out)) return false;
+  Remove(flow);
+  return true;
+}
+
 bool FlowState::Preload(const StateRecord& rec) {
   Entry* e = Insert(rec.key);
   if (!e) return false;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "keel/flow_move.h"
 #include "keel/redis_mirror.h"
 
 namespace keel {
@@ -417,6 +418,68 @@ TEST(RedisMirror, RedisDownNeverBlocksAndReconnects) {
   EXPECT_EQ(stored, 1000);
   EXPECT_TRUE(m.connected());
   m.Stop(milliseconds(0));
+}
+
+/* An NF whose state is all in its flow table. */
+class TableNf : public NF {
+ public:
+  void Init(const Config&) override {}
+  void ProcessBatch(PacketBatch*) override {}
+};
+
+/* Fields of hash |key|, once they number |want| (within 2 s). */
+long long HashLen(int port, const std::string& key, long long want) {
+  redisContext* c = redisConnect("127.0.0.1", port);
+  long long n = -1;
+  for (int i = 0; i < 200 && n != want; i++) {
+    if (i) std::this_thread::sleep_for(milliseconds(10));
+    auto* r = static_cast<redisReply*>(redisCommand(c, "HLEN %s", key.c_str()));
+    n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+  }
+  redisFree(c);
+  return n;
+}
+
+TEST(RedisMirror, AMovedFlowLeavesTheSourcesHashAndEntersTheDestinations) {
+  RedisServer redis;
+  if (!redis.up()) GTEST_SKIP() << "redis-server is not installed (make deps installs it)";
+  const std::string src_key = StateKey("t", "g-src", 0, "t"), dst_key = StateKey("t", "g-dst", 0, "t");
+  TableNf src, dst;
+  RedisMirror ms(redis.addr(), milliseconds(5)), md(redis.addr(), milliseconds(5));
+  ms.Add(&src.state(), src_key);
+  md.Add(&dst.state(), dst_key);
+  ms.Start();
+  md.Start();
+  src.state().Update(Flow(1), Value{1, 1});
+  src.state().Update(Flow(1).Reverse(), Value{2, 2});
+  src.state().Update(Flow(2), Value{3, 3});
+  src.state().Sync(true);
+  ASSERT_EQ(HashLen(redis.port(), src_key, 3), 3);
+
+  MoveFrame f;
+  f.flow = f.cur = Flow(1);
+  ExportAt(&src, MovePosition{0, NfId("t")}, &f);
+  ASSERT_EQ(f.records.size(), 2u);
+  src.state().Sync(true);
+  EXPECT_EQ(HashLen(redis.port(), src_key, 1), 1) << "the source's hash keeps only the flow that stayed";
+
+  f.kind = MoveKind::kImport;
+  std::string err;
+  ImportAt(&dst, MovePosition{0, NfId("t")}, &f, &err);
+  ASSERT_EQ(f.status, MoveStatus::kOk) << err;
+  dst.state().Sync(true);
+  EXPECT_EQ(HashLen(redis.port(), dst_key, 2), 2) << "the destination's hash holds both directions";
+  ms.Stop(milliseconds(500));
+  md.Stop(milliseconds(500));
+
+  /* A restarted destination continues with the moved flow. */
+  FlowState again;
+  RedisMirror m(redis.addr(), milliseconds(5));
+  EXPECT_EQ(m.Add(&again, dst_key), 2u);
+  Value v;
+  ASSERT_TRUE(again.Read(Flow(1).Reverse(), &v));
+  EXPECT_EQ(v.a, 2u);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ set -u
 bin=$1 work=$2 secs=$3
 shift 3
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(packet pktbuf nf config)
+[ ${#names[@]} -gt 0 ] || names=(packet pktbuf nf config flowmove)
 here=$(cd "$(dirname "$0")" && pwd)
 failed=0
 for name in "${names[@]}"; do

@@ -91,6 +91,10 @@ type Member struct {
 	NF     string `json:"nf"`     // the registered NF name keel-nf runs
 	Image  string `json:"image"`  // keel/nf-base for library NFs, the tenant's image for theirs
 	Config string `json:"config"` // the keel-nf configuration, JSON
+	// Movable: the NF's state is per-flow with this configuration (nfcatalog.NF.Movable), so a
+	// flow can move to another instance with it; false for global state (and for chains
+	// recorded before issue 37).
+	Movable bool `json:"movable,omitempty"`
 }
 
 // SwitchNF is one NF of a chain that keel-torctl runs on the ToR as OpenFlow rules, before the
@@ -221,6 +225,17 @@ func (c *Chain) SwitchBetweenServers() string {
 			if indexOf(c.NFConfigs, m.Name) > indexOf(c.NFConfigs, sw.Name) {
 				return sw.Name
 			}
+		}
+	}
+	return ""
+}
+
+// Unmovable names the first NF an instance runs whose state is not per-flow ("" if none): the
+// chain's flows can move between its instances only when every Member's state moves with them.
+func (c *Chain) Unmovable() string {
+	for _, m := range c.Members {
+		if !m.Movable {
+			return m.Name
 		}
 	}
 	return ""
@@ -547,7 +562,11 @@ func (v *Validator) configure(ctx context.Context, nodes []*pb.NfNode, tenants m
 		if err != nil {
 			return nil, fmt.Errorf("check NF %s: %w", n.Name, err)
 		}
-		out = append(out, Member{Name: n.Name, NF: schema.Name, Image: image, Config: config})
+		movable, err := schema.Movable(config)
+		if err != nil {
+			return nil, fmt.Errorf("NF %s: %w", n.Name, err)
+		}
+		out = append(out, Member{Name: n.Name, NF: schema.Name, Image: image, Config: config, Movable: movable})
 	}
 	return out, nil
 }

@@ -158,7 +158,7 @@ func Test_Validate_places_the_new_chain_with_the_deployed_ones(t *testing.T) {
 		t.Errorf("tenant NFs sent to the placer:\n%s\nwant\n%s", fp.tenants, wantTenants)
 	}
 	// acl runs on the switch; nat, the server NF, is the instance's one member
-	wantMembers := []Member{{Name: "nat", NF: "nat", Image: LibraryImage, Config: `{"external_ip":"198.18.100.1","port_range":[1024,65535]}`}}
+	wantMembers := []Member{{Name: "nat", NF: "nat", Image: LibraryImage, Config: `{"external_ip":"198.18.100.1","port_range":[1024,65535]}`, Movable: true}}
 	if fmt.Sprint(c.Members) != fmt.Sprint(wantMembers) || len(c.NFConfigs) != 2 || c.NFConfigs[0].Config != `{"rules":[{"drop":false,"dst_ip":"198.18.3.0/24"}]}` {
 		t.Errorf("members %+v, configs %+v", c.Members, c.NFConfigs)
 	}
@@ -193,7 +193,7 @@ func Test_Validate_accepts_a_tenant_NF_with_its_arguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Member{Name: "ttlguard", NF: "ttlguard", Image: "keel/nf-ttlguard:latest", Config: `{"min_ttl":10}`}
+	want := Member{Name: "ttlguard", NF: "ttlguard", Image: "keel/nf-ttlguard:latest", Config: `{"min_ttl":10}`, Movable: true}
 	if len(c.Members) != 2 || c.Members[1] != want {
 		t.Fatalf("members %+v", c.Members)
 	}
@@ -380,5 +380,30 @@ func Test_Kind_requires_the_label_when_chain_annotations_are_present(t *testing.
 	}
 	if k, err := Kind(&types.FunctionDeployment{Service: "web"}); k != "" || err != nil {
 		t.Fatalf("normal function: %q %v", k, err)
+	}
+}
+
+// A chain's flows move between its instances only when every NF an instance runs keeps per-flow
+// state; a tenant NF that declares global state (KEEL_NF_STATE) pins them.
+func Test_Validate_records_whether_each_NF_s_flows_can_move(t *testing.T) {
+	fp := okPlacer()
+	fp.parse.Chains[0].Nodes = append(fp.parse.Chains[0].Nodes, &pb.NfNode{Name: "ttlguard", Nf: "ttlguard", ArgsJson: `{"min_ttl": 10}`})
+	fp.place.Chains = fp.place.Chains[:1]
+	fp.place.Chains[0].Nfs = append(fp.place.Chains[0].Nfs, &pb.PlacedNf{Name: "ttlguard", Nf: "ttlguard", Target: "server", Server: "w1"})
+	v, _ := validator(fp)
+	global := *ttlguard
+	global.State = &nfcatalog.State{Scope: "global", Doc: "counts TTLs over all flows"}
+	tenants := []TenantNF{{Name: "TTLGuard", Image: "keel/nf-ttlguard:latest", NF: &global}}
+	ann := map[string]string{AnnotationChain: goodChain + " -> ttlguard(min_ttl=10)", AnnotationFilter: "ip", AnnotationSLO: "t_min=1Gbps"}
+	c, _, err := v.Validate(context.Background(), deployment("guarded", ann), nil, tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Members) != 2 || !c.Members[0].Movable || c.Members[1].Movable || c.Unmovable() != "ttlguard" {
+		t.Fatalf("members %+v, unmovable %q", c.Members, c.Unmovable())
+	}
+	c.Members = c.Members[:1]
+	if c.Unmovable() != "" {
+		t.Fatalf("unmovable %q", c.Unmovable())
 	}
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package nfcatalog reads the NF catalogue keel-nf exports (`keel-nf --list --json`: each NF's
-// name and argument schemas, declared next to the NF with KEEL_NF_ARGS; the placer checks
+// name, argument schemas and state, declared next to the NF with KEEL_NF_ARGS and
+// KEEL_NF_STATE; the placer checks
 // chains' arguments against it) and turns an NF's arguments into the keel-nf configuration it
 // runs with, checked by the NF's own Init (`keel-nf --check`).
 package nfcatalog
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -41,6 +43,61 @@ type NF struct {
 	Help       string `json:"help"`
 	Args       []Arg  `json:"args"`
 	LoadedFrom string `json:"loaded_from,omitempty"` // set for a tenant's NF (keel-nf --load)
+	// State is what state the NF keeps (KEEL_NF_STATE); nil: per-flow, as keel-nf assumes of an
+	// NF that declares nothing.
+	State *State `json:"state,omitempty"`
+}
+
+// State says whether an NF's flows can move to another instance of its chain with their state
+// (issue 37): scope "per-flow" (they can) or "global" (state shared by flows: they never move),
+// and with PerFlowIf, a global NF that is per-flow when each named argument has that value.
+type State struct {
+	Scope     string                     `json:"scope"`
+	Doc       string                     `json:"doc,omitempty"`
+	PerFlowIf map[string]json.RawMessage `json:"per_flow_if,omitempty"`
+}
+
+// Movable reports whether the NF's flows can move when it runs with config (its keel-nf
+// configuration, JSON, as Config returns it); keel-nf's StateMovable decides alike.
+func (nf *NF) Movable(config string) (bool, error) {
+	if nf.State == nil || nf.State.Scope == "per-flow" {
+		return true, nil
+	}
+	if nf.State.Scope != "global" {
+		return false, fmt.Errorf("NF %s: state scope %q is neither per-flow nor global", nf.Name, nf.State.Scope)
+	}
+	if len(nf.State.PerFlowIf) == 0 {
+		return false, nil
+	}
+	args := map[string]json.RawMessage{}
+	if strings.TrimSpace(config) != "" {
+		if err := json.Unmarshal([]byte(config), &args); err != nil {
+			return false, fmt.Errorf("NF %s: configuration is not a JSON object: %w", nf.Name, err)
+		}
+	}
+	for name, want := range nf.State.PerFlowIf {
+		have, ok := args[name]
+		if !ok {
+			for _, a := range nf.Args {
+				if a.Name == name {
+					have, ok = a.Default, a.Default != nil
+				}
+			}
+		}
+		if !ok || !sameJSON(have, want) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// sameJSON reports whether two JSON texts hold the same value.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // Catalog is what `keel-nf --list --json` prints.

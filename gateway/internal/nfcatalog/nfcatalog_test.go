@@ -165,6 +165,17 @@ func Test_the_real_catalogue_and_keel_nf_check(t *testing.T) {
 	if err := local.Check(ctx, "nat", "nat", cfg); err != nil {
 		t.Fatal(err)
 	}
+	// Each NF's state as declared next to it (KEEL_NF_STATE): whether its flows can move.
+	for _, m := range []struct {
+		nf, config string
+		movable    bool
+	}{{"nat", cfg, true}, {"lb", `{}`, true}, {"monitor", `{}`, true}, {"acl", `{}`, true},
+		{"dedup", `{}`, false}, {"rededup", `{}`, false},
+		{"limiter", `{"rate_bps":1,"burst_bytes":1}`, false}, {"limiter", `{"rate_bps":1,"burst_bytes":1,"per_flow":true}`, true}} {
+		if got, err := c.Lookup(m.nf).Movable(m.config); err != nil || got != m.movable {
+			t.Errorf("%s %s: movable %v, %v; want %v", m.nf, m.config, got, err, m.movable)
+		}
+	}
 	// Init checks what the schema cannot: a bpf filter that does not compile
 	bpf, err := c.Lookup("bpf").Config("bpf_2", `{"filters": ["tcp prot 80"]}`)
 	if err != nil {
@@ -178,5 +189,33 @@ func Test_the_real_catalogue_and_keel_nf_check(t *testing.T) {
 	err = local.Check(ctx, "nat", "nat", `{"external_ip":"notanip","port_range":[1,2]}`)
 	if !errors.As(err, &bad) || bad.Arg != "external_ip" || bad.Problem != "'notanip' is not an IPv4 address" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func Test_Movable_follows_the_state_declaration(t *testing.T) {
+	c, err := Parse([]byte(`{"version": 1, "nfs": [
+ {"name": "old", "args": []},
+ {"name": "nat", "args": [], "state": {"scope": "per-flow", "doc": "mappings"}},
+ {"name": "dedup", "args": [], "state": {"scope": "global", "doc": "one cache"}},
+ {"name": "limiter", "args": [{"name": "per_flow", "type": "boolean", "default": false, "doc": "d"}],
+  "state": {"scope": "global", "doc": "one bucket", "per_flow_if": {"per_flow": true}}},
+ {"name": "odd", "args": [], "state": {"scope": "mine", "doc": "?"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		nf, config string
+		want       bool
+	}{{"old", "", true}, {"nat", `{}`, true}, {"dedup", `{}`, false}, {"limiter", `{}`, false},
+		{"limiter", `{"per_flow":false}`, false}, {"limiter", `{"per_flow":true}`, true}} {
+		if got, err := c.Lookup(m.nf).Movable(m.config); err != nil || got != m.want {
+			t.Errorf("%s %s: %v, %v; want %v", m.nf, m.config, got, err, m.want)
+		}
+	}
+	if _, err := c.Lookup("odd").Movable(`{}`); err == nil || !strings.Contains(err.Error(), `scope "mine"`) {
+		t.Errorf("got %v", err)
+	}
+	if _, err := c.Lookup("limiter").Movable(`[1]`); err == nil {
+		t.Error("a configuration that is not an object is accepted")
 	}
 }

@@ -29,6 +29,23 @@
  * type schema, min_items, max_items) or object (fields: argument schemas of its
  * members; no other member is accepted); "required" (default false), "default"
  * (the value Init assumes when the argument is absent) and "doc" (one line).
+ *
+ * KEEL_NF_STATE declares, next to the NF too, whether its flows can move to
+ * another instance of the chain with their state (issue 37); the catalogue
+ * exports it as "state" and the gateway asks it before moving a flow:
+ *
+ *   KEEL_NF_STATE(Dedup, R"json({"scope": "global",
+ *     "doc": "one chunk cache shared by every flow, in step with rededup's"})json");
+ *
+ * "scope" is "per-flow" (every piece of state belongs to one flow, and
+ * ExportFlow/ImportFlow below hand it over) or "global" (state shared by
+ * flows: the NF's flows never move); "per_flow_if": {"ARG": VALUE, ...}
+ * makes a global NF per-flow when each named argument has that value (its
+ * "default" when absent). An NF that declares nothing is per-flow: right
+ * for an NF without state and for one whose state is all in state() (the
+ * default ExportFlow hands it over); an NF that keeps per-flow state of its
+ * own overrides ExportFlow/ImportFlow, and one that keeps state shared by
+ * flows declares it global.
  */
 #ifndef KEEL_NF_H_
 #define KEEL_NF_H_
@@ -45,6 +62,18 @@
 
 namespace keel {
 
+class NF;
+
+/* What ExportFlow hands over for a flow that moves to another instance. */
+struct FlowExport {
+  std::vector<StateRecord> records; /* the state that belongs to the flow */
+  FlowKey next;                     /* the flow as the next position sees it */
+};
+
+/* Creates NF |name| and runs Init with |config_json| (empty: "{}").
+ * Throws ConfigError naming the NF and the problem. */
+std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_json);
+
 class NF {
  public:
   virtual ~NF() = default;
@@ -60,8 +89,31 @@ class NF {
   /* The NF's flow table (Galleon §4.2 update/read). */
   FlowState& state() { return state_; }
 
+  /* Flow moves (issue 37). The runtime calls these between batches, on the
+   * packet thread, when a control frame for the flow passes this position.
+   *
+   * ExportFlow hands over in |out->records| the state that belongs to |flow|
+   * (the flow's 5-tuple as this position sees it) and forgets it here and
+   * in the store; it sets |out->next| to the flow's 5-tuple as the next
+   * position sees it, which the runtime preset to |flow| (an NF that
+   * rewrites addresses or ports says what it rewrites them to). The default
+   * takes the state() entries of |flow| and of its reverse direction. */
+  virtual void ExportFlow(const FlowKey& flow, FlowExport* out);
+  /* Takes over the records the same NF, configured alike, exported on
+   * another instance, as if it had made them here (they are mirrored into
+   * this instance's store). False, with the reason in |*err| and nothing
+   * changed, if it cannot hold them (table full, a conflicting flow here).
+   * The default puts every record in state(). */
+  virtual bool ImportFlow(const std::vector<StateRecord>& records, std::string* err);
+
+  /* False when the NF's declared state (KEEL_NF_STATE) is global with the
+   * configuration MakeNf gave it: its flows do not move. */
+  bool movable() const { return movable_; }
+
  private:
+  friend std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_json);
   FlowState state_;
+  bool movable_ = true;
 };
 
 using NfFactory = std::function<std::unique_ptr<NF>()>;
@@ -72,6 +124,7 @@ struct NfInfo {
   NfFactory factory;
   Json args = Json::array(); /* argument schemas (KEEL_NF_ARGS) */
   std::string loaded_from;   /* the shared object that registered it; empty if built in */
+  Json state = Json{{"scope", "per-flow"}}; /* what state it keeps (KEEL_NF_STATE) */
 };
 
 /* Adds an NF type to the registry; used through KEEL_NF. A name is taken
@@ -97,6 +150,20 @@ class NfArgsRegistrar {
   NfArgsRegistrar(const NfRegistrar& nf, const char* args_json);
 };
 
+/* Attaches a state declaration to a registered NF; used through
+ * KEEL_NF_STATE. A malformed declaration aborts with a message. */
+class NfStateRegistrar {
+ public:
+  NfStateRegistrar(const NfRegistrar& nf, const char* state_json);
+};
+
+/* Returns the problem with a state declaration given the NF's argument
+ * schemas |args|, or "" if it is well formed. */
+std::string CheckStateDecl(const Json& state, const Json& args);
+/* True if an NF that declared |state|, with argument schemas |args|, keeps
+ * per-flow state (its flows can move) when configured with |config|. */
+bool StateMovable(const Json& state, const Json& args, const Json& config);
+
 /* Returns the problem with an argument schema array, or "" if it is well formed. */
 std::string CheckArgSchemas(const Json& args);
 /* Records that NFs registered from now on come from the shared object |path|
@@ -106,17 +173,14 @@ void SetNfOrigin(const std::string& path);
  * already; used by LoadNfLibrary to refuse the object that tried. */
 std::vector<std::string> TakeRefusedNfNames();
 /* The catalogue of every registered NF as JSON (keel-nf --list --json):
- * {"version": 1, "nfs": [{"name", "help", "args": [...], "loaded_from"?}]}. */
+ * {"version": 1, "nfs": [{"name", "help", "args": [...], "state": {...},
+ * "loaded_from"?}]}. */
 Json CatalogJson();
 
 /* Creates an NF by its registered name; nullptr if there is none. */
 std::unique_ptr<NF> CreateNf(const std::string& name);
 /* All registered NFs, sorted by name. */
 std::vector<const NfInfo*> ListNfs();
-
-/* Creates NF |name| and runs Init with |config_json| (empty: "{}").
- * Throws ConfigError naming the NF and the problem. */
-std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_json);
 
 }  // namespace keel
 
@@ -127,5 +191,10 @@ std::unique_ptr<NF> MakeNf(const std::string& name, const std::string& config_js
 /* Declares the arguments of the NF registered just above with KEEL_NF. */
 #define KEEL_NF_ARGS(CLASS, ARGS_JSON) \
   static ::keel::NfArgsRegistrar keel_nf_args_##CLASS(keel_nf_registrar_##CLASS, ARGS_JSON)
+
+/* Declares the state of the NF registered just above with KEEL_NF, after
+ * its KEEL_NF_ARGS (per_flow_if names its arguments). */
+#define KEEL_NF_STATE(CLASS, STATE_JSON) \
+  static ::keel::NfStateRegistrar keel_nf_state_##CLASS(keel_nf_registrar_##CLASS, STATE_JSON)
 
 #endif  // KEEL_NF_H_

@@ -60,6 +60,12 @@ class FlowState {
   bool Update(const FlowKey& flow, const void* val, size_t len);
   /* Forgets |flow| here and in the store. */
   void Remove(const FlowKey& flow);
+  /* Copies the entry of |flow| into |*out| without marking it used and
+   * without asking the store; false if unknown here. */
+  bool Peek(const FlowKey& flow, StateRecord* out) const;
+  /* A flow moving away (issue 37): copies the entry of |flow| into |*out|
+   * and forgets it here and in the store; false if unknown here. */
+  bool Take(const FlowKey& flow, StateRecord* out);
   size_t size() const { return table_.size(); }
 
   /* Sets the bounds; before packets flow. */

@@ -4,6 +4,11 @@
 // runtime. Rename the class and the registered name ("ttlguard") to your function's.
 // KEEL_NF_ARGS declares the arguments Init accepts (keel-nf --help describes the schema); the
 // gateway reads them from the image (keel-nf --list --json) to check chains that use the NF.
+// An NF without state, or whose state is all in state() (the flow table), can have its flows
+// moved to another instance (keel/nf.h: ExportFlow/ImportFlow); one that keeps per-flow state
+// in members of its own overrides those two, and one that keeps state shared by flows says
+// so next to its arguments:
+//   KEEL_NF_STATE(TtlGuard, R"json({"scope": "global", "doc": "what the shared state is"})json");
 #include "keel/nf.h"
 
 namespace keel {
