@@ -2,13 +2,11 @@
 /*
  * keel-handover-bench: what the order-preserving handover (issue 34,
  * nf-runtime handover_rx.h) costs position 0 per packet of a flow that is
- * not in handover, in TSC cycles, over bursts of 32 as Engine::Head takes
- * them:
- *  - idle: no flow in handover (the common case): the test for the mark on
- *    every packet of the burst (HandoverRx::AnyMarked);
- *  - busy: 64 other flows in handover: each packet's 5-tuple is parsed and
- *    looked up, and it goes through the release ring (Feed + Take).
- * Medians of rounds, like keel-sojourn-bench (bench/sojourn_cost.cc).
+ * not in handover (handed over already), in TSC cycles, over bursts of 32
+ * as Engine::Head takes them: the test for the mark, the 5-tuple's parse,
+ * the lookup in a table that knows 10,000 other flows, and the release ring
+ * (HandoverRx::Feed + Take). Medians of rounds, like keel-sojourn-bench
+ * (bench/sojourn_cost.cc).
  *
  * Usage: keel-handover-bench [--out FILE] [--rounds N]
  */
@@ -32,7 +30,7 @@ namespace {
 
 constexpr int kBurst = 32;
 constexpr int kBurstsPerRound = 100000;
-constexpr int kOtherFlows = 64;
+constexpr int kOtherFlows = 10000;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -97,37 +95,38 @@ int main(int argc, char** argv) {
   keel::HandoverConfig cfg;
   cfg.timeout = cfg.forget = UINT64_MAX / 2; /* nothing expires during the run */
   keel::HandoverRx rx(cfg);
-  for (int f = 0; f < kOtherFlows; f++) {
-    rte_mbuf* m = Frame(pool, static_cast<uint16_t>(20000 + f), true);
-    rx.Feed(&m, 1, 0);
+  /* Every flow handed over as on the stack: its first packet via the ingress, then its marker. */
+  for (int f = 0; f < kOtherFlows + kBurst; f++) {
+    /* The burst's flows last: the most recently seen of their buckets, as live flows are. */
+    const uint16_t sport = static_cast<uint16_t>(f < kOtherFlows ? 20000 + f : 1000 + f - kOtherFlows);
+    rte_mbuf* m[2] = {Frame(pool, sport, true), rte_pktmbuf_alloc(pool)};
+    const uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
+    keel::inband::WriteMarker(rte_pktmbuf_mtod(m[1], uint8_t*), mac, mac, {0xC6120001, 0xC6130001, sport, 53, 17}, 1);
+    rte_pktmbuf_append(m[1], keel::inband::kMarkerFrameLen);
+    rx.Feed(m, 2, static_cast<uint64_t>(f));
     rte_mbuf* back;
     while (rx.Take(&back, 1)) rte_pktmbuf_free(back);
   }
-  if (!rx.table().active()) {
-    std::fprintf(stderr, "keel-handover-bench: the other flows did not go into handover\n");
+  if (rx.table().active() || rx.table().count(keel::HandoverCount::kMarkers) != kOtherFlows + kBurst) {
+    std::fprintf(stderr, "keel-handover-bench: the flows were not handed over\n");
     return 1;
   }
 
-  std::vector<double> idle_cost, busy_cost;
-  uint64_t marked_seen = 0;
+  std::vector<double> cost;
   for (int r = 0; r < rounds; r++) {
-    uint64_t idle = 0, busy = 0;
+    uint64_t c = 0;
     for (int b = 0; b < kBurstsPerRound; b++) {
       uint64_t t0 = keel::Rdtsc();
-      marked_seen += keel::HandoverRx::AnyMarked(burst, kBurst);
-      uint64_t t1 = keel::Rdtsc();
-      rx.Feed(burst, kBurst, t1);
+      rx.Feed(burst, kBurst, t0);
       const uint16_t k = rx.Take(burst, kBurst);
-      uint64_t t2 = keel::Rdtsc();
+      uint64_t t1 = keel::Rdtsc();
       if (k != kBurst) {
         std::fprintf(stderr, "keel-handover-bench: %u of %d packets came back\n", k, kBurst);
         return 1;
       }
-      idle += t1 - t0;
-      busy += t2 - t1;
+      c += t1 - t0;
     }
-    idle_cost.push_back(static_cast<double>(idle) / (kBurstsPerRound * double{kBurst}));
-    busy_cost.push_back(static_cast<double>(busy) / (kBurstsPerRound * double{kBurst}));
+    cost.push_back(static_cast<double>(c) / (kBurstsPerRound * double{kBurst}));
   }
   uint64_t t0 = keel::Rdtsc(), t1 = keel::Rdtsc();
   for (int i = 0; i < 1000; i++) t1 = keel::Rdtsc();
@@ -137,13 +136,13 @@ int main(int argc, char** argv) {
                      " bursts a round, " + std::to_string(rounds) + " rounds, medians; rdtsc around each loop (included)"},
       {"tsc_hz", keel::TscHz()},
       {"rdtsc_per_packet_included", rdtsc_cycles / kBurst},
-      {"idle_cycles_per_pkt", Median(idle_cost)},
-      {"idle_means", "no flow in handover: the test for the mark (HandoverRx::AnyMarked)"},
-      {"busy_cycles_per_pkt", Median(busy_cost)},
-      {"busy_means", std::to_string(kOtherFlows) + " other flows in handover: parse, lookup, release ring (Feed + Take)"},
-      {"marked_seen", marked_seen},
+      {"flows_known", kOtherFlows + kBurst},
+      {"cycles_per_pkt", Median(cost)},
+      {"cycles_per_pkt_min_round", *std::min_element(cost.begin(), cost.end())},
+      {"cycles_per_pkt_max_round", *std::max_element(cost.begin(), cost.end())},
+      {"means", "a packet of a flow handed over already: mark test, 5-tuple parse, lookup, release ring (Feed + Take)"},
       {"held", rx.table().count(keel::HandoverCount::kHeld)}};
   std::printf("%s\n", j.dump(2).c_str());
   if (!out.empty()) std::ofstream(out) << j.dump(2) << "\n";
-  return marked_seen == 0 && rx.table().count(keel::HandoverCount::kHeld) == 0 ? 0 : 1;
+  return rx.table().count(keel::HandoverCount::kHeld) == 0 ? 0 : 1;
 }

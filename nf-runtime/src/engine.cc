@@ -21,7 +21,9 @@ static constexpr uint64_t kQueueSampleTurns = 64;
  * long for its flow's marker, which follows the flow's last packet through
  * the ingress by the ingress' quiet time (2 ms) plus the path's few 100 µs. */
 static constexpr uint64_t kHandoverTimeoutMs = 20;
-static constexpr uint64_t kHandoverForgetMs = 2000;
+/* Longer than the ToR rules' idle timeout (torctl's default 10 s): a flow
+ * quiet for that long comes through the ingress again. */
+static constexpr uint64_t kHandoverForgetMs = 12000;
 
 Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, const EngineOptions& opt)
     : chain_(chain), pool_(pool), buf_(buf), cycles_(cycles), opt_(opt) {

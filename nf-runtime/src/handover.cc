@@ -24,7 +24,8 @@ const char* HandoverCountName(HandoverCount c) {
   static const char* const kNames[] = {
       "via_ingress",      "markers",          "held",           "released_marker", "released_timeout",
       "released_give_up", "marker_timeout",   "overflow_flow",  "overflow_total",  "table_full",
-      "marker_unknown",   "late_via_ingress", "inband_malformed", "inband_version", "inband_unknown_type"};
+      "marker_unknown",   "late_via_ingress", "inband_malformed", "inband_version", "inband_unknown_type",
+      "direct_first"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(HandoverCount::kCount));
   return kNames[static_cast<size_t>(c)];
 }
@@ -132,10 +133,22 @@ void HandoverTable::OnViaIngress(const inband::FlowId& f, uint64_t now) {
 }
 
 bool HandoverTable::OnDirect(const inband::FlowId& f, Packet p, uint64_t now, Packet* out, uint32_t* nout) {
-  if (!active()) return false;
   Entry* e = Find(f);
-  if (!e || e->state != State::kHandover) return false;
+  if (!e) {
+    /* Every flow reaches an instance through the ingress first (no flow has a
+     * rule of its own before its setup there): a direct packet of a flow not
+     * seen yet overtook all of them (the ToR served the flow's rule and the
+     * source's port before the ingress' port). */
+    e = Claim(f);
+    if (!e) {
+      Count(HandoverCount::kTableFull);
+      return false;
+    }
+    SetState(e, State::kHandover);
+    Count(HandoverCount::kDirectFirst);
+  }
   e->touched = now;
+  if (e->state != State::kHandover) return false;
   if (e->count >= cfg_.hold_per_flow || free_ == kNil) {
     Count(e->count >= cfg_.hold_per_flow ? HandoverCount::kOverflowFlow : HandoverCount::kOverflowTotal);
     Count(HandoverCount::kReleasedGiveUp, e->count);

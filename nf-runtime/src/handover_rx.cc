@@ -83,7 +83,7 @@ void HandoverRx::Classify(rte_mbuf* m, uint64_t now) {
   }
   if (marked) {
     if (ParseFlowId(d, len, &f)) table_.OnViaIngress(f, now);
-  } else if (table_.active() && ParseFlowId(d, len, &f)) {
+  } else if (ParseFlowId(d, len, &f)) {
     if (table_.OnDirect(f, m, now, released_.data(), &n)) return;
     PushReleased(n);
   }
@@ -94,23 +94,12 @@ void HandoverRx::Feed(rte_mbuf** in, uint16_t k, uint64_t now) {
   for (uint16_t i = 0; i < k; i++) Classify(in[i], now);
 }
 
-bool HandoverRx::AnyMarked(rte_mbuf* const* m, uint16_t k) {
-  for (uint16_t i = 0; i < k; i++) {
-    if (((m[i]->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) && (m[i]->vlan_tci & 0x0FFF) == inband::kMarkVid) ||
-        inband::IsMarked(rte_pktmbuf_mtod(m[i], const uint8_t*), rte_pktmbuf_data_len(m[i])))
-      return true;
-  }
-  return false;
-}
-
 uint16_t HandoverRx::Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t now) {
   uint32_t timed_out = 0;
   table_.Poll(now, released_.data(), &timed_out);
   PushReleased(timed_out);
   if (count_) return Take(out, n);
   const uint16_t k = rte_eth_rx_burst(port, 0, out, n);
-  /* No flow in handover: only a marked packet needs more than a look. */
-  if (!table_.active() && !AnyMarked(out, k)) return k;
   Feed(out, k, now);
   return Take(out, n);
 }

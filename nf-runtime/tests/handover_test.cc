@@ -34,16 +34,25 @@ HandoverConfig Cfg() {
   return c;
 }
 
-TEST(HandoverTable, PassesDirectPacketsOfFlowsNotInHandover) {
+TEST(HandoverTable, HoldsADirectPacketThatOvertookAllOfItsFlowsFirstOnes) {
   HandoverTable t(Cfg());
   P out[8];
   uint32_t n = 0;
   EXPECT_FALSE(t.active());
-  EXPECT_FALSE(t.OnDirect(Flow(1), Pkt(1), 0, out, &n));
-  t.OnViaIngress(Flow(1), 0);
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(12), 0, out, &n)) << "the flow's first packets are still on their way";
+  EXPECT_EQ(t.count(HandoverCount::kDirectFirst), 1u);
   EXPECT_TRUE(t.active());
-  EXPECT_FALSE(t.OnDirect(Flow(2), Pkt(2), 0, out, &n)) << "another flow is not held";
-  EXPECT_EQ(n, 0u);
+  t.OnViaIngress(Flow(1), 1); /* they arrive, and pass */
+  t.OnViaIngress(Flow(1), 2);
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(13), 3, out, &n));
+  t.OnMarker(Flow(1), 4, out, &n);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0], Pkt(12));
+  EXPECT_EQ(out[1], Pkt(13));
+  EXPECT_FALSE(t.active());
+  n = 0;
+  EXPECT_FALSE(t.OnDirect(Flow(1), Pkt(14), 5, out, &n)) << "handed over: it passes";
+  EXPECT_EQ(t.count(HandoverCount::kDirectFirst), 1u);
 }
 
 TEST(HandoverTable, HoldsDirectPacketsUntilTheMarkerThenReleasesThemInOrder) {
@@ -123,22 +132,25 @@ TEST(HandoverTable, ATotalOverflowReleasesTheFlowThatFoundNoRoom) {
 
 TEST(HandoverTable, AFullTableLetsAFlowPassAndCountsIt) {
   HandoverConfig c = Cfg();
-  c.max_flows = 4; /* one bucket of four ways */
+  c.max_flows = HandoverTable::kWays; /* one bucket */
+  c.hold_max = 2 * HandoverTable::kWays;
   HandoverTable t(c);
   P out[8];
   uint32_t n = 0;
-  for (uint16_t f = 1; f <= 4; f++) {
+  for (uint16_t f = 1; f <= HandoverTable::kWays; f++) {
     t.OnViaIngress(Flow(f), 0);
     ASSERT_TRUE(t.OnDirect(Flow(f), Pkt(f), 0, out, &n));
   }
-  t.OnViaIngress(Flow(5), 0);
+  const uint16_t next = HandoverTable::kWays + 1;
+  t.OnViaIngress(Flow(next), 0);
   EXPECT_EQ(t.count(HandoverCount::kTableFull), 1u);
-  EXPECT_FALSE(t.OnDirect(Flow(5), Pkt(5), 0, out, &n));
+  EXPECT_FALSE(t.OnDirect(Flow(next), Pkt(next), 0, out, &n));
+  EXPECT_EQ(t.count(HandoverCount::kTableFull), 2u);
   /* A flow with nothing held gives its entry up to a new one. */
   t.OnMarker(Flow(1), 1, out, &n);
-  t.OnViaIngress(Flow(6), 2);
-  EXPECT_EQ(t.count(HandoverCount::kTableFull), 1u);
-  EXPECT_TRUE(t.OnDirect(Flow(6), Pkt(6), 3, out, &n));
+  t.OnViaIngress(Flow(next + 1), 2);
+  EXPECT_EQ(t.count(HandoverCount::kTableFull), 2u);
+  EXPECT_TRUE(t.OnDirect(Flow(next + 1), Pkt(next + 1), 3, out, &n));
 }
 
 TEST(Inband, AMarkerRoundTripsAndBadOnesAreNamed) {
@@ -241,21 +253,39 @@ HandoverConfig RxCfg() {
 TEST(HandoverRx, DirectPacketsThatOvertakeTheIngressComeOutBehindItInFlowOrder) {
   ASSERT_TRUE(Pool()) << pool_err;
   HandoverRx rx(RxCfg());
+  /* Flow 2 was set up a while ago (its first packet through the ingress, its marker): it is
+   * direct now, all along. */
+  std::vector<rte_mbuf*> earlier = {Udp(2, 0, true), Marker(2)};
+  rx.Feed(earlier.data(), 2, 1);
   /* Flow 1 sent 0..5. 0 and 1 came through the ingress; its rule went in;
    * 4 and 5 came direct while 2 and 3, sent before them, were still on
    * their way through the ingress (its receive queue, its nap): the race.
-   * Flow 2 is an established flow, direct all along. Then flow 1's marker. */
-  std::vector<rte_mbuf*> arrival = {Udp(1, 0, true), Udp(1, 1, true), Udp(2, 0, false), Udp(1, 4, false),
-                                    Udp(2, 1, false), Udp(1, 5, false), Udp(1, 2, true), Udp(1, 3, true),
-                                    Marker(1), Udp(2, 2, false)};
+   * Then flow 1's marker. */
+  std::vector<rte_mbuf*> arrival = {Udp(1, 0, true), Udp(1, 1, true), Udp(2, 1, false), Udp(1, 4, false),
+                                    Udp(2, 2, false), Udp(1, 5, false), Udp(1, 2, true), Udp(1, 3, true),
+                                    Marker(1), Udp(2, 3, false)};
   rx.Feed(arrival.data(), static_cast<uint16_t>(arrival.size()), 10);
   std::vector<int> flow1;
   std::vector<int> flow2;
   for (auto [flow, seq] : Drain(&rx)) (flow == 1 ? flow1 : flow2).push_back(seq);
   EXPECT_EQ(flow1, (std::vector<int>{0, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(flow2, (std::vector<int>{0, 1, 2})) << "a flow not in handover is not held";
+  EXPECT_EQ(flow2, (std::vector<int>{0, 1, 2, 3})) << "a flow not in handover is not held";
   EXPECT_EQ(rx.table().count(HandoverCount::kHeld), 2u);
-  EXPECT_EQ(rx.table().count(HandoverCount::kMarkers), 1u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kMarkers), 2u);
+}
+
+TEST(HandoverRx, DirectPacketsThatOvertakeEveryPacketViaTheIngressWaitForThem) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  /* As measured on the stack: the ToR took the flow's new rule and the source's port before
+   * the ingress' port, where 0 and 1 had waited since before the rule was asked for. */
+  std::vector<rte_mbuf*> arrival = {Udp(3, 2, false), Udp(3, 3, false), Udp(3, 0, true), Udp(3, 1, true),
+                                    Marker(3)};
+  rx.Feed(arrival.data(), static_cast<uint16_t>(arrival.size()), 10);
+  std::vector<int> got;
+  for (auto [flow, seq] : Drain(&rx)) got.push_back(seq);
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(rx.table().count(HandoverCount::kDirectFirst), 1u);
 }
 
 TEST(HandoverRx, AMarkReportedBesideTheFrameIsTakenOffToo) {

@@ -12,7 +12,11 @@
  * destination:
  *
  *  - a flow that had a packet via the ingress and no MARKER yet is "in
- *    handover": its direct packets are held, in arrival order;
+ *    handover": its direct packets are held, in arrival order. So is a flow
+ *    whose first packet here came direct: every flow's first packets go
+ *    through the ingress, so they are still on their way (measured: the ToR
+ *    served the flow's new rule and the source's port before the packets
+ *    queued on the ingress' port, on a core it shares with everything);
  *  - the flow's MARKER (the ingress' last frame for it) releases them, right
  *    behind everything that came via the ingress;
  *  - a MARKER that never comes (a lost frame, a failed install, an ingress
@@ -22,9 +26,13 @@
  *    released at once, followed by the packet (order given up, nothing
  *    lost), and the reason is counted.
  *
- * Direct packets of flows not in handover pass: with no flow in handover
- * (the common case) a packet costs the test for the mark only; otherwise a
- * parse of its 5-tuple and one bucket's lookup.
+ * Direct packets of flows whose marker came pass, for a parse of the 5-tuple
+ * and one bucket's lookup (the table must know a flow to tell "already
+ * handed over" from "overtook its first packets"). A flow is forgotten once
+ * it was quiet for |forget| (longer than the ToR rule's idle timeout: after
+ * that its next packet goes through the ingress again) or, the table being
+ * full, when it is the least recently seen of its bucket; a forgotten flow
+ * that is still live costs its next direct packet one timeout (counted).
  *
  * The table is free of DPDK (packets are opaque pointers, time is passed
  * in, in any unit); HandoverRx (engine.h's receive side) feeds it mbufs.
@@ -43,7 +51,7 @@
 namespace keel {
 
 struct HandoverConfig {
-  uint32_t max_flows = 1024;     /* flows in the table (rounded up to a multiple of kWays) */
+  uint32_t max_flows = 16384;    /* flows in the table (rounded up to a power of two x kWays) */
   uint32_t hold_per_flow = 64;   /* direct packets one flow may have held */
   uint32_t hold_max = 512;       /* direct packets held in all */
   uint64_t timeout = 0;          /* a flow's hold ends this long after it began, marker or not */
@@ -67,6 +75,7 @@ enum class HandoverCount {
   kMalformed,       /* in-band frames dropped: truncated, bad length */
   kBadVersion,      /* in-band frames of a version this side does not speak */
   kUnknownType,     /* in-band frames of a type this side does not know */
+  kDirectFirst,     /* flows whose first packet here came direct, ahead of all via the ingress */
   kCount,
 };
 
@@ -81,7 +90,7 @@ bool ParseFlowId(const uint8_t* frame, size_t len, inband::FlowId* f);
 class HandoverTable {
  public:
   using Packet = void*;
-  static constexpr uint32_t kWays = 4;
+  static constexpr uint32_t kWays = 8;
 
   explicit HandoverTable(const HandoverConfig& cfg);
 
@@ -91,7 +100,8 @@ class HandoverTable {
   /* A packet of |f| that came via the ingress (its mark already taken off):
    * it passes, and the flow is in handover unless its marker came. */
   void OnViaIngress(const inband::FlowId& f, uint64_t now);
-  /* A direct packet |p| of |f|: true if the table holds it now. False: the
+  /* A direct packet |p| of |f| (held if |f| is in handover or new here):
+   * true if the table holds it now. False: the
    * caller passes |p| on, after the packets appended to |*out| (held ones a
    * bound made the flow give up). |*out| has room for hold_per_flow more. */
   bool OnDirect(const inband::FlowId& f, Packet p, uint64_t now, Packet* out, uint32_t* nout);

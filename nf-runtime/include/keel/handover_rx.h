@@ -40,10 +40,6 @@ class HandoverRx {
   /* Up to |n| packets of those fed, in order. */
   uint16_t Take(rte_mbuf** out, uint16_t n);
 
-  /* True if one of |m|'s |k| packets carries the mark: the test every
-   * packet pays while no flow is in handover. */
-  static bool AnyMarked(rte_mbuf* const* m, uint16_t k);
-
   const HandoverTable& table() const { return table_; }
   nlohmann::json ToJson() const;
 
