@@ -12,7 +12,10 @@ bypass the ingress; p50/p99 from its histogram's increase over the row), its hol
 its CPU use, and the CPU each of the stack's processes spent per new flow. The control
 path's CPU per new flow (control_cpu_us_per_flow: keel-ingress + keel-gateway + keel-torctl +
 redis over the row, divided by the row's new flows) stands beside the switch's own
-(switch_cpu_us_per_flow: ovs-vswitchd).
+(switch_cpu_us_per_flow: ovs-vswitchd). The order-preserving handover is counted per row: the
+ingress' markers (markers_sent), packets that reached it after their flow's marker
+(packets_after_marker) and, summed over chain3's instances, what their position 0 held and
+released and why (handover: nf-runtime/include/keel/handover.h's counters).
 
 With --profile-torctl FILE, py-spy samples keel-torctl during the row at --profile-rate and
 FILE gets its collapsed stacks (py-spy's raw format) and FILE.top.txt the functions that
