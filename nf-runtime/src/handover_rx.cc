@@ -90,7 +90,23 @@ void HandoverRx::Classify(rte_mbuf* m, uint64_t now) {
   Push(m);
 }
 
+bool HandoverRx::AnyMarked(rte_mbuf* const* m, uint16_t k) {
+  for (uint16_t i = 0; i < k; i++) {
+    if (((m[i]->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) && (m[i]->vlan_tci & 0x0FFF) == inband::kMarkVid) ||
+        inband::IsMarked(rte_pktmbuf_mtod(m[i], const uint8_t*), rte_pktmbuf_data_len(m[i])))
+      return true;
+  }
+  return false;
+}
+
 void HandoverRx::Feed(rte_mbuf** in, uint16_t k, uint64_t now) {
+  if (!armed_.load(std::memory_order_relaxed)) {
+    if (!AnyMarked(in, k)) {
+      for (uint16_t i = 0; i < k; i++) Push(in[i]);
+      return;
+    }
+    armed_.store(true, std::memory_order_relaxed);
+  }
   for (uint16_t i = 0; i < k; i++) Classify(in[i], now);
 }
 
@@ -100,6 +116,8 @@ uint16_t HandoverRx::Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t
   PushReleased(timed_out);
   if (count_) return Take(out, n);
   const uint16_t k = rte_eth_rx_burst(port, 0, out, n);
+  /* Not behind keel-ingress (yet): nothing to order; the packets go as they came. */
+  if (!armed_.load(std::memory_order_relaxed) && !AnyMarked(out, k)) return k;
   Feed(out, k, now);
   return Take(out, n);
 }
@@ -109,6 +127,7 @@ nlohmann::json HandoverRx::ToJson() const {
   for (size_t c = 0; c < static_cast<size_t>(HandoverCount::kCount); c++)
     j[HandoverCountName(static_cast<HandoverCount>(c))] = table_.count(static_cast<HandoverCount>(c));
   j["ring_full"] = ring_full_.Get();
+  j["behind_ingress"] = armed_.load(std::memory_order_relaxed);
   return j;
 }
 

@@ -305,6 +305,25 @@ TEST(HandoverRx, AMarkReportedBesideTheFrameIsTakenOffToo) {
   rte_pktmbuf_free(out[1]);
 }
 
+TEST(HandoverRx, NotBehindTheIngressNothingIsHeld) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* in[2] = {Udp(4, 0, false), Udp(4, 1, false)};
+  rx.Feed(in, 2, 0);
+  EXPECT_FALSE(rx.armed());
+  EXPECT_EQ(Drain(&rx).size(), 2u) << "no mark has come: a generator or a test, not keel-ingress, sends";
+  rte_mbuf* marked = Udp(5, 0, true);
+  rx.Feed(&marked, 1, 1);
+  EXPECT_TRUE(rx.armed());
+  Drain(&rx);
+  rte_mbuf* direct = Udp(6, 0, false);
+  rx.Feed(&direct, 1, 2);
+  EXPECT_EQ(rx.table().held(), 1u) << "behind the ingress, a new flow's direct packet waits for its first ones";
+  rte_mbuf* mk = Marker(6);
+  rx.Feed(&mk, 1, 3);
+  EXPECT_EQ(Drain(&rx).size(), 1u);
+}
+
 TEST(HandoverRx, AMalformedMarkerIsDroppedAndCounted) {
   ASSERT_TRUE(Pool()) << pool_err;
   HandoverRx rx(RxCfg());

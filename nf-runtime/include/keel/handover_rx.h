@@ -12,12 +12,20 @@
  * (kMaxBurst + hold_max) that is emptied before the port is polled again.
  * Idle, it costs nothing: a hold's timeout is checked on every receive,
  * which the runtime's own idle backoff keeps calling.
+ *
+ * It orders nothing until the first marked frame arrives: an instance that
+ * is not behind keel-ingress (keel-chain or keel-nf driven by a generator, a
+ * test) never sees one, and its packets pass as they came, for the test for
+ * the mark. Behind the ingress every flow's first packets are marked, so the
+ * first flow an instance ever gets is the only one whose direct packets
+ * could overtake before the handover is armed.
  */
 #ifndef KEEL_HANDOVER_RX_H_
 #define KEEL_HANDOVER_RX_H_
 
 #include <rte_mbuf.h>
 
+#include <atomic>
 #include <vector>
 
 #include "keel/handover.h"
@@ -40,6 +48,11 @@ class HandoverRx {
   /* Up to |n| packets of those fed, in order. */
   uint16_t Take(rte_mbuf** out, uint16_t n);
 
+  /* True if one of |m|'s |k| packets carries the mark. */
+  static bool AnyMarked(rte_mbuf* const* m, uint16_t k);
+  /* True once a marked frame came: the instance is behind keel-ingress. */
+  bool armed() const { return armed_.load(std::memory_order_relaxed); }
+
   const HandoverTable& table() const { return table_; }
   nlohmann::json ToJson() const;
 
@@ -53,6 +66,7 @@ class HandoverRx {
   uint32_t head_ = 0, count_ = 0;
   std::vector<HandoverTable::Packet> released_;
   Counter ring_full_; /* cannot happen (the ring has room for every packet held); counted if it did */
+  std::atomic<bool> armed_{false};
 };
 
 }  // namespace keel
