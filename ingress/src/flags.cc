@@ -109,7 +109,7 @@ data plane:
                            packet here, when none came for this long; the
                            instance holds the flow's direct packets until
                            the marker, so they cannot overtake the ones
-                           still passing through the ingress          [2000]
+                           still passing through the ingress         [10000]
   A setup that has no answer after assign timeout x attempts + install
   timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives (at
   start, and after a restart) new flows are dropped as not_synced: the no-chain path would
@@ -149,7 +149,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   };
   uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
-           quiet_us = 2000;
+           quiet_us = 10000;
   uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
   struct Num {
     uint64_t* v;

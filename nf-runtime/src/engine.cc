@@ -19,8 +19,9 @@ static constexpr uint32_t kPrefetchAhead = 8;
 static constexpr uint64_t kQueueSampleTurns = 64;
 /* The handover's bounds (handover.h): a direct packet waits at most this
  * long for its flow's marker, which follows the flow's last packet through
- * the ingress by the ingress' quiet time (2 ms) plus the path's few 100 µs. */
-static constexpr uint64_t kHandoverTimeoutMs = 20;
+ * the ingress by the ingress' quiet time (--marker-quiet-us, 10 ms) plus the
+ * path's few 100 µs. */
+static constexpr uint64_t kHandoverTimeoutMs = 50;
 /* Longer than the ToR rules' idle timeout (torctl's default 10 s): a flow
  * quiet for that long comes through the ingress again. */
 static constexpr uint64_t kHandoverForgetMs = 12000;
