@@ -243,7 +243,7 @@ void DataPlane::SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan) {
     counters_->markers_unsent.Add(1);
     return;
   }
-  inband::WriteMarker(frame, kDst, kSrc, {key.src_ip, key.dst_ip, key.src_port, key.dst_port, key.proto}, req);
+  inband::WriteMarker(frame, kDst, kSrc, key, req);
   m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
   if (rte_vlan_insert(&m) != 0) {
     counters_->markers_unsent.Add(1);
