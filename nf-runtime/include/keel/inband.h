@@ -32,9 +32,11 @@
  *     src_ip (4) | dst_ip (4) | src_port (2) | dst_port (2) | proto (1)
  *     | reserved (3, zero) | seq (8: the ingress' setup id of the flow)
  *   The ingress sends it once per flow, after the flow's own ToR rule was
- *   confirmed (barrier) and it sent every packet it had of the flow: nothing
- *   of that flow comes via the ingress after it (OpenNF's order-preserving
- *   move, SIGCOMM'14 §5.1.2, with the ingress as the source side).
+ *   confirmed (barrier), it sent every packet it had of the flow and none
+ *   came for its quiet time (--marker-quiet-us): nothing of that flow is
+ *   expected via the ingress after it (OpenNF's order-preserving move,
+ *   SIGCOMM'14 §5.1.2, with the ingress as the source side). A packet that
+ *   still comes is counted late on both sides and passes.
  *   Types 2 and 3 are reserved for moving a flow's NF state (export, import);
  *   a receiver drops and counts a type it does not know.
  *
@@ -53,7 +55,7 @@ namespace keel::inband {
 
 constexpr uint16_t kTpidVlan = 0x8100;
 /* The VID of the mark (one below the ingress' normal-path VLAN, 4094; the
- * gateway hands out instance VLANs well below). */
+ * gateway hands out instance VLANs from 100 to 4092). */
 constexpr uint16_t kMarkVid = 4093;
 constexpr uint16_t kEtherType = 0x88B5;
 constexpr uint8_t kVersion = 1;
