@@ -180,6 +180,7 @@ bench: build
 	$(BUILD)/bin/keel-nfbench --out bench/results/nf_profile.json
 	taskset -c 1 chrt -f 50 $(BUILD)/bin/keel-sojourn-bench --out bench/results/sojourn_cost.json
 	taskset -c 1 chrt -f 50 $(BUILD)/bin/keel-flowmove-bench --out bench/results/flow_state_move.json
+	taskset -c 1 chrt -f 50 $(BUILD)/bin/keel-handover-bench --out bench/results/handover_cost.json
 	$(PY) bench/xdp_offload.py --bin $(BUILD)/bin --out bench/results/xdp_offload.json
 	$(PY) placer/bench_eval.py --out bench/results/placer_eval.json
 	$(PY) placer/bench_smartchain.py --out bench/results/smartchain_eval.json \

@@ -12,7 +12,10 @@ bypass the ingress; p50/p99 from its histogram's increase over the row), its hol
 its CPU use, and the CPU each of the stack's processes spent per new flow. The control
 path's CPU per new flow (control_cpu_us_per_flow: keel-ingress + keel-gateway + keel-torctl +
 redis over the row, divided by the row's new flows) stands beside the switch's own
-(switch_cpu_us_per_flow: ovs-vswitchd).
+(switch_cpu_us_per_flow: ovs-vswitchd). The order-preserving handover is counted per row: the
+ingress' markers (markers_sent), packets that reached it after their flow's marker
+(packets_after_marker) and, summed over chain3's instances, what their position 0 held and
+released and why (handover: nf-runtime/include/keel/handover.h's counters).
 
 With --profile-torctl FILE, py-spy samples keel-torctl during the row at --profile-rate and
 FILE gets its collapsed stacks (py-spy's raw format) and FILE.top.txt the functions that
@@ -39,6 +42,7 @@ FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / 
 METRICS = "http://127.0.0.1:9103/metrics"
 GATEWAY = "http://127.0.0.1:8080"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+STATS_INTERVAL_S = 1.5  # keel-nf's --stats-interval (1 s) and a margin
 
 
 def sh(*args, timeout=600, **kw):
@@ -179,6 +183,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert recv.stderr.readline().strip() == "ready", "the sink did not start"
     before, cpu0, t0, stack0 = scrape(), cpu_seconds(pid), time.monotonic(), stack_cpu()
+    handover0 = handover_counts()
     held: list[float] = []
     stop = threading.Event()
     sampler = threading.Thread(target=gauge_max, args=(stop, held))
@@ -198,6 +203,8 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
     sampler.join()
     got = json.loads(out)
     after = scrape()
+    time.sleep(STATS_INTERVAL_S)  # the instances' stats files catch up with the last packets
+    handover1 = handover_counts()
     name = "keel_ingress_install_latency_seconds"
     hold = "keel_ingress_hold_latency_seconds"
     max_before, max_after = before.get("keel_ingress_buffered_max", 0), after.get("keel_ingress_buffered_max", 0)
@@ -211,6 +218,12 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
             "ingress_cpu_pct": round(100 * (cpu1 - cpu0) / (t1 - t0), 1),
             "new_flows_seen": int(after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0)),
             "sender_late_max_ms": sent["late_max_ms"],
+            # the order-preserving handover: markers the ingress sent, packets that reached it
+            # after their flow's marker, and what the instances' position 0 held and released
+            "markers_sent": int(after.get("keel_ingress_markers_sent_total", 0) - before.get("keel_ingress_markers_sent_total", 0)),
+            "packets_after_marker": int(after.get("keel_ingress_packets_after_marker_total", 0)
+                                        - before.get("keel_ingress_packets_after_marker_total", 0)),
+            "handover": handover_delta(handover0, handover1),
             "ingress_drops": {k.split('reason="', 1)[1].split('"', 1)[0]: int(v - before.get(k, 0))
                               for k, v in sorted(after.items())
                               if k.startswith("keel_ingress_drops_total{") and v - before.get(k, 0) > 0},
@@ -221,6 +234,27 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
             # until the sink went quiet, so setups still in progress after the last send count
             "cpu_ms_per_new_flow": {k: round(1000 * (stack1[k] - stack0[k]) / flows, 3)
                                     for k in sorted(stack1) if k in stack0 and stack1[k] - stack0[k] >= 0.005}}
+
+
+def handover_counts() -> dict[str, dict[str, int]]:
+    """Each chain3 instance's handover counters (position 0's stats file, nf-runtime handover.h)."""
+    out = {}
+    for path in sorted(Path("/run/keel/pktbuf").glob("chain3.*/stats-0.json")):  # deploy/local/lib.sh
+        try:
+            out[path.parent.name] = json.loads(path.read_text()).get("handover") or {}
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def handover_delta(before: dict, after: dict) -> dict[str, int]:
+    """The handover counters' increase over a row, summed over the chain's instances (an instance
+    that started during the row counts from zero)."""
+    total: dict[str, int] = {}
+    for inst, counts in after.items():
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + int(v - before.get(inst, {}).get(k, 0))
+    return {k: v for k, v in sorted(total.items()) if v}
 
 
 def idle_cpu(seconds: float = 10) -> float:

@@ -60,10 +60,36 @@ def vlan_of(fr: bytes) -> int:
     return struct.unpack_from("!H", fr, 14)[0] & 0xFFF if fr[12:14] == b"\x81\x00" else 0
 
 
+MARK_VID = 4093  # the in-band mark (nf-runtime/include/keel/inband.h)
+INBAND_ETHERTYPE = 0x88B5
+
+
+def untagged(fr: bytes) -> bytes:
+    """The frame without its 802.1Q tags (the instance VLAN, the in-band mark)."""
+    while fr[12:14] == b"\x81\x00":
+        fr = fr[:12] + fr[16:]
+    return fr
+
+
+def marked(fr: bytes) -> bool:
+    """True if the frame carries the in-band mark right under its outer (instance) tag."""
+    return fr[12:14] == b"\x81\x00" and fr[16:18] == b"\x81\x00" and struct.unpack_from("!H", fr, 18)[0] & 0xFFF == MARK_VID
+
+
+def marker_flow(fr: bytes):
+    """(src, dst, sport, dport, proto, seq) of a handover marker frame, or None if fr is none."""
+    body = untagged(fr)
+    if struct.unpack_from("!H", body, 12)[0] != INBAND_ETHERTYPE:
+        return None
+    version, kind, length = struct.unpack_from("!BBH", body, 14)
+    assert (version, kind, length) == (1, 1, 28), (version, kind, length)
+    src, dst, sport, dport, proto, seq = struct.unpack_from("!IIHHB3xQ", body, 18)
+    return src, dst, sport, dport, proto, seq
+
+
 def flow_of(fr: bytes):
     """(sport, dport, seq) of a frame made by frame() (tagged or not)."""
-    if vlan_of(fr) or fr[12:14] == b"\x81\x00":
-        fr = fr[:12] + fr[16:]
+    fr = untagged(fr)
     sport, dport = struct.unpack_from("!HH", fr, 34)
     l4 = 8 if fr[23] == 17 else 20
     return sport, dport, struct.unpack_from("!I", fr, 34 + l4)[0]
@@ -233,6 +259,7 @@ class Wire:
         assert "sock" in made, made.get("err")
         self.sock = made["sock"]
         self.got = []          # (frame, kernel receive time)
+        self.markers = []      # the handover markers, apart: (frame, kernel receive time)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._recv, daemon=True)
         self._thread.start()
@@ -254,7 +281,7 @@ class Wire:
                     status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", raw[:20])
                     if status & 0x10:  # TP_STATUS_VLAN_VALID
                         data = data[:12] + struct.pack("!HH", tpid or 0x8100, tci) + data[12:]
-            self.got.append((data, ts))
+            (self.markers if marker_flow(data) else self.got).append((data, ts))
 
     def send(self, frames):
         for f in frames:
@@ -392,8 +419,10 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=15), f"{len(wire.got)} {json.dumps({k: v for k, v in ing.metrics().items() if v and 'bucket' not in k})}"
     got = wire.take()
     # Every held packet goes back tagged with its instance's VLAN (the ToR's reinject rule for
-    # the instance steers it): no per-flow switch round trip before the release.
+    # the instance steers it): no per-flow switch round trip before the release; and marked
+    # under it as having come via the ingress (the instance's position 0 orders by it).
     assert {vlan_of(fr) for fr, _ in got} == {INSTANCE_VLAN}
+    assert all(marked(fr) for fr, _ in got)
     assert tor.stage1_ack == {}
     assert wire.wait_for(lambda: len(tor.stage2_asked) == n_flows, timeout=10), len(tor.stage2_asked)
     flows = by_flow(got)
@@ -435,12 +464,30 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     assert m["keel_ingress_install_latency_seconds_sum"] >= m["keel_ingress_hold_latency_seconds_sum"]
     assert {r.chain for r in gw.assigned} == {"a-udp"}
     assert all(r.ingress_id == "ingress-0" for r in gw.assigned)
+    # Once a flow's own rule is in and it is quiet here, a marker follows its last packet on the
+    # same path (the instance VLAN, marked): one per flow, after every packet of the flow.
+    assert wire.wait_for(lambda: len(wire.markers) >= n_flows, timeout=10), len(wire.markers)
+    markers = {}
+    for fr, ts in wire.markers:
+        assert vlan_of(fr) == INSTANCE_VLAN and marked(fr), fr.hex()
+        src, dst, sport, dport, proto, seq = marker_flow(fr)
+        assert (src, dst, proto) == (0xC6120001, 0xC6130001, 17) and seq > 0
+        assert (sport, dport) not in markers, "two markers for one flow"
+        markers[(sport, dport)] = ts
+    assert markers.keys() == flows.keys()
+    for key, pkts in flows.items():
+        assert markers[key] > max(ts for _, ts in pkts), key
+        assert markers[key] > tor.stage2_asked[key], key
+    assert ing.metrics()["keel_ingress_markers_sent_total"] == n_flows
 
     # A later packet of an installed flow that still reaches the ingress goes straight out,
     # tagged like the first ones.
     wire.send([frame(10000, 5001, 3)])
     assert wire.wait_for(lambda: len(wire.got) == 1)
     assert vlan_of(wire.got[0][0]) == INSTANCE_VLAN and flow_of(wire.got[0][0]) == (10000, 5001, 3)
+    assert marked(wire.got[0][0])
+    # ... late: its marker went already (counted; the instance passes it, it cannot be put back)
+    assert wire.wait_for(lambda: ing.metrics()["keel_ingress_packets_after_marker_total"] == 1, timeout=3)
     # the lcore counts the packet after it sent it: the counter may trail the wire by a moment
     assert wire.wait_for(lambda: ing.metrics()["keel_ingress_packets_forwarded_total"] == forwarded + 1, timeout=3)
     assert wire.wait_for(lambda: gw.reports and gw.reports[-1].flows_installed == n_flows, timeout=3)
@@ -459,6 +506,8 @@ def test_a_switch_only_chains_packets_come_back_untagged_after_their_stage1_rule
     assert wire.wait_for(lambda: len(tor.stage2_asked) == n_flows, timeout=5), len(tor.stage2_asked)
     got = wire.take()
     assert {vlan_of(fr) for fr, _ in got} == {0}
+    # no instance, no position 0 to hold anything: no mark, no marker (dataplane.h says what that costs)
+    assert not any(fr[12:14] == b"\x81\x00" for fr, _ in got) and wire.markers == []
     for key, pkts in by_flow(got).items():
         assert [s for s, _ in pkts] == list(range(per_flow)), key
         # re-injected only after the stage-1 ack; stage 2 asked only after the release

@@ -30,6 +30,7 @@ struct Msg {
     /* control -> lcore */
     kDecision,       /* key, req_id, failure (kCount = success), vlan (0: untagged) */
     kFilterSet,      /* filters: use this set from now on */
+    kInstalled,      /* key, req_id: the flow's own rule is in (barrier): send its marker once quiet */
   };
   explicit Msg(Kind k = Kind::kNewFlow) : kind(k) {}
 

@@ -350,7 +350,7 @@ void Control::InstallStage2(uint64_t req, uint64_t since_ns) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = setups_.find(req);
     if (it == setups_.end()) return;
-    Stage2 s{{}, since_ns};
+    Stage2 s{{}, since_ns, it->second.key, req};
     *s.request.mutable_assignment() = it->second.assignment;
     s.request.set_idle_timeout_s(cfg_.idle_timeout_s);
     s.request.set_reinject_only(false);
@@ -392,6 +392,8 @@ void Control::FlushStage2() {
             continue;
           }
           counters_->stage2_installed.Add(1);
+          const Stage2& s = (*batch)[i];
+          if (s.request.assignment().vlan() != 0) Installed(s.key, s.req);
           /* Runs on the completion-queue thread, install_latency's one writer. */
           counters_->install_latency.Observe(now - (*batch)[i].since_ns);
         }
@@ -401,6 +403,16 @@ void Control::FlushStage2() {
         }
         FlushStage2();
       });
+}
+
+void Control::Installed(const FlowKey& key, uint64_t req) {
+  Msg m{Msg::Kind::kInstalled};
+  m.key = key;
+  m.req_id = req;
+  /* Lost, the message would cost the flow's direct packets the instance's hold timeout. */
+  while (!channel_->ToLcore(m)) {
+    if (!Pause(1)) return;
+  }
 }
 
 void Control::Release(const FlowKey& key, const char* reason) {

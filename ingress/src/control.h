@@ -97,6 +97,8 @@ class Control {
   struct Stage2 {
     keel::v1::InstallFlowRequest request;
     uint64_t since_ns;  /* its first packet, for install_latency */
+    FlowKey key;
+    uint64_t req;       /* its setup's request id (the lcore's) */
   };
   static constexpr int kStage2InFlight = 2;
   static constexpr int kAssignInFlight = 4;
@@ -128,6 +130,8 @@ class Control {
   /* Sends the queued rules in one InstallFlows call unless kStage2InFlight
    * calls are out already (the last one's completion sends the rest). */
   void FlushStage2();
+  /* Tells the lcore that setup |req|'s own rule is in: its marker follows. */
+  void Installed(const FlowKey& key, uint64_t req);
   void Release(const FlowKey& key, const char* reason);
   /* Tells the lcore: release the flow's packets tagged |vlan| (0: untagged), or drop them (|failure|). */
   void Decide(const FlowKey& key, uint64_t req, DropReason failure, uint16_t vlan = 0);

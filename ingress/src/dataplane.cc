@@ -8,6 +8,10 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include <cstring>
+
+#include "keel/inband.h"
+
 namespace keel::ingress {
 
 namespace {
@@ -62,6 +66,7 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
       for (uint16_t i = 0; i < n; i++) HandlePacket(burst[i], now);
       busy = true;
     }
+    if (!markers_.empty()) SendMarkers(now);
     FlushTx();
     if (now >= next_expire_) {
       scratch_.clear();
@@ -91,6 +96,8 @@ bool DataPlane::DrainControl(uint64_t now) {
       SwapFilters(m.filters);
     } else if (m.kind == Msg::Kind::kDecision) {
       ApplyDecision(m, now);
+    } else if (m.kind == Msg::Kind::kInstalled) {
+      if (table_.Installed(m.key, m.req_id, now)) markers_.push_back({m.key, m.req_id});
     }
   }
   return any;
@@ -167,6 +174,7 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
       return;
     case Verdict::kForward:
       counters_->packets_forwarded.Add(1);
+      if (v.after_marker) counters_->packets_after_marker.Add(1);
       return SendTagged(m, v.vlan);
     case Verdict::kDrop:
       return Drop(m, v.reason);
@@ -186,8 +194,63 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
 
 void DataPlane::SendTagged(rte_mbuf* m, uint16_t vlan) {
   if (vlan == 0) return Send(m);
+  if (vlan != kNormalPathVlan && !InsertMark(m)) return Drop(m, DropReason::kNoHeadroom);
   m->vlan_tci = vlan;
   if (rte_vlan_insert(&m) != 0) return Drop(m, DropReason::kNoHeadroom);
+  Send(m);
+}
+
+bool DataPlane::InsertMark(rte_mbuf* m) {
+  /* To an instance: the mark says "came via the ingress" to its position 0;
+   * in front of the packet's EtherType, under its own tags (inband.h). */
+  const size_t at = inband::MarkPlace(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m));
+  if (!RTE_MBUF_DIRECT(m) || rte_mbuf_refcnt_read(m) != 1) return false;
+  auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, inband::kTagLen));
+  if (!d) return false;
+  std::memmove(d, d + inband::kTagLen, at);
+  inband::Put16(d + at, inband::kTpidVlan);
+  inband::Put16(d + at + 2, inband::kMarkVid);
+  return true;
+}
+
+void DataPlane::SendMarkers(uint64_t now) {
+  const uint64_t quiet = uint64_t{cfg_.marker_quiet_us} * 1000;
+  size_t kept = 0;
+  for (const PendingMarker& p : markers_) {
+    uint16_t vlan = 0;
+    switch (table_.MarkerState(p.key, p.req, now, quiet, &vlan)) {
+      case MarkerDue::kWait:
+        markers_[kept++] = p;
+        break;
+      case MarkerDue::kDue:
+        SendMarker(p.key, p.req, vlan);
+        break;
+      case MarkerDue::kGone:
+        break;
+    }
+  }
+  markers_.resize(kept);
+}
+
+void DataPlane::SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan) {
+  /* Locally administered addresses: the frame is for the instance's position 0, which eats it. */
+  static constexpr uint8_t kDst[6] = {0x02, 'k', 'e', 'e', 'l', 0x01};
+  static constexpr uint8_t kSrc[6] = {0x02, 'k', 'e', 'e', 'l', 0x00};
+  rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
+  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, inband::kMarkerFrameLen)) : nullptr;
+  if (!frame) {
+    if (m) rte_pktmbuf_free(m);
+    counters_->markers_unsent.Add(1);
+    return;
+  }
+  inband::WriteMarker(frame, kDst, kSrc, key, req);
+  m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
+  if (rte_vlan_insert(&m) != 0) {
+    counters_->markers_unsent.Add(1);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  counters_->markers_sent.Add(1);
   Send(m);
 }
 

@@ -104,6 +104,12 @@ data plane:
                            new flow's first packet, and sets its idle CPU
                            (on this VM ~1.4 % of a core at 2000 us,
                            ~9 % at 200 us)                             [2000]
+  --marker-quiet-us US     once a flow's own rule is in, the ingress sends
+                           its instance a marker after the flow's last
+                           packet here, when none came for this long; the
+                           instance holds the flow's direct packets until
+                           the marker, so they cannot overtake the ones
+                           still passing through the ingress         [10000]
   A setup that has no answer after assign timeout x attempts + install
   timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives (at
   start, and after a restart) new flows are dropped as not_synced: the no-chain path would
@@ -142,7 +148,8 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
        }},
   };
   uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
-  uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000;
+  uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
+           quiet_us = 10000;
   uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
   struct Num {
     uint64_t* v;
@@ -157,6 +164,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
       {"--report-interval-ms", {&report_ms, 100, 3600000}}, {"--idle-sleep-max-us", {&sleep_us, 1, 100000}},
+      {"--marker-quiet-us", {&quiet_us, 0, 1000000}},
   };
 
   f->eal = {argv[0]};
@@ -220,6 +228,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);
   f->control.report_interval_ms = static_cast<int>(report_ms);
   f->dataplane.idle_sleep_max_us = static_cast<uint32_t>(sleep_us);
+  f->dataplane.marker_quiet_us = static_cast<uint32_t>(quiet_us);
   FlowTableConfig& t = f->dataplane.table;
   t.hold_per_flow = static_cast<uint32_t>(hold_per_flow);
   t.hold_max = static_cast<uint32_t>(hold_max);

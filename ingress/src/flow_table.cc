@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "flow_table.h"
 
+#include <algorithm>
+
 namespace keel::ingress {
 
 FlowTable::FlowTable(const FlowTableConfig& cfg)
@@ -19,7 +21,7 @@ PacketVerdict FlowTable::OnPacket(const FlowKey& key, Packet pkt, uint64_t now) 
       return Hold(&f, pkt);
     case State::kForwarding:
       f.since = now;
-      return {Verdict::kForward, DropReason::kCount, f.vlan};
+      return {Verdict::kForward, DropReason::kCount, f.vlan, f.marker_sent};
     case State::kBackoff:
       if (now - f.since < cfg_.retry_backoff_ns) return {Verdict::kDrop, f.failure};
       flows_.erase(it);
@@ -32,7 +34,7 @@ uint64_t FlowTable::Start(const FlowKey& key, Packet pkt, uint64_t now, PacketVe
   if (flows_.size() >= cfg_.max_flows) return 0;
   uint64_t id = next_req_++;
   Flow& f = flows_[key];
-  f = Flow{State::kPending, DropReason::kCount, 0, id, now, kNil, kNil, 0};
+  f = Flow{State::kPending, DropReason::kCount, 0, false, 0, id, now, kNil, kNil, 0};
   *first = Hold(&f, pkt);
   return id;
 }
@@ -54,6 +56,28 @@ Resolution FlowTable::Resolve(const FlowKey& key, uint64_t req_id, DropReason fa
   f.vlan = vlan;
   f.since = now;
   return Resolution::kReleased;
+}
+
+bool FlowTable::Installed(const FlowKey& key, uint64_t req_id, uint64_t now) {
+  auto it = flows_.find(key);
+  if (it == flows_.end() || it->second.req_id != req_id || it->second.state != State::kForwarding ||
+      it->second.vlan == 0)
+    return false;
+  it->second.installed = now;
+  return true;
+}
+
+MarkerDue FlowTable::MarkerState(const FlowKey& key, uint64_t req_id, uint64_t now, uint64_t quiet_ns,
+                                 uint16_t* vlan) {
+  auto it = flows_.find(key);
+  if (it == flows_.end() || it->second.req_id != req_id || it->second.state != State::kForwarding ||
+      it->second.marker_sent || it->second.installed == 0)
+    return MarkerDue::kGone;
+  Flow& f = it->second;
+  if (now - std::max(f.installed, f.since) < quiet_ns) return MarkerDue::kWait;
+  f.marker_sent = true;
+  *vlan = f.vlan;
+  return MarkerDue::kDue;
 }
 
 void FlowTable::Expire(uint64_t now, std::vector<Packet>* timed_out) {

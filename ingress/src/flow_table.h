@@ -9,7 +9,10 @@
  * released in order and the flow is Forwarding (with the VLAN the decision
  * gave, which its packets are tagged with on the way out): later packets
  * that still reach the ingress go straight back out, until the flow has been quiet for
- * |retire_ns|. On failure or after |hold_timeout_ns| the held packets are
+ * |retire_ns|. A forwarding flow with an instance gets a handover marker
+ * (inband.h) once its own ToR rule is in (Installed) and it has been quiet
+ * at the ingress for the quiet time (MarkerState): then nothing more of it
+ * is expected here. On failure or after |hold_timeout_ns| the held packets are
  * dropped and the flow backs off for |retry_backoff_ns|, dropping its
  * packets, before a new packet may start a new setup.
  *
@@ -53,6 +56,14 @@ struct PacketVerdict {
   Verdict verdict;
   DropReason reason;
   uint16_t vlan = 0;  /* kForward: the VLAN to tag the packet with (0: none) */
+  bool after_marker = false;  /* kForward: the flow's marker went already (the packet is late) */
+};
+
+/* Whether a flow's handover marker may go. */
+enum class MarkerDue {
+  kWait,  /* not yet: the flow had a packet here within the quiet time */
+  kDue,   /* send it now (the table records that it went) */
+  kGone,  /* no marker: the flow retired, failed or was set up again */
 };
 
 /* How a decision applied to its flow. */
@@ -83,6 +94,13 @@ class FlowTable {
   Resolution Resolve(const FlowKey& key, uint64_t req_id, DropReason failure, uint16_t vlan, uint64_t now,
                      std::vector<Packet>* packets, uint64_t* since);
 
+  /* The flow's own rule (setup |req_id|) is in: true if it is forwarding
+   * to an instance, so a marker is to follow (MarkerState says when). */
+  bool Installed(const FlowKey& key, uint64_t req_id, uint64_t now);
+  /* Whether setup |req_id|'s marker may go at |now|: once the flow's rule
+   * is in and no packet of it came for |quiet_ns|; |*vlan| is its instance's. */
+  MarkerDue MarkerState(const FlowKey& key, uint64_t req_id, uint64_t now, uint64_t quiet_ns, uint16_t* vlan);
+
   /* Times out setups older than hold_timeout_ns (their packets are appended
    * to |*timed_out|, to drop as kTimeout) and forgets quiet forwarding flows
    * and flows whose backoff is over. */
@@ -100,6 +118,8 @@ class FlowTable {
     State state;
     DropReason failure;    /* why it backs off */
     uint16_t vlan;         /* forwarding: the tag its packets leave with */
+    bool marker_sent;      /* forwarding: its handover marker went */
+    uint64_t installed;    /* forwarding: when its own rule was confirmed (0: not yet) */
     uint64_t req_id;
     uint64_t since;        /* setup start (pending), last packet (forwarding), failure (backoff) */
     uint32_t head, tail;   /* held packets, a list through next_ */

@@ -64,7 +64,7 @@ void SignalLoop(const sigset_t& set, std::atomic<bool>* stop, const Flags& flags
 }
 
 /* Runs the ingress on |port| until SIGTERM/SIGINT; false if it cannot start. */
-bool Serve(const Flags& flags, uint16_t port, const sigset_t& signals) {
+bool Serve(const Flags& flags, uint16_t port, rte_mempool* pool, const sigset_t& signals) {
   std::string err;
   Channel channel;
   if (!channel.Init(kChannelSize, &err)) {
@@ -80,6 +80,7 @@ bool Serve(const Flags& flags, uint16_t port, const sigset_t& signals) {
   if (unsigned n = DrainPort(port)) std::fprintf(stderr, "keel-ingress: dropped %u frames queued before start\n", n);
   DataPlaneConfig dp = flags.dataplane;
   dp.port = port;
+  dp.pool = pool;
   DataPlane dataplane(dp, &channel, &counters);
   Control control(flags.control, &channel, &counters);
   control.Start();
@@ -120,7 +121,7 @@ int Run(const Flags& flags) {
              !pool || !PortInit(port = static_cast<uint16_t>(rte_eth_find_next(0)), pool, &err)) {
     std::fprintf(stderr, "keel-ingress: %s\n", err.c_str());
   } else {
-    rc = Serve(flags, port, set) ? 0 : 1;
+    rc = Serve(flags, port, pool, set) ? 0 : 1;
     rte_eth_dev_stop(port);
     rte_eth_dev_close(port);
   }

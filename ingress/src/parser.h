@@ -12,21 +12,13 @@
 #include <functional>
 #include <string>
 
+#include "keel/inband.h"
+
 namespace keel::ingress {
 
-/* A flow's 5-tuple; addresses and ports in host byte order. */
-struct FlowKey {
-  uint32_t src_ip = 0;
-  uint32_t dst_ip = 0;
-  uint16_t src_port = 0;
-  uint16_t dst_port = 0;
-  uint8_t proto = 0;
-
-  bool operator==(const FlowKey& o) const {
-    return src_ip == o.src_ip && dst_ip == o.dst_ip && src_port == o.src_port && dst_port == o.dst_port &&
-           proto == o.proto;
-  }
-};
+/* A flow's 5-tuple; addresses and ports in host byte order. The in-band
+ * frames name flows the same way (the handover's marker carries it). */
+using FlowKey = keel::inband::FlowId;
 
 struct FlowKeyHash {
   size_t operator()(const FlowKey& k) const {

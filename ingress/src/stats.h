@@ -42,6 +42,9 @@ struct IngressCounters {
   Counter packets_reinjected;   /* held packets sent back once their flow was decided */
   Counter packets_forwarded;    /* later packets of an installed flow that still reached the ingress */
   Counter packets_normal_path;  /* matched no chain, sent back tagged 4094 */
+  Counter markers_sent;         /* handover markers sent to instances (inband.h) */
+  Counter markers_unsent;       /* markers that found no mbuf or no room to go (the instance times out) */
+  Counter packets_after_marker; /* packets of a flow that reached the ingress after its marker went */
   Counter buffered;
   Counter buffered_max;
   Counter flows_active;

@@ -17,6 +17,14 @@ namespace keel {
 static constexpr uint32_t kPrefetchAhead = 8;
 /* Position 0's turns between NIC queue-length samples. */
 static constexpr uint64_t kQueueSampleTurns = 64;
+/* The handover's bounds (handover.h): a direct packet waits at most this
+ * long for its flow's marker, which follows the flow's last packet through
+ * the ingress by the ingress' quiet time (--marker-quiet-us, 10 ms) plus the
+ * path's few 100 µs. */
+static constexpr uint64_t kHandoverTimeoutMs = 50;
+/* Longer than the ToR rules' idle timeout (torctl's default 10 s): a flow
+ * quiet for that long comes through the ingress again. */
+static constexpr uint64_t kHandoverForgetMs = 12000;
 
 Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, const EngineOptions& opt)
     : chain_(chain), pool_(pool), buf_(buf), cycles_(cycles), opt_(opt) {
@@ -26,6 +34,10 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
    * coopsched Attach then Detach would miss the batch boundary). */
   TscHz();
   if (opt_.position != 0) return;
+  HandoverConfig hc;
+  hc.timeout = TscHz() * kHandoverTimeoutMs / 1000;
+  hc.forget = TscHz() * kHandoverForgetMs / 1000;
+  handover_ = std::make_unique<HandoverRx>(hc);
   tx_chains_ = PortTxChains(opt_.tx_port);
   port_.rx_queue_len_known.Set(PortRxQueueLen(opt_.rx_port) >= 0);
   if (buf_) rx_tsc_.assign(buf_->nslots(), 0);
@@ -195,7 +207,7 @@ uint32_t Engine::Head(uint32_t bursts) {
   uint32_t received = 0;
   for (uint32_t b = 0; b < bursts; b++) {
     rte_mbuf* mbufs[kMaxBurst];
-    uint16_t n = rte_eth_rx_burst(opt_.rx_port, 0, mbufs, burst);
+    uint16_t n = handover_->Receive(opt_.rx_port, mbufs, burst, t);
     if (n == 0) {
       last_poll_ = t;
       Charge(KEEL_CYCLES_RX_IDLE, Rdtsc() - t);
@@ -406,6 +418,7 @@ Json Engine::StatsJson() const {
     j["batches"] = batches;
     j["cycles_per_batch"] = batches ? static_cast<double>(port_.batch_cycles.Get()) / batches : 0.0;
     j["sojourn"] = sojourn_.ToJson();
+    j["handover"] = handover_->ToJson();
     j["rx_wait_bound"] = rx_wait_bound_.ToJson();
   }
   return j;

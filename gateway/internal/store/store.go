@@ -253,9 +253,10 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// AllocVLAN reserves the lowest free VLAN id in 100..4094.
+// AllocVLAN reserves the lowest free VLAN id in 100..4092: 4093 is keel-ingress' in-band mark
+// (nf-runtime/include/keel/inband.h), 4094 its normal path (ingress/src/dataplane.h).
 func (s *Store) AllocVLAN(ctx context.Context) (uint32, error) {
-	for v := uint32(100); v < 4095; v++ {
+	for v := uint32(100); v < 4093; v++ {
 		ok, err := s.rdb.SAdd(ctx, keyVLANs, v).Result()
 		if err != nil {
 			return 0, fmt.Errorf("allocate VLAN: %w", err)

@@ -16,6 +16,10 @@ Table 0 steers (priorities low to high):
                                            output trunk, goto the first pre-server NF
   110 5-tuple, in_port=ingress (stage 1)   the same, for the untagged packets the ingress
                                            re-injects for a chain that runs on the switch only
+  111 in_port=ingress, vlan_vid=instance, eth_type=0x88B5
+                                        -> output trunk as it is: the ingress' in-band control
+                                           frames for the instance (handover markers), past
+                                           the chain's switch NFs, which drop what is not IPv4
   120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
   130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
                                            egress, goto the chain's first after-server NF table
@@ -40,6 +44,10 @@ Return traffic outranks the flow rules: a chain that leaves the 5-tuple unchange
 UrlFilter, Encrypt) sends back packets that the flow's own rule also matches (eth_type and
 the IPv4 fields match behind the instance's VLAN tag), and that rule would send them out the
 trunk they came in on, where OVS drops them.
+Order across the switch-over: the ingress marks what it sends to an instance with an inner
+tag (nf-runtime/include/keel/inband.h) and follows a flow's last packet with a marker once
+the flow's stage-2 rule is in; the instance's position 0 holds the flow's direct packets until
+the marker. The mark sits under the packet's own tags, so the NF tables match behind it.
 The NF tables follow (nfs.py), one per NF kind in Lemur's fixed table order.
 """
 
@@ -55,7 +63,7 @@ Ports = Callable[[str], int]
 
 STEER_TABLE = 0
 PRIO_MISS, PRIO_INGRESS_OTHER, PRIO_NORMAL = 0, 1, 2
-PRIO_FLOW, PRIO_REINJECT = 100, 110
+PRIO_FLOW, PRIO_REINJECT, PRIO_INBAND = 100, 110, 111
 PRIO_RETURN, PRIO_RETURN_CHAIN = 120, 130
 PRIO_PROBE = 140
 # The ToR probe's destinations (198.19.255.0/30, inside keel's bench range 198.18.0.0/15) and
@@ -66,6 +74,8 @@ VLAN_NONE = 0x0000  # OFPVID_NONE: the packet has no VLAN tag
 # The VLAN keel-ingress tags its normal path with (ingress/src/dataplane.h kNormalPathVlan).
 NORMAL_VLAN = 4094
 ETH_IPV4 = 0x0800
+# keel's in-band control frames, ingress -> instance (nf-runtime/include/keel/inband.h kEtherType).
+ETH_KEEL_INBAND = 0x88B5
 TPID_8021Q = 0x8100
 PROTO_TCP, PROTO_UDP = 6, 17
 
@@ -238,6 +248,17 @@ def instance_reinject_rule(ports: Ports, ingress: str, trunk: str, chain: str, v
                                    ("output", out))),
                         ("goto", first_pre_table))
     return Rule(STEER_TABLE, PRIO_REINJECT, match, instructions, cookie(KIND_INSTANCE_REINJECT, tag, vlan))
+
+
+def instance_inband_rule(ports: Ports, ingress: str, trunk: str, chain: str, vlan: int) -> Rule:
+    """keel-ingress' in-band control frames for an instance (the markers of its flows'
+    handover) -> straight out to the instance, as tagged as they came: the chain's switch NFs
+    would drop them (not IPv4). Same cookie as the instance's reinject rule: the two go
+    together."""
+    tag = chain_tag(chain)
+    match = (("in_port", ports(ingress)), ("vlan_vid", VLAN_PRESENT | vlan), ("eth_type", ETH_KEEL_INBAND))
+    return Rule(STEER_TABLE, PRIO_INBAND, match, (("apply", (("output", ports(trunk)),)),),
+                cookie(KIND_INSTANCE_REINJECT, tag, vlan))
 
 
 def flow_rule(flow: FiveTuple, chain: str, vlan: int, out_port: int, first_pre_table: int | None,

@@ -156,6 +156,37 @@ def test_an_instance_reinject_rule_goes_with_its_instance(torctl, gateway, bridg
     wait_for(lambda: "dl_vlan=44" not in flows(torctl.ovs, bridge[0]), what="mon/1's rules removed")
 
 
+MARK = 4093  # keel-ingress' in-band mark (nf-runtime/include/keel/inband.h)
+
+
+def test_marked_packets_run_the_switch_acl_behind_the_mark_and_markers_go_straight_to_the_instance(
+        torctl, gateway, bridge):
+    from keel_torctl.pb import control_pb2 as c
+    acl = c.SwitchNf(name="a", nf="acl", config_json='{"rules": [{"dst_ip": "198.19.0.0/24"}]}')
+    gateway.add_chain("acl", [acl], members=["nat"], nfs=["a", "nat"])
+    gateway.add_instance("acl/0", "acl", 46)
+    wait_for(lambda: any("priority=111" in x and "dl_vlan=46" in x for x in flows(torctl.ovs, bridge[0]).splitlines()),
+             what="acl/0's in-band rule")
+    net = bridge[1]
+    net.drain()
+    # The ingress' packets for the instance: its VLAN over the mark. The ACL passes 198.19.0.0/24
+    # and drops the rest; the mark comes through under the instance VLAN.
+    for sport, dst in ((4000, "198.19.0.1"), (4001, "198.19.1.1")):
+        net.socks["ingress"].send(Ether(**MACS) / Dot1Q(vlan=46) / Dot1Q(vlan=MARK) / IP(src="198.18.0.1", dst=dst)
+                                  / UDP(sport=sport, dport=53) / Raw(b"m" * 20))
+    # A handover marker (not IPv4: the ACL would drop it) goes out as it came.
+    marker = Ether(**MACS) / Dot1Q(vlan=46) / Dot1Q(vlan=MARK, type=0x88B5) / Raw(bytes([1, 1, 0, 28]) + bytes(40))
+    net.socks["ingress"].send(marker)
+    got = net.recv("trunk")
+    assert len(got) == 2, [p.summary() for p in got]
+    data, mk = got
+    assert (data[Dot1Q].vlan, data[Dot1Q].payload[Dot1Q].vlan, data[UDP].sport) == (46, MARK, 4000)
+    assert (mk[Dot1Q].vlan, mk[Dot1Q].payload[Dot1Q].vlan, mk[Dot1Q].payload[Dot1Q].type) == (46, MARK, 0x88B5)
+    assert bytes(mk[Dot1Q].payload[Dot1Q].payload)[:4] == bytes([1, 1, 0, 28])
+    gateway.remove_instance("acl/0")
+    gateway.remove_chain("acl")
+
+
 def test_return_traffic_runs_the_after_server_monitor_then_leaves_untagged(torctl, bridge):
     net = bridge[1]
     net.drain()

@@ -103,6 +103,8 @@ def ovs(tmp_path_factory):
     _need_ovs()
     o = Ovs(tmp_path_factory.mktemp("ovs"))
     o.start()
+    # as deploy/local/up.sh: two tags parsed (an instance VLAN over the ingress' in-band mark)
+    o.vsctl("set", "Open_vSwitch", ".", "other_config:vlan-limit=2")  # waits until vswitchd applied it
     yield o
     o.stop()
 

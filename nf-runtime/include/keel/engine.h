@@ -29,10 +29,12 @@
 #include <rte_mbuf.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "keel/chain.h"
+#include "keel/handover_rx.h"
 #include "keel/monitor.h"
 #include "keel/pktbuf.h"
 #include "keel/sojourn.h"
@@ -194,6 +196,9 @@ class Engine {
   LatencyHist turn_busy_;
   bool carrying_ = false;
   uint64_t last_poll_ = 0;
+  /* Position 0: the order-preserving handover of new flows (handover_rx.h),
+   * between the port and the head. */
+  std::unique_ptr<HandoverRx> handover_;
 };
 
 }  // namespace keel

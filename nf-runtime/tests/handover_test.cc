@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Position 0's order-preserving handover (issue 34 item 2): the table on its
+ * own, the in-band frame format, and the receive side on real mbufs with the
+ * race the handover exists for. */
+#include "keel/handover.h"
+
+#include <gtest/gtest.h>
+#include <rte_mbuf.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "keel/handover_rx.h"
+#include "keel/inband.h"
+#include "keel/port.h"
+
+namespace keel {
+namespace {
+
+using P = HandoverTable::Packet;
+
+inband::FlowId Flow(uint16_t sport) { return {0xC6120001, 0xC6130001, sport, 80, 17}; }
+P Pkt(uintptr_t i) { return reinterpret_cast<P>(i); }
+
+HandoverConfig Cfg() {
+  HandoverConfig c;
+  c.max_flows = 8;
+  c.hold_per_flow = 4;
+  c.hold_max = 6;
+  c.timeout = 100;
+  c.forget = 1000;
+  return c;
+}
+
+TEST(HandoverTable, HoldsADirectPacketThatOvertookAllOfItsFlowsFirstOnes) {
+  HandoverTable t(Cfg());
+  P out[8];
+  uint32_t n = 0;
+  EXPECT_FALSE(t.active());
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(12), 0, out, &n)) << "the flow's first packets are still on their way";
+  EXPECT_EQ(t.count(HandoverCount::kDirectFirst), 1u);
+  EXPECT_TRUE(t.active());
+  t.OnViaIngress(Flow(1), 1); /* they arrive, and pass */
+  t.OnViaIngress(Flow(1), 2);
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(13), 3, out, &n));
+  t.OnMarker(Flow(1), 4, out, &n);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0], Pkt(12));
+  EXPECT_EQ(out[1], Pkt(13));
+  EXPECT_FALSE(t.active());
+  n = 0;
+  EXPECT_FALSE(t.OnDirect(Flow(1), Pkt(14), 5, out, &n)) << "handed over: it passes";
+  EXPECT_EQ(t.count(HandoverCount::kDirectFirst), 1u);
+}
+
+TEST(HandoverTable, HoldsDirectPacketsUntilTheMarkerThenReleasesThemInOrder) {
+  HandoverTable t(Cfg());
+  P out[8];
+  uint32_t n = 0;
+  t.OnViaIngress(Flow(1), 0);
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(10), 1, out, &n));
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(11), 2, out, &n));
+  t.OnViaIngress(Flow(1), 3); /* a late one via the ingress still passes */
+  EXPECT_EQ(t.held(), 2u);
+  t.OnMarker(Flow(1), 4, out, &n);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0], Pkt(10));
+  EXPECT_EQ(out[1], Pkt(11));
+  EXPECT_EQ(t.held(), 0u);
+  EXPECT_FALSE(t.active());
+  EXPECT_EQ(t.count(HandoverCount::kMarkers), 1u);
+  EXPECT_EQ(t.count(HandoverCount::kReleasedMarker), 2u);
+  n = 0;
+  EXPECT_FALSE(t.OnDirect(Flow(1), Pkt(12), 5, out, &n)) << "after the marker the flow passes";
+  t.OnViaIngress(Flow(1), 6);
+  EXPECT_EQ(t.count(HandoverCount::kLateViaIngress), 1u);
+  EXPECT_FALSE(t.active()) << "a late packet after the marker does not start another hold";
+}
+
+TEST(HandoverTable, ReleasesAfterTheTimeoutWhenNoMarkerComesAndCountsIt) {
+  HandoverTable t(Cfg());
+  P out[8];
+  uint32_t n = 0;
+  t.OnViaIngress(Flow(1), 0);
+  EXPECT_TRUE(t.OnDirect(Flow(1), Pkt(10), 10, out, &n));
+  t.Poll(50, out, &n);
+  EXPECT_EQ(n, 0u);
+  t.Poll(110, out, &n);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(out[0], Pkt(10));
+  EXPECT_EQ(t.count(HandoverCount::kTimeout), 1u);
+  EXPECT_EQ(t.count(HandoverCount::kReleasedTimeout), 1u);
+  n = 0;
+  t.OnMarker(Flow(1), 120, out, &n);
+  EXPECT_EQ(t.count(HandoverCount::kMarkerUnknown), 1u) << "a marker after the timeout finds nothing to release";
+  t.Poll(5000, out, &n);
+  EXPECT_EQ(n, 0u);
+  t.OnViaIngress(Flow(1), 5001);
+  EXPECT_EQ(t.count(HandoverCount::kLateViaIngress), 0u) << "a forgotten flow starts over";
+}
+
+TEST(HandoverTable, APerFlowOverflowReleasesTheFlowInOrderAndCountsIt) {
+  HandoverTable t(Cfg());
+  P out[8];
+  uint32_t n = 0;
+  t.OnViaIngress(Flow(1), 0);
+  for (uintptr_t i = 0; i < 4; i++) ASSERT_TRUE(t.OnDirect(Flow(1), Pkt(10 + i), 1, out, &n));
+  EXPECT_FALSE(t.OnDirect(Flow(1), Pkt(14), 1, out, &n)) << "the fifth goes, behind the four";
+  ASSERT_EQ(n, 4u);
+  for (uintptr_t i = 0; i < 4; i++) EXPECT_EQ(out[i], Pkt(10 + i));
+  EXPECT_EQ(t.count(HandoverCount::kOverflowFlow), 1u);
+  EXPECT_EQ(t.count(HandoverCount::kReleasedGiveUp), 4u);
+  EXPECT_EQ(t.held(), 0u);
+}
+
+TEST(HandoverTable, ATotalOverflowReleasesTheFlowThatFoundNoRoom) {
+  HandoverTable t(Cfg());
+  P out[8];
+  uint32_t n = 0;
+  t.OnViaIngress(Flow(1), 0);
+  t.OnViaIngress(Flow(2), 0);
+  for (uintptr_t i = 0; i < 4; i++) ASSERT_TRUE(t.OnDirect(Flow(1), Pkt(10 + i), 1, out, &n));
+  for (uintptr_t i = 0; i < 2; i++) ASSERT_TRUE(t.OnDirect(Flow(2), Pkt(20 + i), 1, out, &n));
+  EXPECT_FALSE(t.OnDirect(Flow(2), Pkt(22), 1, out, &n));
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(out[0], Pkt(20));
+  EXPECT_EQ(t.count(HandoverCount::kOverflowTotal), 1u);
+  EXPECT_EQ(t.held(), 4u) << "the other flow keeps its hold";
+}
+
+TEST(HandoverTable, AFullTableLetsAFlowPassAndCountsIt) {
+  HandoverConfig c = Cfg();
+  c.max_flows = HandoverTable::kWays; /* one bucket */
+  c.hold_max = 2 * HandoverTable::kWays;
+  HandoverTable t(c);
+  P out[8];
+  uint32_t n = 0;
+  for (uint16_t f = 1; f <= HandoverTable::kWays; f++) {
+    t.OnViaIngress(Flow(f), 0);
+    ASSERT_TRUE(t.OnDirect(Flow(f), Pkt(f), 0, out, &n));
+  }
+  const uint16_t next = HandoverTable::kWays + 1;
+  t.OnViaIngress(Flow(next), 0);
+  EXPECT_EQ(t.count(HandoverCount::kTableFull), 1u);
+  EXPECT_FALSE(t.OnDirect(Flow(next), Pkt(next), 0, out, &n));
+  EXPECT_EQ(t.count(HandoverCount::kTableFull), 2u);
+  /* A flow with nothing held gives its entry up to a new one. */
+  t.OnMarker(Flow(1), 1, out, &n);
+  t.OnViaIngress(Flow(next + 1), 2);
+  EXPECT_EQ(t.count(HandoverCount::kTableFull), 2u);
+  EXPECT_TRUE(t.OnDirect(Flow(next + 1), Pkt(next + 1), 3, out, &n));
+}
+
+TEST(Inband, AMarkerRoundTripsAndBadOnesAreNamed) {
+  uint8_t frame[inband::kMarkerFrameLen];
+  const uint8_t dst[6] = {2, 0, 0, 0, 0, 1}, src[6] = {2, 0, 0, 0, 0, 2};
+  inband::WriteMarker(frame, dst, src, Flow(7), 0x0102030405060708ull);
+  ASSERT_TRUE(inband::IsMarked(frame, sizeof(frame)));
+  const uint8_t* p = frame + inband::kPayloadOffset;
+  const size_t len = sizeof(frame) - inband::kPayloadOffset;
+  inband::FlowId f;
+  uint64_t seq = 0;
+  ASSERT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kNone);
+  EXPECT_TRUE(f == Flow(7));
+  EXPECT_EQ(seq, 0x0102030405060708ull);
+  EXPECT_EQ(inband::ParseMarker(p, 3, &f, &seq), inband::Malformed::kTruncated);
+  EXPECT_EQ(inband::ParseMarker(p, 20, &f, &seq), inband::Malformed::kTruncated);
+  frame[inband::kPayloadOffset] = 2;
+  EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kVersion);
+  frame[inband::kPayloadOffset] = 1;
+  frame[inband::kPayloadOffset + 1] = 2; /* export state: reserved, not spoken yet */
+  EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kUnknownType);
+  frame[inband::kPayloadOffset + 1] = 1;
+  frame[inband::kPayloadOffset + 3] = 27;
+  EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kBadLength);
+}
+
+/* ---- HandoverRx on real mbufs ---- */
+
+std::string pool_err;
+
+rte_mempool* Pool() {
+  static rte_mempool* pool = [] {
+    std::string prefix = "--file-prefix=keel-handover-test-" + std::to_string(getpid());
+    if (!EalInit({"handover_test", "--no-pci", "--no-huge", "-m", "64", "--log-level=error", "--no-telemetry",
+                  prefix},
+                 &pool_err))
+      return static_cast<rte_mempool*>(nullptr);
+    return MbufPool("handover_test", 1023, 0, &pool_err);
+  }();
+  return pool;
+}
+
+/* A UDP packet of flow |sport| whose payload's first byte is |seq|; marked
+ * as the ingress sends it (inner tag) when |via_ingress|. */
+rte_mbuf* Udp(uint16_t sport, uint8_t seq, bool via_ingress) {
+  std::vector<uint8_t> f(14 + 20 + 8 + 4, 0);
+  f[0] = 2;
+  f[6] = 2;
+  f[12] = 0x08;
+  uint8_t* ip = f.data() + 14;
+  ip[0] = 0x45;
+  inband::Put16(ip + 2, 32);
+  ip[8] = 64;
+  ip[9] = 17;
+  inband::Put32(ip + 12, Flow(sport).src_ip);
+  inband::Put32(ip + 16, Flow(sport).dst_ip);
+  inband::Put16(ip + 20, sport);
+  inband::Put16(ip + 22, 80);
+  inband::Put16(ip + 24, 12);
+  ip[28] = seq;
+  if (via_ingress) {
+    const uint8_t tag[4] = {0x81, 0x00, inband::kMarkVid >> 8, inband::kMarkVid & 0xFF};
+    f.insert(f.begin() + 12, tag, tag + 4);
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+  std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(f.size())), f.data(), f.size());
+  return m;
+}
+
+rte_mbuf* Marker(uint16_t sport) {
+  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+  const uint8_t mac[6] = {2, 0, 0, 0, 0, 9};
+  inband::WriteMarker(rte_pktmbuf_mtod(m, uint8_t*), mac, mac, Flow(sport), 1);
+  rte_pktmbuf_append(m, inband::kMarkerFrameLen);
+  return m;
+}
+
+/* What came out: (flow, seq) per packet, and that no mark is left on any. */
+std::vector<std::pair<uint16_t, int>> Drain(HandoverRx* rx) {
+  std::vector<std::pair<uint16_t, int>> got;
+  rte_mbuf* out[32];
+  while (uint16_t k = rx->Take(out, 32)) {
+    for (uint16_t i = 0; i < k; i++) {
+      const uint8_t* d = rte_pktmbuf_mtod(out[i], const uint8_t*);
+      EXPECT_EQ(inband::Get16(d + 12), 0x0800) << "a mark or an in-band frame reached the NFs";
+      got.emplace_back(inband::Get16(d + 14 + 20), d[14 + 28]);
+      rte_pktmbuf_free(out[i]);
+    }
+  }
+  return got;
+}
+
+HandoverConfig RxCfg() {
+  HandoverConfig c;
+  c.timeout = 1'000'000;
+  c.forget = 10'000'000;
+  return c;
+}
+
+TEST(HandoverRx, DirectPacketsThatOvertakeTheIngressComeOutBehindItInFlowOrder) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  /* Flow 2 was set up a while ago (its first packet through the ingress, its marker): it is
+   * direct now, all along. */
+  std::vector<rte_mbuf*> earlier = {Udp(2, 0, true), Marker(2)};
+  rx.Feed(earlier.data(), 2, 1);
+  /* Flow 1 sent 0..5. 0 and 1 came through the ingress; its rule went in;
+   * 4 and 5 came direct while 2 and 3, sent before them, were still on
+   * their way through the ingress (its receive queue, its nap): the race.
+   * Then flow 1's marker. */
+  std::vector<rte_mbuf*> arrival = {Udp(1, 0, true), Udp(1, 1, true), Udp(2, 1, false), Udp(1, 4, false),
+                                    Udp(2, 2, false), Udp(1, 5, false), Udp(1, 2, true), Udp(1, 3, true),
+                                    Marker(1), Udp(2, 3, false)};
+  rx.Feed(arrival.data(), static_cast<uint16_t>(arrival.size()), 10);
+  std::vector<int> flow1;
+  std::vector<int> flow2;
+  for (auto [flow, seq] : Drain(&rx)) (flow == 1 ? flow1 : flow2).push_back(seq);
+  EXPECT_EQ(flow1, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(flow2, (std::vector<int>{0, 1, 2, 3})) << "a flow not in handover is not held";
+  EXPECT_EQ(rx.table().count(HandoverCount::kHeld), 2u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kMarkers), 2u);
+}
+
+TEST(HandoverRx, DirectPacketsThatOvertakeEveryPacketViaTheIngressWaitForThem) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  /* As measured on the stack: the ToR took the flow's new rule and the source's port before
+   * the ingress' port, where 0 and 1 had waited since before the rule was asked for. */
+  std::vector<rte_mbuf*> arrival = {Udp(3, 2, false), Udp(3, 3, false), Udp(3, 0, true), Udp(3, 1, true),
+                                    Marker(3)};
+  rx.Feed(arrival.data(), static_cast<uint16_t>(arrival.size()), 10);
+  std::vector<int> got;
+  for (auto [flow, seq] : Drain(&rx)) got.push_back(seq);
+  EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(rx.table().count(HandoverCount::kDirectFirst), 1u);
+}
+
+TEST(HandoverRx, AMarkReportedBesideTheFrameIsTakenOffToo) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* m = Udp(1, 0, false);
+  m->ol_flags |= RTE_MBUF_F_RX_VLAN_STRIPPED | RTE_MBUF_F_RX_VLAN; /* af_packet's auxdata */
+  m->vlan_tci = inband::kMarkVid;
+  rte_mbuf* in[3] = {m, Udp(1, 2, false), Marker(1)};
+  rx.Feed(in, 3, 0);
+  rte_mbuf* out[4];
+  ASSERT_EQ(rx.Take(out, 4), 2);
+  EXPECT_FALSE(out[0]->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED);
+  EXPECT_EQ(rx.table().count(HandoverCount::kViaIngress), 1u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kReleasedMarker), 1u);
+  rte_pktmbuf_free(out[0]);
+  rte_pktmbuf_free(out[1]);
+}
+
+TEST(HandoverRx, NotBehindTheIngressNothingIsHeld) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* in[2] = {Udp(4, 0, false), Udp(4, 1, false)};
+  rx.Feed(in, 2, 0);
+  EXPECT_FALSE(rx.armed());
+  EXPECT_EQ(Drain(&rx).size(), 2u) << "no mark has come: a generator or a test, not keel-ingress, sends";
+  rte_mbuf* marked = Udp(5, 0, true);
+  rx.Feed(&marked, 1, 1);
+  EXPECT_TRUE(rx.armed());
+  Drain(&rx);
+  rte_mbuf* direct = Udp(6, 0, false);
+  rx.Feed(&direct, 1, 2);
+  EXPECT_EQ(rx.table().held(), 1u) << "behind the ingress, a new flow's direct packet waits for its first ones";
+  rte_mbuf* mk = Marker(6);
+  rx.Feed(&mk, 1, 3);
+  EXPECT_EQ(Drain(&rx).size(), 1u);
+}
+
+TEST(HandoverRx, AMalformedMarkerIsDroppedAndCounted) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* bad = Marker(1);
+  rte_pktmbuf_mtod(bad, uint8_t*)[inband::kPayloadOffset + 3] = 99; /* length */
+  rte_mbuf* version = Marker(1);
+  rte_pktmbuf_mtod(version, uint8_t*)[inband::kPayloadOffset] = 7;
+  rte_mbuf* in[4] = {Udp(1, 0, true), Udp(1, 1, false), bad, version};
+  rx.Feed(in, 4, 0);
+  EXPECT_EQ(rx.table().count(HandoverCount::kMalformed), 1u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kBadVersion), 1u);
+  EXPECT_EQ(rx.table().held(), 1u) << "a malformed marker releases nothing";
+  rte_mbuf* out[4];
+  ASSERT_EQ(rx.Take(out, 4), 1);
+  rte_pktmbuf_free(out[0]);
+  /* The flow's well-formed marker still ends the hold. */
+  rte_mbuf* good = Marker(1);
+  rx.Feed(&good, 1, 1);
+  ASSERT_EQ(rx.Take(out, 4), 1);
+  rte_pktmbuf_free(out[0]);
+}
+
+}  // namespace
+}  // namespace keel
