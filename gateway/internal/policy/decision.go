@@ -20,6 +20,7 @@ const (
 	KindBatch     Kind = "batch"     // an instance's bursts per turn changed
 	KindFunction  Kind = "function"  // a normal function's replicas changed; Chain is the function
 	KindThreshold Kind = "threshold" // a chain's overload threshold moved with its measured p99
+	KindFlowMove  Kind = "flow_move" // flows moved to another instance with their state
 )
 
 // Reason is why a decision was made: a bounded set (the label of
@@ -49,6 +50,8 @@ const (
 	ReasonScaleDown                Reason = "scale_down"                  // function
 	ReasonScaleToZero              Reason = "scale_to_zero"               // function
 	ReasonAlert                    Reason = "alert"                       // function: AlertManager asked
+	ReasonScaleIn                  Reason = "scale_in"                    // flow_move: emptying an instance to give its core back
+	ReasonRelieve                  Reason = "relieve"                     // flow_move: shedding an overloaded instance's heaviest flows
 )
 
 // Decision is one thing the controller did, for the log, the operator's event list (the

@@ -48,13 +48,15 @@ type Config struct {
 	// ReclaimAfter: an attached instance whose flows have all ended gives its core back
 	// after this long without a new flow.
 	ReclaimAfter time.Duration
+	// Moves: when and how flows move between instances with their state (moves.go).
+	Moves MoveConfig
 }
 
 // Keel is keel's policy: SLO thresholds, packing, adaptive batch, isolation.
 func Keel() Config {
 	return Config{Name: "keel", SLOThresholds: true, FixedThreshold: 0.9, ClearFrac: 0.9, QueueHigh: 64,
 		PoolLow: 1, PoolHigh: 3, Pack: true, PackFrac: 0.8, AdaptiveBatch: true, BatchP: 0.95,
-		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second}
+		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second, Moves: DefaultMoves()}
 }
 
 // Metron is the baseline of Galleon §7.2.2: chains run to completion without isolation,
