@@ -58,6 +58,10 @@ type MoveConfig struct {
 	// TailShare of a chain's packets over SLOWindow may be held by moves.
 	TailShare float64
 	SLOWindow time.Duration
+	// MaxHeldPkts: a flow whose packets held during Pause would be more than this does not
+	// move (its held packets, released at once, could overflow the destination's NIC queue;
+	// a quarter of keel's 4096-packet VF ring by default).
+	MaxHeldPkts float64
 }
 
 // DefaultMoves are the move policy's defaults. Pause is UNO's measured per-packet latency
@@ -67,7 +71,7 @@ type MoveConfig struct {
 func DefaultMoves() MoveConfig {
 	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.8, RelieveTo: 0.85,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 50 * time.Millisecond,
-		TailShare: 0.002, SLOWindow: 10 * time.Second}
+		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 1024}
 }
 
 // FlowRate is one flow of an instance: its key and packet rate (0: unknown, the instance's
@@ -269,10 +273,15 @@ func (p *planner) rates(m *moveInst) []FlowRate {
 	return fs
 }
 
-// held tells whether a flow moved too recently to move again.
-func (p *planner) held(key string) bool {
-	at, ok := p.h.FlowMoved[key]
-	return ok && p.v.Now.Sub(at) < p.cfg.Moves.FlowHold
+// pinned tells whether a flow may not move now: it moved too recently to move again, or
+// its packets held during the pause would be too many.
+func (p *planner) pinned(f FlowRate) bool {
+	mc := p.cfg.Moves
+	if mc.MaxHeldPkts > 0 && f.Pps*mc.Pause.Seconds() > mc.MaxHeldPkts {
+		return true
+	}
+	at, ok := p.h.FlowMoved[f.Key]
+	return ok && p.v.Now.Sub(at) < mc.FlowHold
 }
 
 // room is the load destination d can still take within FillFrac of its threshold (and of
@@ -361,7 +370,7 @@ func (p *planner) relieve() ([]FlowMove, []string) {
 			if excess <= 0 {
 				break
 			}
-			if p.held(f.Key) {
+			if p.pinned(f) {
 				continue
 			}
 			shed = append(shed, f)
@@ -416,7 +425,7 @@ func (p *planner) scaleIn() ([]FlowMove, []string) {
 		return nil, nil // the flows listed are not all of its flows: it would not end empty
 	}
 	for _, f := range fs {
-		if p.held(f.Key) {
+		if p.pinned(f) {
 			return nil, nil
 		}
 	}

@@ -15,7 +15,7 @@ func moveCfg() Config {
 	c := testCfg()
 	c.Moves = MoveConfig{Enabled: true, PerSecond: 100, Burst: 100, ScaleInMaxFlows: 64, FillFrac: 0.8, RelieveTo: 0.85,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 10 * time.Millisecond,
-		TailShare: 0.002, SLOWindow: 10 * time.Second}
+		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 2048}
 	return c
 }
 
@@ -207,6 +207,12 @@ func Test_PlanMoves_held_packets_stay_in_the_tail(t *testing.T) {
 	cfg.Moves.Pause = 10 * time.Millisecond // 100 packets a flow, 1 K for the 10
 	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 1 {
 		t.Fatalf("plan = %+v, want the scale-in", plan)
+	}
+	// A flow whose held packets would be more than MaxHeldPkts (100 > 99) does not move:
+	// fw/2 cannot be emptied.
+	cfg.Moves.MaxHeldPkts = 99
+	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
+		t.Fatalf("plan = %+v, want none: each flow would hold 100 packets", plan)
 	}
 }
 

@@ -54,6 +54,12 @@ type Row struct {
 	Batch      int     `json:"batch"`
 	MaxPps     float64 `json:"max_pps"`
 	Moves      int     `json:"moves"`
+	// A policy with flow moves (Moves.Enabled): the flows it moved, the control core's
+	// time they cost as a share of a core over the run, and the SLO windows (10 s of a
+	// chain's packets, with a flow move in them) whose p99 missed the chain's SLO.
+	FlowMoves     int     `json:"flow_moves,omitempty"`
+	MoveCPUCores  float64 `json:"move_cpu_cores,omitempty"`
+	MoveSLOMisses int     `json:"move_slo_misses,omitempty"`
 	Instances  int     `json:"instances_created"`
 	SimSeconds float64 `json:"sim_seconds"`
 }
@@ -69,8 +75,10 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 			out = append(out, policy.Metron())
 		case "metron-slo":
 			out = append(out, metronSLO())
+		case "keel-moves":
+			out = append(out, KeelMoves())
 		default:
-			return nil, fmt.Errorf("unknown policy %q (keel, metron or metron-slo)", n)
+			return nil, fmt.Errorf("unknown policy %q (keel, keel-moves, metron or metron-slo)", n)
 		}
 	}
 	if ablation {
@@ -86,6 +94,14 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 		}
 	}
 	return out, nil
+}
+
+// KeelMoves is keel's policy with flow moves on (policy.PlanMoves): instances are emptied
+// to give their cores back, and overloaded ones shed their heaviest flows.
+func KeelMoves() policy.Config {
+	c := policy.Keel()
+	c.Name, c.Moves.Enabled = "keel-moves", true
+	return c
 }
 
 // metronSLO is Metron's runtime (run to completion, no isolation) with keel's SLO
@@ -146,6 +162,8 @@ const (
 	evControl
 	evReady
 	evPhase
+	evMoveDone // a moved flow's held packets are released to its new instance
+	evDetach   // an instance a move emptied gives its core back
 )
 
 type event struct {
@@ -181,6 +199,9 @@ type flow struct {
 	in              *inst
 	active          bool // its rule is in: its rate feeds the instance
 	ended           bool
+	key             string
+	moving          bool    // its packets are held at the ingress since heldFrom (a move)
+	heldFrom        float64 //
 }
 
 type inst struct {
@@ -192,6 +213,7 @@ type inst struct {
 	lastDrop   uint64
 	removed    bool
 	flowsAlive int
+	live       map[*flow]bool // its flows (assigned, not ended)
 	active     int     // flows whose rule is in
 	rate       float64 // their packets per second
 	// The sojourn its packets saw since win began: the measurement keel-agent reports
@@ -220,6 +242,10 @@ type chainRun struct {
 	hist              dpmodel.Hist
 
 	flows, unserved, moves int
+	flowMoves, sloMisses   int
+	snap                   dpmodel.Hist // hist at winStart: the SLO window's start
+	winStart               float64
+	movedInWin             bool
 	unservedPkts           float64
 	offered, stranded      uint64
 	coresNow, coresInt     float64 // its share of the cores in use (see the package comment)
@@ -253,6 +279,11 @@ type run struct {
 	// controller.SLOLoop, with no network: the model's latency is the server's); nil for a
 	// policy without SLO thresholds.
 	slo *controller.SLOLoop
+	// Flow moves (cfg.Moves.Enabled): the policy's memory, the flows by key, the control
+	// core's seconds spent on moves.
+	mh          policy.MoveHistory
+	flowByKey   map[string]*flow
+	controlBusy float64
 }
 
 func (r *run) push(t float64, k evKind, f *flow, in *inst, c *chainRun) {
@@ -294,7 +325,7 @@ func RunTogether(sc *Scenario, cfg policy.Config, tbl *costs.Table, progress io.
 // sgroups draw from the seed it would have on its own.
 func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Config, tbl *costs.Table, progress io.Writer) ([]Row, error) {
 	r := &run{sc: sc, cfg: cfg, byName: map[string]*chainRun{}, cores: map[string][]*dpmodel.Core{},
-		byID: map[string]*inst{}, progress: progress, epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
+		byID: map[string]*inst{}, flowByKey: map[string]*flow{}, progress: progress, epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
 	for i := range specs {
 		ch := &specs[i]
 		cost, err := ChainCost(tbl, sc, *ch, cfg)
@@ -317,6 +348,7 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 		r.chains = append(r.chains, c)
 		r.byName[ch.Name] = c
 	}
+	r.cfg.Moves.Pause = time.Duration(sc.FlowMovePauseMs * float64(time.Millisecond))
 	if cfg.SLOThresholds {
 		r.slo = controller.NewSLOLoop(0)
 		r.slo.Attachable = cfg.CanAttach
@@ -377,6 +409,10 @@ func (r *run) loop() {
 		case evControl:
 			r.control()
 			r.push(r.now+r.sc.ControlMs/1e3, evControl, nil, nil, nil)
+		case evMoveDone:
+			r.moveDone(e.f)
+		case evDetach:
+			r.emptied(e.in)
 		case evReady:
 			if !e.in.removed {
 				e.in.p.Ready = true
@@ -535,7 +571,8 @@ func (r *run) newFlow(c *chainRun) {
 	if fs.RateSigma > 0 {
 		pps *= math.Exp(fs.RateSigma*c.rng.NormFloat64() - fs.RateSigma*fs.RateSigma/2)
 	}
-	f := &flow{start: r.now, end: r.now + c.rng.ExpFloat64()*fs.MeanS, pps: pps, c: c}
+	f := &flow{start: r.now, end: r.now + c.rng.ExpFloat64()*fs.MeanS, pps: pps, c: c,
+		key: fmt.Sprintf("%s#%d", c.spec.Name, c.flows)}
 	c.flows++
 	r.push(f.end, evFlowEnd, f, nil, nil)
 	if !r.assign(f) {
@@ -578,7 +615,7 @@ func (r *run) inst(id string) *inst {
 func (r *run) create(c *chainRun, worker string) {
 	c.nextID++
 	id := fmt.Sprintf("%s/%d", c.spec.Name, c.nextID)
-	in := &inst{c: c, p: policy.Instance{ID: id, Chain: c.spec.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
+	in := &inst{c: c, live: map[*flow]bool{}, p: policy.Instance{ID: id, Chain: c.spec.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
 	in.g = dpmodel.NewSGroup(id, c.cost, c.batch, r.sc.QueueCap, &c.hist, c.seed^seedOf(id), r.now)
 	in.g.QueueHigh = r.cfg.QueueHigh
 	r.insts = append(r.insts, in)
@@ -637,6 +674,8 @@ func (r *run) assign(f *flow) bool {
 	}
 	in.p.Flows++
 	in.flowsAlive++
+	in.live[f] = true
+	r.flowByKey[f.key] = f
 	in.p.IdleSince = time.Time{}
 	f.in = in
 	r.push(r.now+r.sc.TorInstallMs/1e3, evRule, f, nil, nil)
@@ -697,6 +736,8 @@ func (r *run) flowEnd(f *flow) {
 	}
 	in.p.Flows--
 	in.flowsAlive--
+	delete(in.live, f)
+	delete(r.flowByKey, f.key)
 	if in.p.Flows == 0 {
 		in.p.IdleSince = r.epoch.Add(time.Duration(r.now * float64(time.Second)))
 	}
@@ -733,6 +774,9 @@ func (r *run) stats() {
 	}
 	r.applyOverload()
 	r.retry()
+	if r.cfg.Moves.Enabled {
+		r.sloWindows()
+	}
 	for _, c := range r.chains {
 		if ph := c.tr.phases[c.phase]; !c.done && ph.Packets > 0 && float64(c.offered) >= ph.Packets {
 			r.startPhase(c, c.phase+1)
@@ -773,6 +817,9 @@ func (r *run) control() {
 		in.core, in.p.Core = c, m.To
 		in.c.moves++
 	}
+	if r.cfg.Moves.Enabled {
+		r.flowMoves()
+	}
 	r.countCores()
 	r.retry()
 }
@@ -797,9 +844,10 @@ func (r *run) rows() []Row {
 			MaxUs: round(c.hist.Max()*1e6, 1), Loss: drop + c.stranded + uint64(math.Round(c.unservedPkts)),
 			Flows: c.flows, Packets: arr + uint64(math.Round(c.unservedPkts)), Unserved: c.unserved,
 			CoresMax: c.touchMax, Threshold: c.pchan.Threshold, Batch: c.batch, MaxPps: math.Round(c.pchan.MaxPps),
-			Moves: c.moves, Instances: c.nextID, SimSeconds: round(r.now, 3)}
+			Moves: c.moves, Instances: c.nextID, SimSeconds: round(r.now, 3), FlowMoves: c.flowMoves, MoveSLOMisses: c.sloMisses}
 		if r.now > 0 {
 			row.CoresAvg = round(c.coresInt/r.now, 3)
+			row.MoveCPUCores = round(float64(c.flowMoves)*r.sc.FlowMoveCPUus/1e6/r.now, 4)
 		}
 		row.MeetsSLO = c.spec.SLOus <= 0 || row.P99us <= c.spec.SLOus
 		rows = append(rows, row)
@@ -809,6 +857,8 @@ func (r *run) rows() []Row {
 		all.Packets += row.Packets
 		all.Unserved += row.Unserved
 		all.Moves += row.Moves
+		all.FlowMoves += row.FlowMoves
+		all.MoveSLOMisses += row.MoveSLOMisses
 		all.Instances += row.Instances
 		all.MeetsSLO = all.MeetsSLO && row.MeetsSLO
 	}
@@ -819,6 +869,7 @@ func (r *run) rows() []Row {
 	all.MaxUs = round(hist.Max()*1e6, 1)
 	if r.now > 0 {
 		all.CoresAvg = round(r.coresInt/r.now, 3)
+		all.MoveCPUCores = round(float64(all.FlowMoves)*r.sc.FlowMoveCPUus/1e6/r.now, 4)
 	}
 	return append(rows, all)
 }
