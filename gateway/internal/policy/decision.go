@@ -33,6 +33,7 @@ const (
 	ReasonColdStart                Reason = "cold_start"                  // attach: no idle instance was ready
 	ReasonPoolBelowMin             Reason = "pool_below_min"              // predeploy
 	ReasonNoFlows                  Reason = "no_flows"                    // detach
+	ReasonFlowsMoved               Reason = "flows_moved"                 // detach: its flows moved to other instances
 	ReasonPoolAboveMax             Reason = "pool_above_max"              // remove
 	ReasonDrained                  Reason = "drained"                     // remove: a draining instance's flows ended
 	ReasonDrainTimeout             Reason = "drain_timeout"               // remove: its drain time was up

@@ -51,8 +51,8 @@ type Scenario struct {
 	// bench/results/migration.json's measured "moves" replace them.
 	FlowMovePauseMs float64 `yaml:"flow_move_pause_ms"`
 	FlowMoveCPUus   float64 `yaml:"flow_move_cpu_us"`
-	QueueCap     int     `yaml:"queue_cap"`      // NIC queue (VF ring) per instance, packets
-	MaxSeconds   float64 `yaml:"max_seconds"`    // stop here whatever the phases say
+	QueueCap        int     `yaml:"queue_cap"`   // NIC queue (VF ring) per instance, packets
+	MaxSeconds      float64 `yaml:"max_seconds"` // stop here whatever the phases say
 
 	file string
 }

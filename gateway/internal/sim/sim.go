@@ -36,32 +36,32 @@ import (
 
 // Row is one chain under one policy in one scenario.
 type Row struct {
-	Scenario   string  `json:"scenario"`
-	Policy     string  `json:"policy"`
-	Chain      string  `json:"chain"`
-	SLOus      float64 `json:"slo_us"`
-	P99us      float64 `json:"p99_us"`
-	Loss       uint64  `json:"loss"`
-	CoresAvg   float64 `json:"cores_avg"`
-	CoresMax   int     `json:"cores_max"`
-	P50us      float64 `json:"p50_us"`
-	MaxUs      float64 `json:"max_us"`
-	MeetsSLO   bool    `json:"meets_slo"`
-	Flows      int     `json:"flows"`
-	Packets    uint64  `json:"packets"`
-	Unserved   int     `json:"unserved_flows"` // flows that ended before any instance took them
-	Threshold  float64 `json:"threshold"`
-	Batch      int     `json:"batch"`
-	MaxPps     float64 `json:"max_pps"`
-	Moves      int     `json:"moves"`
+	Scenario  string  `json:"scenario"`
+	Policy    string  `json:"policy"`
+	Chain     string  `json:"chain"`
+	SLOus     float64 `json:"slo_us"`
+	P99us     float64 `json:"p99_us"`
+	Loss      uint64  `json:"loss"`
+	CoresAvg  float64 `json:"cores_avg"`
+	CoresMax  int     `json:"cores_max"`
+	P50us     float64 `json:"p50_us"`
+	MaxUs     float64 `json:"max_us"`
+	MeetsSLO  bool    `json:"meets_slo"`
+	Flows     int     `json:"flows"`
+	Packets   uint64  `json:"packets"`
+	Unserved  int     `json:"unserved_flows"` // flows that ended before any instance took them
+	Threshold float64 `json:"threshold"`
+	Batch     int     `json:"batch"`
+	MaxPps    float64 `json:"max_pps"`
+	Moves     int     `json:"moves"`
 	// A policy with flow moves (Moves.Enabled): the flows it moved, the control core's
 	// time they cost as a share of a core over the run, and the SLO windows (10 s of a
 	// chain's packets, with a flow move in them) whose p99 missed the chain's SLO.
 	FlowMoves     int     `json:"flow_moves,omitempty"`
 	MoveCPUCores  float64 `json:"move_cpu_cores,omitempty"`
 	MoveSLOMisses int     `json:"move_slo_misses,omitempty"`
-	Instances  int     `json:"instances_created"`
-	SimSeconds float64 `json:"sim_seconds"`
+	Instances     int     `json:"instances_created"`
+	SimSeconds    float64 `json:"sim_seconds"`
 }
 
 // Policies are the named policies keel-sim knows: keel, metron and keel's ablations.
@@ -214,8 +214,8 @@ type inst struct {
 	removed    bool
 	flowsAlive int
 	live       map[*flow]bool // its flows (assigned, not ended)
-	active     int     // flows whose rule is in
-	rate       float64 // their packets per second
+	active     int            // flows whose rule is in
+	rate       float64        // their packets per second
 	// The sojourn its packets saw since win began: the measurement keel-agent reports
 	// (position 0's histogram over --sojourn-window), here the model's latencies.
 	win      dpmodel.Hist
