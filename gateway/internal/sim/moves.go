@@ -94,7 +94,7 @@ func (r *run) moveDone(f *flow) {
 	in := f.in
 	until := math.Min(f.end, r.now)
 	if until > f.heldFrom {
-		in.g.Inject(r.now, dpmodel.Poisson(f.c.rng, f.pps*(until-f.heldFrom)), f.heldFrom, until)
+		in.g.Inject(r.now, dpmodel.Poisson(f.c.mrng, f.pps*(until-f.heldFrom)), f.heldFrom, until)
 	}
 	if !f.ended {
 		f.active = true

@@ -230,6 +230,7 @@ type chainRun struct {
 	batch int
 	pchan policy.Chain
 	rng   *rand.Rand
+	mrng  *rand.Rand // the held packets of its moved flows: apart, so that moves leave its traffic as it is
 	seed  uint64
 
 	phase             int
@@ -344,7 +345,7 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 		pc.MaxPps, pc.BatchCap = cost.Rate(batch, dpmodel.BurstSize), batch
 		seed := sc.Seed ^ seedOf(sc.Name, ch.Name)
 		c := &chainRun{spec: *ch, tr: &ch.tr, cost: cost, batch: batch, pchan: pc, seed: seed,
-			rng: rand.New(rand.NewPCG(seed, 0x5eed)), lmax: map[int]float64{}}
+			rng: rand.New(rand.NewPCG(seed, 0x5eed)), mrng: rand.New(rand.NewPCG(seed, 0x6d6f7665)), lmax: map[int]float64{}}
 		r.chains = append(r.chains, c)
 		r.byName[ch.Name] = c
 	}
