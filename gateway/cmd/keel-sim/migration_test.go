@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A short falling-load scenario (quick mode: 40 s simulated).
+const quickFalling = `
+name: quick-falling
+seed: 3
+workers: 1
+cores: 6
+ghz: 2.4
+chains:
+  - {name: chain2, nfs: [acl, urlfilter, encrypt], slo_us: 100}
+packets: {median_bytes: 1024, sigma: 0.25}
+flows: {mean_s: 10, rate_sigma: 0.3}
+phases:
+  - {kind: ramp, duration_s: 5, flows: 150, gbps: 8}
+  - {kind: steady, duration_s: 5}
+  - {kind: ramp, duration_s: 5, flows: 10}
+  - {kind: steady, duration_s: 60}
+`
+
+// keel-sim migration writes the "sim" part with the issue's schema, and keeps the "moves"
+// part a file already has (the live run's), null in a new file.
+func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
+	dir := t.TempDir()
+	scen := filepath.Join(dir, "quick-falling.yaml")
+	if err := os.WriteFile(scen, []byte(quickFalling), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "migration.json")
+	args := []string{"-q", "--jobs", "2", "--max-seconds", "40", "--nf-profile", "", "--chain-length", "", "--out", out, scen}
+	if err := migrationCmd(args); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]json.RawMessage
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || string(got["moves"]) != "null" {
+		t.Fatalf("top level %s, want moves null and sim", b)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(got["sim"], &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("sim %s (%v)", got["sim"], err)
+	}
+	keys := []string{}
+	for k := range rows[0] {
+		keys = append(keys, k)
+	}
+	for _, k := range []string{"scenario", "cores_with_moves", "cores_without", "metron_cores", "loss", "slo_misses"} {
+		if _, ok := rows[0][k]; !ok {
+			t.Fatalf("row %v lacks %s", rows[0], k)
+		}
+	}
+	if len(keys) != 6 || rows[0]["scenario"] != "quick-falling" {
+		t.Fatalf("row %v, want exactly the schema's 6 keys", rows[0])
+	}
+	if rows[0]["cores_with_moves"].(float64) >= rows[0]["cores_without"].(float64) || rows[0]["loss"].(float64) != 0 {
+		t.Fatalf("row %v: want fewer cores with moves and no loss", rows[0])
+	}
+	// The live part written meanwhile by the other bench stays.
+	live := `{"moves": {"pause_us_p50": 80, "pause_us_p99": 200, "batch100_ms_p99": 9, "cpu_us_per_move": 40, "lost": 0, "reordered": 0}, "sim": []}`
+	if err := os.WriteFile(out, []byte(live), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrationCmd(args); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(out)
+	if !strings.Contains(string(b), `"pause_us_p99": 200`) || !strings.Contains(string(b), `"scenario": "quick-falling"`) {
+		t.Fatalf("merged file %s", b)
+	}
+	// Not a JSON object: refused, left as it is.
+	if err := os.WriteFile(out, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrationCmd(args); err == nil || !strings.Contains(err.Error(), "not overwritten") {
+		t.Fatalf("garbage file: %v", err)
+	}
+}
