@@ -22,9 +22,10 @@ import (
 //     the chain's other attached instances take all of them within FillFrac of their
 //     threshold, is emptied and gives its core back at once, without waiting for its flows
 //     to end (Galleon §7.2.2's flows last 600 s on average);
-//   - relief: an instance at or over its threshold (or marked overloaded) sheds its heaviest
-//     flows to instances with room until its load is RelieveTo of its threshold, rather
-//     than only taking no new flows.
+//   - relief: an instance whose load grew past its threshold (RelieveAbove of it: Assign
+//     fills instances up to the threshold itself) sheds its heaviest flows to instances with
+//     room until its load is RelieveTo of its threshold, rather than only taking no new
+//     flows.
 //
 // No move takes a destination over FillFrac × its threshold (§5.2's SLO-aware threshold;
 // on a shared core, the core's lowest threshold) or its MaxFlows. Hysteresis: FillFrac is
@@ -49,8 +50,10 @@ type MoveConfig struct {
 	ScaleInMaxFlows int
 	// FillFrac: moves fill a destination to at most FillFrac × its threshold.
 	FillFrac float64
-	// RelieveTo: an overloaded instance sheds flows until its load is RelieveTo × its threshold.
-	RelieveTo float64
+	// RelieveAbove: an instance whose load reached RelieveAbove × its threshold is relieved:
+	// above what Assign fills an instance to (its threshold), so only flows whose rates grew
+	// make one; it sheds flows until its load is RelieveTo × its threshold.
+	RelieveAbove, RelieveTo float64
 	// FlowHold, InstanceHold: hysteresis (see the package comment above).
 	FlowHold, InstanceHold time.Duration
 	// Pause: how long a moved flow's packets are held (the expected pause per flow).
@@ -69,7 +72,7 @@ type MoveConfig struct {
 // /work/shared/papers/uno.txt): the upper end, until keel's own measurement
 // (bench/results/migration.json "moves".pause_us_p99) replaces it.
 func DefaultMoves() MoveConfig {
-	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.8, RelieveTo: 0.85,
+	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.8, RelieveAbove: 1.1, RelieveTo: 0.85,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 50 * time.Millisecond,
 		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 1024}
 }
@@ -358,7 +361,7 @@ func (p *planner) budget(fs []FlowRate) []FlowRate {
 func (p *planner) relieve() ([]FlowMove, []string) {
 	var out []FlowMove
 	for _, src := range p.insts {
-		if !src.in.Overloaded && src.load < p.ch.Threshold {
+		if src.load < p.cfg.Moves.RelieveAbove*p.ch.Threshold {
 			continue
 		}
 		if at, ok := p.h.Received[src.in.ID]; ok && p.v.Now.Sub(at) < p.cfg.Moves.InstanceHold {

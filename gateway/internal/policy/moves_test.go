@@ -13,7 +13,7 @@ import (
 // moveCfg is testCfg with the move knobs these tests were worked out for pinned.
 func moveCfg() Config {
 	c := testCfg()
-	c.Moves = MoveConfig{Enabled: true, PerSecond: 100, Burst: 100, ScaleInMaxFlows: 64, FillFrac: 0.8, RelieveTo: 0.85,
+	c.Moves = MoveConfig{Enabled: true, PerSecond: 100, Burst: 100, ScaleInMaxFlows: 64, FillFrac: 0.8, RelieveAbove: 1.1, RelieveTo: 0.85,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 10 * time.Millisecond,
 		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 2048}
 	return c
@@ -341,5 +341,34 @@ func Test_PlanMoves_is_idempotent_and_deterministic(t *testing.T) {
 		if plan := cfg.PlanMoves(v2, fl, bothMovable, h); len(plan.Moves) != 0 {
 			t.Fatalf("after %s: plan = %+v, want none", dt, plan)
 		}
+	}
+}
+
+func Test_PlanMoves_an_instance_Assign_filled_to_its_threshold_is_not_relieved(t *testing.T) {
+	// fw/1 at 0.85 (threshold 0.8: Assign's last flow took it there) is full, not overloaded
+	// by its flows' growth (under 1.1 × 0.8); fw/2 keeps its room for new flows.
+	v := view(att("fw/1", "w1", 0, 17, 85e4), att("fw/2", "w2", 0, 10, 50e4))
+	v.Instances[0].Overloaded = true
+	fl := map[string][]FlowRate{}
+	flowsOf(fl, "fw/1", 17, 5e4)
+	flowsOf(fl, "fw/2", 10, 5e4)
+	if plan := moveCfg().PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
+		t.Fatalf("plan = %+v, want none", plan)
+	}
+}
+
+func Test_Overload_ignores_the_queue_of_released_held_packets(t *testing.T) {
+	in := att("fw/1", "w1", 0, 10, 10e4)
+	in.QueueLen = 500
+	if ch := testCfg().Overload(view(in)); len(ch) != 1 || ch[0].Reason != ReasonQueue {
+		t.Fatalf("changes %+v, want a queue overload", ch)
+	}
+	in.Settling = true
+	if ch := testCfg().Overload(view(in)); len(ch) != 0 {
+		t.Fatalf("changes %+v, want none while it settles", ch)
+	}
+	in.NewDrops = 3 // drops still count
+	if ch := testCfg().Overload(view(in)); len(ch) != 1 || ch[0].Reason != ReasonDrops {
+		t.Fatalf("changes %+v, want a drops overload", ch)
 	}
 }

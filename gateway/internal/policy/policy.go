@@ -104,6 +104,9 @@ type Instance struct {
 	Overloaded        bool
 	Batch             int
 	IdleSince         time.Time // attached and without flows since then (zero: it has flows)
+	// Settling: flows were just moved onto it (Config.PlanMoves): its NIC queue holds their
+	// packets held during the move, released at once, so a long queue is no overload.
+	Settling bool
 	// Draining: a redeploy replaced the chain's version; the instance keeps its flows, takes
 	// no new ones and is removed when they end (not detached back into the pool).
 	Draining bool
@@ -472,7 +475,7 @@ func (cfg Config) Overload(v *View) []Change {
 		switch {
 		case load >= thr:
 			reason, why = ReasonLoad, fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
-		case qh > 0 && in.QueueLen >= qh:
+		case qh > 0 && in.QueueLen >= qh && !in.Settling:
 			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, qh)
 		case in.NewDrops > 0:
 			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)

@@ -71,6 +71,9 @@ func (r *run) flowMoves() {
 			dst.flowsAlive++
 			dst.live[f] = true
 			dst.p.IdleSince = time.Time{}
+			// Until a stats report after its last flow's release, its queue and rate hold the
+			// released packets: it settles (policy.Instance.Settling).
+			dst.settleUntil = math.Max(dst.settleUntil, done+cpu+r.sc.StatsMs/1e3)
 			f.in, f.moving, f.heldFrom = dst, true, r.now
 			done += cpu
 			r.push(done, evMoveDone, f, nil, nil)
@@ -94,7 +97,7 @@ func (r *run) moveDone(f *flow) {
 	in := f.in
 	until := math.Min(f.end, r.now)
 	if until > f.heldFrom {
-		in.g.Inject(r.now, dpmodel.Poisson(f.c.mrng, f.pps*(until-f.heldFrom)), f.heldFrom, until)
+		in.g.InjectHeld(r.now, dpmodel.Poisson(f.c.mrng, f.pps*(until-f.heldFrom)), f.heldFrom, until)
 	}
 	if !f.ended {
 		f.active = true

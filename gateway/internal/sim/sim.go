@@ -214,8 +214,11 @@ type inst struct {
 	removed    bool
 	flowsAlive int
 	live       map[*flow]bool // its flows (assigned, not ended)
-	active     int            // flows whose rule is in
-	rate       float64        // their packets per second
+	// settleUntil: flows moved onto it; until then its stats count their released held
+	// packets, so its rate is stale (as the controller's after an attach) and it Settles.
+	settleUntil float64
+	active      int     // flows whose rule is in
+	rate        float64 // their packets per second
 	// The sojourn its packets saw since win began: the measurement keel-agent reports
 	// (position 0's histogram over --sojourn-window), here the model's latencies.
 	win      dpmodel.Hist
@@ -766,6 +769,9 @@ func (r *run) stats() {
 		in.p.NewDrops = g.Dropped - in.lastDrop
 		in.p.QueueLen = g.QueueLen()
 		in.p.FlowsAtStats = in.p.Flows
+		if in.p.Settling = r.now < in.settleUntil; in.p.Settling {
+			in.p.RatePps, in.p.FlowsAtStats = 0, 0
+		}
 		in.lastArr, in.lastDrop = g.Arrived, g.Dropped
 		if r.now-in.winStart >= sojournWindowS {
 			in.p.SojournP99us = in.win.Quantile(0.99) * 1e6
