@@ -143,6 +143,7 @@ func Test_injectHeld_holdInLatencyNotInTheInstancesWindow(t *testing.T) {
 	g := NewSGroup("g", testCost, 1, 100, &h, 1, 0)
 	g.Window = &w
 	c.Attach(g, 0, 0)
+	c.RunUntil(0.05)                // the simulator brings the core to the release first
 	g.InjectHeld(0.05, 10, 0, 0.05) // held 50 ms
 	c.RunUntil(0.06)
 	if g.Served != 10 {
