@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/keel-nfv/keel/gateway/internal/costs"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
@@ -65,26 +66,41 @@ func migrationRows(scs []*sim.Scenario, rows []sim.Row) ([]MigrationRow, error) 
 	return out, nil
 }
 
-// writeMigration writes rows as the "sim" part of the migration.json at path, keeping the
-// "moves" part a file there already has (the live measurement, made by another run): null
-// when there is none. A file that is not a JSON object is an error, not overwritten.
+// writeMigration writes rows into the "sim" part of the migration.json at path: a row
+// replaces the file's row of the same scenario, the file's other rows stay (so scenarios may
+// run apart), new ones are added at the end. The "moves" part a file there already has (the
+// live measurement, made by another run) stays; null when there is none. A file that is not
+// such a JSON object is an error, and is not overwritten.
 func writeMigration(path string, rows []MigrationRow) error {
 	moves := json.RawMessage("null")
+	var out []MigrationRow
 	if b, err := os.ReadFile(path); err == nil {
-		var cur map[string]json.RawMessage
+		var cur struct {
+			Moves json.RawMessage `json:"moves"`
+			Sim   []MigrationRow  `json:"sim"`
+		}
 		if err := json.Unmarshal(b, &cur); err != nil {
 			return fmt.Errorf("%s: not a migration.json (%v); not overwritten", path, err)
 		}
-		if m, ok := cur["moves"]; ok {
-			moves = m
+		if len(cur.Moves) > 0 {
+			moves = cur.Moves
 		}
+		out = cur.Sim
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
+	}
+	for _, r := range rows {
+		i := slices.IndexFunc(out, func(o MigrationRow) bool { return o.Scenario == r.Scenario })
+		if i >= 0 {
+			out[i] = r
+		} else {
+			out = append(out, r)
+		}
 	}
 	return writeJSON(path, struct {
 		Moves json.RawMessage `json:"moves"`
 		Sim   []MigrationRow  `json:"sim"`
-	}{moves, rows})
+	}{moves, out})
 }
 
 func migrationCmd(args []string) error {

@@ -69,7 +69,9 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 		t.Fatalf("row %v: want fewer cores with moves and no loss", rows[0])
 	}
 	// The live part written meanwhile by the other bench stays.
-	live := `{"moves": {"pause_us_p50": 80, "pause_us_p99": 200, "batch100_ms_p99": 9, "cpu_us_per_move": 40, "lost": 0, "reordered": 0}, "sim": []}`
+	live := `{"moves": {"pause_us_p50": 80, "pause_us_p99": 200, "batch100_ms_p99": 9, "cpu_us_per_move": 40, "lost": 0, "reordered": 0},
+	  "sim": [{"scenario": "other", "cores_with_moves": 1, "cores_without": 2, "metron_cores": 2, "loss": 0, "slo_misses": 0},
+	          {"scenario": "quick-falling", "cores_with_moves": 9, "cores_without": 9, "metron_cores": 9, "loss": 0, "slo_misses": 0}]}`
 	if err := os.WriteFile(out, []byte(live), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +79,13 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(out)
-	if !strings.Contains(string(b), `"pause_us_p99": 200`) || !strings.Contains(string(b), `"scenario": "quick-falling"`) {
-		t.Fatalf("merged file %s", b)
+	var merged struct {
+		Moves map[string]float64 `json:"moves"`
+		Sim   []map[string]any   `json:"sim"`
+	}
+	if err := json.Unmarshal(b, &merged); err != nil || merged.Moves["pause_us_p99"] != 200 || len(merged.Sim) != 2 ||
+		merged.Sim[0]["scenario"] != "other" || merged.Sim[1]["scenario"] != "quick-falling" || merged.Sim[1]["cores_with_moves"] == 9.0 {
+		t.Fatalf("merged file %s (%v): want the live part, the other scenario's row, and this run's row in place of the old", b, err)
 	}
 	// Not a JSON object: refused, left as it is.
 	if err := os.WriteFile(out, []byte("garbage"), 0o644); err != nil {
