@@ -72,7 +72,7 @@ type MoveConfig struct {
 // /work/shared/papers/uno.txt): the upper end, until keel's own measurement
 // (bench/results/migration.json "moves".pause_us_p99) replaces it.
 func DefaultMoves() MoveConfig {
-	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.8, RelieveAbove: 1.1, RelieveTo: 0.85,
+	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.9, RelieveAbove: 1.1, RelieveTo: 0.95,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 50 * time.Millisecond,
 		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 1024}
 }
@@ -406,9 +406,15 @@ func (p *planner) spend(m FlowMove) {
 }
 
 // scaleIn empties the chain's least loaded instance onto the others, if they take all its
-// flows within FillFrac of their threshold and the budget allows it.
+// flows within FillFrac of their threshold and the budget allows it. An instance alone on its
+// core goes first: emptying it frees a core, emptying one that shares a core only lightens
+// the core.
 func (p *planner) scaleIn() ([]FlowMove, []string) {
-	var src *moveInst
+	alone := func(m *moveInst) bool {
+		u := p.use[coreKey{m.in.Worker, m.in.Core}]
+		return u == nil || u.members < 2
+	}
+	var cands []*moveInst
 	for _, m := range p.insts {
 		if m.flows == 0 || m.in.Overloaded || (p.cfg.Moves.ScaleInMaxFlows > 0 && m.flows > p.cfg.Moves.ScaleInMaxFlows) {
 			continue
@@ -416,13 +422,28 @@ func (p *planner) scaleIn() ([]FlowMove, []string) {
 		if at, ok := p.h.Received[m.in.ID]; ok && p.v.Now.Sub(at) < p.cfg.Moves.InstanceHold {
 			continue
 		}
-		if src == nil || m.load < src.load || (m.load == src.load && m.flows < src.flows) {
-			src = m
+		cands = append(cands, m)
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if alone(a) != alone(b) {
+			return alone(a)
+		}
+		if a.load != b.load {
+			return a.load < b.load
+		}
+		return a.flows < b.flows
+	})
+	for _, src := range cands {
+		if ms, empty := p.empty(src); ms != nil {
+			return ms, empty
 		}
 	}
-	if src == nil {
-		return nil, nil
-	}
+	return nil, nil
+}
+
+// empty moves all of src's flows onto the chain's other instances, if they fit.
+func (p *planner) empty(src *moveInst) ([]FlowMove, []string) {
 	fs := p.rates(src)
 	if len(fs) != src.flows {
 		return nil, nil // the flows listed are not all of its flows: it would not end empty

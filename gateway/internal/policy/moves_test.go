@@ -86,10 +86,20 @@ func Test_PlanMoves_scale_in_respects_a_shared_core(t *testing.T) {
 	if len(plan.Moves) != 1 || plan.Moves[0].From != "fw/1" || plan.Moves[0].To != "fw/2" {
 		t.Fatalf("plan = %+v", plan)
 	}
-	v = view(att("fw/1", "w1", 0, 10, 10e4), att("nat/1", "w1", 0, 50, 50e4), att("fw/2", "w2", 1, 5, 5e4))
-	fl["fw/2"] = fl["fw/2"][:5]
+	// fw/2 (alone on its core: emptying it would free the core) is tried first, but its
+	// flows do not fit on fw/1's shared core; fw/1's do not fit on fw/2 (0.6 + 0.1 > 0.64).
+	v = view(att("fw/1", "w1", 0, 10, 10e4), att("nat/1", "w1", 0, 50, 50e4), att("fw/2", "w2", 1, 60, 60e4))
+	fl["fw/2"] = nil
+	flowsOf(fl, "fw/2", 60, 1e4)
 	if plan := moveCfg().PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
-		t.Fatalf("plan = %+v, want none (the shared core has no room)", plan)
+		t.Fatalf("plan = %+v, want none (no room on either side)", plan)
+	}
+	// fw/2 light and alone: it goes first, onto the shared core's fw/1 (0.6 + 0.03 ≤ 0.64).
+	v = view(att("fw/1", "w1", 0, 10, 10e4), att("nat/1", "w1", 0, 50, 50e4), att("fw/2", "w2", 1, 3, 3e4))
+	fl["fw/2"] = nil
+	flowsOf(fl, "fw/2", 3, 1e4)
+	if plan := moveCfg().PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 1 || plan.Moves[0].From != "fw/2" {
+		t.Fatalf("plan = %+v, want fw/2 emptied first (alone on its core)", plan)
 	}
 }
 
