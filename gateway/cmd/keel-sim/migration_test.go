@@ -10,32 +10,11 @@ import (
 	"testing"
 )
 
-// A short falling-load scenario (quick mode: 40 s simulated).
-const quickFalling = `
-name: quick-falling
-seed: 3
-workers: 1
-cores: 6
-ghz: 2.4
-chains:
-  - {name: chain2, nfs: [acl, urlfilter, encrypt], slo_us: 100}
-packets: {median_bytes: 1024, sigma: 0.25}
-flows: {mean_s: 10, rate_sigma: 0.3}
-phases:
-  - {kind: ramp, duration_s: 5, flows: 150, gbps: 8}
-  - {kind: steady, duration_s: 5}
-  - {kind: ramp, duration_s: 5, flows: 10}
-  - {kind: steady, duration_s: 60}
-`
-
 // keel-sim migration writes the "sim" part with the issue's schema, and keeps the "moves"
 // part a file already has (the live run's), null in a new file.
 func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 	dir := t.TempDir()
-	scen := filepath.Join(dir, "quick-falling.yaml")
-	if err := os.WriteFile(scen, []byte(quickFalling), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	scen := "../../internal/sim/testdata/falling.yaml" // a quick falling load with long flows
 	out := filepath.Join(dir, "migration.json")
 	args := []string{"-q", "--jobs", "2", "--max-seconds", "40", "--nf-profile", "", "--chain-length", "", "--out", out, scen}
 	if err := migrationCmd(args); err != nil {
@@ -62,7 +41,7 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 			t.Fatalf("row %v lacks %s", rows[0], k)
 		}
 	}
-	if len(keys) != 6 || rows[0]["scenario"] != "quick-falling" {
+	if len(keys) != 6 || rows[0]["scenario"] != "falling" {
 		t.Fatalf("row %v, want exactly the schema's 6 keys", rows[0])
 	}
 	if rows[0]["cores_with_moves"].(float64) >= rows[0]["cores_without"].(float64) || rows[0]["loss"].(float64) != 0 {
@@ -71,7 +50,7 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 	// The live part written meanwhile by the other bench stays.
 	live := `{"moves": {"pause_us_p50": 80, "pause_us_p99": 200, "batch100_ms_p99": 9, "cpu_us_per_move": 40, "lost": 0, "reordered": 0},
 	  "sim": [{"scenario": "other", "cores_with_moves": 1, "cores_without": 2, "metron_cores": 2, "loss": 0, "slo_misses": 0},
-	          {"scenario": "quick-falling", "cores_with_moves": 9, "cores_without": 9, "metron_cores": 9, "loss": 0, "slo_misses": 0}]}`
+	          {"scenario": "falling", "cores_with_moves": 9, "cores_without": 9, "metron_cores": 9, "loss": 0, "slo_misses": 0}]}`
 	if err := os.WriteFile(out, []byte(live), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +63,7 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 		Sim   []map[string]any   `json:"sim"`
 	}
 	if err := json.Unmarshal(b, &merged); err != nil || merged.Moves["pause_us_p99"] != 200 || len(merged.Sim) != 2 ||
-		merged.Sim[0]["scenario"] != "other" || merged.Sim[1]["scenario"] != "quick-falling" || merged.Sim[1]["cores_with_moves"] == 9.0 {
+		merged.Sim[0]["scenario"] != "other" || merged.Sim[1]["scenario"] != "falling" || merged.Sim[1]["cores_with_moves"] == 9.0 {
 		t.Fatalf("merged file %s (%v): want the live part, the other scenario's row, and this run's row in place of the old", b, err)
 	}
 	// Not a JSON object: refused, left as it is.

@@ -55,15 +55,7 @@ func (r *run) flowMoves() {
 			if f == nil || f.in != src {
 				panic("policy moved flow " + key + " from " + m.From + ", where it is not")
 			}
-			if f.active {
-				f.active = false
-				src.active--
-				src.rate -= f.pps
-				if src.active == 0 {
-					src.rate = 0
-				}
-				src.g.SetRate(r.now, src.rate)
-			}
+			r.feed(f, false)
 			src.p.Flows--
 			src.flowsAlive--
 			delete(src.live, f)
@@ -99,12 +91,7 @@ func (r *run) moveDone(f *flow) {
 	if until > f.heldFrom {
 		in.g.InjectHeld(r.now, dpmodel.Poisson(f.c.mrng, f.pps*(until-f.heldFrom)), f.heldFrom, until)
 	}
-	if !f.ended {
-		f.active = true
-		in.active++
-		in.rate += f.pps
-		in.g.SetRate(r.now, in.rate)
-	}
+	r.feed(f, true)
 }
 
 // emptied detaches an instance the moves emptied, once its queue is served (no packet is

@@ -9,29 +9,9 @@ import (
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 )
 
-// falling is a quick long-flow scenario: chain2 of Galleon ramps to 200 flows (~2 cores),
-// then no flow arrives for a while and the load decays as flows end (mean 15 s: long
-// against the run's 80 s, as Galleon's 600 s are against its).
-const falling = `
-name: falling
-seed: 7
-workers: 1
-cores: 6
-ghz: 2.4
-chains:
-  - {name: chain2, nfs: [acl, urlfilter, encrypt], slo_us: 100}
-packets: {median_bytes: 1024, sigma: 0.25}
-flows: {mean_s: 15, rate_sigma: 0.3}
-phases:
-  - {kind: ramp, duration_s: 5, flows: 200, gbps: 10}
-  - {kind: steady, duration_s: 10}
-  - {kind: ramp, duration_s: 5, flows: 20}
-  - {kind: steady, duration_s: 60}
-`
-
 func Test_keelMoves_givesCoresBackWithoutLossOrSLOMiss(t *testing.T) {
 	tbl := costs.Default()
-	sc, err := ParseScenario("falling.yaml", []byte(falling), tbl)
+	sc, err := LoadScenario("testdata/falling.yaml", tbl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -707,12 +707,28 @@ func (r *run) ruleIn(f *flow) {
 	until := math.Min(f.end, r.now)
 	n := dpmodel.Poisson(f.c.rng, f.pps*(until-f.start))
 	in.g.Inject(r.now, n, f.start, until)
-	if !f.ended {
+	r.feed(f, true)
+}
+
+// feed makes a live flow's rate feed its instance (on), or stop feeding it.
+func (r *run) feed(f *flow, on bool) {
+	in := f.in
+	switch {
+	case on && !f.ended && !f.active:
 		f.active = true
 		in.active++
 		in.rate += f.pps
-		in.g.SetRate(r.now, in.rate)
+	case !on && f.active:
+		f.active = false
+		in.active--
+		in.rate -= f.pps
+		if in.active == 0 {
+			in.rate = 0
+		}
+	default:
+		return
 	}
+	in.g.SetRate(r.now, in.rate)
 }
 
 func (r *run) flowEnd(f *flow) {
@@ -730,14 +746,7 @@ func (r *run) flowEnd(f *flow) {
 		c.unservedPkts += f.pps * (f.end - f.start)
 		return
 	}
-	if f.active {
-		in.active--
-		in.rate -= f.pps
-		if in.active == 0 {
-			in.rate = 0
-		}
-		in.g.SetRate(r.now, in.rate)
-	}
+	r.feed(f, false)
 	in.p.Flows--
 	in.flowsAlive--
 	delete(in.live, f)
