@@ -80,6 +80,7 @@ migration
 
   --out FILE        default bench/results/migration.json
   --max-seconds S   stop each run at S simulated seconds (a quick look; 0: the scenarios')
+  --rows FILE       also write every run's rows there, as keel-sim run writes them
   --jobs N, --nf-profile F, --chain-length F, -q   as for run
 
 profile

@@ -111,6 +111,7 @@ func migrationCmd(args []string) error {
 	nfp := fs.String("nf-profile", "bench/results/nf_profile.json", "")
 	cl := fs.String("chain-length", "bench/results/chain_length.json", "")
 	quiet := fs.Bool("q", false, "")
+	rowsOut := fs.String("rows", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -143,6 +144,13 @@ func migrationCmd(args []string) error {
 	rows, err := sim.RunAll(scs, cfgs, tbl, *jobs, progress)
 	if err != nil {
 		return err
+	}
+	if *rowsOut != "" {
+		if err := writeJSON(*rowsOut, struct {
+			Rows []sim.Row `json:"rows"`
+		}{rows}); err != nil {
+			return err
+		}
 	}
 	mrows, err := migrationRows(scs, rows)
 	if err != nil {
