@@ -65,6 +65,10 @@ type MoveConfig struct {
 	// move (its held packets, released at once, could overflow the destination's NIC queue;
 	// a quarter of keel's 4096-packet VF ring by default).
 	MaxHeldPkts float64
+	// QueueRoom: the packets held by one plan's moves onto one destination, released within
+	// milliseconds of each other into its NIC queue, at most this (half keel's 4096-packet
+	// VF ring: a destination near its fill has little spare rate to drain them meanwhile).
+	QueueRoom float64
 }
 
 // DefaultMoves are the move policy's defaults. Pause is UNO's measured per-packet latency
@@ -74,7 +78,7 @@ type MoveConfig struct {
 func DefaultMoves() MoveConfig {
 	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.9, RelieveAbove: 1.1, RelieveTo: 0.95,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 50 * time.Millisecond,
-		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 1024}
+		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 1024, QueueRoom: 2048}
 }
 
 // FlowRate is one flow of an instance: its key and packet rate (0: unknown, the instance's
@@ -303,11 +307,15 @@ func (p *planner) room(d *moveInst, extra map[*moveInst]float64) float64 {
 func (p *planner) place(src *moveInst, fs []FlowRate, dests []*moveInst, all bool) map[*moveInst][]FlowRate {
 	out := map[*moveInst][]FlowRate{}
 	extra := map[*moveInst]float64{} // load added to each destination's core by this plan
+	held := map[*moveInst]float64{}  // packets held for each destination by this plan
+	room := p.cfg.Moves.QueueRoom
 	for _, f := range fs {
 		l := f.Pps / p.ch.MaxPps
+		h := f.Pps * p.cfg.Moves.Pause.Seconds()
 		var best *moveInst
 		for _, d := range dests {
-			if d == src || p.room(d, extra) < l || (p.ch.MaxFlows > 0 && d.flows >= p.ch.MaxFlows) {
+			if d == src || p.room(d, extra) < l || (p.ch.MaxFlows > 0 && d.flows >= p.ch.MaxFlows) ||
+				(room > 0 && held[d]+h > room) {
 				continue
 			}
 			if best == nil || d.load > best.load {
@@ -323,6 +331,7 @@ func (p *planner) place(src *moveInst, fs []FlowRate, dests []*moveInst, all boo
 		best.load += l
 		best.flows++
 		extra[best] += l
+		held[best] += h
 		out[best] = append(out[best], f)
 	}
 	return out

@@ -15,7 +15,7 @@ func moveCfg() Config {
 	c := testCfg()
 	c.Moves = MoveConfig{Enabled: true, PerSecond: 100, Burst: 100, ScaleInMaxFlows: 64, FillFrac: 0.8, RelieveAbove: 1.1, RelieveTo: 0.85,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 10 * time.Millisecond,
-		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 2048}
+		TailShare: 0.002, SLOWindow: 10 * time.Second, MaxHeldPkts: 2048, QueueRoom: 4096}
 	return c
 }
 
@@ -380,5 +380,25 @@ func Test_Overload_ignores_the_queue_of_released_held_packets(t *testing.T) {
 	in.NewDrops = 3 // drops still count
 	if ch := testCfg().Overload(view(in)); len(ch) != 1 || ch[0].Reason != ReasonDrops {
 		t.Fatalf("changes %+v, want a drops overload", ch)
+	}
+}
+
+func Test_PlanMoves_bounds_the_held_packets_released_into_one_destination(t *testing.T) {
+	// fw/2's 10 flows hold 100 packets each in the 10 ms pause: a room of 500 takes 5 per
+	// destination, so fw/2 empties onto fw/1 and fw/3 (5 each) but not onto fw/1 alone.
+	cfg := moveCfg()
+	cfg.Moves.QueueRoom = 500
+	fl := map[string][]FlowRate{}
+	flowsOf(fl, "fw/1", 30, 1e4)
+	flowsOf(fl, "fw/2", 10, 1e4)
+	flowsOf(fl, "fw/3", 30, 1e4)
+	v := view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 10, 10e4), att("fw/3", "w2", 0, 30, 30e4))
+	plan := cfg.PlanMoves(v, fl, bothMovable, nil)
+	if len(plan.Moves) != 2 || len(plan.Moves[0].Flows) != 5 || len(plan.Moves[1].Flows) != 5 {
+		t.Fatalf("plan = %+v, want 5 flows onto each of fw/1 and fw/3", plan)
+	}
+	v = view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 10, 10e4))
+	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
+		t.Fatalf("plan = %+v, want none: fw/1 alone could take only 5", plan)
 	}
 }
