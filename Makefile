@@ -198,6 +198,11 @@ bench: build
 	    bench/scenarios/mixed.yaml
 	$(BUILD)/bin/keel-sim run --policy keel,metron,metron-slo --out bench/results/random_rack_sim.json \
 	    bench/scenarios/random-11.yaml bench/scenarios/random-12.yaml bench/scenarios/random-13.yaml
+	$(BUILD)/bin/keel-sim migration --out bench/results/migration.json \
+	    bench/scenarios/longflow-21.yaml bench/scenarios/longflow-22.yaml \
+	    bench/scenarios/galleon.yaml bench/scenarios/flash.yaml \
+	    bench/scenarios/random-11.yaml bench/scenarios/random-12.yaml bench/scenarios/random-13.yaml \
+	    bench/scenarios/diurnal.yaml
 	$(BUILD)/bin/keel-sim profile --chain chain1 --nfs tunnel,ipv4fwd --pkt-bytes 1024 --ghz 2.4 \
 	    --out bench/results/profile_chain1.json
 	$(BUILD)/bin/keel-sim profile --chain chain2 --nfs acl,urlfilter,encrypt --pkt-bytes 1024 --ghz 2.4 \

@@ -386,7 +386,10 @@ func run(o *options) error {
 	p.Models = modeler
 	ctl := &controller.Controller{Store: st, Pool: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
 		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) },
-		SLO:        controller.NewSLOLoop(float64(o.networkBudget) / float64(time.Microsecond))}
+		OnFlowMove: func(chain string, r policy.Reason, flows int, pause time.Duration) {
+			m.FlowMove(chain, string(r), flows, pause)
+		},
+		SLO: controller.NewSLOLoop(float64(o.networkBudget) / float64(time.Microsecond))}
 	p.ServerBudget = ctl.SLO.ServerBudget
 	fsc := &controller.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
 		OnDecision: ctl.Record, Logf: log.Printf}

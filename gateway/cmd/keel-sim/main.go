@@ -28,6 +28,7 @@ const usage = `keel-sim — keel's rack-scale simulator
 
 Usage:
   keel-sim run [--policy keel,metron] [--ablation] [--out FILE] SCENARIO.yaml...
+  keel-sim migration [--out bench/results/migration.json] [--max-seconds S] SCENARIO.yaml...
   keel-sim profile --nfs NF,NF... [--pkt-bytes 1024] [--ghz 2.4] [--chain NAME] [--out FILE]
   keel-sim batch --nf-cycles C,C... --io-cycles C --handoff-cycles C --p P [--copy-cycles C]
                  [--fill N] [--max-bursts N] [--tsc-hz HZ] [--at B,B...]
@@ -48,8 +49,13 @@ run
   (cores_avg: the chain's share, time-averaged; cores_max: the most cores holding one of
   its sgroups at once), and a row of chain "all" per policy has the rack's cores.
 
-  --policy LIST   policies to compare side by side (keel, metron, metron-slo; default
-                  keel,metron)
+  --policy LIST   policies to compare side by side (keel, keel-moves, metron, metron-slo;
+                  default keel,metron). keel-moves is keel that also moves live flows
+                  between instances with their state (issue 37): it empties lightly used
+                  instances to give their cores back and relieves overloaded ones; its rows
+                  add flow_moves, move_cpu_cores (the control core's time the moves took,
+                  as a share of a core) and move_slo_misses (10 s windows with a move in
+                  which the chain's p99 missed its SLO)
   --ablation      add keel variants: keel-nopack (no packing), keel-fixedbatch (one burst
                   per turn), keel-fixedthr (threshold 0.9 whatever the SLO); and
                   metron-slo (Metron's runtime, no isolation, with keel's SLO thresholds)
@@ -60,6 +66,22 @@ run
                   built-in defaults when absent)
   -q              no progress lines on standard error
   --cpuprofile F  write a Go CPU profile of the run there (go tool pprof)
+
+migration
+  Runs each scenario under keel-moves, keel and metron side by side and writes the "sim"
+  part of migration.json: per scenario {"scenario", "cores_with_moves" (keel-moves' cores
+  plus its moves' control-core time), "cores_without" (keel's), "metron_cores", "loss" and
+  "slo_misses" (keel-moves')}. A scenario's cores are its rack's (together) or the sum of
+  its chains' racks. The file's "moves" part (the live measurement) is kept as it is, null
+  if the file is new. A moved flow's packets are held for the scenario's
+  flow_move_pause_ms (default 50: UNO §5.2's 40–50 ms with OpenNF's loss-free move) and
+  each move costs flow_move_cpu_us of the control core (default 1000, an assumption); both
+  are to be replaced by the measured "moves" figures.
+
+  --out FILE        default bench/results/migration.json
+  --max-seconds S   stop each run at S simulated seconds (a quick look; 0: the scenarios')
+  --rows FILE       also write every run's rows there, as keel-sim run writes them
+  --jobs N, --nf-profile F, --chain-length F, -q   as for run
 
 profile
   Derives a chain's latency profile on one core from the queueing model (Galleon eq. 1,
@@ -106,6 +128,8 @@ func main() {
 	switch os.Args[1] {
 	case "run":
 		err = runCmd(os.Args[2:])
+	case "migration":
+		err = migrationCmd(os.Args[2:])
 	case "profile":
 		err = profileCmd(os.Args[2:])
 	case "batch":
@@ -114,7 +138,7 @@ func main() {
 		fmt.Print(usage)
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (run, profile or batch; --help)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (run, migration, profile or batch; --help)", os.Args[1])
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -64,6 +64,13 @@ type Controller struct {
 	// SLO, when set, corrects each chain's modelled threshold with its instances' measured
 	// server sojourn (sloloop.go); nil: the model alone, as Galleon.
 	SLO *SLOLoop
+	// Mover, when set, lets the controller move live flows between instances with their state
+	// (moves.go, policy.PlanMoves): scale-in without waiting for flows to end, relief of
+	// overloaded instances. nil: flows stay where they started, as Galleon.
+	Mover Mover
+	// OnFlowMove, when set, sees every move made: the flows moved and how long the Mover took
+	// (an upper bound of each flow's pause).
+	OnFlowMove func(chain string, reason policy.Reason, flows int, pause time.Duration)
 
 	mu        sync.Mutex // serialises the controller's decisions
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter
@@ -74,6 +81,7 @@ type Controller struct {
 	kickOnce  sync.Once
 	kicks     chan struct{}
 	decisions decisionLog
+	moveHist  policy.MoveHistory // the move policy's memory (budget, holds); under mu
 }
 
 func (s *Controller) filter(expr string) (*pcapfilter.Filter, error) {

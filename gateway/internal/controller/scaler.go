@@ -279,6 +279,12 @@ func (s *Controller) Reconcile(ctx context.Context) error {
 		s.decide(policy.Decision{Kind: policy.KindPack, Reason: policy.ReasonMove, Chain: in.Chain, Instance: in.ID, Worker: in.Worker, Core: mv.To},
 			"pack: chain %s instance %s on worker %s moved from core %d to core %d", in.Chain, in.ID, in.Worker, mv.From, mv.To)
 	}
+	// Flow moves: empty instances onto others and relieve overloaded ones (with a Mover only).
+	if s.Mover != nil {
+		if err := s.moveFlows(ctx, st); err != nil {
+			return err
+		}
+	}
 	// Batch: Galleon eqs. 1–3 from the measured cycles.
 	for _, in := range st.insts {
 		m := st.models[in.Chain]

@@ -35,6 +35,7 @@ const BurstSize = 32
 type chunk struct {
 	n    int
 	a, b float64 // first and last arrival time
+	rel  float64 // > 0: held at the ingress until then (a flow move); the Window counts from it
 }
 
 // SGroup is one chain instance attached to a core.
@@ -103,7 +104,18 @@ func (g *SGroup) Inject(t float64, n int, a, b float64) {
 	acc := min(n, g.Cap-g.qlen)
 	g.Dropped += uint64(n - acc)
 	if acc > 0 {
-		g.push(chunk{acc, a, a + (b-a)*float64(acc)/float64(n)}, t)
+		g.push(chunk{n: acc, a: a, b: a + (b-a)*float64(acc)/float64(n)}, t)
+	}
+}
+
+// InjectHeld is Inject for the packets of a moved flow, held at the ingress over [a, b] and
+// released at t: their latency (Hist) counts from their arrival, but the instance's own
+// measurement (Window: the sojourn from its receive to its transmit) only from t.
+func (g *SGroup) InjectHeld(t float64, n int, a, b float64) {
+	before := len(g.q)
+	g.Inject(t, n, a, b)
+	if len(g.q) > before {
+		g.q[len(g.q)-1].rel = t
 	}
 }
 
@@ -134,7 +146,7 @@ func (g *SGroup) Admit(t float64) {
 		g.Dropped += uint64(n - acc)
 		if acc > 0 {
 			step := dt / float64(n)
-			g.push(chunk{acc, g.last + step/2, g.last + step*(float64(acc)-0.5)}, t)
+			g.push(chunk{n: acc, a: g.last + step/2, b: g.last + step*(float64(acc)-0.5)}, t)
 		}
 	}
 	g.last = t
@@ -148,7 +160,9 @@ func (g *SGroup) take(k int, dep float64) {
 		c := &g.q[g.head]
 		if c.n <= k {
 			g.Hist.AddRange(dep-c.b, dep-c.a, float64(c.n))
-			if g.Window != nil {
+			if g.Window != nil && c.rel > 0 {
+				g.Window.Add(dep-c.rel, float64(c.n))
+			} else if g.Window != nil {
 				g.Window.AddRange(dep-c.b, dep-c.a, float64(c.n))
 			}
 			k -= c.n
@@ -158,7 +172,9 @@ func (g *SGroup) take(k int, dep float64) {
 		// the first k of the chunk
 		mid := c.a + (c.b-c.a)*float64(k)/float64(c.n)
 		g.Hist.AddRange(dep-mid, dep-c.a, float64(k))
-		if g.Window != nil {
+		if g.Window != nil && c.rel > 0 {
+			g.Window.Add(dep-c.rel, float64(k))
+		} else if g.Window != nil {
 			g.Window.AddRange(dep-mid, dep-c.a, float64(k))
 		}
 		c.a, c.n = mid, c.n-k
@@ -305,7 +321,7 @@ func (c *Core) RunUntil(t float64) {
 					}
 				}
 				pick.Arrived++
-				pick.push(chunk{1, ta, ta}, ta)
+				pick.push(chunk{n: 1, a: ta, b: ta}, ta)
 				c.T = ta
 				continue
 			}

@@ -134,3 +134,22 @@ func Test_hist_quantilesOfARange(t *testing.T) {
 		t.Fatalf("p99 %.2f µs, want ~99", p)
 	}
 }
+
+// A moved flow's held packets: their latency counts the hold (end to end), the instance's
+// own sojourn measurement only the time since their release.
+func Test_injectHeld_holdInLatencyNotInTheInstancesWindow(t *testing.T) {
+	var h, w Hist
+	c := NewCore(1e9, 1, 0)
+	g := NewSGroup("g", testCost, 1, 100, &h, 1, 0)
+	g.Window = &w
+	c.Attach(g, 0, 0)
+	c.RunUntil(0.05)                // the simulator brings the core to the release first
+	g.InjectHeld(0.05, 10, 0, 0.05) // held 50 ms
+	c.RunUntil(0.06)
+	if g.Served != 10 {
+		t.Fatalf("served %d, want 10", g.Served)
+	}
+	if h.Max() < 0.05 || w.Max() > 0.001 {
+		t.Fatalf("latency max %.6f s (want ≥ 0.05), window max %.6f s (want under 1 ms)", h.Max(), w.Max())
+	}
+}

@@ -120,3 +120,14 @@ func (h *Hist) Quantile(q float64) float64 {
 
 // Reset empties the histogram.
 func (h *Hist) Reset() { *h = Hist{} }
+
+// Since is what h recorded after it was a copy of o (o a snapshot of h): a window of it. Its
+// Max is h's, an upper bound of the window's (Quantile is at most Max).
+func (h *Hist) Since(o *Hist) Hist {
+	d := Hist{max: h.max}
+	for i, c := range h.counts {
+		d.counts[i] = math.Max(0, c-o.counts[i])
+	}
+	d.total = math.Max(0, h.total-o.total)
+	return d
+}

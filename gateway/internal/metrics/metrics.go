@@ -44,6 +44,8 @@ type Metrics struct {
 	FlowsAssigned *prometheus.CounterVec
 	Decisions     *prometheus.CounterVec
 	AssignSeconds *prometheus.HistogramVec
+	FlowMoves     *prometheus.CounterVec
+	FlowMovePause prometheus.Histogram
 }
 
 // AssignFlowMethod is the gRPC method whose latency keel_gateway_assign_flow_duration_seconds measures.
@@ -97,10 +99,17 @@ func New() *Metrics {
 			Name: "keel_gateway_assign_flow_duration_seconds", Help: "AssignFlow calls: request to answer, by result (assigned, refused, error)",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"result"}),
+		FlowMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_gateway_flow_moves_total", Help: "Flows the controller moved to another instance with their state, by chain and reason (scale_in, relieve)",
+		}, []string{"chain", "reason"}),
+		FlowMovePause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "keel_gateway_flow_move_pause_seconds", Help: "A moved flow's pause: how long the move of its batch took (its packets are held at the ingress meanwhile), one observation per flow",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
 	}
 	m.Registry.MustRegister(m.Invocations, m.Started, m.Seconds, m.Services, m.ChainPackets, m.ChainNFDrops, m.ChainVFDropped,
 		m.ChainP99, m.ChainInstances, m.ChainCores, m.ChainFlows, m.ChainRate,
-		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds,
+		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds, m.FlowMoves, m.FlowMovePause,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -116,6 +125,14 @@ func (m *Metrics) SetRack(chains, attached, pooled, flows int) {
 // Decision counts one controller decision (control.Server.OnDecision).
 func (m *Metrics) Decision(kind, reason string) {
 	m.Decisions.WithLabelValues(kind, reason).Inc()
+}
+
+// FlowMove counts flows moved in one batch that took pause (controller.Controller.OnFlowMove).
+func (m *Metrics) FlowMove(chain, reason string, flows int, pause time.Duration) {
+	m.FlowMoves.WithLabelValues(chain, reason).Add(float64(flows))
+	for i := 0; i < flows; i++ {
+		m.FlowMovePause.Observe(pause.Seconds())
+	}
 }
 
 // AssignFlowInterceptor times AssignFlow and AssignFlows calls and counts the flows they assign; other

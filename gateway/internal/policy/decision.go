@@ -20,6 +20,7 @@ const (
 	KindBatch     Kind = "batch"     // an instance's bursts per turn changed
 	KindFunction  Kind = "function"  // a normal function's replicas changed; Chain is the function
 	KindThreshold Kind = "threshold" // a chain's overload threshold moved with its measured p99
+	KindFlowMove  Kind = "flow_move" // flows moved to another instance with their state
 )
 
 // Reason is why a decision was made: a bounded set (the label of
@@ -32,6 +33,7 @@ const (
 	ReasonColdStart                Reason = "cold_start"                  // attach: no idle instance was ready
 	ReasonPoolBelowMin             Reason = "pool_below_min"              // predeploy
 	ReasonNoFlows                  Reason = "no_flows"                    // detach
+	ReasonFlowsMoved               Reason = "flows_moved"                 // detach: its flows moved to other instances
 	ReasonPoolAboveMax             Reason = "pool_above_max"              // remove
 	ReasonDrained                  Reason = "drained"                     // remove: a draining instance's flows ended
 	ReasonDrainTimeout             Reason = "drain_timeout"               // remove: its drain time was up
@@ -49,6 +51,8 @@ const (
 	ReasonScaleDown                Reason = "scale_down"                  // function
 	ReasonScaleToZero              Reason = "scale_to_zero"               // function
 	ReasonAlert                    Reason = "alert"                       // function: AlertManager asked
+	ReasonScaleIn                  Reason = "scale_in"                    // flow_move: emptying an instance to give its core back
+	ReasonRelieve                  Reason = "relieve"                     // flow_move: shedding an overloaded instance's heaviest flows
 )
 
 // Decision is one thing the controller did, for the log, the operator's event list (the

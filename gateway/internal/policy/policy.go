@@ -48,13 +48,15 @@ type Config struct {
 	// ReclaimAfter: an attached instance whose flows have all ended gives its core back
 	// after this long without a new flow.
 	ReclaimAfter time.Duration
+	// Moves: when and how flows move between instances with their state (moves.go).
+	Moves MoveConfig
 }
 
 // Keel is keel's policy: SLO thresholds, packing, adaptive batch, isolation.
 func Keel() Config {
 	return Config{Name: "keel", SLOThresholds: true, FixedThreshold: 0.9, ClearFrac: 0.9, QueueHigh: 64,
 		PoolLow: 1, PoolHigh: 3, Pack: true, PackFrac: 0.8, AdaptiveBatch: true, BatchP: 0.95,
-		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second}
+		FixedBatch: 1, MaxBatch: 64, Isolation: true, ReclaimAfter: time.Second, Moves: DefaultMoves()}
 }
 
 // Metron is the baseline of Galleon §7.2.2: chains run to completion without isolation,
@@ -103,6 +105,9 @@ type Instance struct {
 	OverloadReason    Reason // why it is marked (Overload's Change.Reason); "" when not
 	Batch             int
 	IdleSince         time.Time // attached and without flows since then (zero: it has flows)
+	// Settling: flows were just moved onto it (Config.PlanMoves): its NIC queue holds their
+	// packets held during the move, released at once, so a long queue is no overload.
+	Settling bool
 	// Draining: a redeploy replaced the chain's version; the instance keeps its flows, takes
 	// no new ones and is removed when they end (not detached back into the pool).
 	Draining bool
@@ -471,7 +476,7 @@ func (cfg Config) Overload(v *View) []Change {
 		switch {
 		case load >= thr:
 			reason, why = ReasonLoad, fmt.Sprintf("load %.2f ≥ threshold %.2f", load, thr)
-		case qh > 0 && in.QueueLen >= qh:
+		case qh > 0 && in.QueueLen >= qh && !in.Settling:
 			reason, why = ReasonQueue, fmt.Sprintf("NIC queue %d ≥ %d", in.QueueLen, qh)
 		case in.NewDrops > 0:
 			reason, why = ReasonDrops, fmt.Sprintf("%d packets dropped", in.NewDrops)

@@ -14,7 +14,14 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/keel-nfv/keel/gateway/internal/costs"
+	"github.com/keel-nfv/keel/gateway/internal/policy"
 )
+
+// DefaultFlowMoveCPUus is the control core's time a flow move costs when the scenario does
+// not say: an assumption (no paper in /work/shared/papers gives it per flow; UNO §5.2 reports
+// the migration time of 750–1000 flows' state only as a figure), to be replaced by
+// bench/results/migration.json's measured "moves".cpu_us_per_move.
+const DefaultFlowMoveCPUus = 1000
 
 // Scenario is one rack experiment (bench/scenarios/*.yaml).
 type Scenario struct {
@@ -37,8 +44,15 @@ type Scenario struct {
 	StatsMs      float64 `yaml:"stats_ms"`       // agents report every instance this often
 	ControlMs    float64 `yaml:"control_ms"`     // Reclaim, Pool and Repack run this often
 	MovePauseMs  float64 `yaml:"move_pause_ms"`  // an attach or a move keeps the sgroup from its core this long
-	QueueCap     int     `yaml:"queue_cap"`      // NIC queue (VF ring) per instance, packets
-	MaxSeconds   float64 `yaml:"max_seconds"`    // stop here whatever the phases say
+	// A flow moved to another instance with its state (a policy with Moves.Enabled): its
+	// packets are held at the ingress for flow_move_pause_ms (then released to the new
+	// instance, in order), and the move costs flow_move_cpu_us of the control core. The
+	// defaults are published figures (policy.DefaultMoves, DefaultFlowMoveCPUus) until
+	// bench/results/migration.json's measured "moves" replace them.
+	FlowMovePauseMs float64 `yaml:"flow_move_pause_ms"`
+	FlowMoveCPUus   float64 `yaml:"flow_move_cpu_us"`
+	QueueCap        int     `yaml:"queue_cap"`   // NIC queue (VF ring) per instance, packets
+	MaxSeconds      float64 `yaml:"max_seconds"` // stop here whatever the phases say
 
 	file string
 }
@@ -52,6 +66,8 @@ type ChainSpec struct {
 	Packets *PacketSpec `yaml:"packets"`
 	Flows   *FlowSpec   `yaml:"flows"`
 	Phases  []Phase     `yaml:"phases"`
+	// Pinned: an NF of the chain keeps global (not per-flow) state, so its flows never move.
+	Pinned bool `yaml:"pinned"`
 
 	tr traffic // filled by check
 }
@@ -186,11 +202,14 @@ func (sc *Scenario) check(tbl *costs.Table) error {
 	def(&sc.ControlMs, 1000)
 	def(&sc.MovePauseMs, 0.5)
 	def(&sc.MaxSeconds, 7200)
+	def(&sc.FlowMovePauseMs, float64(policy.DefaultMoves().Pause)/1e6)
+	def(&sc.FlowMoveCPUus, DefaultFlowMoveCPUus)
 	if sc.QueueCap == 0 {
 		sc.QueueCap = 4096
 	}
-	if sc.TorInstallMs < 0 || sc.ColdStartS < 0 || sc.StatsMs <= 0 || sc.ControlMs <= 0 || sc.MovePauseMs < 0 || sc.QueueCap < 1 {
-		return errors.New("tor_install_ms, cold_start_s, move_pause_ms must be ≥ 0, stats_ms, control_ms and queue_cap > 0")
+	if sc.TorInstallMs < 0 || sc.ColdStartS < 0 || sc.StatsMs <= 0 || sc.ControlMs <= 0 || sc.MovePauseMs < 0 || sc.QueueCap < 1 ||
+		sc.FlowMovePauseMs < 0 || sc.FlowMoveCPUus < 0 {
+		return errors.New("tor_install_ms, cold_start_s, move_pause_ms, flow_move_pause_ms, flow_move_cpu_us must be ≥ 0, stats_ms, control_ms and queue_cap > 0")
 	}
 	for i := range sc.Chains {
 		c := &sc.Chains[i]

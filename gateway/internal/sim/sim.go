@@ -36,26 +36,32 @@ import (
 
 // Row is one chain under one policy in one scenario.
 type Row struct {
-	Scenario   string  `json:"scenario"`
-	Policy     string  `json:"policy"`
-	Chain      string  `json:"chain"`
-	SLOus      float64 `json:"slo_us"`
-	P99us      float64 `json:"p99_us"`
-	Loss       uint64  `json:"loss"`
-	CoresAvg   float64 `json:"cores_avg"`
-	CoresMax   int     `json:"cores_max"`
-	P50us      float64 `json:"p50_us"`
-	MaxUs      float64 `json:"max_us"`
-	MeetsSLO   bool    `json:"meets_slo"`
-	Flows      int     `json:"flows"`
-	Packets    uint64  `json:"packets"`
-	Unserved   int     `json:"unserved_flows"` // flows that ended before any instance took them
-	Threshold  float64 `json:"threshold"`
-	Batch      int     `json:"batch"`
-	MaxPps     float64 `json:"max_pps"`
-	Moves      int     `json:"moves"`
-	Instances  int     `json:"instances_created"`
-	SimSeconds float64 `json:"sim_seconds"`
+	Scenario  string  `json:"scenario"`
+	Policy    string  `json:"policy"`
+	Chain     string  `json:"chain"`
+	SLOus     float64 `json:"slo_us"`
+	P99us     float64 `json:"p99_us"`
+	Loss      uint64  `json:"loss"`
+	CoresAvg  float64 `json:"cores_avg"`
+	CoresMax  int     `json:"cores_max"`
+	P50us     float64 `json:"p50_us"`
+	MaxUs     float64 `json:"max_us"`
+	MeetsSLO  bool    `json:"meets_slo"`
+	Flows     int     `json:"flows"`
+	Packets   uint64  `json:"packets"`
+	Unserved  int     `json:"unserved_flows"` // flows that ended before any instance took them
+	Threshold float64 `json:"threshold"`
+	Batch     int     `json:"batch"`
+	MaxPps    float64 `json:"max_pps"`
+	Moves     int     `json:"moves"`
+	// A policy with flow moves (Moves.Enabled): the flows it moved, the control core's
+	// time they cost as a share of a core over the run, and the SLO windows (10 s of a
+	// chain's packets, with a flow move in them) whose p99 missed the chain's SLO.
+	FlowMoves     int     `json:"flow_moves,omitempty"`
+	MoveCPUCores  float64 `json:"move_cpu_cores,omitempty"`
+	MoveSLOMisses int     `json:"move_slo_misses,omitempty"`
+	Instances     int     `json:"instances_created"`
+	SimSeconds    float64 `json:"sim_seconds"`
 }
 
 // Policies are the named policies keel-sim knows: keel, metron and keel's ablations.
@@ -69,8 +75,10 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 			out = append(out, policy.Metron())
 		case "metron-slo":
 			out = append(out, metronSLO())
+		case "keel-moves":
+			out = append(out, KeelMoves())
 		default:
-			return nil, fmt.Errorf("unknown policy %q (keel, metron or metron-slo)", n)
+			return nil, fmt.Errorf("unknown policy %q (keel, keel-moves, metron or metron-slo)", n)
 		}
 	}
 	if ablation {
@@ -86,6 +94,14 @@ func Policies(ablation bool, names ...string) ([]policy.Config, error) {
 		}
 	}
 	return out, nil
+}
+
+// KeelMoves is keel's policy with flow moves on (policy.PlanMoves): instances are emptied
+// to give their cores back, and overloaded ones shed their heaviest flows.
+func KeelMoves() policy.Config {
+	c := policy.Keel()
+	c.Name, c.Moves.Enabled = "keel-moves", true
+	return c
 }
 
 // metronSLO is Metron's runtime (run to completion, no isolation) with keel's SLO
@@ -146,6 +162,8 @@ const (
 	evControl
 	evReady
 	evPhase
+	evMoveDone // a moved flow's held packets are released to its new instance
+	evDetach   // an instance a move emptied gives its core back
 )
 
 type event struct {
@@ -181,6 +199,9 @@ type flow struct {
 	in              *inst
 	active          bool // its rule is in: its rate feeds the instance
 	ended           bool
+	key             string
+	moving          bool    // its packets are held at the ingress since heldFrom (a move)
+	heldFrom        float64 //
 }
 
 type inst struct {
@@ -192,8 +213,12 @@ type inst struct {
 	lastDrop   uint64
 	removed    bool
 	flowsAlive int
-	active     int     // flows whose rule is in
-	rate       float64 // their packets per second
+	live       map[*flow]bool // its flows (assigned, not ended)
+	// settleUntil: flows moved onto it; until then its stats count their released held
+	// packets, so its rate is stale (as the controller's after an attach) and it Settles.
+	settleUntil float64
+	active      int     // flows whose rule is in
+	rate        float64 // their packets per second
 	// The sojourn its packets saw since win began: the measurement keel-agent reports
 	// (position 0's histogram over --sojourn-window), here the model's latencies.
 	win      dpmodel.Hist
@@ -208,6 +233,7 @@ type chainRun struct {
 	batch int
 	pchan policy.Chain
 	rng   *rand.Rand
+	mrng  *rand.Rand // the held packets of its moved flows: apart, so that moves leave its traffic as it is
 	seed  uint64
 
 	phase             int
@@ -220,6 +246,10 @@ type chainRun struct {
 	hist              dpmodel.Hist
 
 	flows, unserved, moves int
+	flowMoves, sloMisses   int
+	snap                   dpmodel.Hist // hist at winStart: the SLO window's start
+	winStart               float64
+	movedInWin             bool
 	unservedPkts           float64
 	offered, stranded      uint64
 	coresNow, coresInt     float64 // its share of the cores in use (see the package comment)
@@ -253,6 +283,11 @@ type run struct {
 	// controller.SLOLoop, with no network: the model's latency is the server's); nil for a
 	// policy without SLO thresholds.
 	slo *controller.SLOLoop
+	// Flow moves (cfg.Moves.Enabled): the policy's memory, the flows by key, the control
+	// core's seconds spent on moves.
+	mh          policy.MoveHistory
+	flowByKey   map[string]*flow
+	controlBusy float64
 }
 
 func (r *run) push(t float64, k evKind, f *flow, in *inst, c *chainRun) {
@@ -294,7 +329,7 @@ func RunTogether(sc *Scenario, cfg policy.Config, tbl *costs.Table, progress io.
 // sgroups draw from the seed it would have on its own.
 func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Config, tbl *costs.Table, progress io.Writer) ([]Row, error) {
 	r := &run{sc: sc, cfg: cfg, byName: map[string]*chainRun{}, cores: map[string][]*dpmodel.Core{},
-		byID: map[string]*inst{}, progress: progress, epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
+		byID: map[string]*inst{}, flowByKey: map[string]*flow{}, progress: progress, epoch: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), end: sc.MaxSeconds}
 	for i := range specs {
 		ch := &specs[i]
 		cost, err := ChainCost(tbl, sc, *ch, cfg)
@@ -313,10 +348,11 @@ func simulate(sc *Scenario, specs []ChainSpec, rackSeed uint64, cfg policy.Confi
 		pc.MaxPps, pc.BatchCap = cost.Rate(batch, dpmodel.BurstSize), batch
 		seed := sc.Seed ^ seedOf(sc.Name, ch.Name)
 		c := &chainRun{spec: *ch, tr: &ch.tr, cost: cost, batch: batch, pchan: pc, seed: seed,
-			rng: rand.New(rand.NewPCG(seed, 0x5eed)), lmax: map[int]float64{}}
+			rng: rand.New(rand.NewPCG(seed, 0x5eed)), mrng: rand.New(rand.NewPCG(seed, 0x6d6f7665)), lmax: map[int]float64{}}
 		r.chains = append(r.chains, c)
 		r.byName[ch.Name] = c
 	}
+	r.cfg.Moves.Pause = time.Duration(sc.FlowMovePauseMs * float64(time.Millisecond))
 	if cfg.SLOThresholds {
 		r.slo = controller.NewSLOLoop(0)
 		r.slo.Attachable = cfg.CanAttach
@@ -377,6 +413,10 @@ func (r *run) loop() {
 		case evControl:
 			r.control()
 			r.push(r.now+r.sc.ControlMs/1e3, evControl, nil, nil, nil)
+		case evMoveDone:
+			r.moveDone(e.f)
+		case evDetach:
+			r.emptied(e.in)
 		case evReady:
 			if !e.in.removed {
 				e.in.p.Ready = true
@@ -535,7 +575,8 @@ func (r *run) newFlow(c *chainRun) {
 	if fs.RateSigma > 0 {
 		pps *= math.Exp(fs.RateSigma*c.rng.NormFloat64() - fs.RateSigma*fs.RateSigma/2)
 	}
-	f := &flow{start: r.now, end: r.now + c.rng.ExpFloat64()*fs.MeanS, pps: pps, c: c}
+	f := &flow{start: r.now, end: r.now + c.rng.ExpFloat64()*fs.MeanS, pps: pps, c: c,
+		key: fmt.Sprintf("%s#%d", c.spec.Name, c.flows)}
 	c.flows++
 	r.push(f.end, evFlowEnd, f, nil, nil)
 	if !r.assign(f) {
@@ -578,7 +619,7 @@ func (r *run) inst(id string) *inst {
 func (r *run) create(c *chainRun, worker string) {
 	c.nextID++
 	id := fmt.Sprintf("%s/%d", c.spec.Name, c.nextID)
-	in := &inst{c: c, p: policy.Instance{ID: id, Chain: c.spec.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
+	in := &inst{c: c, live: map[*flow]bool{}, p: policy.Instance{ID: id, Chain: c.spec.Name, Worker: worker, Core: -1, Ready: r.now == 0}}
 	in.g = dpmodel.NewSGroup(id, c.cost, c.batch, r.sc.QueueCap, &c.hist, c.seed^seedOf(id), r.now)
 	in.g.QueueHigh = r.cfg.QueueHigh
 	r.insts = append(r.insts, in)
@@ -637,6 +678,8 @@ func (r *run) assign(f *flow) bool {
 	}
 	in.p.Flows++
 	in.flowsAlive++
+	in.live[f] = true
+	r.flowByKey[f.key] = f
 	in.p.IdleSince = time.Time{}
 	f.in = in
 	r.push(r.now+r.sc.TorInstallMs/1e3, evRule, f, nil, nil)
@@ -664,12 +707,28 @@ func (r *run) ruleIn(f *flow) {
 	until := math.Min(f.end, r.now)
 	n := dpmodel.Poisson(f.c.rng, f.pps*(until-f.start))
 	in.g.Inject(r.now, n, f.start, until)
-	if !f.ended {
+	r.feed(f, true)
+}
+
+// feed makes a live flow's rate feed its instance (on), or stop feeding it.
+func (r *run) feed(f *flow, on bool) {
+	in := f.in
+	switch {
+	case on && !f.ended && !f.active:
 		f.active = true
 		in.active++
 		in.rate += f.pps
-		in.g.SetRate(r.now, in.rate)
+	case !on && f.active:
+		f.active = false
+		in.active--
+		in.rate -= f.pps
+		if in.active == 0 {
+			in.rate = 0
+		}
+	default:
+		return
 	}
+	in.g.SetRate(r.now, in.rate)
 }
 
 func (r *run) flowEnd(f *flow) {
@@ -687,16 +746,11 @@ func (r *run) flowEnd(f *flow) {
 		c.unservedPkts += f.pps * (f.end - f.start)
 		return
 	}
-	if f.active {
-		in.active--
-		in.rate -= f.pps
-		if in.active == 0 {
-			in.rate = 0
-		}
-		in.g.SetRate(r.now, in.rate)
-	}
+	r.feed(f, false)
 	in.p.Flows--
 	in.flowsAlive--
+	delete(in.live, f)
+	delete(r.flowByKey, f.key)
 	if in.p.Flows == 0 {
 		in.p.IdleSince = r.epoch.Add(time.Duration(r.now * float64(time.Second)))
 	}
@@ -728,6 +782,9 @@ func (r *run) stats() {
 		in.p.NewDrops = g.Dropped - in.lastDrop
 		in.p.QueueLen = g.QueueLen()
 		in.p.FlowsAtStats = in.p.Flows
+		if in.p.Settling = r.now < in.settleUntil; in.p.Settling {
+			in.p.RatePps, in.p.FlowsAtStats = 0, 0
+		}
 		in.lastArr, in.lastDrop = g.Arrived, g.Dropped
 		if r.now-in.winStart >= sojournWindowS {
 			in.p.SojournP99us = in.win.Quantile(0.99) * 1e6
@@ -737,6 +794,9 @@ func (r *run) stats() {
 	}
 	r.applyOverload()
 	r.retry()
+	if r.cfg.Moves.Enabled {
+		r.sloWindows()
+	}
 	for _, c := range r.chains {
 		if ph := c.tr.phases[c.phase]; !c.done && ph.Packets > 0 && float64(c.offered) >= ph.Packets {
 			r.startPhase(c, c.phase+1)
@@ -777,6 +837,9 @@ func (r *run) control() {
 		in.core, in.p.Core = c, m.To
 		in.c.moves++
 	}
+	if r.cfg.Moves.Enabled {
+		r.flowMoves()
+	}
 	r.countCores()
 	r.retry()
 }
@@ -801,9 +864,10 @@ func (r *run) rows() []Row {
 			MaxUs: round(c.hist.Max()*1e6, 1), Loss: drop + c.stranded + uint64(math.Round(c.unservedPkts)),
 			Flows: c.flows, Packets: arr + uint64(math.Round(c.unservedPkts)), Unserved: c.unserved,
 			CoresMax: c.touchMax, Threshold: c.pchan.Threshold, Batch: c.batch, MaxPps: math.Round(c.pchan.MaxPps),
-			Moves: c.moves, Instances: c.nextID, SimSeconds: round(r.now, 3)}
+			Moves: c.moves, Instances: c.nextID, SimSeconds: round(r.now, 3), FlowMoves: c.flowMoves, MoveSLOMisses: c.sloMisses}
 		if r.now > 0 {
 			row.CoresAvg = round(c.coresInt/r.now, 3)
+			row.MoveCPUCores = round(float64(c.flowMoves)*r.sc.FlowMoveCPUus/1e6/r.now, 4)
 		}
 		row.MeetsSLO = c.spec.SLOus <= 0 || row.P99us <= c.spec.SLOus
 		rows = append(rows, row)
@@ -813,6 +877,8 @@ func (r *run) rows() []Row {
 		all.Packets += row.Packets
 		all.Unserved += row.Unserved
 		all.Moves += row.Moves
+		all.FlowMoves += row.FlowMoves
+		all.MoveSLOMisses += row.MoveSLOMisses
 		all.Instances += row.Instances
 		all.MeetsSLO = all.MeetsSLO && row.MeetsSLO
 	}
@@ -823,6 +889,7 @@ func (r *run) rows() []Row {
 	all.MaxUs = round(hist.Max()*1e6, 1)
 	if r.now > 0 {
 		all.CoresAvg = round(r.coresInt/r.now, 3)
+		all.MoveCPUCores = round(float64(all.FlowMoves)*r.sc.FlowMoveCPUus/1e6/r.now, 4)
 	}
 	return append(rows, all)
 }
