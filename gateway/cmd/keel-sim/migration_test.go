@@ -44,8 +44,11 @@ func Test_migrationCmd_writesTheSimPartAndKeepsTheMovesPart(t *testing.T) {
 	if len(keys) != 6 || rows[0]["scenario"] != "falling" {
 		t.Fatalf("row %v, want exactly the schema's 6 keys", rows[0])
 	}
-	if rows[0]["cores_with_moves"].(float64) >= rows[0]["cores_without"].(float64) || rows[0]["loss"].(float64) != 0 {
-		t.Fatalf("row %v: want fewer cores with moves and no loss", rows[0])
+	// Moves never cost cores here; that they save some is keel-sim's own test (sim's
+	// keelMoves): on this quick falling load keel without moves now gives its cores back as
+	// well, since load marks clear with the p99 within budget (issue 33's random-12 fix).
+	if rows[0]["cores_with_moves"].(float64) > rows[0]["cores_without"].(float64) || rows[0]["loss"].(float64) != 0 {
+		t.Fatalf("row %v: want no more cores with moves and no loss", rows[0])
 	}
 	// The live part written meanwhile by the other bench stays.
 	live := `{"moves": {"pause_us_p50": 80, "pause_us_p99": 200, "batch100_ms_p99": 9, "cpu_us_per_move": 40, "lost": 0, "reordered": 0},
