@@ -329,6 +329,33 @@ func Test_Config_Overload_clears_a_load_mark_with_the_p99_within_budget(t *testi
 	}
 }
 
+// A chain's flow cap (OpenFaaS's capacity target) sends a flow to a new instance when one can
+// be attached; when none can, the instance with room under its threshold takes it over the cap
+// instead of the flow being refused (make demo's chain2 on one managed core).
+func Test_Assign_over_the_flow_cap_only_when_no_instance_can_be_attached(t *testing.T) {
+	v := func(cores []int32) *View {
+		v := view(att("fw/1", "w1", 0, 2, 1e4), att("fw/2", "w1", 0, 3, 1e4), pooled("fw/3", "w1"))
+		c := v.Chains["fw"]
+		c.MaxFlows = 2
+		v.Chains["fw"] = c
+		v.Workers = []Worker{{Name: "w1", Cores: cores}}
+		return v
+	}
+	cfg := testCfg()
+	if a := cfg.Assign(v([]int32{0, 1}), "fw"); a.Instance != "fw/3" || !a.Attach {
+		t.Fatalf("with a free core: %+v, want fw/3 attached", a)
+	}
+	cfg.Pack = false // core 0 is the only one, and taken
+	if a := cfg.Assign(v([]int32{0}), "fw"); a.Instance != "fw/1" || a.Attach {
+		t.Fatalf("without a core: %+v, want fw/1 (fewest flows) over its cap", a)
+	}
+	full := v([]int32{0})
+	full.Instances[0].RatePps, full.Instances[1].RatePps = 8e5, 8e5 // at the threshold: no room
+	if a := testCfg().Assign(full, "fw"); a.Instance != "" {
+		t.Fatalf("instances at their threshold: %+v, want the flow refused", a)
+	}
+}
+
 func Test_Config_Overload(t *testing.T) {
 	with := func(in Instance, f func(*Instance)) Instance { f(&in); return in }
 	over := func(in *Instance) { in.Overloaded = true }
