@@ -74,6 +74,9 @@ CHAINS = ("chain1", "chain2", "chain3")
 RESULT = ROOT / "bench" / "results" / "chaos.json"
 TOR_MGMT = RUN / "ovs" / "keel-tor.mgmt"
 FLOW_IDLE_S = 10  # the ToR rules' idle timeout (torctl)
+# keel-torctl's rules per instance beyond its chain's: the reinject rule, and the rule that
+# sends the ingress' in-band control frames (the handover's markers) straight to it.
+RULES_PER_INSTANCE = 2
 
 
 def say(msg: str) -> None:
@@ -197,13 +200,13 @@ def leaks(idle: dict, after: dict, pool_max: int = 2) -> dict:
     """What the stack holds after the traffic (flows expired) that it should not: flows and
     cores still held, idle instances beyond the pool's bound (keel-gateway --pool-max), and
     containers, VF links, sgroups, ToR rules and NF state that no instance accounts for (each
-    instance has one VF link, one sgroup, one ToR rule beyond the chains'; its containers and
-    NF state carry its name)."""
+    instance has one VF link, one sgroup, RULES_PER_INSTANCE ToR rules beyond the chains';
+    its containers and NF state carry its name)."""
     grown = after["instances"] - idle["instances"]
     out = {"flow": after["flows"], "core": after["cores"],
            "instance": max(0, after["pooled"] - pool_max * len(CHAINS)),
            "veth": max(0, after["vf_links"] - after["instances"]),
-           "rule": max(0, after["rules"] - idle["rules"] - grown)}
+           "rule": max(0, after["rules"] - idle["rules"] - RULES_PER_INSTANCE * grown)}
     out.update({k: max(0, v - idle["orphans"][k]) for k, v in after["orphans"].items()})
     return out
 
