@@ -63,7 +63,9 @@ TEST(Catalog, DeclaresWhichNfsKeepGlobalState) {
   for (const Json& nf : Catalog()["nfs"]) {
     std::string name = nf["name"];
     ASSERT_TRUE(nf.contains("state")) << name;
-    if (nf["state"] != Json{{"scope", "per-flow"}}) EXPECT_EQ(CheckStateDecl(nf["state"], nf["args"]), "") << name;
+    if (nf["state"] != Json{{"scope", "per-flow"}}) {
+      EXPECT_EQ(CheckStateDecl(nf["state"], nf["args"]), "") << name;
+    }
     scope[name] = nf["state"]["scope"];
   }
   for (const char* global : {"dedup", "rededup", "limiter"}) EXPECT_EQ(scope[global], "global") << global;
