@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,8 +24,19 @@ struct handoff_shared {
 };
 
 /* One of the two ping-pong processes: waits on its pipe until the parent has
- * made it FIFO on the core, then passes the turn HANDOFF_ROUNDS times. */
-static void handoff_child(struct handoff_shared *sh, int me, int rfd) {
+ * made it FIFO on the core, then passes the turn HANDOFF_ROUNDS times.
+ *
+ * It must never outlive keel-coopsched: killed mid-probe (make down during
+ * start-up), the parent would leave one child spinning at SCHED_FIFO on the
+ * managed core for good, its partner gone, and holding every descriptor it
+ * inherited, the core lock among them (the next keel-coopsched then finds
+ * "core N is managed by another keel-coopsched"). So the child dies with its
+ * parent and keeps nothing but its own pipe. */
+static void handoff_child(struct handoff_shared *sh, int me, int rfd, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (getppid() != parent) _exit(2); /* the parent died before the line above */
+  if (rfd > 3) syscall(SYS_close_range, 3U, (unsigned)rfd - 1, 0U);
+  syscall(SYS_close_range, (unsigned)rfd + 1, ~0U, 0U);
   char c;
   if (read(rfd, &c, 1) != 1) _exit(2);
   for (uint32_t i = 0; i < HANDOFF_ROUNDS; i++) {
@@ -47,6 +60,7 @@ uint64_t cs_handoff_measure(int core, int priority, struct cs_error *err) {
   pid_t kids[2] = {-1, -1};
   int pipes[2][2] = {{-1, -1}, {-1, -1}};
   uint64_t cycles = 0;
+  const pid_t self = getpid();
   for (int i = 0; i < 2; i++) {
     if (pipe(pipes[i]) < 0) {
       cs_error_set(err, CS_EINTERNAL, "handoff probe: pipe: %s", strerror(errno));
@@ -57,7 +71,7 @@ uint64_t cs_handoff_measure(int core, int priority, struct cs_error *err) {
       cs_error_set(err, CS_EINTERNAL, "handoff probe: fork: %s", strerror(errno));
       goto out;
     }
-    if (kids[i] == 0) handoff_child(sh, i, pipes[i][0]);
+    if (kids[i] == 0) handoff_child(sh, i, pipes[i][0], self);
   }
   /* Policy and affinity are set while the children block on their pipes, so
    * neither runs on the core before it is FIFO there. */
