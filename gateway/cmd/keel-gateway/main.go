@@ -386,8 +386,10 @@ func run(o *options) error {
 	p.Models = modeler
 	ctl := &controller.Controller{Store: st, Pool: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
 		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) },
-		OnFlowMove: func(chain string, r policy.Reason, flows int, pause time.Duration) {
-			m.FlowMove(chain, string(r), flows, pause)
+		OnFlowMove: func(chain string, r policy.Reason, results []controller.MoveResult) {
+			for _, x := range results {
+				m.FlowMove(chain, string(r), x.Moved, x.Why, x.Pause)
+			}
 		},
 		SLO: controller.NewSLOLoop(float64(o.networkBudget) / float64(time.Microsecond))}
 	p.ServerBudget = ctl.SLO.ServerBudget

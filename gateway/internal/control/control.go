@@ -43,7 +43,7 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	return s.Controller.Assign(ctx, flow, req.Chain)
+	return s.Controller.Assign(ctx, flow, req.Chain, req.IngressId)
 }
 
 // MaxAssignBatch is the most flows one AssignFlows call may carry.
@@ -64,7 +64,7 @@ func (s *Server) AssignFlows(ctx context.Context, req *pb.AssignFlowsRequest) (*
 			resp.Results[i] = resultOf(nil, err)
 			continue
 		}
-		reqs = append(reqs, controller.FlowRequest{Flow: flow, Hint: r.Chain})
+		reqs = append(reqs, controller.FlowRequest{Flow: flow, Hint: r.Chain, Ingress: r.IngressId})
 		at = append(at, i)
 	}
 	for k, r := range s.Controller.AssignMany(ctx, reqs) {

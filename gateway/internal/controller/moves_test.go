@@ -19,18 +19,39 @@ import (
 	"github.com/openfaas/faas-provider/types"
 )
 
-// fakeMover records the moves asked of it; err fails them all.
+// fakeMover records the moves asked of it and moves the flows' assignments as the
+// ingress's report would (store.ApplyMove); err fails them all, fail leaves every flow on its
+// source for that reason.
 type fakeMover struct {
 	movable bool
 	err     error
+	fail    string
+	st      *store.Store
 	calls   []string
 }
 
 func (m *fakeMover) Movable(string) bool { return m.movable }
 
-func (m *fakeMover) MoveFlows(_ context.Context, chain string, from, to *store.Instance, flows []*store.Flow) error {
-	m.calls = append(m.calls, fmt.Sprintf("%s %s->%s %d", chain, from.ID, to.ID, len(flows)))
-	return m.err
+func (m *fakeMover) MoveFlows(ctx context.Context, reason policy.Reason, from, to *store.Instance, flows []*store.Flow) ([]MoveResult, error) {
+	m.calls = append(m.calls, fmt.Sprintf("%s %s->%s %d %s", from.Chain, from.ID, to.ID, len(flows), reason))
+	if m.err != nil {
+		return nil, m.err
+	}
+	var res []MoveResult
+	var keys []string
+	for _, f := range flows {
+		if m.fail != "" {
+			res = append(res, MoveResult{Key: f.Key, Why: m.fail})
+			continue
+		}
+		res = append(res, MoveResult{Key: f.Key, Moved: true, Pause: time.Millisecond})
+		keys = append(keys, f.Key)
+	}
+	mv := &store.Move{ID: fmt.Sprint(len(m.calls)), Chain: from.Chain, From: from.ID, To: to.ID, Reason: string(reason)}
+	if _, _, err := m.st.ApplyMove(ctx, mv, keys); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // natModel models chain3 at 1 Mpps a core, threshold 0.8.
@@ -50,6 +71,9 @@ func movesRack(t *testing.T, mv Mover) (*Server, *store.Store) {
 	hub := events.NewHub()
 	srv := newServer(st, hub, &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()})
 	srv.Modeler = natModel{}
+	if mv, ok := mv.(*fakeMover); ok {
+		mv.st = st
+	}
 	if mv != nil {
 		srv.Mover = mv
 	}
@@ -104,14 +128,14 @@ func Test_the_controller_empties_an_instance_through_the_Mover_and_gives_its_cor
 	mv := &fakeMover{movable: true}
 	srv, st := movesRack(t, mv)
 	var moved []string
-	srv.OnFlowMove = func(chain string, r policy.Reason, n int, pause time.Duration) {
-		moved = append(moved, fmt.Sprintf("%s %s %d", chain, r, n))
+	srv.OnFlowMove = func(chain string, r policy.Reason, res []MoveResult) {
+		moved = append(moved, fmt.Sprintf("%s %s %d", chain, r, len(res)))
 	}
 	ctx := context.Background()
 	if err := srv.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(mv.calls) != 1 || mv.calls[0] != "chain3 chain3/0->chain3/1 1" {
+	if len(mv.calls) != 1 || mv.calls[0] != "chain3 chain3/0->chain3/1 1 scale_in" {
 		t.Fatalf("Mover calls %q, want chain3/0's flow to chain3/1", mv.calls)
 	}
 	ins := instanceIDs(t, st)
@@ -144,7 +168,8 @@ func Test_the_controller_empties_an_instance_through_the_Mover_and_gives_its_cor
 
 func Test_a_failed_move_or_an_unmovable_chain_leaves_the_flows_and_the_core(t *testing.T) {
 	for name, mv := range map[string]*fakeMover{
-		"mover fails":     {movable: true, err: errors.New("destination refused")},
+		"mover fails":     {movable: true, err: errors.New("no report in time")},
+		"flows refused":   {movable: true, fail: "refused"},
 		"chain unmovable": {movable: false},
 	} {
 		t.Run(name, func(t *testing.T) {
