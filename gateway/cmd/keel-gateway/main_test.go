@@ -89,13 +89,14 @@ func Test_grpcServer_refuses_Control_calls_without_the_token(t *testing.T) {
 		}
 		cl := pb.NewControlClient(conn)
 		_, uerr := cl.AssignFlow(ctx, &pb.AssignFlowRequest{})
+		_, merr := cl.ReportMoves(ctx, &pb.ReportMovesRequest{IngressId: "ingress-0", MoveId: "m"})
 		w, serr := cl.Watch(ctx, &pb.WatchRequest{Watcher: "test"})
 		if serr == nil {
 			_, serr = w.Recv()
 		}
 		conn.Close()
-		if status.Code(uerr) != c.want || status.Code(serr) != c.want {
-			t.Errorf("%s: AssignFlow %v, Watch %v; want %v", c.name, uerr, serr, c.want)
+		if status.Code(uerr) != c.want || status.Code(serr) != c.want || status.Code(merr) != c.want {
+			t.Errorf("%s: AssignFlow %v, Watch %v, ReportMoves %v; want %v", c.name, uerr, serr, merr, c.want)
 		}
 	}
 }
