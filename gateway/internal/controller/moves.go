@@ -75,6 +75,7 @@ func (s *Controller) moveFlows(ctx context.Context, st *state) error {
 	plan := s.Policy.PlanMoves(st.view, flows, movable, &s.moveHist)
 	failed := map[string]bool{} // sources with a flow not moved: they keep their core
 	var made []policy.FlowMove
+	var stayed []string // flows a move left where they were
 	for _, m := range plan.Moves {
 		from, to := st.insts[m.From], st.insts[m.To]
 		var fl []*store.Flow
@@ -93,7 +94,12 @@ func (s *Controller) moveFlows(ctx context.Context, st *state) error {
 		for _, r := range res {
 			if r.Moved {
 				done.Flows = append(done.Flows, r.Key)
+			} else {
+				stayed = append(stayed, r.Key)
 			}
+		}
+		if err != nil {
+			stayed = append(stayed, m.Flows...)
 		}
 		if err != nil || len(done.Flows) < len(fl) {
 			failed[m.From] = true
@@ -103,6 +109,11 @@ func (s *Controller) moveFlows(ctx context.Context, st *state) error {
 		}
 	}
 	s.moveHist.Record(s.Policy.Moves, made, now)
+	// A flow that did not move is not tried again for FlowHold either, as one that moved: a
+	// refusal (its NF state, an ingress that does not answer) would come again at every pass.
+	for _, k := range stayed {
+		s.moveHist.FlowMoved[k] = now
+	}
 	for _, id := range plan.Detach {
 		if st.insts[id] == nil || failed[id] {
 			continue

@@ -202,6 +202,11 @@ func Test_a_failed_move_or_an_unmovable_chain_leaves_the_flows_and_the_core(t *t
 					t.Fatalf("a move was recorded: %+v", d)
 				}
 			}
+			// A flow that did not move is not tried again at once.
+			calls := len(mv.calls)
+			if err := srv.Reconcile(ctx); err != nil || len(mv.calls) != calls {
+				t.Fatalf("next pass: %v, calls %q", err, mv.calls)
+			}
 		})
 	}
 }
