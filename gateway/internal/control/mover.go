@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -250,7 +251,7 @@ func (m *Mover) Report(ctx context.Context, req *pb.ReportMovesRequest) (uint32,
 			return 0, status.Errorf(codes.InvalidArgument, "results[%d]: flow %s is not one of move %s's", i, key, mv.ID)
 		case reported[key] != nil:
 			return 0, status.Errorf(codes.InvalidArgument, "results[%d]: flow %s reported twice", i, key)
-		case r.PauseUs < 0 || r.PauseUs != r.PauseUs:
+		case !(r.PauseUs >= 0) || math.IsInf(r.PauseUs, 1):
 			return 0, status.Errorf(codes.InvalidArgument, "results[%d]: pause_us %v", i, r.PauseUs)
 		}
 		reported[key] = r
@@ -304,8 +305,8 @@ func (m *Mover) Report(ctx context.Context, req *pb.ReportMovesRequest) (uint32,
 	case ch != nil:
 		ch <- res // buffered, and taken out of waiting: sent at most once
 	case first:
-		m.logf("move %s: late report from ingress %s: %d of %d flow(s) of chain %s now on %s (assignments moved)",
-			mv.ID, mv.Ingress, applied, len(mv.Flows), mv.Chain, mv.To)
+		m.logf("move %s (%s): late report from ingress %s: %d of %d flow(s) of chain %s now on %s (assignments moved)",
+			mv.ID, mv.Reason, mv.Ingress, applied, len(mv.Flows), mv.Chain, mv.To)
 	}
 	return applied, nil
 }

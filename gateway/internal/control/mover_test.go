@@ -274,6 +274,8 @@ func Test_ReportMoves_refuses_what_does_not_match_its_move(t *testing.T) {
 			Results: []*pb.FlowMoveResult{good.Results[0], good.Results[0]}}, codes.InvalidArgument, "twice"},
 		"a malformed flow": {&pb.ReportMovesRequest{IngressId: "ingress-0", MoveId: mv.Id,
 			Results: []*pb.FlowMoveResult{good.Results[0], {Flow: &pb.FiveTuple{SrcIp: "x"}, Moved: true}}}, codes.InvalidArgument, "results[1]"},
+		"a negative pause": {&pb.ReportMovesRequest{IngressId: "ingress-0", MoveId: mv.Id,
+			Results: []*pb.FlowMoveResult{{Flow: good.Results[0].Flow, Moved: true, PauseUs: -1}}}, codes.InvalidArgument, "pause_us"},
 		"too many": {&pb.ReportMovesRequest{IngressId: "ingress-0", MoveId: mv.Id,
 			Results: make([]*pb.FlowMoveResult, MaxReportedFlows+1)}, codes.InvalidArgument, "at most"},
 	} {
