@@ -48,22 +48,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / "run"
-FLOWGEN = Path(__file__).resolve().parent / "flowgen.py"
-FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
-GATEWAY = "http://127.0.0.1:8080"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from flow_setup import FAAS_CLI, FLOWGEN, GATEWAY, ROOT, RUN, cpu_seconds, sh
+
 CHAIN = "migrating"
 NET = "198.18.6.0/24"
 # The control path of a move (run/NAME.pid): the ingress holds and carries the frames, the
 # gateway sends the move and applies the report, torctl and the switch change the rules,
 # redis keeps the assignments.
 CONTROL_PROCS = ("keel-ingress", "keel-gateway", "keel-torctl", "redis", "ovs-vswitchd")
-
-
-def sh(*args, timeout=600, **kw):
-    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=timeout, **kw)
 
 
 def faas(*args, check=True):
@@ -101,11 +93,6 @@ def write_moves(path: Path, moves: dict) -> None:
         sim = cur.get("sim", [])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"moves": moves, "sim": sim}, indent=2) + "\n")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def control_cpu() -> float:
