@@ -10,9 +10,8 @@
 --dst-net. Every packet carries, after its L4 header, the magic b"KEEL", the flow id and
 the packet's sequence number in the flow, so the sink tells flows apart even after NAT or
 tunnelling rewrote their headers. `recv` counts per flow what arrived: packets, packets
-that came after a later one of the same flow (reordered) and duplicates, and with
---sources the source address and port each flow arrived with (a NAT's mapping: more than
-one means the mapping changed). Both run inside
+that came after a later one of the same flow (reordered) and duplicates, and the flows
+that arrived from more than one source address:port (remapped: a NAT changed its mapping). Both run inside
 the network namespace of their interface (ip netns exec) on raw AF_PACKET sockets, stop
 after --duration (send) or when nothing arrived for --quiet seconds after --duration
 (recv), and write JSON.
@@ -122,7 +121,7 @@ def recv(a) -> dict:
     flows: dict[int, list[int]] = {}  # flow id -> [received, last seq, reordered, duplicates]
     order: dict[int, list[int]] = {}  # flow id -> sequence numbers in arrival order
     seen: set[tuple[int, int]] = set()
-    sources: dict[int, list[str]] = {}  # flow id -> distinct "ip:port" it arrived from (--sources)
+    sources: dict[int, set[str]] = {}  # flow id -> the IPv4 source address:ports it came from
     other = 0
     end = time.monotonic() + a.duration
     last = time.monotonic()
@@ -143,15 +142,15 @@ def recv(a) -> dict:
             continue
         last = time.monotonic()
         fid, seq, sent_ns = struct.unpack_from("!IIQ", pkt, i + 4)
-        if a.sources:
-            src = ip_source(pkt)
-            if src not in sources.setdefault(fid, []):
-                sources[fid].append(src)
         st = flows.setdefault(fid, [0, -1, 0, 0])
         if (fid, seq) in seen:
             st[3] += 1
             continue
         seen.add((fid, seq))
+        ip = 18 if pkt[12:14] == b"\x81\x00" else 14  # one VLAN tag, or none
+        if pkt[ip - 2:ip] == b"\x08\x00" and len(pkt) >= ip + 24:
+            l4 = ip + (pkt[ip] & 0x0F) * 4
+            sources.setdefault(fid, set()).add(f"{socket.inet_ntoa(pkt[ip + 12:ip + 16])}:{int.from_bytes(pkt[l4:l4 + 2], 'big')}")
         order.setdefault(fid, []).append((seq, round((time.monotonic_ns() - sent_ns) / 1e6, 2)))
         st[0] += 1
         if seq < st[1]:
@@ -162,21 +161,7 @@ def recv(a) -> dict:
             "reordered": sum(f[2] for f in flows.values()), "duplicates": sum(f[3] for f in flows.values()),
             "other_packets": other, "per_flow": {str(k): v[0] for k, v in sorted(flows.items())},
             "reordered_flows": {str(k): order[k] for k, v in sorted(flows.items()) if v[2]},
-            **({"sources": {str(k): v for k, v in sorted(sources.items())}} if a.sources else {})}
-
-
-def ip_source(pkt: bytes) -> str:
-    """"ip:port" of an Ethernet frame's IPv4 source (behind up to two VLAN tags); "?" if none."""
-    off = 12
-    while off + 4 <= len(pkt) and pkt[off:off + 2] in (b"\x81\x00", b"\x88\xa8"):
-        off += 4
-    if pkt[off:off + 2] != b"\x08\x00" or len(pkt) < off + 2 + 24:
-        return "?"
-    ip = off + 2
-    l4 = ip + (pkt[ip] & 0x0F) * 4
-    if len(pkt) < l4 + 2:
-        return "?"
-    return f"{socket.inet_ntoa(pkt[ip + 12:ip + 16])}:{struct.unpack_from('!H', pkt, l4)[0]}"
+            "remapped": {str(k): sorted(v) for k, v in sorted(sources.items()) if len(v) > 1}}
 
 
 def main(argv=None) -> int:
@@ -200,8 +185,6 @@ def main(argv=None) -> int:
     pr.add_argument("--iface", default="keel-sink")
     pr.add_argument("--duration", type=float, default=10)
     pr.add_argument("--quiet", type=float, default=2.0, help="stop this long after the last packet")
-    pr.add_argument("--sources", action="store_true",
-                    help="record each flow's source address and port as it arrives (\"sources\")")
     pr.add_argument("--out", help="JSON result file (default: stdout)")
     a = p.parse_args(argv)
     if a.cmd == "send" and (a.rate <= 0 or a.duration <= 0 or a.packets < 1 or a.duration * a.rate > 1_000_000):
