@@ -164,19 +164,31 @@ def run(a, password: str) -> tuple[dict, bool]:
     faas("deploy", "-f", str(yml))
     wait_for(f"{CHAIN}'s pooled instance ready", lambda: any(i["phase"] == "ready" for i in instances().values()))
     flows = 2 * a.per_instance
-    packets = int(a.seconds * 1000 / a.gap_ms)
     recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
                              "--duration", str(a.seconds + 2), "--quiet", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if recv.stderr.readline().strip() != "ready":
         sys.exit("migration: the sink did not start")
-    rate = 200.0  # new flows a second: all of them within about a second
-    send = subprocess.Popen(["ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send",
-                             "--rate", str(rate), "--duration", str(flows / rate), "--packets", str(packets),
-                             "--gap-ms", str(a.gap_ms), "--proto", "udp", "--dst-net", NET, "--first-flow", "500000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    senders: list[subprocess.Popen] = []
     t_start = time.monotonic()
+
+    def send(first: int, n: int) -> None:
+        """n UDP flows to the chain's prefix, opened within half a second, a packet every --gap-ms
+        until --seconds after the first flow of the run."""
+        left = a.seconds - (time.monotonic() - t_start)
+        senders.append(subprocess.Popen(
+            ["ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send", "--rate", str(2 * n),
+             "--duration", "0.5", "--packets", str(int(left * 1000 / a.gap_ms)), "--gap-ms", str(a.gap_ms),
+             "--proto", "udp", "--dst-net", NET, "--first-flow", str(first)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
     try:
+        # The first instance's flows; the controller pre-deploys the second instance meanwhile.
+        send(500000, a.per_instance)
+        wait_for(f"{CHAIN}/0 attached with {a.per_instance} flows and {CHAIN}/1 ready",
+                 lambda: (lambda i: i.get(f"{CHAIN}/0", {}).get("flows") == a.per_instance
+                          and i.get(f"{CHAIN}/1", {}).get("phase") == "ready")(instances()), timeout=60)
+        send(500000 + a.per_instance, a.per_instance)  # they find it full and attach the second
         insts = wait_for(f"{flows} flows assigned to two attached instances",
                          lambda: (lambda i: i if sum(x["flows"] for x in i.values()) == flows and
                                   sum(x["state"] == "attached" for x in i.values()) == 2 else None)(instances()),
@@ -222,10 +234,10 @@ def run(a, password: str) -> tuple[dict, bool]:
             time.sleep(a.settle_s)
         if time.monotonic() - t_start > a.seconds - 2:
             log(f"warning: the moves ran until {time.monotonic() - t_start:.0f} s of the {a.seconds:.0f} s of traffic: raise --seconds")
-        sent = json.loads(send.communicate(timeout=a.seconds + 120)[0])
+        sent = [json.loads(p.communicate(timeout=a.seconds + 120)[0]) for p in senders]
         got = json.loads(recv.communicate(timeout=a.seconds + 120)[0])
     finally:
-        for p in (send, recv):
+        for p in (*senders, recv):
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -236,12 +248,13 @@ def run(a, password: str) -> tuple[dict, bool]:
     remapped = got.get("remapped", {})
     if remapped:
         log(f"{len(remapped)} flow(s) reached the sink from more than one NAT mapping:", dict(list(remapped.items())[:10]))
-    log(f"sent {sent['packets']} packets, received {got['packets']}, reordered {got['reordered']}, "
+    packets_sent = sum(x["packets"] for x in sent)
+    log(f"sent {packets_sent} packets, received {got['packets']}, reordered {got['reordered']}, "
         f"duplicates {got['duplicates']}; control path {base_rate * 1e3:.1f} ms CPU/s without moves")
     result = {"pause_us_p50": round(quantile(0.50, pauses), 1), "pause_us_p99": round(quantile(0.99, pauses), 1),
               "batch100_ms_p99": round(quantile(0.99, batch_ms), 3),
               "cpu_us_per_move": round(1e6 * max(excess_cpu, 0.0) / max(moved, 1), 1),
-              "lost": sent["packets"] - got["packets"], "reordered": got["reordered"]}
+              "lost": packets_sent - got["packets"], "reordered": got["reordered"]}
     return result, bool(remapped)
 
 
