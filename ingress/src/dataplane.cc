@@ -207,10 +207,10 @@ void DataPlane::ApplyMoves(uint64_t now) {
 }
 
 void DataPlane::SendStateFrame(const MoveAction& a) {
-  const size_t len = std::max(inband::kMinFrame, inband::kPayloadOffset + inband::kHeaderLen + a.body.size());
+  const size_t len = std::max(inband::kMinFrame, inband::kMoveBodyOffset + a.body.size());
   rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
   uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
-  if (!frame || WriteStateFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) == 0) {
+  if (!frame || inband::WriteMoveFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) == 0) {
     if (m) rte_pktmbuf_free(m);
     counters_->move_frames_unsent.Add(1);
     return;
@@ -226,13 +226,16 @@ void DataPlane::SendStateFrame(const MoveAction& a) {
 }
 
 bool DataPlane::HandleInband(rte_mbuf* m, uint64_t now) {
-  bool is_inband = false;
-  ReturnedFrame r;
-  const inband::Malformed bad =
-      ParseReturnedFrame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), &is_inband, &r);
-  if (!is_inband) return false;
-  const FrameVerdict v = bad == inband::Malformed::kNone ? mover_.OnFrame(r.body, r.len, r.vlan, now, &moves_)
-                                                          : FrameVerdict::kMalformed;
+  const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+  inband::Type type;
+  size_t header = 0, body_len = 0;
+  const inband::Malformed bad = inband::ParseMoveFrame(frame, rte_pktmbuf_data_len(m), &type, &header, &body_len);
+  if (bad == inband::Malformed::kNotInband) return false;
+  /* Back from an instance, the instance's VLAN above the mark says which. */
+  const uint16_t vlan = header > inband::kPayloadOffset ? inband::Get16(frame + inband::kMacs + 2) & 0x0FFF : 0;
+  const FrameVerdict v = bad == inband::Malformed::kNone
+                             ? mover_.OnFrame(frame + header + inband::kHeaderLen, body_len, vlan, now, &moves_)
+                             : FrameVerdict::kMalformed;
   (v == FrameVerdict::kTaken ? counters_->move_frames_back : counters_->move_frames_bad).Add(1);
   rte_pktmbuf_free(m);
   if (!moves_.empty()) ApplyMoves(now);
