@@ -101,6 +101,8 @@ def test_an_instance_is_emptied_under_traffic_without_loss_reordering_or_a_new_n
 
         rep = move(SRC, DST)
         moved_at = time.monotonic()
+        print(f"moved {rep['moved']} of {rep['flows']} flows in", [b["ms"] for b in rep["batches"]], "ms; pauses (us):",
+              [r["pause_us"] for b in rep["batches"] for r in b.get("results") or []])
         assert (rep["flows"], rep["moved"]) == (PER_INSTANCE, PER_INSTANCE), rep
         results = [r for b in rep["batches"] for r in b.get("results") or []]
         assert len(results) == PER_INSTANCE and all(r["moved"] for r in results), rep
@@ -126,6 +128,7 @@ def test_an_instance_is_emptied_under_traffic_without_loss_reordering_or_a_new_n
                 p.wait()
     packets = sum(s["packets"] for s in sent)
     summary = {k: v for k, v in got.items() if k not in ("per_flow",)}
+    print(f"sent {packets} packets, sink:", summary)
     assert got["flows"] == 2 * PER_INSTANCE, summary
     assert got["packets"] == packets and got["duplicates"] == 0, (packets, summary)
     assert got["reordered"] == 0, summary

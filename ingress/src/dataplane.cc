@@ -208,21 +208,12 @@ void DataPlane::ApplyMoves(uint64_t now) {
 
 void DataPlane::SendStateFrame(const MoveAction& a) {
   const size_t len = std::max(inband::kMinFrame, inband::kMoveBodyOffset + a.body.size());
-  rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
-  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
-  if (!frame || inband::WriteMoveFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) == 0) {
-    if (m) rte_pktmbuf_free(m);
-    counters_->move_frames_unsent.Add(1);
-    return;
-  }
-  m->vlan_tci = a.vlan; /* marked already: only the instance VLAN goes on, as on a marker */
-  if (rte_vlan_insert(&m) != 0) {
-    counters_->move_frames_unsent.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  counters_->move_frames_sent.Add(1);
-  Send(m);
+  SendInband(
+      len, a.vlan,
+      [&](uint8_t* frame) {
+        return inband::WriteMoveFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) != 0;
+      },
+      &counters_->move_frames_sent, &counters_->move_frames_unsent);
 }
 
 bool DataPlane::HandleInband(rte_mbuf* m, uint64_t now) {
@@ -352,22 +343,28 @@ void DataPlane::SendMarkers(uint64_t now) {
 }
 
 void DataPlane::SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan) {
+  SendInband(
+      inband::kMarkerFrameLen, vlan,
+      [&](uint8_t* frame) {
+        inband::WriteMarker(frame, kInbandDst, kInbandSrc, key, req);
+        return true;
+      },
+      &counters_->markers_sent, &counters_->markers_unsent);
+}
+
+template <class Write>
+void DataPlane::SendInband(size_t len, uint16_t vlan, Write write, Counter* sent, Counter* unsent) {
   rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
-  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, inband::kMarkerFrameLen)) : nullptr;
-  if (!frame) {
-    if (m) rte_pktmbuf_free(m);
-    counters_->markers_unsent.Add(1);
-    return;
+  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
+  if (frame && write(frame)) {
+    m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
+    if (rte_vlan_insert(&m) == 0) {
+      sent->Add(1);
+      return Send(m);
+    }
   }
-  inband::WriteMarker(frame, kInbandDst, kInbandSrc, key, req);
-  m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
-  if (rte_vlan_insert(&m) != 0) {
-    counters_->markers_unsent.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  counters_->markers_sent.Add(1);
-  Send(m);
+  if (m) rte_pktmbuf_free(m);
+  unsent->Add(1);
 }
 
 void DataPlane::StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now) {
