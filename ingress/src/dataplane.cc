@@ -207,32 +207,26 @@ void DataPlane::ApplyMoves(uint64_t now) {
 }
 
 void DataPlane::SendStateFrame(const MoveAction& a) {
-  const size_t len = std::max(inband::kMinFrame, inband::kPayloadOffset + inband::kHeaderLen + a.body.size());
-  rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
-  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
-  if (!frame || WriteStateFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) == 0) {
-    if (m) rte_pktmbuf_free(m);
-    counters_->move_frames_unsent.Add(1);
-    return;
-  }
-  m->vlan_tci = a.vlan; /* marked already: only the instance VLAN goes on, as on a marker */
-  if (rte_vlan_insert(&m) != 0) {
-    counters_->move_frames_unsent.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  counters_->move_frames_sent.Add(1);
-  Send(m);
+  const size_t len = std::max(inband::kMinFrame, inband::kMoveBodyOffset + a.body.size());
+  SendInband(
+      len, a.vlan,
+      [&](uint8_t* frame) {
+        return inband::WriteMoveFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) != 0;
+      },
+      &counters_->move_frames_sent, &counters_->move_frames_unsent);
 }
 
 bool DataPlane::HandleInband(rte_mbuf* m, uint64_t now) {
-  bool is_inband = false;
-  ReturnedFrame r;
-  const inband::Malformed bad =
-      ParseReturnedFrame(rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m), &is_inband, &r);
-  if (!is_inband) return false;
-  const FrameVerdict v = bad == inband::Malformed::kNone ? mover_.OnFrame(r.body, r.len, r.vlan, now, &moves_)
-                                                          : FrameVerdict::kMalformed;
+  const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+  inband::Type type;
+  size_t header = 0, body_len = 0;
+  const inband::Malformed bad = inband::ParseMoveFrame(frame, rte_pktmbuf_data_len(m), &type, &header, &body_len);
+  if (bad == inband::Malformed::kNotInband) return false;
+  /* Back from an instance, the instance's VLAN above the mark says which. */
+  const uint16_t vlan = header > inband::kPayloadOffset ? inband::Get16(frame + inband::kMacs + 2) & 0x0FFF : 0;
+  const FrameVerdict v = bad == inband::Malformed::kNone
+                             ? mover_.OnFrame(frame + header + inband::kHeaderLen, body_len, vlan, now, &moves_)
+                             : FrameVerdict::kMalformed;
   (v == FrameVerdict::kTaken ? counters_->move_frames_back : counters_->move_frames_bad).Add(1);
   rte_pktmbuf_free(m);
   if (!moves_.empty()) ApplyMoves(now);
@@ -349,22 +343,28 @@ void DataPlane::SendMarkers(uint64_t now) {
 }
 
 void DataPlane::SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan) {
+  SendInband(
+      inband::kMarkerFrameLen, vlan,
+      [&](uint8_t* frame) {
+        inband::WriteMarker(frame, kInbandDst, kInbandSrc, key, req);
+        return true;
+      },
+      &counters_->markers_sent, &counters_->markers_unsent);
+}
+
+template <class Write>
+void DataPlane::SendInband(size_t len, uint16_t vlan, Write write, Counter* sent, Counter* unsent) {
   rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
-  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, inband::kMarkerFrameLen)) : nullptr;
-  if (!frame) {
-    if (m) rte_pktmbuf_free(m);
-    counters_->markers_unsent.Add(1);
-    return;
+  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
+  if (frame && write(frame)) {
+    m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
+    if (rte_vlan_insert(&m) == 0) {
+      sent->Add(1);
+      return Send(m);
+    }
   }
-  inband::WriteMarker(frame, kInbandDst, kInbandSrc, key, req);
-  m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
-  if (rte_vlan_insert(&m) != 0) {
-    counters_->markers_unsent.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  counters_->markers_sent.Add(1);
-  Send(m);
+  if (m) rte_pktmbuf_free(m);
+  unsent->Add(1);
 }
 
 void DataPlane::StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now) {

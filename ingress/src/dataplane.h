@@ -102,6 +102,11 @@ class DataPlane {
   /* Carries out what the mover asked for (flow_mover.h MoveAction). */
   void ApplyMoves(uint64_t now);
   void SendStateFrame(const MoveAction& a);
+  /* Sends a marked in-band frame of |len| bytes that |write| fills (false: it could not),
+   * pushed with the instance VLAN |vlan|; counts it in |sent|, or in |unsent| when no mbuf
+   * or no room was left for it (the instance's side times out). */
+  template <class Write>
+  void SendInband(size_t len, uint16_t vlan, Write write, Counter* sent, Counter* unsent);
   void Send(rte_mbuf* m) { tx_.push_back(m); }
   void FlushTx();
   void Drop(rte_mbuf* m, DropReason why);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "flow_mover.h"
 
-#include <cstring>
 #include <string>
 
 namespace keel::ingress {
@@ -237,50 +236,6 @@ void FlowMover::Finish(const FlowKey& key, bool moved, uint64_t now, MoveActions
   res.result = MoveResult{f.move, key, moved ? MoveFailure::kNone : f.failure, now - from};
   out->push_back(std::move(res));
   flows_.erase(it);
-}
-
-size_t WriteStateFrame(uint8_t* out, size_t cap, const uint8_t dst_mac[6], const uint8_t src_mac[6],
-                       inband::Type type, const uint8_t* body, size_t len) {
-  const size_t n = inband::kPayloadOffset + inband::kHeaderLen + len;
-  const size_t total = n < inband::kMinFrame ? inband::kMinFrame : n;
-  if (total > cap || inband::kHeaderLen + len > UINT16_MAX) return 0;
-  std::memset(out, 0, total);
-  std::memcpy(out, dst_mac, 6);
-  std::memcpy(out + 6, src_mac, 6);
-  inband::Put16(out + inband::kMacs, inband::kTpidVlan);
-  inband::Put16(out + inband::kMacs + 2, inband::kMarkVid);
-  inband::Put16(out + inband::kMacs + inband::kTagLen, inband::kEtherType);
-  uint8_t* h = out + inband::kPayloadOffset;
-  h[0] = inband::kVersion;
-  h[1] = static_cast<uint8_t>(type);
-  inband::Put16(h + 2, static_cast<uint16_t>(inband::kHeaderLen + len));
-  std::memcpy(h + inband::kHeaderLen, body, len);
-  return total;
-}
-
-inband::Malformed ParseReturnedFrame(const uint8_t* frame, size_t len, bool* is_inband, ReturnedFrame* out) {
-  *is_inband = false;
-  const size_t mark = inband::MarkOffset(frame, len);
-  if (mark == 0 || len < mark + inband::kTagLen + 2 ||
-      inband::Get16(frame + mark + inband::kTagLen) != inband::kEtherType)
-    return inband::Malformed::kNone;
-  *is_inband = true;
-  out->vlan = mark > inband::kMacs ? inband::Get16(frame + inband::kMacs + 2) & 0x0FFF : 0;
-  const uint8_t* p = frame + mark + inband::kTagLen + 2;
-  const size_t avail = len - (mark + inband::kTagLen + 2);
-  if (avail < inband::kHeaderLen) return inband::Malformed::kTruncated;
-  if (p[0] != inband::kVersion) return inband::Malformed::kVersion;
-  if (p[1] != static_cast<uint8_t>(inband::Type::kExportState) &&
-      p[1] != static_cast<uint8_t>(inband::Type::kImportState))
-    return inband::Malformed::kUnknownType;
-  const uint16_t n = inband::Get16(p + 2);
-  if (n < inband::kHeaderLen + kMoveHeaderBytes || n > inband::kHeaderLen + kMoveFrameMax)
-    return inband::Malformed::kBadLength;
-  if (avail < n) return inband::Malformed::kTruncated;
-  out->type = static_cast<inband::Type>(p[1]);
-  out->body = p + inband::kHeaderLen;
-  out->len = n - inband::kHeaderLen;
-  return inband::Malformed::kNone;
 }
 
 }  // namespace keel::ingress

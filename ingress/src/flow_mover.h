@@ -215,27 +215,6 @@ class FlowMover {
 keel::FlowKey ToMoveKey(const FlowKey& k);
 FlowKey FromMoveKey(const keel::FlowKey& k);
 
-/* Writes an in-band frame of |type| with |body| (|len| bytes) behind the
- * mark, without the instance VLAN (the sender pushes that), into |out|
- * (|cap| bytes), padded to the Ethernet minimum. Returns its length, or 0 if
- * it does not fit. */
-size_t WriteStateFrame(uint8_t* out, size_t cap, const uint8_t dst_mac[6], const uint8_t src_mac[6],
-                       inband::Type type, const uint8_t* body, size_t len);
-
-/* A marked in-band frame of type 2 or 3 as it comes back from an instance. */
-struct ReturnedFrame {
-  uint16_t vlan = 0;            /* the instance VLAN above the mark (0: none) */
-  inband::Type type = inband::Type::kExportState;
-  const uint8_t* body = nullptr; /* the flow_move.h frame */
-  size_t len = 0;
-};
-
-/* Whether the |len| bytes at |frame| are a marked in-band frame (the mark
- * outermost or under one tag, then EtherType 0x88B5): kNone with |*out|
- * filled for a state frame; otherwise why not, or kUnknownType for another
- * in-band type. |*inband| says whether it is an in-band frame at all. */
-inband::Malformed ParseReturnedFrame(const uint8_t* frame, size_t len, bool* inband, ReturnedFrame* out);
-
 }  // namespace keel::ingress
 
 #endif  // KEEL_INGRESS_FLOW_MOVER_H_

@@ -490,49 +490,5 @@ TEST_F(FlowMoverTest, ABatchOfFlowsEachEndsOnceWithItsPacketsInOrder) {
   }
 }
 
-TEST(StateFrame, WrittenFramesParseBackWithOrWithoutTheInstanceVlan) {
-  MoveFrame f;
-  f.flow = f.cur = ToMoveKey(Flow(9));
-  f.records.push_back(Record(0, Flow(9), 0x55));
-  std::vector<uint8_t> body(kMoveFrameMax);
-  body.resize(EncodeMoveFrame(f, body.data(), body.size()));
-  const uint8_t dst[6] = {2, 1, 1, 1, 1, 1}, src[6] = {2, 2, 2, 2, 2, 2};
-  std::vector<uint8_t> frame(1600);
-  size_t n = WriteStateFrame(frame.data(), frame.size(), dst, src, inband::Type::kImportState, body.data(), body.size());
-  ASSERT_EQ(n, inband::kPayloadOffset + inband::kHeaderLen + body.size());
-  frame.resize(n);
-  bool is_inband;
-  ReturnedFrame r;
-  ASSERT_EQ(ParseReturnedFrame(frame.data(), frame.size(), &is_inband, &r), inband::Malformed::kNone);
-  EXPECT_TRUE(is_inband);
-  EXPECT_EQ(r.vlan, 0);
-  EXPECT_EQ(r.type, inband::Type::kImportState);
-  EXPECT_EQ(std::vector<uint8_t>(r.body, r.body + r.len), body);
-
-  /* As it comes back with the instance VLAN above the mark. */
-  std::vector<uint8_t> tagged(frame.size() + inband::kTagLen);
-  const uint8_t tag[inband::kTagLen] = {0x81, 0x00, 0x00, 101};
-  std::copy(frame.begin(), frame.begin() + inband::kMacs, tagged.begin());
-  std::copy(tag, tag + inband::kTagLen, tagged.begin() + inband::kMacs);
-  std::copy(frame.begin() + inband::kMacs, frame.end(), tagged.begin() + inband::kMacs + inband::kTagLen);
-  ASSERT_EQ(ParseReturnedFrame(tagged.data(), tagged.size(), &is_inband, &r), inband::Malformed::kNone);
-  EXPECT_EQ(r.vlan, 101);
-  EXPECT_EQ(std::vector<uint8_t>(r.body, r.body + r.len), body);
-
-  /* Cut short; a marker (another type); no frame of ours at all. */
-  EXPECT_EQ(ParseReturnedFrame(tagged.data(), tagged.size() - 5, &is_inband, &r), inband::Malformed::kTruncated);
-  std::vector<uint8_t> marker(inband::kMarkerFrameLen);
-  inband::WriteMarker(marker.data(), dst, src, Flow(9), 1);
-  EXPECT_EQ(ParseReturnedFrame(marker.data(), marker.size(), &is_inband, &r), inband::Malformed::kUnknownType);
-  EXPECT_TRUE(is_inband);
-  std::vector<uint8_t> ipv4(60, 0);
-  ipv4[12] = 0x08;
-  EXPECT_EQ(ParseReturnedFrame(ipv4.data(), ipv4.size(), &is_inband, &r), inband::Malformed::kNone);
-  EXPECT_FALSE(is_inband);
-  /* A short body is padded to Ethernet's minimum. */
-  EXPECT_EQ(WriteStateFrame(frame.data(), 1600, dst, src, inband::Type::kExportState, body.data(), 10), inband::kMinFrame);
-  EXPECT_EQ(WriteStateFrame(frame.data(), 40, dst, src, inband::Type::kExportState, body.data(), body.size()), 0u);
-}
-
 }  // namespace
 }  // namespace keel::ingress
