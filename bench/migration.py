@@ -30,7 +30,8 @@ Figures (the issue's schema; each from this run):
   lost, reordered             packets the sink missed, and packets that came after a later one
                               of their flow, over the whole run (flowgen.py recv)
 
-It also checks that each flow kept one NAT mapping at the sink (the NAT state moved with it:
+The moves' reports and the sink's per-flow counts are left in run/migration-moves.json and
+run/migration-sink.json. It also checks that each flow kept one NAT mapping at the sink (the NAT state moved with it:
 a flow seen from two source address:ports is named on stderr, and the run fails). The "sim"
 part of the file (keel-sim migration) is kept as it is.
 
@@ -200,8 +201,11 @@ def run(a, password: str) -> tuple[dict, bool]:
         time.sleep(a.baseline_s)
         base_rate = (control_cpu() - c0) / (time.monotonic() - t0)
         pauses: list[float] = []
+        batched: list[float] = []  # the same, by kind of move
+        single: list[float] = []
         batch_ms: list[float] = []
         excess_cpu, moved, failed = 0.0, 0, {}
+        reports: list[dict] = []
 
         def one(batch: int, limit: int) -> dict:
             nonlocal excess_cpu, moved
@@ -211,12 +215,14 @@ def run(a, password: str) -> tuple[dict, bool]:
             c0, t0 = control_cpu(), time.monotonic()
             rep = move(password, src, dst, batch, n)
             dt = time.monotonic() - t0
+            reports.append({"at_s": round(t0 - t_start, 3), **rep})
             excess_cpu += (control_cpu() - c0) - base_rate * dt
             moved += rep["moved"]
             for b in rep["batches"]:
                 for r in b.get("results") or []:
                     if r["moved"]:
                         pauses.append(r["pause_us"])
+                        (single if batch == 1 else batched).append(r["pause_us"])
                     else:
                         failed[r.get("why", "")] = failed.get(r.get("why", ""), 0) + 1
                 if b.get("error"):
@@ -236,6 +242,10 @@ def run(a, password: str) -> tuple[dict, bool]:
             log(f"warning: the moves ran until {time.monotonic() - t_start:.0f} s of the {a.seconds:.0f} s of traffic: raise --seconds")
         sent = [json.loads(p.communicate(timeout=a.seconds + 120)[0]) for p in senders]
         got = json.loads(recv.communicate(timeout=a.seconds + 120)[0])
+        # What happened, for a closer look: every move's report (at_s: seconds since the first
+        # flow) and the sink's counts with the order each reordered flow's packets came in.
+        (RUN / "migration-moves.json").write_text(json.dumps(reports, indent=1) + "\n")
+        (RUN / "migration-sink.json").write_text(json.dumps(got) + "\n")
     finally:
         for p in (*senders, recv):
             if p.poll() is None:
@@ -249,6 +259,9 @@ def run(a, password: str) -> tuple[dict, bool]:
     if remapped:
         log(f"{len(remapped)} flow(s) reached the sink from more than one NAT mapping:", dict(list(remapped.items())[:10]))
     packets_sent = sum(x["packets"] for x in sent)
+    for what, xs in (("batched", batched), ("single", single)):
+        if xs:
+            log(f"pause of a flow in a {what} move: p50 {quantile(0.5, xs):.0f} µs, p99 {quantile(0.99, xs):.0f} µs ({len(xs)} flows)")
     log(f"sent {packets_sent} packets, received {got['packets']}, reordered {got['reordered']}, "
         f"duplicates {got['duplicates']}; control path {base_rate * 1e3:.1f} ms CPU/s without moves")
     result = {"pause_us_p50": round(quantile(0.50, pauses), 1), "pause_us_p99": round(quantile(0.99, pauses), 1),
