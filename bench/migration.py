@@ -189,7 +189,14 @@ def run(a, password: str) -> tuple[dict, bool]:
         wait_for(f"{CHAIN}/0 attached with {a.per_instance} flows and {CHAIN}/1 ready",
                  lambda: (lambda i: i.get(f"{CHAIN}/0", {}).get("flows") == a.per_instance
                           and i.get(f"{CHAIN}/1", {}).get("phase") == "ready")(instances()), timeout=60)
-        send(500000 + a.per_instance, a.per_instance)  # they find it full and attach the second
+        # One flow finds it full and attaches the second; the others follow once it runs (a burst
+        # of new flows at an instance being attached is flow setup's business, not the moves').
+        send(500000 + a.per_instance, 1)
+        wait_for(f"{CHAIN}/1 attached with a flow",
+                 lambda: (lambda i: i.get(f"{CHAIN}/1", {}).get("state") == "attached"
+                          and i[f"{CHAIN}/1"]["flows"] == 1)(instances()), timeout=30)
+        time.sleep(1)
+        send(500000 + a.per_instance + 1, a.per_instance - 1)
         insts = wait_for(f"{flows} flows assigned to two attached instances",
                          lambda: (lambda i: i if sum(x["flows"] for x in i.values()) == flows and
                                   sum(x["state"] == "attached" for x in i.values()) == 2 else None)(instances()),
