@@ -192,6 +192,7 @@ bench: build
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
+	$(PY) bench/migration.py --out bench/results/migration.json
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin --down
 	$(BUILD)/bin/keel-sim run --policy keel,metron --ablation --out bench/results/autoscale_sim.json \
 	    bench/scenarios/galleon.yaml bench/scenarios/diurnal.yaml bench/scenarios/flash.yaml \

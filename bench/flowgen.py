@@ -10,7 +10,8 @@
 --dst-net. Every packet carries, after its L4 header, the magic b"KEEL", the flow id and
 the packet's sequence number in the flow, so the sink tells flows apart even after NAT or
 tunnelling rewrote their headers. `recv` counts per flow what arrived: packets, packets
-that came after a later one of the same flow (reordered) and duplicates. Both run inside
+that came after a later one of the same flow (reordered) and duplicates, and the flows
+that arrived from more than one source address:port (remapped: a NAT changed its mapping). Both run inside
 the network namespace of their interface (ip netns exec) on raw AF_PACKET sockets, stop
 after --duration (send) or when nothing arrived for --quiet seconds after --duration
 (recv), and write JSON.
@@ -120,6 +121,7 @@ def recv(a) -> dict:
     flows: dict[int, list[int]] = {}  # flow id -> [received, last seq, reordered, duplicates]
     order: dict[int, list[int]] = {}  # flow id -> sequence numbers in arrival order
     seen: set[tuple[int, int]] = set()
+    sources: dict[int, set[str]] = {}  # flow id -> the IPv4 source address:ports it came from
     other = 0
     end = time.monotonic() + a.duration
     last = time.monotonic()
@@ -145,6 +147,10 @@ def recv(a) -> dict:
             st[3] += 1
             continue
         seen.add((fid, seq))
+        ip = 18 if pkt[12:14] == b"\x81\x00" else 14  # one VLAN tag, or none
+        if pkt[ip - 2:ip] == b"\x08\x00" and len(pkt) >= ip + 24:
+            l4 = ip + (pkt[ip] & 0x0F) * 4
+            sources.setdefault(fid, set()).add(f"{socket.inet_ntoa(pkt[ip + 12:ip + 16])}:{int.from_bytes(pkt[l4:l4 + 2], 'big')}")
         order.setdefault(fid, []).append((seq, round((time.monotonic_ns() - sent_ns) / 1e6, 2)))
         st[0] += 1
         if seq < st[1]:
@@ -154,7 +160,8 @@ def recv(a) -> dict:
     return {"packets": sum(f[0] for f in flows.values()), "flows": len(flows),
             "reordered": sum(f[2] for f in flows.values()), "duplicates": sum(f[3] for f in flows.values()),
             "other_packets": other, "per_flow": {str(k): v[0] for k, v in sorted(flows.items())},
-            "reordered_flows": {str(k): order[k] for k, v in sorted(flows.items()) if v[2]}}
+            "reordered_flows": {str(k): order[k] for k, v in sorted(flows.items()) if v[2]},
+            "remapped": {str(k): sorted(v) for k, v in sorted(sources.items()) if len(v) > 1}}
 
 
 def main(argv=None) -> int:

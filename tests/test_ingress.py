@@ -8,6 +8,7 @@ import asyncio
 import ctypes
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -82,7 +83,9 @@ def marker_flow(fr: bytes):
     if struct.unpack_from("!H", body, 12)[0] != INBAND_ETHERTYPE:
         return None
     version, kind, length = struct.unpack_from("!BBH", body, 14)
-    assert (version, kind, length) == (1, 1, 28), (version, kind, length)
+    if kind != 1:
+        return None  # a move's state frame (state_frame)
+    assert (version, length) == (1, 28), (version, kind, length)
     src, dst, sport, dport, proto, seq = struct.unpack_from("!IIHHB3xQ", body, 18)
     return src, dst, sport, dport, proto, seq
 
@@ -100,17 +103,27 @@ def flow_of(fr: bytes):
 # Each runs on its own event loop thread, so its records need no lock.
 
 class FakeGateway(cgrpc.ControlServicer):
-    """Control: Watch with CHAINS, AssignFlow(s) answering by destination port, records calls
-    (assigned: every flow asked for; batches: the flows of each AssignFlows call)."""
+    """Control: Watch with CHAINS (then the FlowMoves put in `moves`, as FLOWS_MOVE events),
+    AssignFlow(s) answering by destination port, records calls (assigned: every flow asked
+    for; batches: the flows of each AssignFlows call; moved: ReportMoves requests)."""
 
     def __init__(self):
-        self.assigned, self.released, self.reports, self.batches = [], [], [], []
+        self.assigned, self.released, self.reports, self.batches, self.moved = [], [], [], [], []
+        self.moves = queue.Queue()
 
     async def Watch(self, request, context):
         for name, flt in sorted(CHAINS.items()):
             yield cpb.WatchEvent(kind=cpb.WatchEvent.CHAIN_ADDED, chain=cpb.Chain(name=name, filter=flt))
         yield cpb.WatchEvent(kind=cpb.WatchEvent.SYNCED)
-        await asyncio.Event().wait()  # no changes: hold the stream open until cancelled
+        while True:  # hold the stream open until cancelled, sending the moves asked for
+            try:
+                yield cpb.WatchEvent(kind=cpb.WatchEvent.FLOWS_MOVE, move=self.moves.get_nowait())
+            except queue.Empty:
+                await asyncio.sleep(0.01)
+
+    async def ReportMoves(self, request, context):
+        self.moved.append(request)
+        return cpb.ReportMovesResponse(applied=sum(r.moved for r in request.results))
 
     def _slow(self, request) -> bool:
         """Records the ask; true if the answer comes after the ingress's deadline."""
@@ -157,6 +170,9 @@ class FakeTorctl(tgrpc.TorControlServicer):
     def __init__(self):
         self.stage1_ack, self.stage2_asked = {}, {}
         self.batches = []  # flows per InstallFlows call
+        self.installs = []  # (time acknowledged, InstallFlowRequest) of every stage-2 rule
+        self.removed = []  # (time acknowledged, (sport, dport)) of every RemoveFlow
+        self.refuse_vlan = None  # InstallFlows fails rules to this VLAN
 
     async def InstallFlows(self, request, context):
         self.batches.append(len(request.flows))
@@ -165,7 +181,15 @@ class FakeTorctl(tgrpc.TorControlServicer):
             flow = r.assignment.flow
             self.stage2_asked[(flow.src_port, flow.dst_port)] = time.time()
         await asyncio.sleep(STAGE2_DELAY_S)  # the switch's barrier
-        return tpb.InstallFlowsResponse(results=[tpb.InstallFlowResult(cookie=2) for _ in request.flows])
+        self.installs += [(time.time(), r) for r in request.flows]
+        return tpb.InstallFlowsResponse(results=[
+            tpb.InstallFlowResult(error="switch says no", code="UNAVAILABLE") if r.assignment.vlan == self.refuse_vlan
+            else tpb.InstallFlowResult(cookie=2) for r in request.flows])
+
+    async def RemoveFlow(self, request, context):
+        await asyncio.sleep(STAGE2_DELAY_S)  # the switch's barrier
+        self.removed.append((time.time(), (request.flow.src_port, request.flow.dst_port)))
+        return tpb.RemoveFlowResponse(removed=True)
 
     async def InstallFlow(self, request, context):
         flow = request.assignment.flow
@@ -260,6 +284,7 @@ class Wire:
         self.sock = made["sock"]
         self.got = []          # (frame, kernel receive time)
         self.markers = []      # the handover markers, apart: (frame, kernel receive time)
+        self.states = []       # a move's state frames, apart: (frame, kernel receive time)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._recv, daemon=True)
         self._thread.start()
@@ -281,7 +306,10 @@ class Wire:
                     status, _, _, _, _, tci, tpid = struct.unpack("IIIHHHH", raw[:20])
                     if status & 0x10:  # TP_STATUS_VLAN_VALID
                         data = data[:12] + struct.pack("!HH", tpid or 0x8100, tci) + data[12:]
-            (self.markers if marker_flow(data) else self.got).append((data, ts))
+            if state_frame(data):
+                self.states.append((data, ts))
+            else:
+                (self.markers if marker_flow(data) else self.got).append((data, ts))
 
     def send(self, frames):
         for f in frames:
@@ -685,3 +713,238 @@ def test_by_default_new_flows_wait_out_a_slow_gateway_within_their_hold(rig):
     wire.send([frame(34100 + f, 5001, 0) for f in range(3)])
     assert wire.wait_for(lambda: len(wire.got) == 3, timeout=5), ing.metrics()
     assert drops(ing.metrics(), "control_busy") == 0
+
+
+# ----- flow moves (issue 37): the test plays the ToR and both instances -----
+
+MOVED_VLAN = 200  # the move's destination instance D; the source S is INSTANCE_VLAN
+
+
+def nf_id(name: str) -> int:
+    """flow_move.h's NfId: the FNV-1a hash of an NF's name."""
+    h = 2166136261
+    for c in name.encode():
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def move_key(sport: int) -> bytes:
+    return struct.pack("!IIHHB", 0xC6120001, 0xC6130001, sport, 5001, 17)
+
+
+def move_body(kind: int, sport: int, status: int = 0, failed: int = 0, records=()) -> bytes:
+    """flow_move.h's frame for flow (sport, 5001): kind 1 export, 2 import; records (position, value)."""
+    key = move_key(sport)
+    out = b"KM" + bytes([1, kind, status, failed, len(records), 0]) + key + key
+    for pos, value in records:
+        out += struct.pack("!BI", pos, nf_id("nat")) + key + bytes([len(value)]) + value
+    return out
+
+
+def parse_body(body: bytes) -> dict:
+    """A flow_move.h frame: kind, status, the flow's source port and its records."""
+    assert body[:3] == b"KM\x01", body.hex()
+    kind, status, failed, count = body[3], body[4], body[5], body[6]
+    flow, cur = body[8:21], body[21:34]
+    off, records = 34, []
+    for _ in range(count):
+        pos, nf = struct.unpack_from("!BI", body, off)
+        assert nf == nf_id("nat") and body[off + 5:off + 18] == flow
+        n = body[off + 18]
+        records.append((pos, body[off + 19:off + 19 + n]))
+        off += 19 + n
+    assert off == len(body), "bytes after the last record"
+    return {"kind": kind, "status": status, "failed": failed, "sport": struct.unpack_from("!H", flow, 8)[0],
+            "cur": cur == flow, "records": records}
+
+
+def state_frame(fr: bytes):
+    """(instance VLAN, in-band type, body) of a move's EXPORT_STATE (2) / IMPORT_STATE (3) frame
+    as the ingress sends it (instance VLAN, mark, 0x88B5), or None if fr is none."""
+    if not marked(fr):
+        return None
+    inner = untagged(fr)
+    if struct.unpack_from("!H", inner, 12)[0] != INBAND_ETHERTYPE or inner[15] not in (2, 3):
+        return None
+    version, kind, length = struct.unpack_from("!BBH", inner, 14)
+    assert version == 1 and len(inner) >= 14 + length
+    return vlan_of(fr), kind, inner[18:14 + length]
+
+
+def returned(vlan: int, kind: int, body: bytes) -> bytes:
+    """A state frame as an instance's last position sends it back and the ToR's return rule
+    hands it to the ingress: instance VLAN, mark, 0x88B5, header, body, padded to 60 bytes."""
+    fr = (bytes.fromhex("020000000002020000000001") + struct.pack("!HHHH", 0x8100, vlan, 0x8100, MARK_VID)
+          + struct.pack("!HBBH", INBAND_ETHERTYPE, 1, kind, 4 + len(body)) + body)
+    return fr + b"\0" * max(0, 60 - len(fr))
+
+
+def instance(vlan: int, idx: int) -> cpb.ChainInstance:
+    return cpb.ChainInstance(id=f"a-udp/{idx}", chain="a-udp", worker="w1", vlan=vlan)
+
+
+def flow_move(move_id: str, sports, src=INSTANCE_VLAN, dst=MOVED_VLAN, ingress="ingress-0") -> cpb.FlowMove:
+    return cpb.FlowMove(id=move_id, ingress_id=ingress, chain="a-udp", to=instance(dst, 1 if dst != src else 0),
+                        flows=[cpb.FiveTuple(src_ip="198.18.0.1", dst_ip="198.19.0.1", src_port=p, dst_port=5001,
+                                             proto=17) for p in sports],
+                        **{"from": instance(src, 0)})
+
+
+def set_up_on_source(wire, sports) -> None:
+    """Each flow's first two packets through the ingress to S, its marker sent: settled on S."""
+    wire.send([frame(p, 5001, s) for p in sports for s in range(2)])
+    assert wire.wait_for(lambda: len(wire.markers) >= len(sports), timeout=5), len(wire.markers)
+    wire.take()
+    wire.markers.clear()
+
+
+class Instances:
+    """Answers the ingress' state frames as S's and D's positions would, in a thread: `act`
+    (vlan, in-band type, parsed body) returns the body to send back (None: the frame is lost);
+    every frame seen is kept in `seen` as (vlan, type, parsed body)."""
+
+    def __init__(self, wire, act):
+        self.wire, self.act, self.seen = wire, act, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            if not self.wire.states:
+                time.sleep(0.002)
+                continue
+            vlan, kind, body = state_frame(self.wire.states.pop(0)[0])
+            frame_ = parse_body(body)
+            self.seen.append((vlan, kind, frame_))
+            back = self.act(vlan, kind, frame_)
+            if back is not None:
+                self.wire.send([returned(vlan, kind, back)])
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+
+
+def nat_state(sport: int) -> bytes:
+    return struct.pack("!IHH", 0xC6126401, sport + 1000, 0)  # a NAT mapping's 8 bytes
+
+
+def test_a_moved_flow_carries_its_state_from_s_to_d_and_its_held_packets_follow_in_order(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--marker-quiet-us", "20000")
+    F = 20000
+    set_up_on_source(wire, [F])
+
+    def act(vlan, kind, f):
+        if kind == 2:  # S's position 0 (NAT) hands over its mapping and forgets it
+            assert vlan == INSTANCE_VLAN and f["records"] == []
+            return move_body(1, F, records=[(0, nat_state(F))])
+        assert vlan == MOVED_VLAN  # D's position 0 takes it
+        return move_body(2, F, records=f["records"])
+
+    peers = Instances(wire, act)
+    try:
+        gw.moves.put(flow_move("m1", [F]))
+        assert wire.wait_for(lambda: tor.removed, timeout=5)
+        # The flow's rule is gone: its packets miss on the ToR and reach the ingress, which holds them.
+        wire.send([frame(F, 5001, s) for s in range(2, 6)])
+        assert wire.wait_for(lambda: len(gw.moved) == 1, timeout=5), peers.seen
+    finally:
+        peers.close()
+    # export through S (no records) -> import through D (S's records, status ok)
+    assert [(v, k, f["kind"], f["status"], f["records"]) for v, k, f in peers.seen] == [
+        (INSTANCE_VLAN, 2, 1, 0, []), (MOVED_VLAN, 3, 2, 0, [(0, nat_state(F))])]
+    assert all(f["sport"] == F and f["cur"] for _, _, f in peers.seen)
+    # The rule to D is in (barrier), then the held packets go to D, marked, in order, then the marker.
+    assert wire.wait_for(lambda: len(wire.got) == 4 and wire.markers, timeout=3), (wire.got, wire.markers)
+    got = wire.take()
+    assert [flow_of(fr) for fr, _ in got] == [(F, 5001, s) for s in range(2, 6)]
+    assert all(vlan_of(fr) == MOVED_VLAN and marked(fr) for fr, _ in got)
+    (ack, rule), = [(t, r) for t, r in tor.installs if r.assignment.flow.src_port == F and r.assignment.vlan == MOVED_VLAN]
+    assert (rule.assignment.instance, rule.assignment.chain, rule.assignment.worker) == ("a-udp/1", "a-udp", "w1")
+    assert min(ts for _, ts in got) >= ack
+    (marker, ts), = wire.markers
+    assert vlan_of(marker) == MOVED_VLAN and marker_flow(marker)[2] == F and ts > max(t for _, t in got)
+    report = gw.moved[0]
+    assert (report.ingress_id, report.move_id, len(report.results)) == ("ingress-0", "m1", 1)
+    r = report.results[0]
+    assert (r.flow.src_port, r.moved, r.reason) == (F, True, "")
+    assert 0 < r.pause_us < 5e6
+    m = ing.metrics()
+    assert m['keel_ingress_flow_moves_total{result="moved"}'] == 1
+    assert m["keel_ingress_move_pause_seconds_count"] == 1
+    assert m["keel_ingress_move_frames_sent_total"] == 2 and m["keel_ingress_move_frames_back_total"] == 2
+    assert m["keel_ingress_move_packets_held_total"] == 4
+    # A later packet that still reaches the ingress goes to D.
+    wire.send([frame(F, 5001, 6)])
+    assert wire.wait_for(lambda: len(wire.got) == 1)
+    assert vlan_of(wire.got[0][0]) == MOVED_VLAN and flow_of(wire.got[0][0]) == (F, 5001, 6)
+
+
+def test_moves_that_fail_leave_each_flow_whole_on_its_source(rig):
+    start, wire, gw, tor, _ = rig
+    ing = start("--move-frame-timeout-ms", "300")
+    GLOBAL, LOST, REFUSED, NO_RULE = 21000, 21001, 21002, 21003
+    flows = [GLOBAL, LOST, REFUSED, NO_RULE]
+    set_up_on_source(wire, flows)
+    imported_back = {}
+
+    def act(vlan, kind, f):
+        p = f["sport"]
+        if vlan == INSTANCE_VLAN and kind == 2:
+            if p == LOST:
+                return None  # S never answers
+            if p == GLOBAL:  # NAT at 0 gave its mapping up, position 1 keeps global state
+                return move_body(1, p, status=2, failed=1, records=[(0, nat_state(p))])
+            return move_body(1, p, records=[(0, nat_state(p))])
+        if vlan == INSTANCE_VLAN and kind == 3:  # S takes its state back
+            imported_back[p] = (f["status"], f["records"])
+            return move_body(2, p, records=f["records"])
+        if vlan == MOVED_VLAN and kind == 3:
+            if p == REFUSED:  # position 0 imported, position 1 refused
+                return move_body(2, p, status=3, failed=1, records=f["records"])
+            if p == NO_RULE:
+                tor.refuse_vlan = MOVED_VLAN  # the ToR will not take its rule to D
+            return move_body(2, p, records=f["records"])
+        assert vlan == MOVED_VLAN and kind == 2 and f["records"] == []  # D gives back what it took
+        return move_body(1, p, records=[(0, nat_state(p))])
+
+    before = len(tor.installs)
+    peers = Instances(wire, act)
+    try:
+        gw.moves.put(flow_move("elsewhere", [GLOBAL], ingress="ingress-9"))  # another ingress': not ours
+        gw.moves.put(flow_move("same", [GLOBAL], dst=INSTANCE_VLAN))  # from and to are one instance
+        gw.moves.put(flow_move("m2", flows))
+        assert wire.wait_for(lambda: len(tor.removed) == len(flows), timeout=5), tor.removed
+        wire.send([frame(p, 5001, s) for s in range(2, 5) for p in flows])
+        assert wire.wait_for(lambda: len(gw.moved) == 2, timeout=5), (gw.moved, peers.seen)
+    finally:
+        peers.close()
+    assert [r.move_id for r in gw.moved] == ["same", "m2"]
+    assert [(r.moved, r.reason) for r in gw.moved[0].results] == [(False, "invalid")]
+    reasons = {r.flow.src_port: (r.moved, r.reason) for r in gw.moved[1].results}
+    assert reasons == {GLOBAL: (False, "global"), LOST: (False, "timeout"), REFUSED: (False, "refused"),
+                       NO_RULE: (False, "rule")}
+    # S got back exactly what it gave, status reset so that its positions take it; the lost
+    # export took S's state with it: nothing to give back.
+    assert imported_back == {p: (0, [(0, nat_state(p))]) for p in (GLOBAL, REFUSED, NO_RULE)}
+    # Every held packet went back to S, in order, before the flow's rule to S was put back.
+    assert wire.wait_for(lambda: len(wire.got) == 3 * len(flows), timeout=3), len(wire.got)
+    # (the rule NO_RULE could not have to D, and each flow's rule to S)
+    assert wire.wait_for(lambda: len(tor.installs) == before + 1 + len(flows), timeout=3), tor.installs[before:]
+    got = wire.take()
+    for p, pkts in by_flow(got).items():
+        assert [s for s, _ in pkts] == [2, 3, 4], p
+        (ack, rule), = [(t, r) for t, r in tor.installs[before:] if r.assignment.flow.src_port == p[0]
+                        and r.assignment.vlan == INSTANCE_VLAN]
+        assert rule.assignment.instance == "a-udp/0" and ack >= max(ts for _, ts in pkts), p
+    assert all(vlan_of(fr) == INSTANCE_VLAN and marked(fr) for fr, _ in got)
+    m = ing.metrics()
+    for reason, n in (("global", 1), ("timeout", 1), ("refused", 1), ("rule", 1), ("invalid", 1), ("moved", 0)):
+        assert m[f'keel_ingress_flow_moves_total{{result="{reason}"}}'] == n, reason
+    assert len(tor.removed) == len(flows)  # the other ingress' move was not acted on
+    # A frame that comes back late, for a flow no longer moving, is dropped and counted.
+    wire.send([returned(INSTANCE_VLAN, 2, move_body(1, LOST, records=[(0, nat_state(LOST))]))])
+    assert wire.wait_for(lambda: ing.metrics()["keel_ingress_move_frames_bad_total"] == 1, timeout=3)
+    assert wire.got == [] and wire.states == []

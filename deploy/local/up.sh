@@ -40,10 +40,13 @@
 # (see deploy/local/lib.sh); `make down` stops what this started. Running it again while the
 # stack runs only checks that every part answers. Must run as root.
 #
-# usage: deploy/local/up.sh [--bin DIR] [--no-smartnic]
+# usage: deploy/local/up.sh [--bin DIR] [--no-smartnic] [--flow-moves]
 #   --bin DIR       keel's binaries (default $KEEL_BIN, else build/bin)
 #   --no-smartnic   the worker's NIC is a plain NIC in the placer's topology, not an eBPF
 #                   SmartNIC (deploy/local/topology.yaml): no NF runs in XDP
+#   --flow-moves    the gateway moves live flows between instances (keel-gateway --flow-moves;
+#                   also with KEEL_FLOW_MOVES=1, e.g. KEEL_FLOW_MOVES=1 make up). A gateway that
+#                   runs already keeps its flags: make down first.
 set -euo pipefail
 
 PROG=up.sh
@@ -51,6 +54,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BIN=${KEEL_BIN:-$ROOT/build/bin}
 VENV=$ROOT/.venv
 SMARTNIC=1
+FLOW_MOVES=${KEEL_FLOW_MOVES:-0}
 
 usage() { sed -n '/^# Starts/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -58,6 +62,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --bin) [ $# -ge 2 ] || die "--bin needs a directory"; BIN=$2; shift 2 ;;
     --no-smartnic) SMARTNIC=0; shift ;;
+    --flow-moves) FLOW_MOVES=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -274,7 +279,7 @@ part keel-gateway 30 gateway_ok -- "$BIN/keel-gateway" --listen 127.0.0.1:8080 -
   --redis "unix:$RUN/redis.sock" --redis-user keel-gateway --redis-password-file "$RUN/secrets/redis-gateway" \
   --placer 127.0.0.1:50062 --secrets "$RUN/secrets" --control-token-file "$TOKEN" \
   --topology "$TOPOLOGY" --docker "unix://$DOCKER_SOCK" \
-  --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070
+  --function-cpuset "$(unmanaged_cpus)" --torctl 127.0.0.1:50070 $([ "$FLOW_MOVES" = 1 ] && echo --flow-moves)
 
 part keel-coopsched 20 coopsched_ok -- "$BIN/keel-coopsched" --cores "$MANAGED_CORES" \
   --listen "unix:$COOPSCHED_SOCK" --nf-listen "unix:$COOPSCHED_NF_SOCK" --pktbuf-dir "$PKTBUF" --no-rt-throttle

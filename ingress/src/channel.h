@@ -12,6 +12,7 @@
 #include <string>
 
 #include "drop_reason.h"
+#include "flow_mover.h"
 #include "parser.h"
 
 struct rte_ring;
@@ -27,10 +28,17 @@ struct Msg {
     kReleased,       /* req_id, since_ns: held packets are out, install the flow's rule */
     kAbandoned,      /* req_id: the lcore gave up on the setup; release the flow */
     kFilterSetDone,  /* filters: the lcore no longer uses it, free it */
+    kMoveRemoveRule, /* key, move: take the moving flow's rule off the ToR (answer kMoveRuleRemoved) */
+    kMoveInstall,    /* key, move, to_destination: the moving flow's rule to D (answer kMoveInstalled),
+                      * or back to S for setup req_id (answer kInstalled, its marker follows) */
+    kMoveResult,     /* key, move, move_failure (kNone: moved), since_ns: the pause */
     /* control -> lcore */
     kDecision,       /* key, req_id, failure (kCount = success), vlan (0: untagged) */
     kFilterSet,      /* filters: use this set from now on */
     kInstalled,      /* key, req_id: the flow's own rule is in (barrier): send its marker once quiet */
+    kMoveBegin,      /* key, move, vlan (S), to_vlan (D): move the flow (flow_mover.h) */
+    kMoveRuleRemoved, /* key, ok: the answer to kMoveRemoveRule */
+    kMoveInstalled,  /* key, ok: the answer to kMoveInstall to D */
   };
   explicit Msg(Kind k = Kind::kNewFlow) : kind(k) {}
 
@@ -42,7 +50,12 @@ struct Msg {
    * ingress sends them back (its instance's reinject rule on the ToR steers
    * them); 0 for a switch-only chain (its stage-1 rule does). */
   uint16_t vlan = 0;
-  uint64_t since_ns = 0;  /* kReleased: the flow's first packet (CLOCK_MONOTONIC) */
+  uint64_t since_ns = 0;  /* kReleased: the flow's first packet (CLOCK_MONOTONIC); kMoveResult: the pause */
+  uint32_t move = 0;      /* the control thread's number of a FlowMove */
+  uint16_t to_vlan = 0;   /* kMoveBegin: D's VLAN */
+  bool ok = false;        /* kMoveRuleRemoved, kMoveInstalled */
+  bool to_destination = false;  /* kMoveInstall */
+  MoveFailure move_failure = MoveFailure::kNone;
   FilterSet* filters = nullptr;
   char chain[64] = {};  /* chain names are OpenFaaS function names (at most 63 characters) */
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "control.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <time.h>
 
@@ -21,6 +22,7 @@ constexpr int kWatchBackoffMinMs = 100;
 constexpr int kWatchBackoffMaxMs = 5000;
 constexpr int kReleaseTimeoutMs = 1000;
 constexpr int kReportTimeoutMs = 500;
+constexpr int kReportMovesTimeoutMs = 2000;
 
 /* CLOCK_MONOTONIC in ns: the clock the lcore stamps a flow's first packet with. */
 uint64_t MonotonicNs() {
@@ -41,6 +43,29 @@ v1::FiveTuple ToProto(const FlowKey& k) {
   t.set_dst_port(k.dst_port);
   t.set_proto(k.proto);
   return t;
+}
+
+/* The flow key of |t|; false if it names no IPv4 5-tuple. */
+bool FromProto(const v1::FiveTuple& t, FlowKey* k) {
+  in_addr src, dst;
+  if (inet_pton(AF_INET, t.src_ip().c_str(), &src) != 1 || inet_pton(AF_INET, t.dst_ip().c_str(), &dst) != 1 ||
+      t.src_port() > UINT16_MAX || t.dst_port() > UINT16_MAX || t.proto() > UINT8_MAX)
+    return false;
+  *k = FlowKey{ntohl(src.s_addr), ntohl(dst.s_addr), static_cast<uint16_t>(t.src_port()),
+               static_cast<uint16_t>(t.dst_port()), static_cast<uint8_t>(t.proto())};
+  return true;
+}
+
+/* What is wrong with FlowMove |m| as a whole ("" if nothing). */
+std::string MoveProblem(const v1::FlowMove& m) {
+  if (m.id().empty()) return "no id";
+  if (m.chain().empty()) return "no chain";
+  for (const v1::ChainInstance* i : {&m.from(), &m.to()}) {
+    if (i->vlan() == 0 || i->vlan() >= inband::kMarkVid)
+      return "instance " + i->id() + " has VLAN " + std::to_string(i->vlan()) + " (not 1-4092)";
+  }
+  if (m.from().vlan() == m.to().vlan()) return "from and to are the same instance (VLAN " + std::to_string(m.to().vlan()) + ")";
+  return "";
 }
 
 /* The drop reason of a failed call: timeout if it ran out of time. */
@@ -198,6 +223,12 @@ void Control::HandleLcoreMsg(const Msg& m) {
     case Msg::Kind::kFilterSetDone:
       delete m.filters;
       return;
+    case Msg::Kind::kMoveRemoveRule:
+      return MoveRemoveRule(m);
+    case Msg::Kind::kMoveInstall:
+      return MoveInstall(m);
+    case Msg::Kind::kMoveResult:
+      return MoveResult(m);
     default:
       return;
   }
@@ -387,15 +418,23 @@ void Control::FlushStage2() {
         const uint64_t now = MonotonicNs();
         for (size_t i = 0; i < batch->size(); i++) {
           bool ok = st.ok() && i < static_cast<size_t>(resp.results_size()) && resp.results(static_cast<int>(i)).error().empty();
+          const Stage2& s = (*batch)[i];
+          if (s.to_destination) {
+            /* A moved flow's rule to its new instance: the mover releases it, or moves it back. */
+            Msg done{Msg::Kind::kMoveInstalled};
+            done.key = s.key;
+            done.ok = ok;
+            ToLcore(done);
+            continue;
+          }
           if (!ok) {
             counters_->stage2_failed.Add(1);
             continue;
           }
           counters_->stage2_installed.Add(1);
-          const Stage2& s = (*batch)[i];
           if (s.request.assignment().vlan() != 0) Installed(s.key, s.req);
           /* Runs on the completion-queue thread, install_latency's one writer. */
-          counters_->install_latency.Observe(now - (*batch)[i].since_ns);
+          if (s.move == 0) counters_->install_latency.Observe(now - s.since_ns);
         }
         {
           std::lock_guard<std::mutex> lk(mu_);
@@ -410,9 +449,144 @@ void Control::Installed(const FlowKey& key, uint64_t req) {
   m.key = key;
   m.req_id = req;
   /* Lost, the message would cost the flow's direct packets the instance's hold timeout. */
+  ToLcore(m);
+}
+
+bool Control::ToLcore(const Msg& m) {
+  /* The lcore empties its ring every loop; a full ring means a burst of messages. */
   while (!channel_->ToLcore(m)) {
-    if (!Pause(1)) return;
+    if (!Pause(1)) return false;
   }
+  return true;
+}
+
+void Control::StartMove(const v1::FlowMove& spec) {
+  const std::string problem = MoveProblem(spec);
+  if (!problem.empty())
+    std::fprintf(stderr, "keel-ingress: move %s: %s; its flows stay where they are\n", spec.id().c_str(), problem.c_str());
+  std::vector<Msg> begin;
+  std::shared_ptr<v1::ReportMovesRequest> report;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    const uint32_t n = next_move_++;
+    Move& mv = moves_[n];
+    mv.spec = spec;
+    for (const v1::FiveTuple& t : spec.flows()) {
+      v1::FlowMoveResult& r = mv.results.emplace_back();
+      *r.mutable_flow() = t;
+      FlowKey key;
+      /* A flow named twice would have one result for two places. */
+      if (problem.empty() && FromProto(t, &key) && mv.index.emplace(key, mv.results.size() - 1).second) {
+        Msg m{Msg::Kind::kMoveBegin};
+        m.key = key;
+        m.move = n;
+        m.vlan = static_cast<uint16_t>(spec.from().vlan());
+        m.to_vlan = static_cast<uint16_t>(spec.to().vlan());
+        begin.push_back(m);
+        continue;
+      }
+      r.set_reason(MoveFailureName(MoveFailure::kInvalid));
+      /* The lcore never has an invalid flow: the control thread is this counter's one writer. */
+      counters_->moves[static_cast<size_t>(MoveFailure::kInvalid)].Add(1);
+    }
+    mv.pending = begin.size();
+    if (mv.pending == 0) {
+      report = std::make_shared<v1::ReportMovesRequest>();
+      report->set_ingress_id(cfg_.ingress_id);
+      report->set_move_id(spec.id());
+      for (v1::FlowMoveResult& r : mv.results) *report->add_results() = std::move(r);
+      moves_.erase(n);
+    }
+  }
+  for (const Msg& m : begin) {
+    if (!ToLcore(m)) return;
+  }
+  if (report) ReportMoves(report, 1);
+}
+
+void Control::MoveRemoveRule(const Msg& m) {
+  v1::RemoveFlowRequest req;
+  *req.mutable_flow() = ToProto(m.key);
+  const FlowKey key = m.key;
+  Issue<v1::RemoveFlowResponse>(
+      cfg_.install_timeout_ms,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncRemoveFlow(ctx, req, cq); },
+      [this, key](const grpc::Status& st, const v1::RemoveFlowResponse&) {
+        /* removed=false (torctl had no rule) is no failure: the flow's packets come here all the same. */
+        if (!st.ok())
+          std::fprintf(stderr, "keel-ingress: moving %s: RemoveFlow: %s\n", Ipv4String(key.src_ip).c_str(),
+                       st.error_message().c_str());
+        Msg done{Msg::Kind::kMoveRuleRemoved};
+        done.key = key;
+        done.ok = st.ok();
+        ToLcore(done);
+      });
+}
+
+void Control::MoveInstall(const Msg& m) {
+  bool known;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = moves_.find(m.move);
+    known = it != moves_.end();
+    if (known) {
+      const v1::FlowMove& spec = it->second.spec;
+      const v1::ChainInstance& to = m.to_destination ? spec.to() : spec.from();
+      Stage2 s{{}, MonotonicNs(), m.key, m.req_id, m.move, m.to_destination};
+      v1::FlowAssignment* a = s.request.mutable_assignment();
+      *a->mutable_flow() = ToProto(m.key);
+      a->set_chain(spec.chain());
+      a->set_instance(to.id());
+      a->set_vlan(to.vlan());
+      a->set_worker(to.worker());
+      s.request.set_idle_timeout_s(cfg_.idle_timeout_s);
+      s.request.set_reinject_only(false);
+      stage2_queue_.push_back(std::move(s));
+    }
+  }
+  if (known) return FlushStage2();
+  /* Cannot happen (a move ends with its last flow's result); the mover must not wait for it. */
+  if (m.to_destination) {
+    Msg done{Msg::Kind::kMoveInstalled};
+    done.key = m.key;
+    ToLcore(done);
+  }
+}
+
+void Control::MoveResult(const Msg& m) {
+  std::shared_ptr<v1::ReportMovesRequest> report;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = moves_.find(m.move);
+    if (it == moves_.end()) return;
+    Move& mv = it->second;
+    auto at = mv.index.find(m.key);
+    if (at == mv.index.end()) return;
+    v1::FlowMoveResult& r = mv.results[at->second];
+    r.set_moved(m.move_failure == MoveFailure::kNone);
+    r.set_reason(MoveFailureName(m.move_failure));
+    r.set_pause_us(static_cast<double>(m.since_ns) / 1e3);
+    if (--mv.pending > 0) return;
+    report = std::make_shared<v1::ReportMovesRequest>();
+    report->set_ingress_id(cfg_.ingress_id);
+    report->set_move_id(mv.spec.id());
+    for (v1::FlowMoveResult& x : mv.results) *report->add_results() = std::move(x);
+    moves_.erase(it);
+  }
+  ReportMoves(report, 1);
+}
+
+void Control::ReportMoves(std::shared_ptr<v1::ReportMovesRequest> req, int attempt) {
+  Issue<v1::ReportMovesResponse>(
+      kReportMovesTimeoutMs,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return gateway_->PrepareAsyncReportMoves(ctx, *req, cq); },
+      [this, req, attempt](const grpc::Status& st, const v1::ReportMovesResponse&) {
+        if (st.ok()) return;
+        if (attempt < cfg_.report_moves_attempts) return ReportMoves(req, attempt + 1);
+        counters_->move_reports_failed.Add(1);
+        std::fprintf(stderr, "keel-ingress: ReportMoves %s: %s (gave up after %d calls)\n", req->move_id().c_str(),
+                     st.error_message().c_str(), attempt);
+      });
 }
 
 void Control::Release(const FlowKey& key, const char* reason) {
@@ -433,10 +607,7 @@ void Control::Decide(const FlowKey& key, uint64_t req, DropReason failure, uint1
   m.req_id = req;
   m.failure = failure;
   m.vlan = vlan;
-  /* The lcore empties its ring every loop; a full ring means a burst of decisions. */
-  while (!channel_->ToLcore(m)) {
-    if (!Pause(1)) return;
-  }
+  ToLcore(m);
 }
 
 void Control::WatchLoop() {
@@ -480,6 +651,9 @@ bool Control::ReadWatch(grpc::ClientContext* ctx) {
       case v1::WatchEvent::SYNCED:
         synced = true;
         break;
+      case v1::WatchEvent::FLOWS_MOVE:
+        if (ev.move().ingress_id() == cfg_.ingress_id) StartMove(ev.move());
+        continue;
       default:
         continue;  /* instances and workers are the gateway's business */
     }

@@ -13,7 +13,12 @@
  *    lcore released the held packets, InstallFlow of the flow's own rule.
  *  - keel-ing-watch: follows the gateway's chains (Control.Watch) and hands
  *    the lcore a freshly compiled FilterSet on every change; re-watches
- *    with backoff when the stream ends.
+ *    with backoff when the stream ends. A FLOWS_MOVE for this ingress
+ *    starts a move of each of its flows on the lcore (flow_mover.h); the
+ *    request thread takes the moving flows' rules off the ToR (RemoveFlow)
+ *    and installs their new ones through stage 2's path, and once every
+ *    flow of the FlowMove has its result, one ReportMoves call tells the
+ *    gateway.
  *  - keel-ing-report: ReportIngressStats every report interval.
  */
 #ifndef KEEL_INGRESS_CONTROL_H_
@@ -30,6 +35,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "assign_batch.h"
@@ -65,6 +71,7 @@ struct ControlConfig {
   int assign_batch = 64;
   int assign_window_us = 1000;
   int install_timeout_ms = 1000;
+  int report_moves_attempts = 3;  /* ReportMoves is idempotent: a failed call is made again */
   int report_interval_ms = 2000;
 };
 
@@ -99,6 +106,15 @@ class Control {
     uint64_t since_ns;  /* its first packet, for install_latency */
     FlowKey key;
     uint64_t req;       /* its setup's request id (the lcore's) */
+    uint32_t move = 0;  /* a moving flow's rule: its FlowMove's number */
+    bool to_destination = false;  /* the rule to the move's destination (the mover waits for it) */
+  };
+  /* A FlowMove being carried out. */
+  struct Move {
+    keel::v1::FlowMove spec;
+    std::vector<keel::v1::FlowMoveResult> results;  /* one per flow of spec, in its order */
+    std::unordered_map<FlowKey, size_t, FlowKeyHash> index;  /* a flow's place in results */
+    size_t pending = 0;  /* flows without a result yet */
   };
   static constexpr int kStage2InFlight = 2;
   static constexpr int kAssignInFlight = 4;
@@ -136,6 +152,18 @@ class Control {
   /* Tells the lcore: release the flow's packets tagged |vlan| (0: untagged), or drop them (|failure|). */
   void Decide(const FlowKey& key, uint64_t req, DropReason failure, uint16_t vlan = 0);
 
+  /* A FLOWS_MOVE for this ingress: each flow's move starts on the lcore. */
+  void StartMove(const keel::v1::FlowMove& move);
+  /* The rule of moving flow |key|: taken off the ToR, or installed to the move's destination
+   * (the mover waits for it) or again to its source (setup |req|'s marker follows). */
+  void MoveRemoveRule(const Msg& m);
+  void MoveInstall(const Msg& m);
+  /* One flow's result; the last of its FlowMove's sends ReportMoves. */
+  void MoveResult(const Msg& m);
+  void ReportMoves(std::shared_ptr<keel::v1::ReportMovesRequest> req, int attempt);
+  /* Sends |m| to the lcore, waiting while its ring is full; false once stopping. */
+  bool ToLcore(const Msg& m);
+
   void WatchLoop();
   /* Reads one Watch stream to its end; true if it got as far as SYNCED. */
   bool ReadWatch(grpc::ClientContext* ctx);
@@ -163,6 +191,8 @@ class Control {
   int assign_in_flight_ = 0;            /* AssignFlows calls out */
   int assigning_ = 0;                   /* flows in AssignFlows calls */
   grpc::ClientContext* watch_ctx_ = nullptr;
+  std::map<uint32_t, Move> moves_;      /* FlowMoves being carried out, by number */
+  uint32_t next_move_ = 1;
 
   std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */
 

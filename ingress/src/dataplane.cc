@@ -32,6 +32,10 @@ constexpr uint64_t kTxPatienceNs = 200'000;
 constexpr uint32_t kHoldingSleepMinUs = 25;
 constexpr uint32_t kHoldingSleepMaxUs = 200;
 
+/* Locally administered addresses: the frames are for the instance's positions, which eat them. */
+constexpr uint8_t kInbandDst[6] = {0x02, 'k', 'e', 'e', 'l', 0x01};
+constexpr uint8_t kInbandSrc[6] = {0x02, 'k', 'e', 'e', 'l', 0x00};
+
 uint64_t NowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -41,7 +45,7 @@ uint64_t NowNs() {
 }  // namespace
 
 DataPlane::DataPlane(const DataPlaneConfig& cfg, Channel* channel, IngressCounters* counters)
-    : cfg_(cfg), channel_(channel), counters_(counters), table_(cfg.table) {
+    : cfg_(cfg), channel_(channel), counters_(counters), table_(cfg.table), mover_(cfg.mover) {
   tx_.reserve(kBurst + cfg.table.hold_per_flow);
 }
 
@@ -66,6 +70,8 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
       for (uint16_t i = 0; i < n; i++) HandlePacket(burst[i], now);
       busy = true;
     }
+    if (mover_.active()) mover_.Poll(now, &moves_);
+    if (!moves_.empty()) ApplyMoves(now);
     if (!markers_.empty()) SendMarkers(now);
     FlushTx();
     if (now >= next_expire_) {
@@ -98,8 +104,11 @@ bool DataPlane::DrainControl(uint64_t now) {
       ApplyDecision(m, now);
     } else if (m.kind == Msg::Kind::kInstalled) {
       if (table_.Installed(m.key, m.req_id, now)) markers_.push_back({m.key, m.req_id});
+    } else {
+      MoveMsg(m, now);
     }
   }
+  if (!moves_.empty()) ApplyMoves(now);
   return any;
 }
 
@@ -137,6 +146,93 @@ void DataPlane::ApplyDecision(const Msg& m, uint64_t now) {
   }
 }
 
+void DataPlane::MoveMsg(const Msg& m, uint64_t now) {
+  switch (m.kind) {
+    case Msg::Kind::kMoveBegin:
+      /* A flow whose rule or marker is still on its way would have the rule put back, or
+       * its direct packets held at S, behind the export. */
+      if (table_.Settling(m.key)) return FlowMover::Reject(m.move, m.key, MoveFailure::kBusy, &moves_);
+      return mover_.Begin(m.move, m.key, m.vlan, m.to_vlan, now, &moves_);
+    case Msg::Kind::kMoveRuleRemoved:
+      return mover_.OnRuleRemoved(m.key, m.ok, now, &moves_);
+    case Msg::Kind::kMoveInstalled:
+      return mover_.OnInstalled(m.key, m.ok, now, &moves_);
+    default:
+      return;
+  }
+}
+
+void DataPlane::ApplyMoves(uint64_t now) {
+  for (MoveAction& a : moves_) {
+    Msg msg{Msg::Kind::kMoveResult};
+    msg.key = a.key;
+    msg.move = a.move;
+    switch (a.kind) {
+      case MoveAction::Kind::kRemoveRule:
+        msg.kind = Msg::Kind::kMoveRemoveRule;
+        break;
+      case MoveAction::Kind::kSendFrame:
+        SendStateFrame(a);
+        continue;
+      case MoveAction::Kind::kInstall:
+        msg.kind = Msg::Kind::kMoveInstall;
+        msg.to_destination = true;
+        break;
+      case MoveAction::Kind::kRelease: {
+        /* As a new flow's: to D its rule is in and the marker follows once quiet; back to S
+         * the packets go first and the rule after them. */
+        const uint64_t req = table_.Adopt(a.key, a.vlan, a.to_destination, now);
+        counters_->move_packets_held.Add(a.packets.size());
+        for (Packet p : a.packets) SendTagged(p, a.vlan);
+        FlushTx();
+        if (a.to_destination) {
+          markers_.push_back({a.key, req});
+          continue;
+        }
+        msg.kind = Msg::Kind::kMoveInstall;
+        msg.req_id = req;
+        break;
+      }
+      case MoveAction::Kind::kResult:
+        counters_->moves[static_cast<size_t>(a.result.failure)].Add(1);
+        if (a.result.failure == MoveFailure::kNone) counters_->move_pause.Observe(a.result.pause_ns);
+        msg.move_failure = a.result.failure;
+        msg.since_ns = a.result.pause_ns;
+        break;
+    }
+    SendControl(msg);
+  }
+  moves_.clear();
+  counters_->move_restores_failed.Set(mover_.restores_failed());
+}
+
+void DataPlane::SendStateFrame(const MoveAction& a) {
+  const size_t len = std::max(inband::kMinFrame, inband::kMoveBodyOffset + a.body.size());
+  SendInband(
+      len, a.vlan,
+      [&](uint8_t* frame) {
+        return inband::WriteMoveFrame(frame, len, kInbandDst, kInbandSrc, a.type, a.body.data(), a.body.size()) != 0;
+      },
+      &counters_->move_frames_sent, &counters_->move_frames_unsent);
+}
+
+bool DataPlane::HandleInband(rte_mbuf* m, uint64_t now) {
+  const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
+  inband::Type type;
+  size_t header = 0, body_len = 0;
+  const inband::Malformed bad = inband::ParseMoveFrame(frame, rte_pktmbuf_data_len(m), &type, &header, &body_len);
+  if (bad == inband::Malformed::kNotInband) return false;
+  /* Back from an instance, the instance's VLAN above the mark says which. */
+  const uint16_t vlan = header > inband::kPayloadOffset ? inband::Get16(frame + inband::kMacs + 2) & 0x0FFF : 0;
+  const FrameVerdict v = bad == inband::Malformed::kNone
+                             ? mover_.OnFrame(frame + header + inband::kHeaderLen, body_len, vlan, now, &moves_)
+                             : FrameVerdict::kMalformed;
+  (v == FrameVerdict::kTaken ? counters_->move_frames_back : counters_->move_frames_bad).Add(1);
+  rte_pktmbuf_free(m);
+  if (!moves_.empty()) ApplyMoves(now);
+  return true;
+}
+
 void DataPlane::SwapFilters(FilterSet* next) {
   if (filters_) {
     Msg done{Msg::Kind::kFilterSetDone};
@@ -166,7 +262,21 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
   const uint8_t* frame = rte_pktmbuf_mtod(m, const uint8_t*);
   FlowKey key;
   ParseResult pr = ParseFrame(frame, rte_pktmbuf_data_len(m), &key);
-  if (pr != ParseResult::kOk) return Drop(m, DropReasonOf(pr));
+  if (pr != ParseResult::kOk) {
+    /* Not IPv4: a move's frame coming back from an instance, or nothing for us. */
+    if (HandleInband(m, now)) return;
+    return Drop(m, DropReasonOf(pr));
+  }
+  if (mover_.active()) {
+    switch (mover_.OnPacket(key, m, now)) {
+      case HoldVerdict::kHeld:
+        return;
+      case HoldVerdict::kFull:
+        return Drop(m, DropReason::kBufferFull);
+      case HoldVerdict::kNotMoving:
+        break;
+    }
+  }
 
   PacketVerdict v = table_.OnPacket(key, m, now);
   switch (v.verdict) {
@@ -233,25 +343,28 @@ void DataPlane::SendMarkers(uint64_t now) {
 }
 
 void DataPlane::SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan) {
-  /* Locally administered addresses: the frame is for the instance's position 0, which eats it. */
-  static constexpr uint8_t kDst[6] = {0x02, 'k', 'e', 'e', 'l', 0x01};
-  static constexpr uint8_t kSrc[6] = {0x02, 'k', 'e', 'e', 'l', 0x00};
+  SendInband(
+      inband::kMarkerFrameLen, vlan,
+      [&](uint8_t* frame) {
+        inband::WriteMarker(frame, kInbandDst, kInbandSrc, key, req);
+        return true;
+      },
+      &counters_->markers_sent, &counters_->markers_unsent);
+}
+
+template <class Write>
+void DataPlane::SendInband(size_t len, uint16_t vlan, Write write, Counter* sent, Counter* unsent) {
   rte_mbuf* m = cfg_.pool ? rte_pktmbuf_alloc(cfg_.pool) : nullptr;
-  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, inband::kMarkerFrameLen)) : nullptr;
-  if (!frame) {
-    if (m) rte_pktmbuf_free(m);
-    counters_->markers_unsent.Add(1);
-    return;
+  uint8_t* frame = m ? reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len))) : nullptr;
+  if (frame && write(frame)) {
+    m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
+    if (rte_vlan_insert(&m) == 0) {
+      sent->Add(1);
+      return Send(m);
+    }
   }
-  inband::WriteMarker(frame, kDst, kSrc, key, req);
-  m->vlan_tci = vlan; /* the mark is in the frame already: only the instance VLAN goes on */
-  if (rte_vlan_insert(&m) != 0) {
-    counters_->markers_unsent.Add(1);
-    rte_pktmbuf_free(m);
-    return;
-  }
-  counters_->markers_sent.Add(1);
-  Send(m);
+  if (m) rte_pktmbuf_free(m);
+  unsent->Add(1);
 }
 
 void DataPlane::StartFlow(const FlowKey& key, int chain, rte_mbuf* m, uint64_t now) {
@@ -301,7 +414,7 @@ void DataPlane::DropAll(std::vector<Packet>* pkts, DropReason why) {
 }
 
 void DataPlane::PublishGauges() {
-  counters_->buffered.Set(table_.held());
+  counters_->buffered.Set(table_.held() + mover_.held());
   counters_->buffered_max.Set(table_.held_max());
   counters_->flows_active.Set(table_.flows());
 }
@@ -312,7 +425,7 @@ void DataPlane::IdleSleep() {
    * the nap at once, the next packet or message resets it. While the table
    * has flows the naps stay short: a packet of a flow whose rule is on its
    * way could otherwise be overtaken by the next one, which takes the rule. */
-  const bool holding = table_.held() || table_.flows();
+  const bool holding = table_.held() || table_.flows() || mover_.active();
   uint32_t cap = holding ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us) : cfg_.idle_sleep_max_us;
   uint32_t first = holding ? std::min(kHoldingSleepMinUs, cap) : 1;
   idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cap) : first;

@@ -19,6 +19,13 @@
  * ingress re-injects untagged behind the stage-1 rule may still be overtaken
  * by the flow's first packets on its stage-2 rule (the window is the
  * ingress' receive queue and nap, up to 200 µs while flows are set up).
+ *
+ * Flow moves (issue 37, flow_mover.h): the lcore holds a moving flow's
+ * packets, sends the EXPORT_STATE and IMPORT_STATE frames the way it sends
+ * markers (marked, pushed with the instance's VLAN), takes the frames that
+ * come back from the instances (marked, EtherType 0x88B5), and releases the
+ * held packets as a new flow's: marked, then the marker. Rules and reports
+ * are the control thread's (kMoveRemoveRule, kMoveInstall, kMoveResult).
  */
 #ifndef KEEL_INGRESS_DATAPLANE_H_
 #define KEEL_INGRESS_DATAPLANE_H_
@@ -31,6 +38,7 @@ struct rte_mempool;
 
 #include "channel.h"
 #include "filter_set.h"
+#include "flow_mover.h"
 #include "flow_table.h"
 #include "stats.h"
 
@@ -56,8 +64,9 @@ struct DataPlaneConfig {
    * the ingress after their marker (bench/flow_setup.py, 2 ms between a
    * flow's packets): the quiet time must outlast the gap between packets. */
   uint32_t marker_quiet_us = 10000;
-  rte_mempool* pool = nullptr;  /* where marker frames come from */
+  rte_mempool* pool = nullptr;  /* where marker and move frames come from */
   FlowTableConfig table;
+  MoverConfig mover;  /* its quiet_ns is marker_quiet_us's */
 };
 
 class DataPlane {
@@ -85,6 +94,19 @@ class DataPlane {
   /* Sends the markers that are due (DataPlaneConfig::marker_quiet_us). */
   void SendMarkers(uint64_t now);
   void SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan);
+  /* A control message about a move (kMoveBegin, kMoveRuleRemoved, kMoveInstalled). */
+  void MoveMsg(const Msg& m, uint64_t now);
+  /* A marked in-band frame that came back from an instance: a move's, or dropped and counted.
+   * False (|m| untouched) if |m| is no in-band frame. */
+  bool HandleInband(rte_mbuf* m, uint64_t now);
+  /* Carries out what the mover asked for (flow_mover.h MoveAction). */
+  void ApplyMoves(uint64_t now);
+  void SendStateFrame(const MoveAction& a);
+  /* Sends a marked in-band frame of |len| bytes that |write| fills (false: it could not),
+   * pushed with the instance VLAN |vlan|; counts it in |sent|, or in |unsent| when no mbuf
+   * or no room was left for it (the instance's side times out). */
+  template <class Write>
+  void SendInband(size_t len, uint16_t vlan, Write write, Counter* sent, Counter* unsent);
   void Send(rte_mbuf* m) { tx_.push_back(m); }
   void FlushTx();
   void Drop(rte_mbuf* m, DropReason why);
@@ -96,6 +118,8 @@ class DataPlane {
   Channel* channel_;
   IngressCounters* counters_;
   FlowTable table_;
+  FlowMover mover_;
+  MoveActions moves_;                /* the mover's actions not carried out yet */
   FilterSet* filters_ = nullptr;
   std::vector<Msg> backlog_;         /* SendControl messages the ring had no room for yet */
   std::vector<rte_mbuf*> tx_;

@@ -48,6 +48,13 @@ no chain is sent back unchanged (the ToR forwards it to the uplink) or
 dropped. Nothing is lost unless a buffer overflows or a setup fails; every
 drop is counted by reason.
 
+The gateway's controller may move flows between instances of their chain
+(a FLOWS_MOVE on Control.Watch naming this ingress): the ingress holds the
+flow's packets, has its rule taken off the ToR, carries the flow's NF state
+from the old instance to the new one in band, installs the flow's rule to the
+new instance and sends what it held there in order; then it tells the gateway
+(ReportMoves). A move that fails leaves the flow whole on its old instance.
+
 usage: keel-ingress [FLAGS] [-- EAL ARGS]
 
 control plane:
@@ -110,6 +117,14 @@ data plane:
                            instance holds the flow's direct packets until
                            the marker, so they cannot overtake the ones
                            still passing through the ingress         [10000]
+  --move-hold-per-flow N   packets held per flow while it moves        [2048]
+  --move-hold-max N        packets held by all moving flows            [8192]
+  --move-frame-timeout-ms MS
+                           a move's state frame (export from the flow's
+                           old instance, import into its new one) that is
+                           not back this long after it went fails the
+                           move (timeout): the flow stays on its old
+                           instance                                    [200]
   A setup that has no answer after assign timeout x attempts + install
   timeout + 250 ms is dropped as timeout. Until the gateway's first chain list arrives (at
   start, and after a restart) new flows are dropped as not_synced: the no-chain path would
@@ -151,6 +166,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
            quiet_us = 10000;
   uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
+  uint64_t move_hold_per_flow = 2048, move_hold_max = 8192, move_frame_ms = 200;
   struct Num {
     uint64_t* v;
     uint64_t min, max;
@@ -165,6 +181,8 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
       {"--report-interval-ms", {&report_ms, 100, 3600000}}, {"--idle-sleep-max-us", {&sleep_us, 1, 100000}},
       {"--marker-quiet-us", {&quiet_us, 0, 1000000}},
+      {"--move-hold-per-flow", {&move_hold_per_flow, 1, 1u << 20}}, {"--move-hold-max", {&move_hold_max, 1, 1u << 22}},
+      {"--move-frame-timeout-ms", {&move_frame_ms, 1, 600000}},
   };
 
   f->eal = {argv[0]};
@@ -217,6 +235,11 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
     *err = "--hold-per-flow (" + std::to_string(hold_per_flow) + ") exceeds --hold-max (" + std::to_string(hold_max) + ")";
     return false;
   }
+  if (move_hold_per_flow > move_hold_max) {
+    *err = "--move-hold-per-flow (" + std::to_string(move_hold_per_flow) + ") exceeds --move-hold-max (" +
+           std::to_string(move_hold_max) + ")";
+    return false;
+  }
 
   f->control.assign_timeout_ms = static_cast<int>(assign_ms);
   f->control.assign_attempts = static_cast<int>(assign_attempts);
@@ -236,6 +259,13 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   t.retry_backoff_ns = backoff_ms * 1'000'000;
   t.retire_ns = retire_ms * 1'000'000;
   t.hold_timeout_ns = (assign_ms * assign_attempts + install_ms + kHoldTimeoutExtraMs) * 1'000'000;
+  MoverConfig& m = f->dataplane.mover;
+  m.hold_per_flow = static_cast<uint32_t>(move_hold_per_flow);
+  m.hold_max = static_cast<uint32_t>(move_hold_max);
+  m.quiet_ns = quiet_us * 1000;
+  m.frame_timeout_ns = move_frame_ms * 1'000'000;
+  /* RemoveFlow's deadline, or an install's behind a queue of them: the control thread answers first. */
+  m.rule_timeout_ns = (2 * install_ms + kHoldTimeoutExtraMs) * 1'000'000;
   return true;
 }
 

@@ -80,6 +80,21 @@ MarkerDue FlowTable::MarkerState(const FlowKey& key, uint64_t req_id, uint64_t n
   return MarkerDue::kDue;
 }
 
+bool FlowTable::Settling(const FlowKey& key) const {
+  auto it = flows_.find(key);
+  if (it == flows_.end()) return false;
+  const Flow& f = it->second;
+  return f.state == State::kPending || (f.state == State::kForwarding && f.vlan != 0 && !f.marker_sent);
+}
+
+uint64_t FlowTable::Adopt(const FlowKey& key, uint16_t vlan, bool installed, uint64_t now) {
+  uint64_t id = next_req_++;
+  Flow& f = flows_[key];
+  /* A setup of the flow holds nothing here: a moving flow's packets are the mover's. */
+  f = Flow{State::kForwarding, DropReason::kCount, vlan, false, installed ? now : 0, id, now, kNil, kNil, 0};
+  return id;
+}
+
 void FlowTable::Expire(uint64_t now, std::vector<Packet>* timed_out) {
   for (auto it = flows_.begin(); it != flows_.end();) {
     Flow& f = it->second;

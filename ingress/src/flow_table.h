@@ -101,6 +101,16 @@ class FlowTable {
    * is in and no packet of it came for |quiet_ns|; |*vlan| is its instance's. */
   MarkerDue MarkerState(const FlowKey& key, uint64_t req_id, uint64_t now, uint64_t quiet_ns, uint16_t* vlan);
 
+  /* Whether flow |key| is in the middle of its setup: held, or forwarding
+   * to an instance before its marker went (its own rule or its marker is
+   * on the way). Such a flow cannot move yet. */
+  bool Settling(const FlowKey& key) const;
+  /* Makes flow |key| forwarding to |vlan| under a new setup (a moved flow's
+   * packets go to its new instance), replacing what the table had of it;
+   * |installed|: its own rule is in already. Returns the setup's request id
+   * (for Installed and MarkerState). */
+  uint64_t Adopt(const FlowKey& key, uint16_t vlan, bool installed, uint64_t now);
+
   /* Times out setups older than hold_timeout_ns (their packets are appended
    * to |*timed_out|, to drop as kTimeout) and forgets quiet forwarding flows
    * and flows whose backoff is over. */

@@ -22,7 +22,7 @@ namespace keel::ingress {
 namespace {
 
 constexpr unsigned kChannelSize = 8192;
-/* Mbufs beyond the hold buffer: RX and TX rings, a burst, the pool's cache. */
+/* Mbufs beyond the hold buffers (new and moving flows'): RX and TX rings, a burst, the pool's cache. */
 constexpr unsigned kMbufSlack = 4096;
 constexpr unsigned kMbufCache = 256;
 constexpr uint16_t kDrainBurst = 32;
@@ -116,7 +116,8 @@ int Run(const Flags& flags) {
   uint16_t port = 0;
   if (rte_eth_dev_count_avail() == 0) {
     std::fprintf(stderr, "keel-ingress: no DPDK port: give one after --, e.g. --vdev net_af_packet0,iface=IF\n");
-  } else if (rte_mempool* pool = MbufPool("keel_ing_mbufs", flags.dataplane.table.hold_max + kMbufSlack,
+  } else if (rte_mempool* pool = MbufPool("keel_ing_mbufs",
+                                          flags.dataplane.table.hold_max + flags.dataplane.mover.hold_max + kMbufSlack,
                                           kMbufCache, &err);
              !pool || !PortInit(port = static_cast<uint16_t>(rte_eth_find_next(0)), pool, &err)) {
     std::fprintf(stderr, "keel-ingress: %s\n", err.c_str());

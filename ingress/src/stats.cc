@@ -60,7 +60,18 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
       {"assign_calls", c.assign_calls.Get()},
       {"assign_retries", c.assign_retries.Get()},
       {"watch_restarts", c.watch_restarts.Get()},
+      {"move_packets_held", c.move_packets_held.Get()},
+      {"move_frames_sent", c.move_frames_sent.Get()},
+      {"move_frames_unsent", c.move_frames_unsent.Get()},
+      {"move_frames_back", c.move_frames_back.Get()},
+      {"move_frames_bad", c.move_frames_bad.Get()},
+      {"move_restores_failed", c.move_restores_failed.Get()},
+      {"move_reports_failed", c.move_reports_failed.Get()},
   };
+  for (size_t i = 0; i < c.moves.size(); i++) {
+    const MoveFailure f = static_cast<MoveFailure>(i);
+    s.moves[f == MoveFailure::kNone ? "moved" : MoveFailureName(f)] = c.moves[i].Get();
+  }
   for (size_t i = 0; i < c.drops.size(); i++) s.drops[DropReasonName(static_cast<DropReason>(i))] = c.drops[i].Get();
   s.buffered = c.buffered.Get();
   s.buffered_max = c.buffered_max.Get();
@@ -68,6 +79,7 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
   s.chains = c.chains.Get();
   s.install = {c.install_latency.Buckets(), c.install_latency.SumNs()};
   s.hold = {c.hold_latency.Buckets(), c.hold_latency.SumNs()};
+  s.move_pause = {c.move_pause.Buckets(), c.move_pause.SumNs()};
   return s;
 }
 
@@ -106,6 +118,9 @@ std::string PrometheusText(const Snapshot& s) {
   line("# HELP keel_ingress_drops_total Packets dropped, by reason.");
   line("# TYPE keel_ingress_drops_total counter");
   for (const auto& [reason, v] : s.drops) line("keel_ingress_drops_total{reason=\"" + reason + "\"} " + std::to_string(v));
+  line("# HELP keel_ingress_flow_moves_total Flows this ingress moved between instances (result=moved), or why not.");
+  line("# TYPE keel_ingress_flow_moves_total counter");
+  for (const auto& [result, v] : s.moves) line("keel_ingress_flow_moves_total{result=\"" + result + "\"} " + std::to_string(v));
   const std::pair<const char*, uint64_t> gauges[] = {{"buffered_packets", s.buffered},
                                                      {"buffered_packets_max", s.buffered_max},
                                                      {"flows_in_table", s.flows_active},
@@ -119,6 +134,9 @@ std::string PrometheusText(const Snapshot& s) {
                 s.install, &out);
   HistogramText("keel_ingress_hold_latency_seconds",
                 "A new flow's first packet to its held packets sent back toward their chain.", s.hold, &out);
+  HistogramText("keel_ingress_move_pause_seconds",
+                "A moved flow's first held packet to its rule to the new instance acknowledged by the switch.",
+                s.move_pause, &out);
   return out;
 }
 
@@ -127,11 +145,13 @@ std::string StatsJson(const Snapshot& s, const std::string& ingress_id) {
   j["ingress_id"] = ingress_id;
   for (const auto& [name, v] : s.counters) j[name] = v;
   j["drops"] = s.drops;
+  j["moves"] = s.moves;
   j["buffered_packets"] = s.buffered;
   j["buffered_max"] = s.buffered_max;
   j["flows_in_table"] = s.flows_active;
   j["chains"] = s.chains;
-  for (const auto& [what, h] : {std::pair{"install", &s.install}, std::pair{"hold", &s.hold}}) {
+  for (const auto& [what, h] :
+       {std::pair{"install", &s.install}, std::pair{"hold", &s.hold}, std::pair{"move_pause", &s.move_pause}}) {
     const std::string w = what;
     uint64_t n = h->Count();
     j[w + "_p50_ms"] = h->QuantileMs(0.5);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "drop_reason.h"
+#include "flow_mover.h"
 #include "keel/monitor.h"
 
 namespace keel::ingress {
@@ -50,6 +51,15 @@ struct IngressCounters {
   Counter flows_active;
   std::array<Counter, static_cast<size_t>(DropReason::kCount)> drops;
   LatencyHistogram hold_latency;     /* first packet -> held packets sent back */
+  /* Flow moves (flow_mover.h): flows by outcome (kNone: moved), and the pause of the moved ones. */
+  std::array<Counter, static_cast<size_t>(MoveFailure::kCount)> moves;
+  LatencyHistogram move_pause;       /* first held packet -> the flow's rule to its new instance is in */
+  Counter move_packets_held;         /* packets of moving flows held, then released in order */
+  Counter move_frames_sent;          /* EXPORT_STATE / IMPORT_STATE frames sent to instances */
+  Counter move_frames_unsent;        /* frames that found no mbuf (the move times out) */
+  Counter move_frames_back;          /* frames that came back and were taken */
+  Counter move_frames_bad;           /* returned frames dropped: malformed, or no move waits for them */
+  Counter move_restores_failed;      /* state sent back to S that S refused or did not return */
   /* control thread (its completion-queue thread writes install_latency) */
   LatencyHistogram install_latency;  /* first packet -> the flow's own rule acknowledged by the switch */
   Counter stage2_installed;
@@ -59,6 +69,7 @@ struct IngressCounters {
   Counter assign_retries;       /* flows sent again after a timeout or an unavailable gateway */
   Counter chains;               /* chains in the filter set now */
   Counter watch_restarts;
+  Counter move_reports_failed;  /* ReportMoves calls that failed every attempt */
 };
 
 /* A copy of one LatencyHistogram. */
@@ -75,8 +86,9 @@ struct HistogramSnapshot {
 struct Snapshot {
   std::map<std::string, uint64_t> counters;  /* name (without _total) -> value */
   std::map<std::string, uint64_t> drops;     /* reason -> packets */
+  std::map<std::string, uint64_t> moves;     /* "moved" or why not -> flows */
   uint64_t buffered = 0, buffered_max = 0, flows_active = 0, chains = 0;
-  HistogramSnapshot install, hold;
+  HistogramSnapshot install, hold, move_pause;
 };
 
 Snapshot TakeSnapshot(const IngressCounters& c);

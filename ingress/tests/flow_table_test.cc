@@ -174,5 +174,44 @@ TEST_F(FlowTableTest, StaleOrUnknownDecisionsChangeNothing) {
   EXPECT_EQ(t.held(), 1u);
 }
 
+TEST_F(FlowTableTest, AFlowIsSettlingUntilItsMarkerWent) {
+  EXPECT_FALSE(t.Settling(Flow(1)));
+  uint64_t id = Start(1, 10);
+  EXPECT_TRUE(t.Settling(Flow(1)));
+  std::vector<Packet> out;
+  ASSERT_EQ(Resolve(1, id, kOk, kMs, &out, 117), Resolution::kReleased);
+  EXPECT_TRUE(t.Settling(Flow(1))); /* its rule is on the way */
+  ASSERT_TRUE(t.Installed(Flow(1), id, 2 * kMs));
+  EXPECT_TRUE(t.Settling(Flow(1))); /* its marker is due */
+  uint16_t vlan = 0;
+  ASSERT_EQ(t.MarkerState(Flow(1), id, 20 * kMs, 10 * kMs, &vlan), MarkerDue::kDue);
+  EXPECT_FALSE(t.Settling(Flow(1)));
+}
+
+TEST_F(FlowTableTest, AnAdoptedFlowForwardsToItsNewInstanceAndGetsItsMarker) {
+  uint64_t id = Start(1, 10);
+  std::vector<Packet> out;
+  ASSERT_EQ(Resolve(1, id, kOk, kMs, &out, 117), Resolution::kReleased);
+  /* Moved to the instance tagged 118, its rule in already. */
+  uint64_t moved = t.Adopt(Flow(1), 118, true, 5 * kMs);
+  EXPECT_NE(moved, id);
+  PacketVerdict v = t.OnPacket(Flow(1), P(11), 6 * kMs);
+  EXPECT_EQ(v.verdict, Verdict::kForward);
+  EXPECT_EQ(v.vlan, 118);
+  EXPECT_FALSE(v.after_marker);
+  uint16_t vlan = 0;
+  /* The old setup's marker is gone; the new one's comes once the flow is quiet. */
+  EXPECT_EQ(t.MarkerState(Flow(1), id, 30 * kMs, 10 * kMs, &vlan), MarkerDue::kGone);
+  EXPECT_EQ(t.MarkerState(Flow(1), moved, 10 * kMs, 10 * kMs, &vlan), MarkerDue::kWait);
+  ASSERT_EQ(t.MarkerState(Flow(1), moved, 16 * kMs, 10 * kMs, &vlan), MarkerDue::kDue);
+  EXPECT_EQ(vlan, 118);
+  /* Back on its old instance, the rule to come: no marker until it is in. */
+  uint64_t back = t.Adopt(Flow(1), 117, false, 20 * kMs);
+  EXPECT_EQ(t.MarkerState(Flow(1), back, 40 * kMs, 10 * kMs, &vlan), MarkerDue::kGone);
+  ASSERT_TRUE(t.Installed(Flow(1), back, 41 * kMs));
+  ASSERT_EQ(t.MarkerState(Flow(1), back, 52 * kMs, 10 * kMs, &vlan), MarkerDue::kDue);
+  EXPECT_EQ(vlan, 117);
+}
+
 }  // namespace
 }  // namespace keel::ingress

@@ -33,6 +33,22 @@ TEST(Stats, HoldAndInstallAreSeparateHistograms) {
   EXPECT_NE(j.find("\"install_count\": 1"), std::string::npos);
 }
 
+TEST(Stats, MovesAreCountedByOutcomeWithThePauseOfTheMovedOnes) {
+  IngressCounters c;
+  c.moves[static_cast<size_t>(MoveFailure::kNone)].Add(3);
+  c.moves[static_cast<size_t>(MoveFailure::kTimeout)].Add(1);
+  c.move_pause.Observe(20'000'000); /* 20 ms */
+  Snapshot s = TakeSnapshot(c);
+  std::string t = PrometheusText(s);
+  EXPECT_NE(t.find("keel_ingress_flow_moves_total{result=\"moved\"} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("keel_ingress_flow_moves_total{result=\"timeout\"} 1\n"), std::string::npos);
+  EXPECT_NE(t.find("keel_ingress_flow_moves_total{result=\"no_room\"} 0\n"), std::string::npos);
+  EXPECT_NE(t.find("keel_ingress_move_pause_seconds_count 1\n"), std::string::npos);
+  std::string j = StatsJson(s, "ingress-0");
+  EXPECT_NE(j.find("\"moved\": 3"), std::string::npos);
+  EXPECT_NE(j.find("\"move_pause_count\": 1"), std::string::npos);
+}
+
 TEST(Stats, QuantilesComeFromTheBuckets) {
   IngressCounters c;
   for (int i = 0; i < 99; i++) c.install_latency.Observe(800'000);  /* (0.5, 1] ms */

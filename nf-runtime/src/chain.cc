@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "keel/flow_move.h"
+
 namespace keel {
 
 NfSpec ParseNfSpec(const std::string& arg) {
@@ -17,6 +19,7 @@ Chain::Chain(const std::vector<NfSpec>& specs) {
   for (size_t i = 0; i < specs.size(); i++) {
     auto st = std::make_unique<Stage>();
     st->name = specs[i].name;
+    st->id = NfId(st->name);
     try {
       st->nf = MakeNf(specs[i].name, specs[i].config);
     } catch (const ConfigError& e) {
@@ -50,6 +53,16 @@ void Chain::Run(PacketBatch* batch, size_t first, size_t last) {
   }
 }
 
+bool Chain::MoveAt(size_t i, uint8_t position, uint8_t* buf, size_t* len, std::string* err) {
+  Stage& s = *stages_[i];
+  const bool ok_before = buf[kMoveStatusAt] == static_cast<uint8_t>(MoveStatus::kOk);
+  if (!keel::MoveAt(s.nf.get(), MovePosition{position, s.id}, buf, len, err)) return false;
+  (buf[kMoveKindAt] == static_cast<uint8_t>(MoveKind::kExport) ? s.counters.move_exports : s.counters.move_imports)
+      .Add(1);
+  if (ok_before && buf[kMoveStatusAt] != static_cast<uint8_t>(MoveStatus::kOk)) s.counters.move_failed.Add(1);
+  return true;
+}
+
 void Chain::SyncState(bool wait) {
   for (auto& s : stages_) s->nf->state().Sync(wait);
 }
@@ -64,7 +77,10 @@ Json Chain::StatsJson(bool with_nf_stats) const {
               {"packets_out", c.packets_out.Get()},
               {"dropped", c.dropped.Get()},
               {"bursts", c.bursts.Get()},
-              {"cycles_per_packet", in ? static_cast<double>(c.cycles.Get()) / in : 0.0}};
+              {"cycles_per_packet", in ? static_cast<double>(c.cycles.Get()) / in : 0.0},
+              {"moves", {{"exports", c.move_exports.Get()},
+                         {"imports", c.move_imports.Get()},
+                         {"failed", c.move_failed.Get()}}}};
     FlowState& f = s->nf->state();
     j["flows"] = {{"count", f.flows()},
                   {"capacity", f.limits().capacity},

@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "keel/burst.h"
+#include "keel/flow_move.h"
+#include "keel/inband.h"
 #include "keel/port.h"
 
 namespace keel {
@@ -207,7 +209,8 @@ uint32_t Engine::Head(uint32_t bursts) {
   uint32_t received = 0;
   for (uint32_t b = 0; b < bursts; b++) {
     rte_mbuf* mbufs[kMaxBurst];
-    uint16_t n = handover_->Receive(opt_.rx_port, mbufs, burst, t);
+    uint32_t moves;
+    uint16_t n = handover_->Receive(opt_.rx_port, mbufs, burst, t, &moves);
     if (n == 0) {
       last_poll_ = t;
       Charge(KEEL_CYCLES_RX_IDLE, Rdtsc() - t);
@@ -220,33 +223,55 @@ uint32_t Engine::Head(uint32_t bursts) {
     last_poll_ = t;
     const uint64_t rx_tsc = t;
     received += n;
-    Packet views[kMaxBurst];
-    PacketBatch batch;
-    ReceiveBurst(mbufs, n, views, &batch, &port_);
-    uint64_t t1 = Rdtsc();
+    if (__builtin_expect(moves == 0, 1)) {
+      t = HeadBurst(mbufs, n, rx_tsc, t, false);
+      continue;
+    }
+    /* A move frame (rare): the packets ahead of it, it, the packets behind it. */
+    for (uint16_t i = 0, start = 0; i <= n; i++) {
+      if (i < n && !(moves >> i & 1)) continue;
+      if (i > start) t = HeadBurst(mbufs + start, static_cast<uint16_t>(i - start), rx_tsc, t, false);
+      if (i < n) t = HeadBurst(mbufs + i, 1, rx_tsc, t, true);
+      start = static_cast<uint16_t>(i + 1);
+    }
+  }
+  turn_received_ = received;
+  if (received) last_rx_ = t;
+  return received;
+}
+
+uint64_t Engine::HeadBurst(rte_mbuf** mbufs, uint16_t n, uint64_t rx_tsc, uint64_t t, bool move) {
+  Packet views[kMaxBurst];
+  PacketBatch batch;
+  ReceiveBurst(mbufs, n, views, &batch, &port_);
+  uint64_t t1 = Rdtsc();
+  if (!move) {
     chain_->Run(&batch, 0, opt_.head_nfs);
-    uint64_t t2 = Rdtsc();
-    Charge(KEEL_CYCLES_RX, t1 - t);
-    Charge(KEEL_CYCLES_NF, t2 - t1);
-    if (!opt_.copy_in) {
-      rte_mbuf* out[kMaxBurst];
-      TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
-      const uint64_t t3 = Rdtsc();
-      sojourn_.RecordN(t3 - rx_tsc, n); /* the whole burst left at once */
-      t = Rdtsc();
-      Charge(KEEL_CYCLES_TX, t3 - t2);
-      Charge(KEEL_CYCLES_SOJOURN, t - t3);
-      continue;
-    }
-    const uint32_t used_before = buf_->used();
-    if (rx_zero_copy_) {
-      /* Received into the chain buffer: the survivors enter it as they are. */
-      EnterSlots(mbufs, views, n, &batch);
-      StampRx(used_before, rx_tsc);
-      t = Rdtsc();
-      Charge(KEEL_CYCLES_VIEW, t - t2);
-      continue;
-    }
+  } else {
+    for (Packet* p : batch) MoveThrough(p, 0, opt_.head_nfs);
+    batch.RemoveDropped();
+  }
+  uint64_t t2 = Rdtsc();
+  Charge(KEEL_CYCLES_RX, t1 - t);
+  Charge(KEEL_CYCLES_NF, t2 - t1);
+  if (!opt_.copy_in) {
+    rte_mbuf* out[kMaxBurst];
+    TransmitBurst(opt_.tx_port, out, ReturnSurvivors(mbufs, views, n, &batch, out), &port_);
+    const uint64_t t3 = Rdtsc();
+    sojourn_.RecordN(t3 - rx_tsc, n); /* the whole burst left at once */
+    t = Rdtsc();
+    Charge(KEEL_CYCLES_TX, t3 - t2);
+    Charge(KEEL_CYCLES_SOJOURN, t - t3);
+    return t;
+  }
+  const uint32_t used_before = buf_->used();
+  if (rx_zero_copy_) {
+    /* Received into the chain buffer: the survivors enter it as they are. */
+    EnterSlots(mbufs, views, n, &batch);
+    StampRx(used_before, rx_tsc);
+    t = Rdtsc();
+    Charge(KEEL_CYCLES_VIEW, t - t2);
+  } else {
     /* The spatial-isolation copy: only the head's survivors enter the
      * chain's buffer; the NIC's buffers go straight back to the port. */
     uint32_t copied = 0;
@@ -258,9 +283,41 @@ uint32_t Engine::Head(uint32_t bursts) {
     t = Rdtsc();
     Charge(KEEL_CYCLES_COPY_IN, t - t2);
   }
-  turn_received_ = received;
-  if (received) last_rx_ = t;
-  return received;
+  /* The positions after this one run MoveAt on it, not their NF. */
+  if (move && buf_->used() > used_before) buf_->MarkMove(used_before);
+  return t;
+}
+
+void Engine::MoveThrough(Packet* p, size_t first_nf, size_t last_nf) {
+  inband::Type type;
+  size_t header = 0, body = 0;
+  /* As position 0 passed it on: marked outermost, the body right behind
+   * the in-band header, the frame long enough for the largest body. */
+  if (inband::ParseMoveFrame(p->data(), p->len(), &type, &header, &body) != inband::Malformed::kNone ||
+      header != inband::kPayloadOffset || !p->Trim(static_cast<uint16_t>(p->len() - inband::kMoveBodyOffset - body)) ||
+      !p->Append(static_cast<uint16_t>(inband::kMoveBodyMax - body))) {
+    move_malformed_.Add(1);
+    p->Drop();
+    return;
+  }
+  uint8_t* b = p->data() + inband::kMoveBodyOffset;
+  for (size_t i = first_nf; i < last_nf; i++) {
+    std::string err;
+    const uint8_t was = b[kMoveStatusAt];
+    if (!chain_->MoveAt(i, static_cast<uint8_t>(static_cast<size_t>(opt_.position) + i), b, &body, &err)) {
+      move_malformed_.Add(1);
+      p->Drop();
+      return;
+    }
+    if (was != b[kMoveStatusAt])
+      std::fprintf(stderr, "keel: flow move stopped at position %zu, status %u%s%s\n",
+                   static_cast<size_t>(opt_.position) + i, b[kMoveStatusAt], err.empty() ? "" : ": ", err.c_str());
+  }
+  inband::SetMoveHeader(p->data() + inband::kPayloadOffset, type, body);
+  const size_t used = inband::kMoveBodyOffset + body;
+  const size_t len = used < inband::kMinFrame ? inband::kMinFrame : used;
+  std::memset(p->data() + used, 0, len - used);
+  p->Trim(static_cast<uint16_t>(p->len() - len));
 }
 
 void Engine::EnterSlots(rte_mbuf** mbufs, Packet* views, uint16_t n, PacketBatch* batch) {
@@ -294,32 +351,55 @@ void Engine::EnterSlots(rte_mbuf** mbufs, Packet* views, uint16_t n, PacketBatch
 }
 
 void Engine::InPlace(uint16_t stage, size_t first_nf) {
-  const size_t last_nf = chain_->size();
   uint32_t used = buf_->used();
   uint64_t t0 = Rdtsc();
   for (uint32_t first = 0; first < used; first += kMaxBurst) {
     uint32_t n = used - first < static_cast<uint32_t>(kMaxBurst) ? used - first : kMaxBurst;
     Packet views[kMaxBurst];
     PacketBatch batch;
+    uint32_t moves = 0;
     for (uint32_t i = 0; i < n; i++) {
       if (first + i + kPrefetchAhead < used) buf_->Prefetch(first + i + kPrefetchAhead);
       /* Temporal isolation, checked: the stage before this one finished it. */
-      if (buf_->desc(first + i).stage != stage - 1) order_violations_.Add(1);
+      const PktDesc& d = buf_->desc(first + i);
+      if (d.stage != stage - 1) order_violations_.Add(1);
+      moves |= static_cast<uint32_t>((d.flags & kDescMove) != 0) << i;
       buf_->View(first + i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
     uint64_t t1 = Rdtsc();
-    if (opt_.copy_each_hop) {
-      RunOnPrivateCopies(&batch, first_nf); /* charges its copies and the NFs themselves */
-    } else {
-      chain_->Run(&batch, first_nf, last_nf);
-      Charge(KEEL_CYCLES_NF, Rdtsc() - t1);
-    }
+    if (__builtin_expect(moves == 0, 1))
+      RunNfs(&batch, first_nf, t1);
+    else
+      RunAroundMoves(views, n, moves, first_nf);
     uint64_t t2 = Rdtsc();
     for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], stage);
     uint64_t t3 = Rdtsc();
     Charge(KEEL_CYCLES_VIEW, (t1 - t0) + (t3 - t2));
     t0 = t3;
+  }
+}
+
+void Engine::RunNfs(PacketBatch* batch, size_t first_nf, uint64_t t0) {
+  if (opt_.copy_each_hop) {
+    RunOnPrivateCopies(batch, first_nf); /* charges its copies and the NFs themselves */
+    return;
+  }
+  chain_->Run(batch, first_nf, chain_->size());
+  Charge(KEEL_CYCLES_NF, Rdtsc() - t0);
+}
+
+void Engine::RunAroundMoves(Packet* views, uint32_t n, uint32_t moves, size_t first_nf) {
+  PacketBatch between;
+  for (uint32_t i = 0; i <= n; i++) {
+    const bool move = i < n && (moves >> i & 1);
+    if (i < n && !move) {
+      if (!views[i].dropped()) between.Add(&views[i]);
+      continue;
+    }
+    if (between.cnt()) RunNfs(&between, first_nf, Rdtsc());
+    between.Clear();
+    if (move && !views[i].dropped()) MoveThrough(&views[i], first_nf, chain_->size());
   }
 }
 
@@ -403,6 +483,9 @@ Json Engine::StatsJson() const {
              * scheduler's share of their sojourn (chain_sched.h, handoff). */
             {"handoff_wait", handoff_wait_.ToJson()},
             {"turn_busy", turn_busy_.ToJson()},
+            /* Flow moves' frames dropped here as no move frame (issue 37);
+             * each NF's "moves" counts the frames it passed. */
+            {"moves", {{"malformed", move_malformed_.Get()}}},
             {"nfs", chain_->StatsJson(end != 0)}};
   if (opt_.position == 0) {
     const uint64_t batches = port_.batches.Get();

@@ -25,7 +25,7 @@ const char* HandoverCountName(HandoverCount c) {
       "via_ingress",      "markers",          "held",           "released_marker", "released_timeout",
       "released_give_up", "marker_timeout",   "overflow_flow",  "overflow_total",  "table_full",
       "marker_unknown",   "late_via_ingress", "inband_malformed", "inband_version", "inband_unknown_type",
-      "direct_first"};
+      "direct_first",     "move_frames"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(HandoverCount::kCount));
   return kNames[static_cast<size_t>(c)];
 }

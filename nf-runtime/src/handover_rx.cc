@@ -10,7 +10,12 @@
 namespace keel {
 
 HandoverRx::HandoverRx(const HandoverConfig& cfg)
-    : table_(cfg), ring_(kMaxBurst + cfg.hold_max + cfg.hold_per_flow), released_(cfg.hold_max + cfg.hold_per_flow) {}
+    : table_(cfg),
+      ring_(kMaxBurst + cfg.hold_max + cfg.hold_per_flow),
+      ring_move_(ring_.size(), 0),
+      released_(cfg.hold_max + cfg.hold_per_flow) {
+  static_assert(kMaxBurst <= 32, "Take reports move frames in a 32-bit mask");
+}
 
 HandoverRx::~HandoverRx() {
   while (count_) {
@@ -21,13 +26,16 @@ HandoverRx::~HandoverRx() {
   /* Packets still held belong to the port's pool; the port is closed after the engine. */
 }
 
-void HandoverRx::Push(rte_mbuf* m) {
+void HandoverRx::Push(rte_mbuf* m, bool move) {
   if (count_ == ring_.size()) {
     ring_full_.Add(1);
     rte_pktmbuf_free(m);
     return;
   }
-  ring_[(head_ + count_) % ring_.size()] = m;
+  const uint32_t at = (head_ + count_) % static_cast<uint32_t>(ring_.size());
+  ring_[at] = m;
+  ring_move_[at] = move;
+  moves_queued_ += move;
   count_++;
 }
 
@@ -35,14 +43,57 @@ void HandoverRx::PushReleased(uint32_t n) {
   for (uint32_t i = 0; i < n; i++) Push(static_cast<rte_mbuf*>(released_[i]));
 }
 
-uint16_t HandoverRx::Take(rte_mbuf** out, uint16_t n) {
+uint16_t HandoverRx::Take(rte_mbuf** out, uint16_t n, uint32_t* moves) {
   uint16_t k = 0;
+  *moves = 0;
+  if (moves_queued_ == 0) {
+    while (k < n && count_) {
+      out[k++] = ring_[head_];
+      head_ = (head_ + 1) % static_cast<uint32_t>(ring_.size());
+      count_--;
+    }
+    return k;
+  }
   while (k < n && count_) {
+    if (ring_move_[head_]) {
+      *moves |= 1u << k;
+      moves_queued_--;
+    }
     out[k++] = ring_[head_];
     head_ = (head_ + 1) % static_cast<uint32_t>(ring_.size());
     count_--;
   }
   return k;
+}
+
+void HandoverRx::PassMove(rte_mbuf* m, const uint8_t* payload, size_t len) {
+  inband::Type type;
+  size_t body_len;
+  switch (inband::ParseMove(payload, len, &type, &body_len)) {
+    case inband::Malformed::kNone:
+      break;
+    case inband::Malformed::kVersion:
+      table_.Count(HandoverCount::kBadVersion);
+      rte_pktmbuf_free(m);
+      return;
+    default:
+      table_.Count(HandoverCount::kMalformed);
+      rte_pktmbuf_free(m);
+      return;
+  }
+  /* It leaves the instance marked, as it came: the mark goes back in front
+   * of the EtherType (into the room taking it off left, or the headroom). */
+  auto* d = m->nb_segs == 1 ? reinterpret_cast<uint8_t*>(rte_pktmbuf_prepend(m, inband::kTagLen)) : nullptr;
+  if (!d) {
+    table_.Count(HandoverCount::kMalformed);
+    rte_pktmbuf_free(m);
+    return;
+  }
+  std::memmove(d, d + inband::kTagLen, inband::kMacs);
+  inband::Put16(d + inband::kMacs, inband::kTpidVlan);
+  inband::Put16(d + inband::kMacs + 2, inband::kMarkVid);
+  table_.Count(HandoverCount::kMoveFrames);
+  Push(m, true);
 }
 
 void HandoverRx::Classify(rte_mbuf* m, uint64_t now) {
@@ -63,8 +114,11 @@ void HandoverRx::Classify(rte_mbuf* m, uint64_t now) {
   inband::FlowId f;
   uint32_t n = 0;
   if (marked && len >= inband::kMacs + 2 && inband::Get16(d + inband::kMacs) == inband::kEtherType) {
+    const uint8_t* p = d + inband::kMacs + 2;
+    const size_t plen = len - inband::kMacs - 2;
+    if (plen >= inband::kHeaderLen && inband::IsMoveType(p[1])) return PassMove(m, p, plen);
     uint64_t seq;
-    switch (inband::ParseMarker(d + inband::kMacs + 2, len - inband::kMacs - 2, &f, &seq)) {
+    switch (inband::ParseMarker(p, plen, &f, &seq)) {
       case inband::Malformed::kNone:
         table_.OnMarker(f, now, released_.data(), &n);
         PushReleased(n);
@@ -110,16 +164,19 @@ void HandoverRx::Feed(rte_mbuf** in, uint16_t k, uint64_t now) {
   for (uint16_t i = 0; i < k; i++) Classify(in[i], now);
 }
 
-uint16_t HandoverRx::Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t now) {
+uint16_t HandoverRx::Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t now, uint32_t* moves) {
   uint32_t timed_out = 0;
   table_.Poll(now, released_.data(), &timed_out);
   PushReleased(timed_out);
-  if (count_) return Take(out, n);
+  if (count_) return Take(out, n, moves);
   const uint16_t k = rte_eth_rx_burst(port, 0, out, n);
   /* Not behind keel-ingress (yet): nothing to order; the packets go as they came. */
-  if (!armed_.load(std::memory_order_relaxed) && !AnyMarked(out, k)) return k;
+  if (!armed_.load(std::memory_order_relaxed) && !AnyMarked(out, k)) {
+    *moves = 0;
+    return k;
+  }
   Feed(out, k, now);
-  return Take(out, n);
+  return Take(out, n, moves);
 }
 
 nlohmann::json HandoverRx::ToJson() const {

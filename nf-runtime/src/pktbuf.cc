@@ -178,7 +178,7 @@ void PktBuf::Store(uint32_t i, const Packet& p, uint16_t stage) {
   PktDesc& d = descs_[(tail() + i) & mask_];
   d.off = p.headroom();
   d.len = p.len();
-  d.flags = p.dropped() ? kDescDrop : 0;
+  d.flags = static_cast<uint16_t>((d.flags & kDescMove) | (p.dropped() ? kDescDrop : 0));
   d.stage = stage;
 }
 

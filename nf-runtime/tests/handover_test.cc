@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "keel/flow_move.h"
 #include "keel/handover_rx.h"
 #include "keel/inband.h"
 #include "keel/port.h"
@@ -170,11 +171,94 @@ TEST(Inband, AMarkerRoundTripsAndBadOnesAreNamed) {
   frame[inband::kPayloadOffset] = 2;
   EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kVersion);
   frame[inband::kPayloadOffset] = 1;
-  frame[inband::kPayloadOffset + 1] = 2; /* export state: reserved, not spoken yet */
+  frame[inband::kPayloadOffset + 1] = 2; /* an export frame is no marker */
   EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kUnknownType);
   frame[inband::kPayloadOffset + 1] = 1;
   frame[inband::kPayloadOffset + 3] = 27;
   EXPECT_EQ(inband::ParseMarker(p, len, &f, &seq), inband::Malformed::kBadLength);
+}
+
+/* The body of an export frame for |f| as the ingress sends it: no records yet. */
+std::vector<uint8_t> ExportBody(const inband::FlowId& f) {
+  MoveFrame m;
+  m.kind = MoveKind::kExport;
+  m.flow.src_ip = f.src_ip;
+  m.flow.dst_ip = f.dst_ip;
+  m.flow.src_port = f.src_port;
+  m.flow.dst_port = f.dst_port;
+  m.flow.proto = f.proto;
+  m.cur = m.flow;
+  std::vector<uint8_t> b(kMoveFrameMax);
+  b.resize(EncodeMoveFrame(m, b.data(), b.size()));
+  return b;
+}
+
+TEST(Inband, AMoveFrameRoundTripsAndBadOnesAreNamed) {
+  const uint8_t dst[6] = {2, 0, 0, 0, 0, 1}, src[6] = {2, 0, 0, 0, 0, 2};
+  const std::vector<uint8_t> body = ExportBody(Flow(7));
+  ASSERT_EQ(body.size(), inband::kMoveBodyMin);
+  uint8_t frame[inband::kMoveFrameMaxLen + 4];
+  const size_t len = inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kExportState, body.data(),
+                                            body.size());
+  ASSERT_EQ(len, inband::kMinFrame) << "a short body is padded to Ethernet's minimum";
+  EXPECT_EQ(inband::MarkOffset(frame, len), inband::kMacs) << "the mark outermost";
+  inband::Type type;
+  size_t at = 0, body_len = 0;
+  ASSERT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kNone);
+  EXPECT_EQ(type, inband::Type::kExportState);
+  EXPECT_EQ(at, inband::kPayloadOffset);
+  ASSERT_EQ(body_len, body.size());
+  MoveFrame back;
+  std::string err;
+  ASSERT_TRUE(DecodeMoveFrame(frame + at + inband::kHeaderLen, body_len, &back, &err)) << err;
+  EXPECT_EQ(back.kind, MoveKind::kExport);
+  EXPECT_EQ(back.flow.src_port, 7);
+
+  /* As the ToR hands it back to the ingress: the instance VLAN on top. */
+  uint8_t tagged[inband::kMoveFrameMaxLen + 4];
+  std::memcpy(tagged, frame, inband::kMacs);
+  const uint8_t vlan[4] = {0x81, 0x00, 0x00, 101};
+  std::memcpy(tagged + inband::kMacs, vlan, 4);
+  std::memcpy(tagged + inband::kMacs + 4, frame + inband::kMacs, len - inband::kMacs);
+  ASSERT_EQ(inband::ParseMoveFrame(tagged, len + 4, &type, &at, &body_len), inband::Malformed::kNone);
+  EXPECT_EQ(at, inband::kPayloadOffset + 4);
+  inband::SetMoveHeader(tagged + at, inband::Type::kImportState, body_len);
+  ASSERT_EQ(inband::ParseMoveFrame(tagged, len + 4, &type, &at, &body_len), inband::Malformed::kNone);
+  EXPECT_EQ(type, inband::Type::kImportState);
+
+  /* What the writer refuses. */
+  EXPECT_EQ(inband::WriteMoveFrame(frame, 59, dst, src, inband::Type::kExportState, body.data(), body.size()), 0u);
+  EXPECT_EQ(inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kFlowMarker, body.data(),
+                                   body.size()), 0u);
+  EXPECT_EQ(inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kImportState, body.data(), 33), 0u);
+  std::vector<uint8_t> big(inband::kMoveBodyMax + 1, 0);
+  EXPECT_EQ(inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kImportState, big.data(), big.size()),
+            0u);
+  EXPECT_EQ(inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kImportState, big.data(),
+                                   inband::kMoveBodyMax), inband::kMoveFrameMaxLen);
+
+  /* What the parser names. */
+  inband::WriteMoveFrame(frame, sizeof(frame), dst, src, inband::Type::kExportState, body.data(), body.size());
+  EXPECT_EQ(inband::ParseMoveFrame(frame, inband::kPayloadOffset + 3, &type, &at, &body_len),
+            inband::Malformed::kTruncated);
+  EXPECT_EQ(inband::ParseMoveFrame(frame, inband::kMoveBodyOffset + 20, &type, &at, &body_len),
+            inband::Malformed::kTruncated) << "shorter than its length says";
+  frame[inband::kPayloadOffset + 3] = inband::kHeaderLen + 33;
+  EXPECT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kBadLength);
+  inband::Put16(frame + inband::kPayloadOffset + 2, inband::kHeaderLen + inband::kMoveBodyMax + 1);
+  EXPECT_EQ(inband::ParseMoveFrame(frame, sizeof(frame), &type, &at, &body_len), inband::Malformed::kBadLength);
+  inband::SetMoveHeader(frame + inband::kPayloadOffset, inband::Type::kExportState, body.size());
+  frame[inband::kPayloadOffset] = 2;
+  EXPECT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kVersion);
+  frame[inband::kPayloadOffset] = 1;
+  frame[inband::kPayloadOffset + 1] = 1;
+  EXPECT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kUnknownType)
+      << "a marker is no move frame";
+  frame[inband::kPayloadOffset + 1] = 2;
+  frame[inband::kMacs + 4] = 0x08, frame[inband::kMacs + 5] = 0x00;
+  EXPECT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kNotInband);
+  frame[inband::kMacs + 3] = 5; /* VID 0xD05: not the mark */
+  EXPECT_EQ(inband::ParseMoveFrame(frame, len, &type, &at, &body_len), inband::Malformed::kNotInband);
 }
 
 /* ---- HandoverRx on real mbufs ---- */
@@ -343,6 +427,70 @@ TEST(HandoverRx, AMalformedMarkerIsDroppedAndCounted) {
   rte_mbuf* good = Marker(1);
   rx.Feed(&good, 1, 1);
   ASSERT_EQ(rx.Take(out, 4), 1);
+  rte_pktmbuf_free(out[0]);
+}
+
+rte_mbuf* MoveMbuf(uint16_t sport) {
+  rte_mbuf* m = rte_pktmbuf_alloc(Pool());
+  const uint8_t mac[6] = {2, 0, 0, 0, 0, 9};
+  const std::vector<uint8_t> body = ExportBody(Flow(sport));
+  uint8_t* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, inband::kMinFrame));
+  EXPECT_EQ(inband::WriteMoveFrame(d, inband::kMinFrame, mac, mac, inband::Type::kExportState, body.data(), body.size()),
+            inband::kMinFrame);
+  return m;
+}
+
+TEST(HandoverRx, AMoveFramePassesInItsPlaceStillMarkedAndFlagged) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* move = MoveMbuf(1);
+  std::vector<uint8_t> sent(rte_pktmbuf_mtod(move, uint8_t*), rte_pktmbuf_mtod(move, uint8_t*) + inband::kMinFrame);
+  /* One more whose mark a kernel socket reported beside the frame. */
+  rte_mbuf* beside = MoveMbuf(2);
+  uint8_t* d = rte_pktmbuf_mtod(beside, uint8_t*);
+  std::memmove(d + inband::kTagLen, d, inband::kMacs);
+  rte_pktmbuf_adj(beside, inband::kTagLen);
+  beside->ol_flags |= RTE_MBUF_F_RX_VLAN_STRIPPED | RTE_MBUF_F_RX_VLAN;
+  beside->vlan_tci = inband::kMarkVid;
+  rte_mbuf* in[4] = {Udp(1, 0, true), move, Udp(1, 1, true), beside};
+  rx.Feed(in, 4, 0);
+  rte_mbuf* out[8];
+  uint32_t moves = 0;
+  ASSERT_EQ(rx.Take(out, 8, &moves), 4);
+  EXPECT_EQ(moves, 0b1010u);
+  EXPECT_EQ(out[1], move);
+  ASSERT_EQ(rte_pktmbuf_data_len(out[1]), inband::kMinFrame);
+  EXPECT_EQ(std::vector<uint8_t>(rte_pktmbuf_mtod(out[1], uint8_t*), rte_pktmbuf_mtod(out[1], uint8_t*) + inband::kMinFrame),
+            sent) << "the frame as it came, mark and all";
+  ASSERT_EQ(rte_pktmbuf_data_len(out[3]), inband::kMinFrame);
+  EXPECT_EQ(inband::MarkOffset(rte_pktmbuf_mtod(out[3], uint8_t*), inband::kMinFrame), inband::kMacs)
+      << "the mark reported beside the frame is back in it";
+  EXPECT_FALSE(out[3]->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED);
+  EXPECT_EQ(inband::Get16(rte_pktmbuf_mtod(out[0], uint8_t*) + 12), 0x0800) << "packets lose their mark as before";
+  EXPECT_EQ(rx.table().count(HandoverCount::kMoveFrames), 2u);
+  for (int i = 0; i < 4; i++) rte_pktmbuf_free(out[i]);
+  EXPECT_EQ(rx.Take(out, 8, &moves), 0);
+  EXPECT_EQ(moves, 0u);
+}
+
+TEST(HandoverRx, AMalformedMoveFrameIsDroppedAndCounted) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  rte_mbuf* longer = MoveMbuf(1);
+  inband::Put16(rte_pktmbuf_mtod(longer, uint8_t*) + inband::kPayloadOffset + 2, 200); /* more than it has */
+  rte_mbuf* short_body = MoveMbuf(1);
+  inband::Put16(rte_pktmbuf_mtod(short_body, uint8_t*) + inband::kPayloadOffset + 2, 20);
+  rte_mbuf* version = MoveMbuf(1);
+  rte_pktmbuf_mtod(version, uint8_t*)[inband::kPayloadOffset] = 9;
+  rte_mbuf* in[4] = {longer, short_body, version, Udp(1, 0, true)};
+  rx.Feed(in, 4, 0);
+  EXPECT_EQ(rx.table().count(HandoverCount::kMalformed), 2u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kBadVersion), 1u);
+  EXPECT_EQ(rx.table().count(HandoverCount::kMoveFrames), 0u);
+  rte_mbuf* out[8];
+  uint32_t moves = 0;
+  ASSERT_EQ(rx.Take(out, 8, &moves), 1) << "only the packet";
+  EXPECT_EQ(moves, 0u);
   rte_pktmbuf_free(out[0]);
 }
 

@@ -74,9 +74,10 @@ CHAINS = ("chain1", "chain2", "chain3")
 RESULT = ROOT / "bench" / "results" / "chaos.json"
 TOR_MGMT = RUN / "ovs" / "keel-tor.mgmt"
 FLOW_IDLE_S = 10  # the ToR rules' idle timeout (torctl)
-# keel-torctl's rules per instance beyond its chain's: the reinject rule, and the rule that
-# sends the ingress' in-band control frames (the handover's markers) straight to it.
-RULES_PER_INSTANCE = 2
+# keel-torctl's rules per instance beyond its chain's: the reinject rule, the rule that
+# sends the ingress' in-band control frames (the handover's markers, flow moves) straight to
+# it, and the rule that sends the flow moves' frames it returns back to the ingress.
+RULES_PER_INSTANCE = 3
 
 
 def say(msg: str) -> None:

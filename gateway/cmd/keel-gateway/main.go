@@ -62,6 +62,8 @@ type options struct {
 	loadWindow, downWindow, wakeTimeout, callTimeout                                           time.Duration
 	rpsTarget                                                                                  float64
 	networkBudget                                                                              time.Duration
+	flowMoves                                                                                  bool
+	flowMoveTimeout                                                                            time.Duration
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -137,6 +139,13 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.networkBudget, "network-budget", 10*time.Microsecond, "the share of every chain's p99 SLO that the ToR hops and links take (the embedded rack:\n"+
 		"twice the topology's link_latency_us); the rest is the server budget: an instance whose measured server\n"+
 		"sojourn p99 is over it counts as overloaded, and the chain's threshold follows (README, \"Latency\")")
+	fs.BoolVar(&o.flowMoves, "flow-moves", false, "move live flows between instances of a chain with their NF state: the controller\n"+
+		"empties an instance that carries few flows and gives its core back without waiting for them to end,\n"+
+		"and sheds an overloaded instance's flows; POST /system/keel/moves {\"from\": \"CHAIN/N\", \"to\": \"CHAIN/M\"}\n"+
+		"moves an instance's flows by hand. Needs a keel-ingress that carries out moves (it holds each flow's\n"+
+		"packets, and the NF state travels in band); only chains whose NFs all keep their state per flow move")
+	fs.DurationVar(&o.flowMoveTimeout, "flow-move-timeout", control.DefaultMoveTimeout, "with --flow-moves: how long a move waits for the ingress's report; an ingress that does not\n"+
+		"report in time gets no move for a minute (its flows stay where they are)")
 	fs.IntVar(&o.packetBytes, "packet-bytes", 1024, "packet size the controller sizes chains for (Galleon's median)")
 	fs.Float64Var(&o.coreGHz, "core-ghz", 0, "clock of the workers' managed cores (0: the clock --chain-costs was measured at)")
 	fs.StringVar(&o.cpuset, "function-cpuset", "", "CPUs normal functions' containers may use (e.g. 0 or 0-3); give the cores\n"+
@@ -170,6 +179,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.scalePeriod <= 0 {
 		return nil, fmt.Errorf("--scale-period must be positive")
+	}
+	if o.flowMoveTimeout <= 0 {
+		return nil, fmt.Errorf("--flow-move-timeout must be positive (got %v)", o.flowMoveTimeout)
 	}
 	if o.upstream != "" && o.kube.Backend != "docker" {
 		return nil, fmt.Errorf("--upstream-provider runs normal functions at the upstream: leave out --backend %s", o.kube.Backend)
@@ -386,15 +398,25 @@ func run(o *options) error {
 	p.Models = modeler
 	ctl := &controller.Controller{Store: st, Pool: p, Hub: hub, Policy: pol, Modeler: modeler, Logf: log.Printf,
 		OnDecision: func(d policy.Decision) { m.Decision(string(d.Kind), string(d.Reason)) },
-		OnFlowMove: func(chain string, r policy.Reason, flows int, pause time.Duration) {
-			m.FlowMove(chain, string(r), flows, pause)
+		OnFlowMove: func(chain string, r policy.Reason, results []controller.MoveResult) {
+			for _, x := range results {
+				m.FlowMove(chain, string(r), x.Moved, x.Why, x.Pause)
+			}
 		},
 		SLO: controller.NewSLOLoop(float64(o.networkBudget) / float64(time.Microsecond))}
 	p.ServerBudget = ctl.SLO.ServerBudget
 	fsc := &controller.FunctionScaler{Provider: p, Calls: m.Calls, LoadWindow: o.loadWindow, DownWindow: o.downWindow,
 		OnDecision: ctl.Record, Logf: log.Printf}
 	ctl.Functions, p.OnReplicas = fsc, fsc.Heard
-	cs := &control.Server{Store: st, Controller: ctl, Hub: hub, Secrets: p.Secrets}
+	// Reports of moves are applied even with --flow-moves off: one sent before a restart
+	// without it still moves its flows' assignments.
+	moves := control.NewMover(st, hub)
+	moves.Timeout, moves.Logf = o.flowMoveTimeout, log.Printf
+	if o.flowMoves {
+		ctl.Mover = moves
+		log.Printf("controller: flow moves on (a move waits %s for the ingress's report)", o.flowMoveTimeout)
+	}
+	cs := &control.Server{Store: st, Controller: ctl, Hub: hub, Secrets: p.Secrets, Moves: moves}
 	log.Printf("controller: NF costs from %s; chains sized for %d-byte packets on %.2f GHz cores; idle pool %d..%d per chain",
 		table.Source, o.packetBytes, freq/1e9, o.pool, o.poolMax)
 	pb.RegisterControlServer(gs, cs)
@@ -422,7 +444,9 @@ func run(o *options) error {
 	// a request's context when its ReadTimeout passes, which would cut faas-cli logs
 	// --follow (bounded by LogsTimeout instead); a function call is bounded by the proxy's
 	// one-minute timeout, a change of the deployment by the provider's CallTimeout.
-	hs := &http.Server{Handler: handlers.NewRouter(ctx, p, m, view, creds, up, fsc), ReadHeaderTimeout: 10 * time.Second,
+	router := handlers.NewRouter(ctx, p, m, view, creds, up, fsc)
+	handlers.AddMoves(router, ctl, creds)
+	hs := &http.Server{Handler: router, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
 
 	errc := make(chan error, 2)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/control"
 	"github.com/keel-nfv/keel/gateway/internal/kube"
 	"github.com/keel-nfv/keel/gateway/internal/leader"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
@@ -35,7 +36,7 @@ func Test_parseFlags_defaults_are_the_documented_command_line(t *testing.T) {
 		leader: leader.Options{Lease: "keel-gateway", LeaseDuration: leader.DefaultLeaseDuration,
 			RenewDeadline: leader.DefaultRenewDeadline, RetryPeriod: leader.DefaultRetryPeriod},
 		loadWindow: 10 * time.Second, downWindow: 30 * time.Second, wakeTimeout: 30 * time.Second, callTimeout: 2 * time.Minute, rpsTarget: 5,
-		networkBudget: 10 * time.Microsecond}
+		networkBudget: 10 * time.Microsecond, flowMoveTimeout: control.DefaultMoveTimeout}
 	if *o != want {
 		t.Fatalf("got %+v", *o)
 	}
@@ -89,13 +90,14 @@ func Test_grpcServer_refuses_Control_calls_without_the_token(t *testing.T) {
 		}
 		cl := pb.NewControlClient(conn)
 		_, uerr := cl.AssignFlow(ctx, &pb.AssignFlowRequest{})
+		_, merr := cl.ReportMoves(ctx, &pb.ReportMovesRequest{IngressId: "ingress-0", MoveId: "m"})
 		w, serr := cl.Watch(ctx, &pb.WatchRequest{Watcher: "test"})
 		if serr == nil {
 			_, serr = w.Recv()
 		}
 		conn.Close()
-		if status.Code(uerr) != c.want || status.Code(serr) != c.want {
-			t.Errorf("%s: AssignFlow %v, Watch %v; want %v", c.name, uerr, serr, c.want)
+		if status.Code(uerr) != c.want || status.Code(serr) != c.want || status.Code(merr) != c.want {
+			t.Errorf("%s: AssignFlow %v, Watch %v, ReportMoves %v; want %v", c.name, uerr, serr, merr, c.want)
 		}
 	}
 }

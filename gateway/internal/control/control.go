@@ -32,6 +32,8 @@ type Server struct {
 	Hub        *events.Hub
 	// Secrets keeps functions' secrets (faas-cli secret); nil: chains may list none.
 	Secrets *secrets.Store
+	// Moves applies ingresses' reports of flow moves (ReportMoves); nil: refused.
+	Moves *Mover
 
 	ingress sync.Map // ingress id -> latest *pb.IngressStats
 }
@@ -43,7 +45,7 @@ func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	return s.Controller.Assign(ctx, flow, req.Chain)
+	return s.Controller.Assign(ctx, flow, req.Chain, req.IngressId)
 }
 
 // MaxAssignBatch is the most flows one AssignFlows call may carry.
@@ -64,7 +66,7 @@ func (s *Server) AssignFlows(ctx context.Context, req *pb.AssignFlowsRequest) (*
 			resp.Results[i] = resultOf(nil, err)
 			continue
 		}
-		reqs = append(reqs, controller.FlowRequest{Flow: flow, Hint: r.Chain})
+		reqs = append(reqs, controller.FlowRequest{Flow: flow, Hint: r.Chain, Ingress: r.IngressId})
 		at = append(at, i)
 	}
 	for k, r := range s.Controller.AssignMany(ctx, reqs) {
@@ -248,7 +250,9 @@ func (s *Server) StreamStats(stream pb.Control_StreamStatsServer) error {
 	}
 }
 
-// Watch sends every chain, instance and worker as it is now, then each change.
+// Watch sends every chain, instance and worker as it is now, then each change. A FLOWS_MOVE
+// goes only to the ingress it names (keel-ingress watches as its ingress id), never in the
+// snapshot.
 func (s *Server) Watch(req *pb.WatchRequest, stream pb.Control_WatchServer) error {
 	ctx := stream.Context()
 	ch, cancel := s.Hub.Subscribe()
@@ -272,6 +276,9 @@ func (s *Server) Watch(req *pb.WatchRequest, stream pb.Control_WatchServer) erro
 		case ev, ok := <-ch:
 			if !ok {
 				return status.Errorf(codes.ResourceExhausted, "watcher %s fell %d events behind; watch again", req.Watcher, events.Backlog)
+			}
+			if ev.Kind == pb.WatchEvent_FLOWS_MOVE && ev.GetMove().GetIngressId() != req.Watcher {
+				continue
 			}
 			if err := stream.Send(ev); err != nil {
 				return err

@@ -14,10 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// FlowRequest is one new flow of AssignMany: its 5-tuple and the chain the ingress chose.
+// FlowRequest is one new flow of AssignMany: its 5-tuple, the chain the ingress chose and
+// the ingress (its id).
 type FlowRequest struct {
-	Flow pcapfilter.Flow
-	Hint string
+	Flow    pcapfilter.Flow
+	Hint    string
+	Ingress string
 }
 
 // FlowResult is AssignMany's answer for one flow: what Assign would have returned for it.
@@ -74,7 +76,7 @@ func (s *Controller) AssignMany(ctx context.Context, reqs []FlowRequest) []FlowR
 		}
 		first[key] = i
 		if e.switchOnly {
-			out[i].Resp, out[i].Err = s.assignLocked(ctx, e, key)
+			out[i].Resp, out[i].Err = s.assignLocked(ctx, e, key, r.Ingress)
 			continue
 		}
 		if resp, err := s.assignedBefore(ctx, e.name(), key); resp != nil || err != nil {
@@ -96,7 +98,7 @@ func (s *Controller) AssignMany(ctx context.Context, reqs []FlowRequest) []FlowR
 		case a.Attach:
 			s.writeAssigns(ctx, st, pending, out)
 			pending, st = nil, nil
-			out[i].Resp, out[i].Err = s.assignLocked(ctx, e, key)
+			out[i].Resp, out[i].Err = s.assignLocked(ctx, e, key, r.Ingress)
 		default:
 			for v := range st.view.Instances {
 				if st.view.Instances[v].ID == in.ID {
@@ -104,7 +106,7 @@ func (s *Controller) AssignMany(ctx context.Context, reqs []FlowRequest) []FlowR
 				}
 			}
 			pending = append(pending, pendingAssign{i: i, e: e, in: in,
-				rec: &store.Flow{Key: key, Chain: e.name(), Since: time.Now().UTC()}})
+				rec: &store.Flow{Key: key, Chain: e.name(), Since: time.Now().UTC(), Ingress: r.Ingress}})
 		}
 	}
 	s.writeAssigns(ctx, st, pending, out)
@@ -154,6 +156,6 @@ func (s *Controller) writeAssigns(ctx context.Context, st *state, pending []pend
 		s.Pool.SetChainMetrics(st.chains[name], insts)
 	}
 	for _, p := range again {
-		out[p.i].Resp, out[p.i].Err = s.assignLocked(ctx, p.e, p.rec.Key)
+		out[p.i].Resp, out[p.i].Err = s.assignLocked(ctx, p.e, p.rec.Key, p.rec.Ingress)
 	}
 }

@@ -68,9 +68,9 @@ type Controller struct {
 	// (moves.go, policy.PlanMoves): scale-in without waiting for flows to end, relief of
 	// overloaded instances. nil: flows stay where they started, as Galleon.
 	Mover Mover
-	// OnFlowMove, when set, sees every move made: the flows moved and how long the Mover took
-	// (an upper bound of each flow's pause).
-	OnFlowMove func(chain string, reason policy.Reason, flows int, pause time.Duration)
+	// OnFlowMove, when set, sees the outcome of every move the Mover made (the gateway counts
+	// them in its metrics).
+	OnFlowMove func(chain string, reason policy.Reason, results []MoveResult)
 
 	mu        sync.Mutex // serialises the controller's decisions
 	filters   sync.Map   // filter expression -> *pcapfilter.Filter
@@ -82,6 +82,7 @@ type Controller struct {
 	kicks     chan struct{}
 	decisions decisionLog
 	moveHist  policy.MoveHistory // the move policy's memory (budget, holds); under mu
+	moveMu    sync.Mutex         // one pass of moves at a time (moves.go); taken before mu, or tried under it
 }
 
 func (s *Controller) filter(expr string) (*pcapfilter.Filter, error) {
@@ -150,7 +151,7 @@ func matches(e *indexedChain, flow pcapfilter.Flow) (bool, error) {
 // one (Galleon Listing 1). A flow of a chain that runs on the switch only is recorded without
 // an instance. A flow that is already assigned gets its assignment again (the ingress retries
 // after a lost answer), so its instance's flow count is not raised twice.
-func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint string) (*pb.AssignFlowResponse, error) {
+func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint, ingress string) (*pb.AssignFlowResponse, error) {
 	ix, err := s.chains(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -164,16 +165,16 @@ func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint stri
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.assignLocked(ctx, e, FlowKey(flow))
+	return s.assignLocked(ctx, e, FlowKey(flow), ingress)
 }
 
-// assignLocked is Assign for the flow key of chain e, with s.mu held.
-func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key string) (*pb.AssignFlowResponse, error) {
+// assignLocked is Assign for the flow key of chain e, asked by ingress, with s.mu held.
+func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key, ingress string) (*pb.AssignFlowResponse, error) {
 	c := e.fn.Chain
 	if resp, err := s.assignedBefore(ctx, c.Name, key); resp != nil || err != nil {
 		return resp, err
 	}
-	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC()}
+	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC(), Ingress: ingress}
 	if e.switchOnly {
 		if err := s.Store.PutFlow(ctx, rec); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())

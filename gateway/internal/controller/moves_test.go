@@ -6,31 +6,62 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/keel-nfv/keel/gateway/internal/chain"
 	"github.com/keel-nfv/keel/gateway/internal/events"
 	"github.com/keel-nfv/keel/gateway/internal/metrics"
+	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	"github.com/keel-nfv/keel/gateway/internal/policy"
 	"github.com/keel-nfv/keel/gateway/internal/provider"
 	"github.com/keel-nfv/keel/gateway/internal/store"
 	"github.com/keel-nfv/keel/gateway/internal/testredis"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
 	"github.com/openfaas/faas-provider/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// fakeMover records the moves asked of it; err fails them all.
+// fakeMover records the moves asked of it and moves the flows' assignments as the
+// ingress's report would (store.ApplyMove); err fails them all, fail leaves every flow on its
+// source for that reason.
 type fakeMover struct {
 	movable bool
 	err     error
+	fail    string
+	st      *store.Store
 	calls   []string
+	during  func() // called while the move is under way
 }
 
 func (m *fakeMover) Movable(string) bool { return m.movable }
 
-func (m *fakeMover) MoveFlows(_ context.Context, chain string, from, to *store.Instance, flows []*store.Flow) error {
-	m.calls = append(m.calls, fmt.Sprintf("%s %s->%s %d", chain, from.ID, to.ID, len(flows)))
-	return m.err
+func (m *fakeMover) MoveFlows(ctx context.Context, reason policy.Reason, from, to *store.Instance, flows []*store.Flow) ([]MoveResult, error) {
+	m.calls = append(m.calls, fmt.Sprintf("%s %s->%s %d %s", from.Chain, from.ID, to.ID, len(flows), reason))
+	if m.during != nil {
+		m.during()
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	var res []MoveResult
+	var keys []string
+	for _, f := range flows {
+		if m.fail != "" {
+			res = append(res, MoveResult{Key: f.Key, Why: m.fail})
+			continue
+		}
+		res = append(res, MoveResult{Key: f.Key, Moved: true, Pause: time.Millisecond})
+		keys = append(keys, f.Key)
+	}
+	mv := &store.Move{ID: fmt.Sprint(len(m.calls)), Chain: from.Chain, From: from.ID, To: to.ID, Reason: string(reason)}
+	if _, _, err := m.st.ApplyMove(ctx, mv, keys); err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // natModel models chain3 at 1 Mpps a core, threshold 0.8.
@@ -50,6 +81,9 @@ func movesRack(t *testing.T, mv Mover) (*Server, *store.Store) {
 	hub := events.NewHub()
 	srv := newServer(st, hub, &provider.Provider{Store: st, Hub: hub, Metrics: metrics.New()})
 	srv.Modeler = natModel{}
+	if mv, ok := mv.(*fakeMover); ok {
+		mv.st = st
+	}
 	if mv != nil {
 		srv.Mover = mv
 	}
@@ -104,14 +138,14 @@ func Test_the_controller_empties_an_instance_through_the_Mover_and_gives_its_cor
 	mv := &fakeMover{movable: true}
 	srv, st := movesRack(t, mv)
 	var moved []string
-	srv.OnFlowMove = func(chain string, r policy.Reason, n int, pause time.Duration) {
-		moved = append(moved, fmt.Sprintf("%s %s %d", chain, r, n))
+	srv.OnFlowMove = func(chain string, r policy.Reason, res []MoveResult) {
+		moved = append(moved, fmt.Sprintf("%s %s %d", chain, r, len(res)))
 	}
 	ctx := context.Background()
 	if err := srv.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(mv.calls) != 1 || mv.calls[0] != "chain3 chain3/0->chain3/1 1" {
+	if len(mv.calls) != 1 || mv.calls[0] != "chain3 chain3/0->chain3/1 1 scale_in" {
 		t.Fatalf("Mover calls %q, want chain3/0's flow to chain3/1", mv.calls)
 	}
 	ins := instanceIDs(t, st)
@@ -144,7 +178,8 @@ func Test_the_controller_empties_an_instance_through_the_Mover_and_gives_its_cor
 
 func Test_a_failed_move_or_an_unmovable_chain_leaves_the_flows_and_the_core(t *testing.T) {
 	for name, mv := range map[string]*fakeMover{
-		"mover fails":     {movable: true, err: errors.New("destination refused")},
+		"mover fails":     {movable: true, err: errors.New("no report in time")},
+		"flows refused":   {movable: true, fail: "refused"},
 		"chain unmovable": {movable: false},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -167,6 +202,105 @@ func Test_a_failed_move_or_an_unmovable_chain_leaves_the_flows_and_the_core(t *t
 					t.Fatalf("a move was recorded: %+v", d)
 				}
 			}
+			// A flow that did not move is not tried again at once.
+			calls := len(mv.calls)
+			if err := srv.Reconcile(ctx); err != nil || len(mv.calls) != calls {
+				t.Fatalf("next pass: %v, calls %q", err, mv.calls)
+			}
 		})
+	}
+}
+
+// MoveInstance (POST /system/keel/moves) moves an instance's flows in batches through the
+// Mover and records each move; what it cannot do it refuses with a status naming why.
+func Test_MoveInstance_moves_an_instances_flows_in_batches(t *testing.T) {
+	mv := &fakeMover{movable: true}
+	srv, st := movesRack(t, mv)
+	ctx := context.Background()
+	rep, err := srv.MoveInstance(ctx, "chain3/1", "chain3/0", 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Flows != 3 || rep.Moved != 3 || len(rep.Batches) != 2 || rep.Batches[0].Flows != 2 || rep.Batches[1].Moved != 1 ||
+		len(rep.Batches[0].Results) != 2 || !rep.Batches[0].Results[0].Moved {
+		t.Fatalf("report %+v", rep)
+	}
+	if fmt.Sprint(mv.calls) != "[chain3 chain3/1->chain3/0 2 operator chain3 chain3/1->chain3/0 1 operator]" {
+		t.Fatalf("Mover calls %q", mv.calls)
+	}
+	if ins := instanceIDs(t, st); ins["chain3/0"].Flows != 4 || ins["chain3/1"].Flows != 0 {
+		t.Fatalf("counts %d, %d; want 4, 0", ins["chain3/0"].Flows, ins["chain3/1"].Flows)
+	}
+	n := 0
+	for _, d := range srv.Decisions() {
+		if d.Kind == policy.KindFlowMove && d.Reason == policy.ReasonOperator && d.Instance == "chain3/0" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d flow_move/operator decisions, want 2", n)
+	}
+	// limit: one flow only.
+	if rep, err := srv.MoveInstance(ctx, "chain3/0", "chain3/1", 100, 1); err != nil || rep.Flows != 1 || rep.Moved != 1 {
+		t.Fatalf("limit 1: %+v, %v", rep, err)
+	}
+	for name, c := range map[string]struct {
+		from, to     string
+		batch, limit int
+		code         codes.Code
+	}{
+		"same instance":       {"chain3/0", "chain3/0", 1, 0, codes.InvalidArgument},
+		"two chains":          {"chain3/0", "chain4/0", 1, 0, codes.InvalidArgument},
+		"not an instance id":  {"chain3", "chain3/1", 1, 0, codes.InvalidArgument},
+		"batch 0":             {"chain3/0", "chain3/1", 0, 0, codes.InvalidArgument},
+		"negative limit":      {"chain3/0", "chain3/1", 1, -1, codes.InvalidArgument},
+		"unknown source":      {"chain3/9", "chain3/1", 1, 0, codes.NotFound},
+		"unknown destination": {"chain3/0", "chain3/9", 1, 0, codes.NotFound},
+		"pooled destination":  {"chain3/0", "chain3/2", 1, 0, codes.FailedPrecondition},
+	} {
+		if _, err := srv.MoveInstance(ctx, c.from, c.to, c.batch, c.limit); status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", name, err, c.code)
+		}
+	}
+	mv.movable = false
+	if _, err := srv.MoveInstance(ctx, "chain3/0", "chain3/1", 1, 0); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("unmovable chain: %v", err)
+	}
+	srv.Mover = nil
+	if _, err := srv.MoveInstance(ctx, "chain3/0", "chain3/1", 1, 0); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "--flow-moves") {
+		t.Errorf("no Mover: %v", err)
+	}
+}
+
+// While a move is under way the controller is free: new flows are assigned (the ingress that
+// holds the moving flows' packets assigns others meanwhile, and reports the move through the
+// gateway).
+func Test_new_flows_are_assigned_while_a_move_is_under_way(t *testing.T) {
+	mv := &fakeMover{movable: true}
+	srv, st := movesRack(t, mv)
+	ctx := context.Background()
+	var assigned *pb.AssignFlowResponse
+	mv.during = func() {
+		done := make(chan struct{})
+		go func() {
+			flow := pcapfilter.Flow{Src: netip.MustParseAddr("198.18.0.77"), Dst: netip.MustParseAddr("198.18.3.9"), SrcPort: 9, DstPort: 80, Proto: 6}
+			assigned, _ = srv.Assign(ctx, flow, "chain3", "ingress-7")
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("a new flow waited for the move: the controller's lock is held during it")
+		}
+	}
+	if err := srv.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(mv.calls) != 1 || assigned == nil || !assigned.Assigned {
+		t.Fatalf("calls %q, new flow %v", mv.calls, assigned)
+	}
+	if f, _ := st.Flow(ctx, "6 198.18.0.77:9 198.18.3.9:80"); f == nil || f.Ingress != "ingress-7" {
+		t.Fatalf("new flow's record %+v, want its ingress kept", f)
 	}
 }

@@ -34,7 +34,7 @@ func flowOf(ft *pb.FiveTuple) pcapfilter.Flow {
 }
 
 func (s *Server) AssignFlow(ctx context.Context, req *pb.AssignFlowRequest) (*pb.AssignFlowResponse, error) {
-	return s.Assign(ctx, flowOf(req.Flow), req.Chain)
+	return s.Assign(ctx, flowOf(req.Flow), req.Chain, req.IngressId)
 }
 
 func (s *Server) ReleaseFlow(ctx context.Context, req *pb.ReleaseFlowRequest) (*pb.ReleaseFlowResponse, error) {

@@ -270,6 +270,16 @@ func notImplemented(what string) http.HandlerFunc {
 	}
 }
 
+// guardWith puts basic auth with creds in front of a handler (creds nil: none).
+func guardWith(creds *auth.BasicAuthCredentials) func(http.HandlerFunc) http.HandlerFunc {
+	return func(h http.HandlerFunc) http.HandlerFunc {
+		if creds == nil {
+			return h
+		}
+		return auth.DecorateWithBasicAuth(h, creds)
+	}
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(v); err != nil {
@@ -284,12 +294,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // (keel-gateway --upstream-provider): their calls, and secrets, go there after keel's basic
 // auth, and faas-cli list shows both sides. ctx bounds the asynchronous calls' workers.
 func NewRouter(ctx context.Context, p *provider.Provider, m *metrics.Metrics, v *ui.View, creds *auth.BasicAuthCredentials, up *upstream.Provider, alerts Alerter) *mux.Router {
-	guard := func(h http.HandlerFunc) http.HandlerFunc {
-		if creds == nil {
-			return h
-		}
-		return auth.DecorateWithBasicAuth(h, creds)
-	}
+	guard := guardWith(creds)
 	namespace := Namespace
 	if p != nil {
 		namespace = p.NamespaceName()

@@ -46,6 +46,8 @@ type Metrics struct {
 	AssignSeconds *prometheus.HistogramVec
 	FlowMoves     *prometheus.CounterVec
 	FlowMovePause prometheus.Histogram
+	// FlowMoveFailures: flows a move left on their source, by chain and the reason.
+	FlowMoveFailures *prometheus.CounterVec
 }
 
 // AssignFlowMethod is the gRPC method whose latency keel_gateway_assign_flow_duration_seconds measures.
@@ -100,16 +102,19 @@ func New() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"result"}),
 		FlowMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keel_gateway_flow_moves_total", Help: "Flows the controller moved to another instance with their state, by chain and reason (scale_in, relieve)",
+			Name: "keel_gateway_flow_moves_total", Help: "Flows the controller moved to another instance with their state, by chain and reason (scale_in, relieve, operator)",
 		}, []string{"chain", "reason"}),
 		FlowMovePause: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "keel_gateway_flow_move_pause_seconds", Help: "A moved flow's pause: how long the move of its batch took (its packets are held at the ingress meanwhile), one observation per flow",
+			Name: "keel_gateway_flow_move_pause_seconds", Help: "A moved flow's pause as the ingress measured it: its first packet held to its rule to the new instance confirmed, one observation per flow",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
+		FlowMoveFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keel_gateway_flow_move_failures_total", Help: "Flows a move left on their instance, by chain and the reason they did not move (timeout, refused, no_room, global, rule, no_report, ...)",
+		}, []string{"chain", "reason"}),
 	}
 	m.Registry.MustRegister(m.Invocations, m.Started, m.Seconds, m.Services, m.ChainPackets, m.ChainNFDrops, m.ChainVFDropped,
 		m.ChainP99, m.ChainInstances, m.ChainCores, m.ChainFlows, m.ChainRate,
-		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds, m.FlowMoves, m.FlowMovePause,
+		m.Chains, m.Instances, m.Flows, m.FlowsAssigned, m.Decisions, m.AssignSeconds, m.FlowMoves, m.FlowMovePause, m.FlowMoveFailures,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -127,12 +132,15 @@ func (m *Metrics) Decision(kind, reason string) {
 	m.Decisions.WithLabelValues(kind, reason).Inc()
 }
 
-// FlowMove counts flows moved in one batch that took pause (controller.Controller.OnFlowMove).
-func (m *Metrics) FlowMove(chain, reason string, flows int, pause time.Duration) {
-	m.FlowMoves.WithLabelValues(chain, reason).Add(float64(flows))
-	for i := 0; i < flows; i++ {
-		m.FlowMovePause.Observe(pause.Seconds())
+// FlowMove counts one flow of a move (controller.Controller.OnFlowMove): moved, with its
+// pause, or left where it was for why.
+func (m *Metrics) FlowMove(chain, reason string, moved bool, why string, pause time.Duration) {
+	if !moved {
+		m.FlowMoveFailures.WithLabelValues(chain, why).Inc()
+		return
 	}
+	m.FlowMoves.WithLabelValues(chain, reason).Inc()
+	m.FlowMovePause.Observe(pause.Seconds())
 }
 
 // AssignFlowInterceptor times AssignFlow and AssignFlows calls and counts the flows they assign; other

@@ -42,7 +42,10 @@ func exercised(t *testing.T) *Metrics {
 	m.ChainRate.WithLabelValues("chain3").Set(1e9)
 	m.SetRack(3, 2, 2, 5)
 	m.Decision("attach", "cold_start")
-	m.FlowMove("chain3", "scale_in", 3, 2*time.Millisecond)
+	for i := 0; i < 3; i++ {
+		m.FlowMove("chain3", "scale_in", true, "", 2*time.Millisecond)
+	}
+	m.FlowMove("chain3", "scale_in", false, "timeout", 0)
 	info := &grpc.UnaryServerInfo{FullMethod: AssignFlowMethod}
 	for _, r := range []*fakeAssign{{true, "chain3"}, {false, "chain3"}} {
 		if _, err := m.AssignFlowInterceptor(context.Background(), nil, info, func(context.Context, any) (any, error) { return r, nil }); err != nil {
@@ -91,7 +94,7 @@ func Test_metrics_follow_prometheus_conventions(t *testing.T) {
 		"keel_gateway_chains", "keel_gateway_instances", "keel_gateway_flows", "keel_gateway_flows_assigned_total",
 		"keel_gateway_scale_decisions_total", "keel_gateway_assign_flow_duration_seconds",
 		"keel_chain_packets_total", "keel_chain_nf_reported_drops_total", "keel_chain_vf_dropped_packets_total",
-		"keel_chain_rate_bits_per_second", "keel_gateway_flow_moves_total", "keel_gateway_flow_move_pause_seconds"} {
+		"keel_chain_rate_bits_per_second", "keel_gateway_flow_moves_total", "keel_gateway_flow_move_pause_seconds", "keel_gateway_flow_move_failures_total"} {
 		if !seen[want] {
 			t.Errorf("%s is not exported", want)
 		}
@@ -120,7 +123,7 @@ keel_chain_packets_total{chain="chain3"} 10
 		t.Error(err)
 	}
 	moves := `
-# HELP keel_gateway_flow_moves_total Flows the controller moved to another instance with their state, by chain and reason (scale_in, relieve)
+# HELP keel_gateway_flow_moves_total Flows the controller moved to another instance with their state, by chain and reason (scale_in, relieve, operator)
 # TYPE keel_gateway_flow_moves_total counter
 keel_gateway_flow_moves_total{chain="chain3",reason="scale_in"} 3
 `
@@ -132,6 +135,9 @@ keel_gateway_flow_moves_total{chain="chain3",reason="scale_in"} 3
 	}
 	if n := testutil.CollectAndCount(m.FlowMovePause); n != 1 {
 		t.Errorf("pause histogram series: %d, want 1", n)
+	}
+	if got := testutil.ToFloat64(m.FlowMoveFailures.WithLabelValues("chain3", "timeout")); got != 1 {
+		t.Errorf("flow move failures %v, want 1", got)
 	}
 	if n := testutil.CollectAndCount(m.AssignSeconds); n != 2 {
 		t.Errorf("assign latency series: got %d, want 2 (assigned, refused)", n)

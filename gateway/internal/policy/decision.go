@@ -53,6 +53,7 @@ const (
 	ReasonAlert                    Reason = "alert"                       // function: AlertManager asked
 	ReasonScaleIn                  Reason = "scale_in"                    // flow_move: emptying an instance to give its core back
 	ReasonRelieve                  Reason = "relieve"                     // flow_move: shedding an overloaded instance's heaviest flows
+	ReasonOperator                 Reason = "operator"                    // flow_move: an operator asked (POST /system/keel/moves)
 )
 
 // Decision is one thing the controller did, for the log, the operator's event list (the

@@ -267,22 +267,6 @@ for i = 0, #ARGV / 5 - 1 do
 end
 return out
 `)
-	// Flows moved from one instance to another of the same chain (MoveFlows). KEYS: the
-	// chain's spec hash, the source's and the destination's flow sets, the flows hash. ARGV:
-	// the destination's id and expected generation, then per flow its key and new record.
-	// Returns {source's flow count, destination's} after, or {0, 0} if the destination is
-	// gone, {-1, 0} if it changed.
-	flowsMove = redis.NewScript(`
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return {0, 0} end
-if tostring(cjson.decode(cur).gen or 0) ~= ARGV[2] then return {-1, 0} end
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
-  redis.call('SREM', KEYS[2], ARGV[i])
-  redis.call('SADD', KEYS[3], ARGV[i])
-end
-return {redis.call('SCARD', KEYS[2]), redis.call('SCARD', KEYS[3])}
-`)
 	// KEYS: spec hash, status hash, flow set, flows hash, VLAN set. ARGV: id, expected gen
 	// ("" for any), VLAN, "idle" to require no flows. Removes the instance with its flows.
 	instanceDelete = redis.NewScript(`
@@ -520,62 +504,6 @@ func (s *Store) AssignFlows(ctx context.Context, batch []FlowAssign) ([]error, e
 		})
 	}
 	return errs, nil
-}
-
-// MoveFlows records flows of instance from as moved to instance to (of the same chain), in
-// one step, if to's spec is still of generation to.Gen: each flow's instance, VLAN and worker
-// become to's, and both instances' flow sets and counts (from.Flows, to.Flows) follow. A
-// move is no new invocation of the chain. ErrGone or ErrStale, and nothing recorded, if to
-// was removed or changed meanwhile.
-func (s *Store) MoveFlows(ctx context.Context, flows []*Flow, from, to *Instance) error {
-	if from.Chain != to.Chain {
-		return fmt.Errorf("move flows: %s and %s are instances of different chains", from.ID, to.ID)
-	}
-	if len(flows) == 0 {
-		return nil
-	}
-	args := []any{to.ID, strconv.FormatUint(to.Gen, 10)}
-	for _, f := range flows {
-		f.Instance, f.VLAN, f.Worker = to.ID, to.VLAN, to.Worker
-		b, err := json.Marshal(f)
-		if err != nil {
-			return err
-		}
-		args = append(args, f.Key, b)
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	c := s.current()
-	ns, err := flowsMove.Run(ctx, s.rdb, []string{keyInstances + to.Chain, keyInstFlows + from.ID, keyInstFlows + to.ID, keyFlows},
-		args...).Int64Slice()
-	if err == nil && len(ns) != 2 {
-		err = fmt.Errorf("%d answers, want 2", len(ns))
-	}
-	if err != nil {
-		s.drop(c)
-		return fmt.Errorf("move %d flows from %s to %s: %w", len(flows), from.ID, to.ID, err)
-	}
-	switch what := fmt.Sprintf("move %d flows", len(flows)); {
-	case ns[0] == 0 && ns[1] == 0:
-		s.gone(c, to)
-		return scriptErr(what, to.ID, 0)
-	case ns[0] == -1:
-		s.stale(c, to)
-		return scriptErr(what, to.ID, -1)
-	}
-	from.Flows, to.Flows = uint32(ns[0]), uint32(ns[1])
-	s.update(c, func(c *cache) {
-		for _, f := range flows {
-			c.putFlow(f)
-		}
-		if cur := c.instances[from.Chain][from.ID]; cur != nil {
-			cur.Flows = from.Flows
-		}
-		if cur := c.instances[to.Chain][to.ID]; cur != nil {
-			cur.Flows = to.Flows
-		}
-	})
-	return nil
 }
 
 // PutFlow records the assignment of a flow of a chain that runs on the switch only (no

@@ -63,6 +63,10 @@ type Flow struct {
 	VLAN     uint32    `json:"vlan,omitempty"`
 	Worker   string    `json:"worker,omitempty"`
 	Since    time.Time `json:"since"`
+	// Ingress is the keel-ingress that asked for the assignment (AssignFlowRequest.ingress_id):
+	// the one that holds the flow's packets if it moves (issue 37). "" in records written
+	// before it was kept: such a flow does not move.
+	Ingress string `json:"ingress,omitempty"`
 }
 
 // FlowKey names a flow by its 5-tuple: "PROTO SRC:SPORT DST:DPORT" with canonical addresses.

@@ -5,7 +5,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -160,73 +159,5 @@ func Test_an_instance_of_the_old_layout_is_generation_0(t *testing.T) {
 	in.State, in.Core = store.Attached, 1
 	if err := st.UpdateSpec(ctx, in, false); err != nil || in.Gen != 1 {
 		t.Fatalf("UpdateSpec of the old record: %v (generation %d), want it written as generation 1", err, in.Gen)
-	}
-}
-
-// MoveFlows re-points flows at another instance of their chain in one step: both flow sets
-// and counts follow, the flows' records name the destination, no invocation is counted, and
-// a destination removed or changed since it was read takes nothing.
-func Test_MoveFlows_moves_the_records_and_the_counts(t *testing.T) {
-	st := testredis.Store(t)
-	ctx := context.Background()
-	a := &store.Instance{ID: "chain3/0", Chain: "chain3", Worker: "w1", VLAN: 100, State: store.Attached, Core: 1}
-	b := &store.Instance{ID: "chain3/1", Chain: "chain3", Worker: "w2", VLAN: 101, State: store.Attached, Core: 2}
-	for _, in := range []*store.Instance{a, b} {
-		if err := st.PutInstance(ctx, in); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var fs []*store.Flow
-	for i := 0; i < 3; i++ {
-		f := &store.Flow{Key: fmt.Sprintf("17 198.18.0.1:%d 198.18.3.1:5001", 1024+i), Chain: "chain3"}
-		if err := st.AssignFlow(ctx, f, a, false); err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f)
-	}
-	if err := st.AssignFlow(ctx, &store.Flow{Key: "17 198.18.0.2:1 198.18.3.1:5001", Chain: "chain3"}, b, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.MoveFlows(ctx, fs[:2], a, b); err != nil {
-		t.Fatal(err)
-	}
-	if a.Flows != 1 || b.Flows != 3 {
-		t.Fatalf("counts %d, %d; want 1, 3", a.Flows, b.Flows)
-	}
-	for i, f := range fs {
-		rec, err := st.Flow(ctx, f.Key)
-		want := b
-		if i == 2 {
-			want = a
-		}
-		if err != nil || rec == nil || rec.Instance != want.ID || rec.VLAN != want.VLAN || rec.Worker != want.Worker {
-			t.Fatalf("flow %d: %+v (%v), want on %s", i, rec, err, want.ID)
-		}
-	}
-	insts, _ := st.Instances(ctx, "chain3")
-	for _, in := range insts {
-		if want := map[string]uint32{a.ID: 1, b.ID: 3}[in.ID]; in.Flows != want {
-			t.Fatalf("%s: %d flows stored, want %d", in.ID, in.Flows, want)
-		}
-	}
-	if n, _ := st.Invocations(ctx, "chain3"); n != 4 {
-		t.Fatalf("%d invocations, want 4 (a move is no invocation)", n)
-	}
-	// A destination changed since it was read (its generation moved on) takes nothing.
-	stale := *b
-	if err := st.UpdateSpec(ctx, b, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.MoveFlows(ctx, fs[2:], a, &stale); !errors.Is(err, store.ErrStale) {
-		t.Fatalf("move to a changed instance: %v, want ErrStale", err)
-	}
-	if rec, _ := st.Flow(ctx, fs[2].Key); rec.Instance != a.ID {
-		t.Fatalf("flow moved to a changed instance: %+v", rec)
-	}
-	if err := st.DeleteInstance(ctx, b, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.MoveFlows(ctx, fs[2:], a, b); !errors.Is(err, store.ErrGone) {
-		t.Fatalf("move to a removed instance: %v, want ErrGone", err)
 	}
 }

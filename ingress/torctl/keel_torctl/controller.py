@@ -24,7 +24,8 @@ from .nfs import ChainError, Program, SwitchNf, compile_program
 from .rules import (KIND_BASE, MissingPort, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK, KIND_PROGRAM,
                     KIND_REINJECT, KIND_RETURN, PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK,
                     FiveTuple, Rule, base_rules, chain_tag, cookie, cookie_detail, cookie_kind,
-                    cookie_tag, flow_rule, instance_inband_rule, instance_reinject_rule, return_rule)
+                    cookie_tag, flow_rule, instance_inband_rule, instance_move_return_rule, instance_reinject_rule,
+                    return_rule)
 from .switch import Switch
 
 LOG = logging.getLogger("keel_torctl.controller")
@@ -272,11 +273,13 @@ class Controller:
 
     def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str,
                         port: Callable[[str], int] | None = None) -> list[Rule]:
-        """An instance's own rules: the ingress's tagged re-injections in, its return traffic out
-        (through the chain's after-server switch NFs, if it has any)."""
+        """An instance's own rules: the ingress's tagged re-injections and in-band frames in, the
+        flow moves' in-band frames back to the ingress, its return traffic out (through the
+        chain's after-server switch NFs, if it has any)."""
         port, trunk = port or self.switch.port, self.trunk(worker)
         rules = [instance_reinject_rule(port, self.opts.ingress_port, trunk, chain, vlan, p.first_pre),
-                 instance_inband_rule(port, self.opts.ingress_port, trunk, chain, vlan)]
+                 instance_inband_rule(port, self.opts.ingress_port, trunk, chain, vlan),
+                 instance_move_return_rule(port, trunk, self.opts.ingress_port, chain, vlan)]
         if p.first_post is not None:
             rules.append(return_rule(port, trunk, self.opts.egress_port, chain, vlan, p.first_post))
         return rules

@@ -23,6 +23,12 @@ Table 0 steers (priorities low to high):
   120 in_port=trunk, vlan present       -> pop_vlan, output egress (return traffic)
   130 in_port=trunk, vlan_vid=instance  -> pop_vlan, metadata=chain|post, action set: output
                                            egress, goto the chain's first after-server NF table
+  135 in_port=trunk, vlan_vid=instance, eth_type=0x88B5
+                                        -> output ingress as it is: a flow move's in-band frame
+                                           (EXPORT_STATE / IMPORT_STATE) the instance ran
+                                           through its chain and sends back, for the ingress
+                                           to read (instance VLAN, mark, 0x88B5), past the
+                                           chain's after-server NFs and the egress
   140 UDP to PROBE_NET port PROBE_PORT  -> output egress (the ToR probe: no ingress, no server)
 The ingress tags its normal path (flows of no chain) with NORMAL_VLAN so that OVS's datapath
 cache never holds a wide "in_port=ingress -> egress" entry: such an entry, cached before a new
@@ -64,7 +70,7 @@ Ports = Callable[[str], int]
 STEER_TABLE = 0
 PRIO_MISS, PRIO_INGRESS_OTHER, PRIO_NORMAL = 0, 1, 2
 PRIO_FLOW, PRIO_REINJECT, PRIO_INBAND = 100, 110, 111
-PRIO_RETURN, PRIO_RETURN_CHAIN = 120, 130
+PRIO_RETURN, PRIO_RETURN_CHAIN, PRIO_MOVE_RETURN = 120, 130, 135
 PRIO_PROBE = 140
 # The ToR probe's destinations (198.19.255.0/30, inside keel's bench range 198.18.0.0/15) and
 # UDP port (echo); keel-trafgen's "tor-probe" sends there (deploy/local/demo.py).
@@ -74,7 +80,8 @@ VLAN_NONE = 0x0000  # OFPVID_NONE: the packet has no VLAN tag
 # The VLAN keel-ingress tags its normal path with (ingress/src/dataplane.h kNormalPathVlan).
 NORMAL_VLAN = 4094
 ETH_IPV4 = 0x0800
-# keel's in-band control frames, ingress -> instance (nf-runtime/include/keel/inband.h kEtherType).
+# keel's in-band control frames, ingress -> instance and, for flow moves, back
+# (nf-runtime/include/keel/inband.h kEtherType).
 ETH_KEEL_INBAND = 0x88B5
 TPID_8021Q = 0x8100
 PROTO_TCP, PROTO_UDP = 6, 17
@@ -259,6 +266,18 @@ def instance_inband_rule(ports: Ports, ingress: str, trunk: str, chain: str, vla
     match = (("in_port", ports(ingress)), ("vlan_vid", VLAN_PRESENT | vlan), ("eth_type", ETH_KEEL_INBAND))
     return Rule(STEER_TABLE, PRIO_INBAND, match, (("apply", (("output", ports(trunk)),)),),
                 cookie(KIND_INSTANCE_REINJECT, tag, vlan))
+
+
+def instance_move_return_rule(ports: Ports, trunk: str, ingress: str, chain: str, vlan: int) -> Rule:
+    """A flow move's in-band frames an instance sends back (EXPORT_STATE / IMPORT_STATE after its
+    chain's positions ran them, nf-runtime/include/keel/inband.h) -> straight to keel-ingress, as
+    tagged as they came from the worker (instance VLAN over the mark): the instance's return
+    rules would send them to the egress. Above those; same cookie as the instance's return rule
+    (installed and removed with the instance)."""
+    tag = chain_tag(chain)
+    match = (("in_port", ports(trunk)), ("vlan_vid", VLAN_PRESENT | vlan), ("eth_type", ETH_KEEL_INBAND))
+    return Rule(STEER_TABLE, PRIO_MOVE_RETURN, match, (("apply", (("output", ports(ingress)),)),),
+                cookie(KIND_RETURN, tag, vlan))
 
 
 def flow_rule(flow: FiveTuple, chain: str, vlan: int, out_port: int, first_pre_table: int | None,

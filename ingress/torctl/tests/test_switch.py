@@ -159,7 +159,7 @@ def test_an_instance_reinject_rule_goes_with_its_instance(torctl, gateway, bridg
 MARK = 4093  # keel-ingress' in-band mark (nf-runtime/include/keel/inband.h)
 
 
-def test_marked_packets_run_the_switch_acl_behind_the_mark_and_markers_go_straight_to_the_instance(
+def test_marked_packets_run_the_switch_acl_behind_the_mark_and_in_band_frames_go_straight_to_and_from_the_instance(
         torctl, gateway, bridge):
     from keel_torctl.pb import control_pb2 as c
     acl = c.SwitchNf(name="a", nf="acl", config_json='{"rules": [{"dst_ip": "198.19.0.0/24"}]}')
@@ -183,7 +183,26 @@ def test_marked_packets_run_the_switch_acl_behind_the_mark_and_markers_go_straig
     assert (data[Dot1Q].vlan, data[Dot1Q].payload[Dot1Q].vlan, data[UDP].sport) == (46, MARK, 4000)
     assert (mk[Dot1Q].vlan, mk[Dot1Q].payload[Dot1Q].vlan, mk[Dot1Q].payload[Dot1Q].type) == (46, MARK, 0x88B5)
     assert bytes(mk[Dot1Q].payload[Dot1Q].payload)[:4] == bytes([1, 1, 0, 28])
+    # A flow move's frame the instance ran through its chain comes back from the worker (its
+    # VLAN over the mark, 0x88B5): straight to the ingress as it came, not out of the egress.
+    wait_for(lambda: any("priority=135" in x and "dl_vlan=46" in x for x in flows(torctl.ovs, bridge[0]).splitlines()),
+             what="acl/0's move return rule")
+    body = b"KM" + bytes([1, 1, 0, 0, 0, 0]) + bytes(26)  # flow_move.h's header: an export, status ok
+    back = Ether(**MACS) / Dot1Q(vlan=46) / Dot1Q(vlan=MARK, type=0x88B5) / Raw(bytes([1, 2, 0, 38]) + body)
+    net.drain()
+    net.socks["trunk"].send(back)
+    got = net.recv("ingress")
+    assert len(got) == 1, [p.summary() for p in got]
+    assert (got[0][Dot1Q].vlan, got[0][Dot1Q].payload[Dot1Q].vlan, got[0][Dot1Q].payload[Dot1Q].type) == \
+        (46, MARK, 0x88B5)
+    assert bytes(got[0][Dot1Q].payload[Dot1Q].payload)[:38] == bytes([1, 2, 0, 38]) + body
+    assert net.recv("egress", 0.1) == []
+    # The instance's ordinary return traffic still leaves by the egress.
+    net.socks["trunk"].send(Ether(**MACS) / Dot1Q(vlan=46) / IP(src="198.19.0.1", dst="198.18.0.1")
+                            / UDP(sport=53, dport=4000) / Raw(b"r" * 20))
+    assert len(net.recv("egress")) == 1 and net.recv("ingress", 0.1) == []
     gateway.remove_instance("acl/0")
+    wait_for(lambda: "dl_vlan=46" not in flows(torctl.ovs, bridge[0]), what="acl/0's rules removed")
     gateway.remove_chain("acl")
 
 

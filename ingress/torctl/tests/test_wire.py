@@ -9,8 +9,8 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from keel_torctl import ofp as msgs
 from keel_torctl.nfs import SwitchNf, compile_program, load_capabilities
-from keel_torctl.rules import (FiveTuple, base_rules, flow_rule, instance_inband_rule, instance_reinject_rule,
-                               return_rule)
+from keel_torctl.rules import (FiveTuple, base_rules, flow_rule, instance_inband_rule, instance_move_return_rule,
+                               instance_reinject_rule, return_rule)
 from keel_torctl.wire import PackedFlowMod, add_bytes
 
 
@@ -57,6 +57,7 @@ def rules():
     out += base_rules(port, "keel-ing", "keel-egress", ["keel-tor-local", "keel-tor-w2"])
     out += [instance_reinject_rule(port, "keel-ing", "keel-tor-local", "chain3", 101, pre) for pre in (None, 2)]
     out.append(instance_inband_rule(port, "keel-ing", "keel-tor-local", "chain3", 101))
+    out.append(instance_move_return_rule(port, "keel-tor-local", "keel-ing", "chain3", 101))
     out.append(return_rule(port, "keel-tor-local", "keel-egress", "chain2", 100, 3))
     caps = load_capabilities()
     for name, nfs in PROGRAMS.items():

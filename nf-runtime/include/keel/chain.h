@@ -43,6 +43,13 @@ class Chain {
    * table first moves to the current time (idle flows expire). */
   void Run(PacketBatch* batch, size_t first, size_t last);
 
+  /* A flow move's frame (flow_move.h, the |*len| bytes at |buf|, room for
+   * kMoveFrameMax) passing NF |i|, which is at chain position |position|:
+   * keel::MoveAt, counted. False, with the problem in |*err|, if the bytes
+   * are not a move frame; a failure the NF reports is in the frame (and
+   * |*err|). */
+  bool MoveAt(size_t i, uint8_t position, uint8_t* buf, size_t* len, std::string* err);
+
   /* Packet thread: hands every NF's state changes to the Redis mirror.
    * |wait| blocks for the hand-over (shutdown only). */
   void SyncState(bool wait);
@@ -57,6 +64,7 @@ class Chain {
  private:
   struct Stage {
     std::string name;
+    uint32_t id = 0; /* NfId(name): how move records name their NF */
     std::unique_ptr<NF> nf;
     NfCounters counters;
   };

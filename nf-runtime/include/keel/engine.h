@@ -22,6 +22,17 @@
  * the receive burst that brought it, Egress (or the head's own transmit in
  * a chain without a buffer) reads it back once the packet left, sent or
  * dropped.
+ *
+ * A flow move's control frame (inband.h types 2 and 3, issue 37) takes the
+ * packets' path without any NF's ProcessBatch seeing it: position 0's
+ * receive (handover_rx.h) flags it, and each step runs flow_move.h's MoveAt
+ * for each of its NFs on the frame's body instead, in the mbuf at the head
+ * or in place in the chain buffer, where its descriptor says it is one
+ * (kDescMove); packets ahead of it in the burst pass every NF of the step
+ * before it, those behind it after it. Egress (or the head, without a
+ * chain buffer) sends it out like a packet, still marked. A frame that is
+ * not a move frame is dropped and counted (StatsJson "moves"; each NF's
+ * entry counts the exports, imports and failures at its position).
  */
 #ifndef KEEL_ENGINE_H_
 #define KEEL_ENGINE_H_
@@ -131,6 +142,21 @@ class Engine {
   /* Stamps the packets the chain buffer gained since it held |used_before|
    * with |tsc|, the receive burst's. */
   void StampRx(uint32_t used_before, uint64_t tsc);
+  /* Head's work on |n| received packets, from the receive burst at TSC
+   * |rx_tsc|, from |t| on: the head NFs (or, for one move frame, |move|,
+   * MoveAt at each of them), then into the chain buffer or out of the port.
+   * Returns the TSC at the end. */
+  uint64_t HeadBurst(rte_mbuf** mbufs, uint16_t n, uint64_t rx_tsc, uint64_t t, bool move);
+  /* Runs NFs [first_nf, size) of the chain over |batch| (InPlace), charging
+   * the NFs' cycles from TSC |t0|. */
+  void RunNfs(PacketBatch* batch, size_t first_nf, uint64_t t0);
+  /* InPlace with move frames among the |n| packets at |views| (bit i of
+   * |moves|): the NFs run on the packets between them, MoveThrough on them. */
+  void RunAroundMoves(Packet* views, uint32_t n, uint32_t moves, size_t first_nf);
+  /* Runs MoveAt for NFs [first_nf, last_nf) of the chain on the move frame
+   * in |p|, in place, and sets its length; drops it (counted) if it is not
+   * one or the packet has no room for the largest body. */
+  void MoveThrough(Packet* p, size_t first_nf, size_t last_nf);
   int AttachOut(PacketBatch* batch, const Packet* views, const uint32_t* slots, rte_mbuf** out);
   /* copy_each_hop: runs NFs [first_nf, size) on private copies of |batch|
    * and copies the results back. */
@@ -163,6 +189,9 @@ class Engine {
   PortCounters port_;
   bool tx_chains_ = false; /* the TX port sends multi-segment mbufs */
   Counter order_violations_;
+  /* Flow moves' frames dropped here as no move frame (each NF counts the
+   * ones it passed: chain.h MoveAt). */
+  Counter move_malformed_;
   Counter bursts_per_turn_; /* B of the last Head */
   uint64_t last_rx_ = 0;
   uint32_t turn_received_ = 0; /* packets the current turn's Head received */

@@ -48,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "keel/inband.h"
 #include "keel/nf.h"
 #include "keel/packet.h"
 #include "keel/state.h"
@@ -58,6 +59,12 @@ constexpr size_t kMoveFrameMax = 1400;
 constexpr size_t kMoveHeaderBytes = 34;
 constexpr size_t kMoveRecordBytes = 19; /* plus the value */
 constexpr uint8_t kMoveVersion = 1;
+/* Where kind, status and the failing position are in an encoded frame. */
+constexpr size_t kMoveKindAt = 3;
+constexpr size_t kMoveStatusAt = 4;
+constexpr size_t kMoveFailedAt = 5;
+/* In band (inband.h types 2 and 3), the frame is the control frame's body. */
+static_assert(kMoveFrameMax == inband::kMoveBodyMax && kMoveHeaderBytes == inband::kMoveBodyMin);
 /* Records of the largest value one frame holds. */
 constexpr size_t kMoveMaxRecords = (kMoveFrameMax - kMoveHeaderBytes) / (kMoveRecordBytes + kMaxStateValue);
 

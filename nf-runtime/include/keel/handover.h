@@ -76,6 +76,7 @@ enum class HandoverCount {
   kBadVersion,      /* in-band frames of a version this side does not speak */
   kUnknownType,     /* in-band frames of a type this side does not know */
   kDirectFirst,     /* flows whose first packet here came direct, ahead of all via the ingress */
+  kMoveFrames,      /* well-formed EXPORT_STATE / IMPORT_STATE frames passed on to the chain */
   kCount,
 };
 

@@ -13,6 +13,11 @@
  * Idle, it costs nothing: a hold's timeout is checked on every receive,
  * which the runtime's own idle backoff keeps calling.
  *
+ * A flow move's EXPORT_STATE / IMPORT_STATE frame (inband.h types 2, 3) is
+ * not consumed: it keeps its mark and comes out in its place among the
+ * packets, flagged (Take's |moves|), for the engine to run through the
+ * chain's positions (flow_move.h MoveAt) instead of the NFs.
+ *
  * It orders nothing until the first marked frame arrives: an instance that
  * is not behind keel-ingress (keel-chain or keel-nf driven by a generator, a
  * test) never sees one, and its packets pass as they came, for the test for
@@ -40,13 +45,18 @@ class HandoverRx {
   ~HandoverRx();
 
   /* Up to |n| (<= kMaxBurst) packets from |port|'s queue 0 into |out|, in
-   * flow order; |now| is the TSC. */
-  uint16_t Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t now);
+   * flow order; |now| is the TSC. Bit i of |*moves| is set when out[i] is a
+   * move frame (marked, type 2 or 3, its in-band header checked). */
+  uint16_t Receive(uint16_t port, rte_mbuf** out, uint16_t n, uint64_t now, uint32_t* moves);
   /* The same for packets already received (|in|, |k| of them): what
    * Receive does after rte_eth_rx_burst. Packets may come out later. */
   void Feed(rte_mbuf** in, uint16_t k, uint64_t now);
-  /* Up to |n| packets of those fed, in order. */
-  uint16_t Take(rte_mbuf** out, uint16_t n);
+  /* Up to |n| packets of those fed, in order; |*moves| as for Receive. */
+  uint16_t Take(rte_mbuf** out, uint16_t n, uint32_t* moves);
+  uint16_t Take(rte_mbuf** out, uint16_t n) {
+    uint32_t moves;
+    return Take(out, n, &moves);
+  }
 
   /* True if one of |m|'s |k| packets carries the mark. */
   static bool AnyMarked(rte_mbuf* const* m, uint16_t k);
@@ -58,12 +68,17 @@ class HandoverRx {
 
  private:
   void Classify(rte_mbuf* m, uint64_t now);
-  void Push(rte_mbuf* m);
+  /* A marked in-band frame of a move type, its mark already taken off:
+   * passed on, marked again, or dropped and counted. */
+  void PassMove(rte_mbuf* m, const uint8_t* payload, size_t len);
+  void Push(rte_mbuf* m, bool move = false);
   void PushReleased(uint32_t n);
 
   HandoverTable table_;
   std::vector<rte_mbuf*> ring_;
+  std::vector<uint8_t> ring_move_; /* ring_[i] is a move frame */
   uint32_t head_ = 0, count_ = 0;
+  uint32_t moves_queued_ = 0;      /* move frames in the ring */
   std::vector<HandoverTable::Packet> released_;
   Counter ring_full_; /* cannot happen (the ring has room for every packet held); counted if it did */
   std::atomic<bool> armed_{false};

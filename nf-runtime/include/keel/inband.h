@@ -37,8 +37,28 @@
  *   expected via the ingress after it (OpenNF's order-preserving move,
  *   SIGCOMM'14 §5.1.2, with the ingress as the source side). A packet that
  *   still comes is counted late on both sides and passes.
- *   Types 2 and 3 are reserved for moving a flow's NF state (export, import);
- *   a receiver drops and counts a type it does not know.
+ *
+ *   type 2, EXPORT_STATE, and type 3, IMPORT_STATE (issue 37's flow moves):
+ *     body = one flow_move.h frame (magic 'K' 'M', its kind export or
+ *     import, status, flow, records), 34 to kMoveBodyMax (1400) bytes; the
+ *     whole frame is at most kMoveFrameMaxLen = 18 + 4 + 1400 bytes before
+ *     the sender pushes the instance VLAN (4 more on the wire).
+ *   The ingress sends an export behind a moving flow's last packets (the
+ *   flow's ToR rule gone, its new packets held, its quiet time over) to the
+ *   source instance, an import ahead of the held packets to the
+ *   destination. Position 0 recognises the frame and keeps it marked; each
+ *   position of the chain, in order, runs flow_move.h's MoveAt on the body
+ *   in place (no NF's ProcessBatch sees the frame; the chain buffer's
+ *   descriptor says it is a move frame, kDescMove), which appends or takes
+ *   that position's records and sets the status; the last position sends it
+ *   out of the instance as it sends packets, still marked, EtherType 0x88B5,
+ *   the length field updated to the new body. The instance's return rule
+ *   on the ToR sends it back to the ingress with the instance VLAN on
+ *   (instance VLAN | mark | 0x88B5 | ...), where the ingress reads the
+ *   result (WriteMoveFrame / ParseMoveFrame below; EncodeMoveFrame /
+ *   DecodeMoveFrame for the body). A frame that is not a well-formed move
+ *   frame is dropped and counted where it is found, never passed on.
+ *   A receiver drops and counts a type it does not know.
  *
  * On the ToR, keel-torctl sends an instance's marked control frames
  * (in_port ingress, its VLAN, eth_type 0x88B5) straight to the instance,
@@ -62,9 +82,13 @@ constexpr uint8_t kVersion = 1;
 
 enum class Type : uint8_t {
   kFlowMarker = 1,
-  kExportState = 2, /* reserved (issue 37) */
-  kImportState = 3, /* reserved (issue 37) */
+  kExportState = 2, /* a flow's state on its way out of the source instance (issue 37) */
+  kImportState = 3, /* a flow's state on its way into the destination instance */
 };
+
+inline bool IsMoveType(uint8_t t) {
+  return t == static_cast<uint8_t>(Type::kExportState) || t == static_cast<uint8_t>(Type::kImportState);
+}
 
 constexpr size_t kMacs = 12;
 constexpr size_t kTagLen = 4;
@@ -75,6 +99,13 @@ constexpr size_t kMinFrame = 60;      /* Ethernet's minimum without the FCS */
 constexpr size_t kPayloadOffset = kMacs + kTagLen + 2;
 constexpr size_t kMarkerFrameLen = kMinFrame;
 static_assert(kPayloadOffset + kHeaderLen + kMarkerBodyLen <= kMarkerFrameLen);
+/* A move frame's body (the flow_move.h frame) starts here, after the
+ * in-band header, and holds at most kMoveBodyMax bytes (flow_move.h's
+ * kMoveFrameMax); its shortest is the flow_move.h header. */
+constexpr size_t kMoveBodyOffset = kPayloadOffset + kHeaderLen;
+constexpr size_t kMoveBodyMax = 1400;
+constexpr size_t kMoveBodyMin = 34;
+constexpr size_t kMoveFrameMaxLen = kMoveBodyOffset + kMoveBodyMax;
 
 /* A flow as the ingress keys it: the 5-tuple in host byte order, ports 0
  * for protocols without them. */
@@ -159,6 +190,7 @@ enum class Malformed : uint8_t {
   kVersion,      /* a version this side does not speak */
   kUnknownType,  /* a type this side does not know (or a reserved one) */
   kBadLength,    /* the length does not fit the type */
+  kNotInband,    /* no mark where a control frame has it, or not EtherType 0x88B5 */
 };
 
 /* Parses the in-band payload |p| (|len| bytes from the version byte, the
@@ -181,6 +213,69 @@ inline Malformed ParseMarker(const uint8_t* p, size_t len, FlowId* f, uint64_t* 
   for (int i = 0; i < 8; i++) s = s << 8 | b[16 + i];
   *seq = s;
   return Malformed::kNone;
+}
+
+/* Writes an EXPORT_STATE or IMPORT_STATE frame (|type|) with the
+ * flow_move.h frame |body| (|body_len| bytes), marked, without the instance
+ * VLAN (the sender pushes it as on its data), into |out| (|cap| bytes),
+ * padded to kMinFrame. Returns the frame's length, or 0 (nothing usable
+ * written) if |type| is no move type, the body is shorter than
+ * kMoveBodyMin or longer than kMoveBodyMax, or |cap| is too small. */
+inline size_t WriteMoveFrame(uint8_t* out, size_t cap, const uint8_t dst_mac[6], const uint8_t src_mac[6], Type type,
+                             const uint8_t* body, size_t body_len) {
+  const size_t used = kMoveBodyOffset + body_len;
+  const size_t len = used < kMinFrame ? kMinFrame : used;
+  if (!IsMoveType(static_cast<uint8_t>(type)) || body_len < kMoveBodyMin || body_len > kMoveBodyMax || cap < len)
+    return 0;
+  std::memcpy(out, dst_mac, 6);
+  std::memcpy(out + 6, src_mac, 6);
+  Put16(out + kMacs, kTpidVlan);
+  Put16(out + kMacs + 2, kMarkVid);
+  Put16(out + kMacs + kTagLen, kEtherType);
+  uint8_t* h = out + kPayloadOffset;
+  h[0] = kVersion;
+  h[1] = static_cast<uint8_t>(type);
+  Put16(h + 2, static_cast<uint16_t>(kHeaderLen + body_len));
+  std::memmove(out + kMoveBodyOffset, body, body_len);
+  std::memset(out + used, 0, len - used);
+  return len;
+}
+
+/* Parses the in-band payload |p| (|len| bytes from the version byte, the
+ * frame's padding included) as an EXPORT_STATE or IMPORT_STATE frame: its
+ * type in |*type|, its body (at p + kHeaderLen) |*body_len| bytes long. The
+ * body itself is flow_move.h's to check (DecodeMoveFrame, MoveAt). */
+inline Malformed ParseMove(const uint8_t* p, size_t len, Type* type, size_t* body_len) {
+  if (len < kHeaderLen) return Malformed::kTruncated;
+  if (p[0] != kVersion) return Malformed::kVersion;
+  if (!IsMoveType(p[1])) return Malformed::kUnknownType;
+  const uint16_t n = Get16(p + 2);
+  if (n < kHeaderLen + kMoveBodyMin || n > kHeaderLen + kMoveBodyMax) return Malformed::kBadLength;
+  if (len < n) return Malformed::kTruncated;
+  *type = static_cast<Type>(p[1]);
+  *body_len = n - kHeaderLen;
+  return Malformed::kNone;
+}
+
+/* Finds a move frame in the |len| bytes at |frame|, as an instance sends it
+ * (the mark outermost) or as the ToR's return rule hands it to the ingress
+ * (the instance VLAN, then the mark): sets |*header_off| to where its
+ * in-band header starts (its body follows kHeaderLen later), |*type| and
+ * |*body_len|. kNotInband if the mark is not outermost or under one tag, or
+ * EtherType 0x88B5 does not follow it. */
+inline Malformed ParseMoveFrame(const uint8_t* frame, size_t len, Type* type, size_t* header_off, size_t* body_len) {
+  const size_t at = MarkOffset(frame, len);
+  if (at == 0 || len < at + kTagLen + 2 || Get16(frame + at + kTagLen) != kEtherType) return Malformed::kNotInband;
+  *header_off = at + kTagLen + 2;
+  return ParseMove(frame + *header_off, len - *header_off, type, body_len);
+}
+
+/* Rewrites the in-band header at |header| (ParseMoveFrame's |header_off|)
+ * for a body of |body_len| bytes of type |type|, e.g. an export that came
+ * back, turned into an import. The frame must have room for the body. */
+inline void SetMoveHeader(uint8_t* header, Type type, size_t body_len) {
+  header[1] = static_cast<uint8_t>(type);
+  Put16(header + 2, static_cast<uint16_t>(kHeaderLen + body_len));
 }
 
 }  // namespace keel::inband

@@ -60,6 +60,11 @@ struct NfCounters {
   Counter dropped;
   Counter bursts; /* ProcessBatch calls: each gets one burst */
   Counter cycles; /* rdtsc around ProcessBatch, summed */
+  /* Flow moves' control frames the NF's position ran MoveAt on (issue 37):
+   * exports, imports, and those whose status it set to a failure. */
+  Counter move_exports;
+  Counter move_imports;
+  Counter move_failed;
 };
 
 /* What the chain's ports did. */

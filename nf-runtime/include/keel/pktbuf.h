@@ -48,13 +48,17 @@ constexpr uint64_t kPktBufMagic = 0x6b65656c70627532ull; /* "keelpbu2": descript
 struct PktDesc {
   uint16_t off;     /* start of the packet inside its slot */
   uint16_t len;
-  uint16_t flags;   /* kDescDrop */
+  uint16_t flags;   /* kDescDrop, kDescMove */
   uint16_t stage;   /* position of the last NF that finished this packet */
   uint32_t seq;     /* ring sequence number of the packet, its low 32 bits */
   uint32_t slot;    /* the slot the packet is in, < nbufs */
 };
 static_assert(sizeof(PktDesc) == 16, "four descriptors a cache line");
 constexpr uint16_t kDescDrop = 1;
+/* The packet is a flow move's control frame (inband.h types 2, 3): each
+ * position runs MoveAt on it instead of its NF (engine.h). Set by position
+ * 0 as it enters the frame, kept by Store. */
+constexpr uint16_t kDescMove = 2;
 
 /* The file's first bytes; the scheduling words follow at KEEL_SCHED_OFFSET. */
 struct PktBufHeader {
@@ -127,8 +131,11 @@ class PktBuf {
    * counted in bad_descriptors(); returns false then. */
   bool View(uint32_t i, Packet* p, uint32_t expect_slot = kAnySlot);
   static constexpr uint32_t kAnySlot = UINT32_MAX;
-  /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
+  /* Records |p|'s current extent and drop mark in the |i|-th descriptor
+   * (a move frame's stays one). */
   void Store(uint32_t i, const Packet& p, uint16_t stage);
+  /* Marks the |i|-th packet after the tail a move frame (kDescMove). */
+  void MarkMove(uint32_t i) { descs_[(tail() + i) & mask_].flags |= kDescMove; }
   const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
   /* Frees the |n| oldest packets. */
   void Release(uint32_t n);
