@@ -4,6 +4,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -612,3 +614,70 @@ def test_wait_futex_is_refused_under_coopsched():
                         "--of", "1", "--coopsched", "unix:/nonexistent", "--wait-futex"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--wait-futex" in r.stderr, r.stderr
+
+
+MARK = 4093  # keel-ingress' mark (nf-runtime/include/keel/inband.h)
+MOVE_EXPORT, MOVE_IMPORT = 2, 3  # in-band types EXPORT_STATE, IMPORT_STATE
+
+
+def move_frame(in_band_type, kind, flow, records=b"", count=0):
+    """A flow move's in-band frame as keel-ingress sends it (inband.h; body: flow_move.h's frame
+    of |kind|, 1 export 2 import, for |flow| = (src, dst, sport, dport, proto))."""
+    src, dst, sport, dport, proto = flow
+    key = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!HHB", sport, dport, proto)
+    body = b"KM" + bytes([1, kind, 0, 0, count, 0]) + key + key + records
+    return (Ether(src="02:00:00:00:00:09", dst="02:00:00:00:00:09") / Dot1Q(vlan=MARK, type=0x88B5) /
+            Raw(bytes([1, in_band_type]) + struct.pack("!H", 4 + len(body)) + body))
+
+
+def parse_move_frame(raw):
+    """(in-band type, kind, status, [(position, nf id, value) per record]) of a move frame that
+    left an instance (marked outermost, 0x88B5)."""
+    assert raw[12:16] == struct.pack("!HH", 0x8100, MARK) and raw[16:18] == b"\x88\xb5", raw[:18].hex()
+    in_band_type, length = raw[19], struct.unpack("!H", raw[20:22])[0]
+    body = raw[22:18 + length]
+    assert body[:3] == b"KM\x01"
+    records, off = [], 34
+    for _ in range(body[6]):
+        position, nf = body[off], struct.unpack("!I", body[off + 1:off + 5])[0]
+        vlen = body[off + 18]
+        records.append((position, nf, body[off + 19:off + 19 + vlen]))
+        off += 19 + vlen
+    assert off == len(body)
+    return in_band_type, body[3], body[4], records
+
+
+def test_a_flow_moves_frame_passes_every_process_and_leaves_with_the_state_it_took(tmp_path):
+    # Issue 37's move protocol inside an instance: an EXPORT_STATE frame behind a flow's packets
+    # goes through monitor and NAT, two processes, without either NF seeing it; it leaves marked
+    # with the monitor's counters and the NAT's mapping of the flow, and keel-chain, the same
+    # chain in one process, sends the same bytes.
+    nat = {"external_ip": "198.18.100.1", "port_range": [20000, 20010]}
+    nfs = [("monitor", {}), ("nat", nat)]
+    flow = ("198.18.0.1", "198.19.0.1", 5000, 53, 17)
+
+    def marked_udp(sport, i):
+        return (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=MARK) /
+                IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=sport, dport=53) / Raw(bytes([i]) * 20))
+
+    pkts = [marked_udp(5001, 0)] + [marked_udp(5000, i) for i in range(1, 4)]
+    no_move = (Ether(src="02:00:00:00:00:09", dst="02:00:00:00:00:09") / Dot1Q(vlan=MARK, type=0x88B5) /
+               Raw(bytes([1, MOVE_EXPORT, 0, 48]) + b"XM" + bytes(42)))  # in-band header fine, no flow_move frame
+    pkts += [move_frame(MOVE_EXPORT, 1, flow), marked_udp(5002, 9), no_move]
+    procs, out, stats, _ = start_chain(tmp_path, "move1", nfs, pkts)
+    wait_all(procs)
+    got = [bytes(p) for p in rdpcap(str(out))]
+    assert len(got) == 6, "4 packets, the frame, the packet behind it; the malformed frame dropped"
+    assert [IP(g[14:]).sport for g in got[:4]] == [20000, 20001, 20001, 20001]
+    in_band_type, kind, status, records = parse_move_frame(got[4])
+    assert (in_band_type, kind, status) == (MOVE_EXPORT, 1, 0)
+    assert sorted(r[0] for r in records) == [0, 1, 1], "the monitor's counters, both keys of the NAT's mapping"
+    monitor = [r[2] for r in records if r[0] == 0][0]
+    assert struct.unpack("=QQ", monitor) == (3, 3 * (len(pkts[1]) - 4)), "the flow's packets and bytes (mark off)"
+    assert IP(got[5][14:]).sport == 20002, "the packet behind the frame passed the NAT after it"
+    finals = [json.loads(st.read_text()) for st in stats]
+    assert [f["nfs"][0]["moves"] for f in finals] == [{"exports": 1, "imports": 0, "failed": 0}] * 2
+    assert finals[0]["moves"]["malformed"] == 1 and finals[0]["handover"]["move_frames"] == 2
+    assert finals[1]["nfs"][0]["packets_in"] == 5, "the NAT never saw a frame"
+    assert keel_chain_output(tmp_path, nfs, tmp_path / "in.pcap", "move") == got
+

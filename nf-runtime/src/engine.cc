@@ -195,6 +195,7 @@ void Engine::Egress() {
     zero_copy_fallbacks_.Add(1);
     std::fprintf(stderr, "keel: port %u keeps transmitted buffers; egress copies from now on\n", opt_.tx_port);
   }
+  if (buf_->MaybeMoves()) buf_->ClearMoves(); /* the ring is empty */
   if (in_flight_ == 0) buf_->Rewind();
 }
 
@@ -351,6 +352,15 @@ void Engine::EnterSlots(rte_mbuf** mbufs, Packet* views, uint16_t n, PacketBatch
 }
 
 void Engine::InPlace(uint16_t stage, size_t first_nf) {
+  /* Only a turn that may carry a move frame looks for one (a rare one). */
+  if (__builtin_expect(buf_->MaybeMoves(), 0))
+    InPlaceBursts<true>(stage, first_nf);
+  else
+    InPlaceBursts<false>(stage, first_nf);
+}
+
+template <bool kMoves>
+void Engine::InPlaceBursts(uint16_t stage, size_t first_nf) {
   uint32_t used = buf_->used();
   uint64_t t0 = Rdtsc();
   for (uint32_t first = 0; first < used; first += kMaxBurst) {
@@ -363,17 +373,22 @@ void Engine::InPlace(uint16_t stage, size_t first_nf) {
       /* Temporal isolation, checked: the stage before this one finished it. */
       const PktDesc& d = buf_->desc(first + i);
       if (d.stage != stage - 1) order_violations_.Add(1);
-      moves |= static_cast<uint32_t>((d.flags & kDescMove) != 0) << i;
+      if (kMoves) moves |= static_cast<uint32_t>((d.flags & kDescMove) != 0) << i;
       buf_->View(first + i, &views[i]);
       if (!views[i].dropped()) batch.Add(&views[i]);
     }
     uint64_t t1 = Rdtsc();
-    if (__builtin_expect(moves == 0, 1))
+    if (!kMoves || moves == 0)
       RunNfs(&batch, first_nf, t1);
     else
       RunAroundMoves(views, n, moves, first_nf);
     uint64_t t2 = Rdtsc();
-    for (uint32_t i = 0; i < n; i++) buf_->Store(first + i, views[i], stage);
+    for (uint32_t i = 0; i < n; i++) {
+      if (kMoves && (moves >> i & 1))
+        buf_->StoreMove(first + i, views[i], stage);
+      else
+        buf_->Store(first + i, views[i], stage);
+    }
     uint64_t t3 = Rdtsc();
     Charge(KEEL_CYCLES_VIEW, (t1 - t0) + (t3 - t2));
     t0 = t3;

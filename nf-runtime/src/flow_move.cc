@@ -220,4 +220,12 @@ bool MoveAt(NF* nf, const MovePosition& pos, uint8_t* buf, size_t* len, std::str
   return true;
 }
 
+void SetMoveLeg(uint8_t* header, MoveKind kind) {
+  header[1] = static_cast<uint8_t>(kind == MoveKind::kExport ? inband::Type::kExportState : inband::Type::kImportState);
+  uint8_t* body = header + inband::kHeaderLen;
+  body[kMoveKindAt] = static_cast<uint8_t>(kind);
+  body[kMoveStatusAt] = static_cast<uint8_t>(MoveStatus::kOk);
+  body[kMoveFailedAt] = 0;
+}
+
 }  // namespace keel

@@ -10,10 +10,7 @@
 namespace keel {
 
 HandoverRx::HandoverRx(const HandoverConfig& cfg)
-    : table_(cfg),
-      ring_(kMaxBurst + cfg.hold_max + cfg.hold_per_flow),
-      ring_move_(ring_.size(), 0),
-      released_(cfg.hold_max + cfg.hold_per_flow) {
+    : table_(cfg), ring_(kMaxBurst + cfg.hold_max + cfg.hold_per_flow), released_(cfg.hold_max + cfg.hold_per_flow) {
   static_assert(kMaxBurst <= 32, "Take reports move frames in a 32-bit mask");
 }
 
@@ -26,17 +23,22 @@ HandoverRx::~HandoverRx() {
   /* Packets still held belong to the port's pool; the port is closed after the engine. */
 }
 
-void HandoverRx::Push(rte_mbuf* m, bool move) {
+void HandoverRx::Push(rte_mbuf* m) {
   if (count_ == ring_.size()) {
     ring_full_.Add(1);
     rte_pktmbuf_free(m);
     return;
   }
-  const uint32_t at = (head_ + count_) % static_cast<uint32_t>(ring_.size());
-  ring_[at] = m;
-  ring_move_[at] = move;
-  moves_queued_ += move;
+  ring_[(head_ + count_) % ring_.size()] = m;
   count_++;
+}
+
+void HandoverRx::PushMove(rte_mbuf* m) {
+  const uint32_t at = (head_ + count_) % static_cast<uint32_t>(ring_.size());
+  const uint32_t before = count_;
+  Push(m);
+  /* Its ring index names it until Take hands it out: nothing else goes there before. */
+  if (count_ > before) moves_.push_back(at);
 }
 
 void HandoverRx::PushReleased(uint32_t n) {
@@ -46,7 +48,7 @@ void HandoverRx::PushReleased(uint32_t n) {
 uint16_t HandoverRx::Take(rte_mbuf** out, uint16_t n, uint32_t* moves) {
   uint16_t k = 0;
   *moves = 0;
-  if (moves_queued_ == 0) {
+  if (moves_.empty()) {
     while (k < n && count_) {
       out[k++] = ring_[head_];
       head_ = (head_ + 1) % static_cast<uint32_t>(ring_.size());
@@ -55,9 +57,9 @@ uint16_t HandoverRx::Take(rte_mbuf** out, uint16_t n, uint32_t* moves) {
     return k;
   }
   while (k < n && count_) {
-    if (ring_move_[head_]) {
+    if (!moves_.empty() && moves_.front() == head_) { /* move frames leave in the order they came */
       *moves |= 1u << k;
-      moves_queued_--;
+      moves_.pop_front();
     }
     out[k++] = ring_[head_];
     head_ = (head_ + 1) % static_cast<uint32_t>(ring_.size());
@@ -93,7 +95,7 @@ void HandoverRx::PassMove(rte_mbuf* m, const uint8_t* payload, size_t len) {
   inband::Put16(d + inband::kMacs, inband::kTpidVlan);
   inband::Put16(d + inband::kMacs + 2, inband::kMarkVid);
   table_.Count(HandoverCount::kMoveFrames);
-  Push(m, true);
+  PushMove(m);
 }
 
 void HandoverRx::Classify(rte_mbuf* m, uint64_t now) {

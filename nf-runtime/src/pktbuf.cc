@@ -70,6 +70,7 @@ std::unique_ptr<PktBuf> PktBuf::Create(const std::string& path, uint32_t nslots,
   h->desc_offset = desc_off;
   h->slot_offset = slot_off;
   h->head.store(0);
+  h->moves.store(0);
   h->tail.store(0);
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kPktBufMagic;
@@ -178,7 +179,7 @@ void PktBuf::Store(uint32_t i, const Packet& p, uint16_t stage) {
   PktDesc& d = descs_[(tail() + i) & mask_];
   d.off = p.headroom();
   d.len = p.len();
-  d.flags = static_cast<uint16_t>((d.flags & kDescMove) | (p.dropped() ? kDescDrop : 0));
+  d.flags = p.dropped() ? kDescDrop : 0;
   d.stage = stage;
 }
 

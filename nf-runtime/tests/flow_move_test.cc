@@ -319,5 +319,47 @@ TEST(FlowMove, APositionWorksOnTheFrameInPlace) {
   EXPECT_NE(err.find("bad magic"), std::string::npos);
 }
 
+TEST(FlowMove, AFailedExportGoesBackAsAnImportThatMakesTheSourceWhole) {
+  /* Position 0 hands its records over, position 1 keeps global state: the
+   * export fails there; the ingress sends the frame back as an import. */
+  TableNf s0, s1;
+  ASSERT_TRUE(s0.state().Update(kFlow, Value(kFlow, 8, 3).data, 8));
+  MoveFrame f;
+  f.flow = f.cur = kFlow;
+  std::vector<uint8_t> body = Encode(f);
+  const uint8_t mac[6] = {2, 0, 0, 0, 0, 1};
+  uint8_t frame[inband::kMoveFrameMaxLen];
+  ASSERT_GT(inband::WriteMoveFrame(frame, sizeof frame, mac, mac, inband::Type::kExportState, body.data(), body.size()),
+            0u);
+  inband::Type type;
+  size_t at = 0, n = 0;
+  ASSERT_EQ(inband::ParseMoveFrame(frame, sizeof frame, &type, &at, &n), inband::Malformed::kNone);
+  uint8_t* b = frame + at + inband::kHeaderLen;
+  std::string err;
+  ASSERT_TRUE(MoveAt(&s0, MovePosition{0, 7}, b, &n, &err)) << err;
+  inband::SetMoveHeader(frame + at, type, n); /* as the instance does */
+  b[kMoveStatusAt] = static_cast<uint8_t>(MoveStatus::kGlobal); /* as position 1 would set it */
+  b[kMoveFailedAt] = 1;
+  EXPECT_EQ(s0.state().size(), 0u);
+
+  SetMoveLeg(frame + at, MoveKind::kImport);
+  ASSERT_EQ(inband::ParseMoveFrame(frame, sizeof frame, &type, &at, &n), inband::Malformed::kNone);
+  EXPECT_EQ(type, inband::Type::kImportState);
+  ASSERT_TRUE(DecodeMoveFrame(b, n, &f, &err)) << err;
+  EXPECT_EQ(f.kind, MoveKind::kImport);
+  EXPECT_EQ(f.status, MoveStatus::kOk);
+  EXPECT_EQ(f.failed_position, 0u);
+  EXPECT_EQ(f.records.size(), 1u) << "the records stay";
+  ASSERT_TRUE(MoveAt(&s0, MovePosition{0, 7}, b, &n, &err)) << err;
+  StateRecord back;
+  ASSERT_TRUE(s0.state().Peek(kFlow, &back)) << "position 0 took its state back";
+  EXPECT_EQ(std::memcmp(back.data, Value(kFlow, 8, 3).data, 8), 0);
+
+  SetMoveLeg(frame + at, MoveKind::kExport);
+  ASSERT_EQ(inband::ParseMoveFrame(frame, sizeof frame, &type, &at, &n), inband::Malformed::kNone);
+  EXPECT_EQ(type, inband::Type::kExportState);
+  EXPECT_EQ(b[kMoveKindAt], static_cast<uint8_t>(MoveKind::kExport));
+}
+
 }  // namespace
 }  // namespace keel

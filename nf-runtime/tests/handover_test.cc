@@ -16,6 +16,7 @@
 #include "keel/handover_rx.h"
 #include "keel/inband.h"
 #include "keel/port.h"
+#include "udp_frame.h"
 
 namespace keel {
 namespace {
@@ -280,25 +281,7 @@ rte_mempool* Pool() {
 /* A UDP packet of flow |sport| whose payload's first byte is |seq|; marked
  * as the ingress sends it (inner tag) when |via_ingress|. */
 rte_mbuf* Udp(uint16_t sport, uint8_t seq, bool via_ingress) {
-  std::vector<uint8_t> f(14 + 20 + 8 + 4, 0);
-  f[0] = 2;
-  f[6] = 2;
-  f[12] = 0x08;
-  uint8_t* ip = f.data() + 14;
-  ip[0] = 0x45;
-  inband::Put16(ip + 2, 32);
-  ip[8] = 64;
-  ip[9] = 17;
-  inband::Put32(ip + 12, Flow(sport).src_ip);
-  inband::Put32(ip + 16, Flow(sport).dst_ip);
-  inband::Put16(ip + 20, sport);
-  inband::Put16(ip + 22, 80);
-  inband::Put16(ip + 24, 12);
-  ip[28] = seq;
-  if (via_ingress) {
-    const uint8_t tag[4] = {0x81, 0x00, inband::kMarkVid >> 8, inband::kMarkVid & 0xFF};
-    f.insert(f.begin() + 12, tag, tag + 4);
-  }
+  const std::vector<uint8_t> f = UdpFrame(Flow(sport).src_ip, Flow(sport).dst_ip, sport, 80, seq, via_ingress);
   rte_mbuf* m = rte_pktmbuf_alloc(Pool());
   std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(f.size())), f.data(), f.size());
   return m;

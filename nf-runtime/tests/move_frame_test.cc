@@ -22,6 +22,7 @@
 #include "keel/flow_move.h"
 #include "keel/inband.h"
 #include "keel/port.h"
+#include "udp_frame.h"
 
 namespace keel {
 namespace {
@@ -62,25 +63,7 @@ FlowKey Flow(uint16_t sport) {
  * 0's handover (handover.h) holds none (a flow's direct packets wait for
  * its marker once the instance has seen a marked frame). */
 rte_mbuf* Udp(const FlowKey& k, uint8_t seq, bool marked = true) {
-  std::vector<uint8_t> f(14 + 20 + 8 + 4, 0);
-  f[0] = 2;
-  f[6] = 2;
-  f[12] = 0x08;
-  uint8_t* ip = f.data() + 14;
-  ip[0] = 0x45;
-  inband::Put16(ip + 2, 32);
-  ip[8] = 64;
-  ip[9] = 17;
-  inband::Put32(ip + 12, k.src_ip);
-  inband::Put32(ip + 16, k.dst_ip);
-  inband::Put16(ip + 20, k.src_port);
-  inband::Put16(ip + 22, k.dst_port);
-  inband::Put16(ip + 24, 12);
-  ip[28] = seq;
-  if (marked) {
-    const uint8_t tag[4] = {0x81, 0x00, inband::kMarkVid >> 8, inband::kMarkVid & 0xFF};
-    f.insert(f.begin() + 12, tag, tag + 4);
-  }
+  const std::vector<uint8_t> f = UdpFrame(k.src_ip, k.dst_ip, k.src_port, k.dst_port, seq, marked);
   rte_mbuf* m = rte_pktmbuf_alloc(Pool());
   std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(f.size())), f.data(), f.size());
   return m;

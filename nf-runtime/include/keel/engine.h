@@ -147,6 +147,9 @@ class Engine {
    * MoveAt at each of them), then into the chain buffer or out of the port.
    * Returns the TSC at the end. */
   uint64_t HeadBurst(rte_mbuf** mbufs, uint16_t n, uint64_t rx_tsc, uint64_t t, bool move);
+  /* InPlace, with (kMoves) or without a look for move frames. */
+  template <bool kMoves>
+  void InPlaceBursts(uint16_t stage, size_t first_nf);
   /* Runs NFs [first_nf, size) of the chain over |batch| (InPlace), charging
    * the NFs' cycles from TSC |t0|. */
   void RunNfs(PacketBatch* batch, size_t first_nf, uint64_t t0);

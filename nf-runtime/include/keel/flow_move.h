@@ -137,6 +137,16 @@ void ImportAt(NF* nf, const MovePosition& pos, MoveFrame* frame, std::string* er
  * bytes are not a frame: the caller drops and counts them. */
 bool MoveAt(NF* nf, const MovePosition& pos, uint8_t* buf, size_t* len, std::string* err);
 
+/* The ingress, sending an in-band move frame that came back on its next
+ * leg (issue 37): |header| is the frame's in-band header (inband.h
+ * ParseMoveFrame's header_off), a move frame's body behind it. Sets the
+ * in-band type (EXPORT_STATE or IMPORT_STATE) and the body's kind to
+ * |kind|, the status back to ok and the failing position to 0 (a frame
+ * whose status is not ok passes every position untouched); the flows and
+ * the records stay. E.g. an export that came back ok, as the import for the
+ * destination; one that failed, as the import that makes the source whole. */
+void SetMoveLeg(uint8_t* header, MoveKind kind);
+
 }  // namespace keel
 
 #endif  // KEEL_FLOW_MOVE_H_

@@ -31,6 +31,7 @@
 #include <rte_mbuf.h>
 
 #include <atomic>
+#include <deque>
 #include <vector>
 
 #include "keel/handover.h"
@@ -71,14 +72,14 @@ class HandoverRx {
   /* A marked in-band frame of a move type, its mark already taken off:
    * passed on, marked again, or dropped and counted. */
   void PassMove(rte_mbuf* m, const uint8_t* payload, size_t len);
-  void Push(rte_mbuf* m, bool move = false);
+  void Push(rte_mbuf* m);
+  void PushMove(rte_mbuf* m);
   void PushReleased(uint32_t n);
 
   HandoverTable table_;
   std::vector<rte_mbuf*> ring_;
-  std::vector<uint8_t> ring_move_; /* ring_[i] is a move frame */
   uint32_t head_ = 0, count_ = 0;
-  uint32_t moves_queued_ = 0;      /* move frames in the ring */
+  std::deque<uint32_t> moves_; /* the ring indices of the move frames in it, oldest first */
   std::vector<HandoverTable::Packet> released_;
   Counter ring_full_; /* cannot happen (the ring has room for every packet held); counted if it did */
   std::atomic<bool> armed_{false};

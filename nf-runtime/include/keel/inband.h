@@ -160,11 +160,11 @@ inline size_t MarkPlace(const uint8_t* frame, size_t len) {
   return off;
 }
 
-/* Writes a FLOW_MARKER frame, marked, without the instance VLAN (the sender
- * pushes that as it does on its data), into |out| (kMarkerFrameLen bytes). */
-inline void WriteMarker(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6], const FlowId& f,
-                        uint64_t seq) {
-  std::memset(out, 0, kMarkerFrameLen);
+/* Writes a control frame's headers into |out|: MACs, the mark outermost,
+ * EtherType 0x88B5 and the in-band header of |type| for a body of
+ * |body_len| bytes. Returns where the body goes. */
+inline uint8_t* WriteControlHeaders(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6], Type type,
+                                    size_t body_len) {
   std::memcpy(out, dst_mac, 6);
   std::memcpy(out + 6, src_mac, 6);
   Put16(out + kMacs, kTpidVlan);
@@ -172,9 +172,17 @@ inline void WriteMarker(uint8_t* out, const uint8_t dst_mac[6], const uint8_t sr
   Put16(out + kMacs + kTagLen, kEtherType);
   uint8_t* h = out + kPayloadOffset;
   h[0] = kVersion;
-  h[1] = static_cast<uint8_t>(Type::kFlowMarker);
-  Put16(h + 2, static_cast<uint16_t>(kHeaderLen + kMarkerBodyLen));
-  uint8_t* b = h + kHeaderLen;
+  h[1] = static_cast<uint8_t>(type);
+  Put16(h + 2, static_cast<uint16_t>(kHeaderLen + body_len));
+  return h + kHeaderLen;
+}
+
+/* Writes a FLOW_MARKER frame, marked, without the instance VLAN (the sender
+ * pushes that as it does on its data), into |out| (kMarkerFrameLen bytes). */
+inline void WriteMarker(uint8_t* out, const uint8_t dst_mac[6], const uint8_t src_mac[6], const FlowId& f,
+                        uint64_t seq) {
+  std::memset(out, 0, kMarkerFrameLen);
+  uint8_t* b = WriteControlHeaders(out, dst_mac, src_mac, Type::kFlowMarker, kMarkerBodyLen);
   Put32(b, f.src_ip);
   Put32(b + 4, f.dst_ip);
   Put16(b + 8, f.src_port);
@@ -227,16 +235,8 @@ inline size_t WriteMoveFrame(uint8_t* out, size_t cap, const uint8_t dst_mac[6],
   const size_t len = used < kMinFrame ? kMinFrame : used;
   if (!IsMoveType(static_cast<uint8_t>(type)) || body_len < kMoveBodyMin || body_len > kMoveBodyMax || cap < len)
     return 0;
-  std::memcpy(out, dst_mac, 6);
-  std::memcpy(out + 6, src_mac, 6);
-  Put16(out + kMacs, kTpidVlan);
-  Put16(out + kMacs + 2, kMarkVid);
-  Put16(out + kMacs + kTagLen, kEtherType);
-  uint8_t* h = out + kPayloadOffset;
-  h[0] = kVersion;
-  h[1] = static_cast<uint8_t>(type);
-  Put16(h + 2, static_cast<uint16_t>(kHeaderLen + body_len));
-  std::memmove(out + kMoveBodyOffset, body, body_len);
+  std::memmove(out + kMoveBodyOffset, body, body_len); /* first: |body| may be in |out| already */
+  WriteControlHeaders(out, dst_mac, src_mac, type, body_len);
   std::memset(out + used, 0, len - used);
   return len;
 }

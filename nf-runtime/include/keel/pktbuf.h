@@ -57,7 +57,7 @@ static_assert(sizeof(PktDesc) == 16, "four descriptors a cache line");
 constexpr uint16_t kDescDrop = 1;
 /* The packet is a flow move's control frame (inband.h types 2, 3): each
  * position runs MoveAt on it instead of its NF (engine.h). Set by position
- * 0 as it enters the frame, kept by Store. */
+ * 0 as it enters the frame (MarkMove), kept by StoreMove. */
 constexpr uint16_t kDescMove = 2;
 
 /* The file's first bytes; the scheduling words follow at KEEL_SCHED_OFFSET. */
@@ -69,6 +69,9 @@ struct PktBufHeader {
   uint64_t desc_offset;
   uint64_t slot_offset;
   alignas(64) std::atomic<uint64_t> head; /* next sequence the first NF fills */
+  /* Move frames (kDescMove) the first NF entered since the egress last
+   * emptied the ring: while 0, the other positions need not look for them. */
+  std::atomic<uint32_t> moves;
   alignas(64) std::atomic<uint64_t> tail; /* next sequence the egress sends */
 };
 
@@ -131,11 +134,25 @@ class PktBuf {
    * counted in bad_descriptors(); returns false then. */
   bool View(uint32_t i, Packet* p, uint32_t expect_slot = kAnySlot);
   static constexpr uint32_t kAnySlot = UINT32_MAX;
-  /* Records |p|'s current extent and drop mark in the |i|-th descriptor
-   * (a move frame's stays one). */
+  /* Records |p|'s current extent and drop mark in the |i|-th descriptor. */
   void Store(uint32_t i, const Packet& p, uint16_t stage);
-  /* Marks the |i|-th packet after the tail a move frame (kDescMove). */
-  void MarkMove(uint32_t i) { descs_[(tail() + i) & mask_].flags |= kDescMove; }
+  /* The same for a move frame, which stays one. */
+  void StoreMove(uint32_t i, const Packet& p, uint16_t stage) {
+    Store(i, p, stage);
+    descs_[(tail() + i) & mask_].flags |= kDescMove;
+  }
+  /* Marks the |i|-th packet after the tail a move frame (kDescMove) and
+   * counts it in the header. */
+  void MarkMove(uint32_t i) {
+    descs_[(tail() + i) & mask_].flags |= kDescMove;
+    hdr_->moves.store(hdr_->moves.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  /* False while no move frame was entered since ClearMoves: no descriptor
+   * needs a look for kDescMove (only one that a hostile NF wrote, which
+   * then loses its flag as if that NF had cleared it). */
+  bool MaybeMoves() const { return hdr_->moves.load(std::memory_order_relaxed) != 0; }
+  /* The egress, once it emptied the ring. */
+  void ClearMoves() { hdr_->moves.store(0, std::memory_order_relaxed); }
   const PktDesc& desc(uint32_t i) const { return descs_[(tail() + i) & mask_]; }
   /* Frees the |n| oldest packets. */
   void Release(uint32_t n);
