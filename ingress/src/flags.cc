@@ -119,6 +119,12 @@ data plane:
                            still passing through the ingress         [10000]
   --move-hold-per-flow N   packets held per flow while it moves        [2048]
   --move-hold-max N        packets held by all moving flows            [8192]
+  --move-idle-quiet-us US  a moving flow's state leaves its old instance once
+                           its rule is off the switch and its first packet
+                           came here --marker-quiet-us ago (the switch has let
+                           go of it, its last packets to the old instance have
+                           arrived); a flow that sends nothing waits this long
+                           after its rule went instead                 [50000]
   --move-frame-timeout-ms MS
                            a move's state frame (export from the flow's
                            old instance, import into its new one) that is
@@ -166,7 +172,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
            quiet_us = 10000;
   uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
-  uint64_t move_hold_per_flow = 2048, move_hold_max = 8192, move_frame_ms = 200;
+  uint64_t move_hold_per_flow = 2048, move_hold_max = 8192, move_frame_ms = 200, move_idle_quiet_us = 50000;
   struct Num {
     uint64_t* v;
     uint64_t min, max;
@@ -182,7 +188,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--report-interval-ms", {&report_ms, 100, 3600000}}, {"--idle-sleep-max-us", {&sleep_us, 1, 100000}},
       {"--marker-quiet-us", {&quiet_us, 0, 1000000}},
       {"--move-hold-per-flow", {&move_hold_per_flow, 1, 1u << 20}}, {"--move-hold-max", {&move_hold_max, 1, 1u << 22}},
-      {"--move-frame-timeout-ms", {&move_frame_ms, 1, 600000}},
+      {"--move-frame-timeout-ms", {&move_frame_ms, 1, 600000}}, {"--move-idle-quiet-us", {&move_idle_quiet_us, 0, 10000000}},
   };
 
   f->eal = {argv[0]};
@@ -263,6 +269,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   m.hold_per_flow = static_cast<uint32_t>(move_hold_per_flow);
   m.hold_max = static_cast<uint32_t>(move_hold_max);
   m.quiet_ns = quiet_us * 1000;
+  m.idle_quiet_ns = move_idle_quiet_us * 1000;
   m.frame_timeout_ns = move_frame_ms * 1'000'000;
   /* RemoveFlow's deadline, or an install's behind a queue of them: the control thread answers first. */
   m.rule_timeout_ns = (2 * install_ms + kHoldTimeoutExtraMs) * 1'000'000;

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "flow_mover.h"
 
+#include <algorithm>
+
 #include <string>
 
 namespace keel::ingress {
@@ -54,7 +56,11 @@ HoldVerdict FlowMover::OnPacket(const FlowKey& key, Packet pkt, uint64_t now) {
   if (it == flows_.end()) return HoldVerdict::kNotMoving;
   Flow& f = it->second;
   if (f.held.size() >= cfg_.hold_per_flow || held_ >= cfg_.hold_max) return HoldVerdict::kFull;
-  if (f.held.empty() && f.first_held == 0) f.first_held = now;
+  if (f.first_held == 0) {
+    f.first_held = now;
+    /* The switch has let go of the flow: its stragglers to S need only the quiet time. */
+    if (f.state == State::kQuiet) f.deadline = now + cfg_.quiet_ns;
+  }
   f.held.push_back(pkt);
   held_++;
   return HoldVerdict::kHeld;
@@ -69,7 +75,7 @@ void FlowMover::OnRuleRemoved(const FlowKey& key, bool ok, uint64_t now, MoveAct
     return Finish(key, false, now, out);
   }
   f.state = State::kQuiet;
-  f.deadline = now + cfg_.quiet_ns;
+  f.deadline = f.first_held ? std::max(now, f.first_held) + cfg_.quiet_ns : now + cfg_.idle_quiet_ns;
 }
 
 void FlowMover::OnInstalled(const FlowKey& key, bool ok, uint64_t now, MoveActions* out) {

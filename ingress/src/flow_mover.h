@@ -10,9 +10,13 @@
  *   Removing   F's packets that reach the ingress are held (bounded); torctl
  *              is asked to delete F's rule, so F's packets miss on the ToR
  *              and come here.
- *   Quiet      the removal is confirmed; for the quiet time (as the handover
- *              marker's) packets still on their way to S over the old rule
- *              get there.
+ *   Quiet      the removal is confirmed, but the switch's datapath may still
+ *              send F to S from a cached entry until it revalidates it (the
+ *              barrier reply does not wait for that; keel-torctl rules.py):
+ *              F's first packet held here shows that the switch has let go,
+ *              and the quiet time (the handover marker's) after it lets the
+ *              packets still on their way to S arrive there. A flow that
+ *              sends nothing meanwhile waits the longer idle quiet time.
  *   Exporting  an EXPORT_STATE frame (inband.h type 2, body: a flow_move.h
  *              export frame for F without records) went to S behind F's
  *              last packets; each position appends F's state and forgets
@@ -70,7 +74,10 @@ struct MoverConfig {
   uint32_t hold_per_flow = 4096; /* packets held per moving flow */
   uint32_t hold_max = 16384;     /* packets held by all moving flows */
   uint32_t max_flows = 4096;     /* flows moving at once */
-  uint64_t quiet_ns = 10'000'000;          /* rule removed -> export sent */
+  /* Export no sooner than this after the removal was confirmed and after the
+   * flow's first held packet; with none held, idle_quiet_ns after the removal. */
+  uint64_t quiet_ns = 10'000'000;
+  uint64_t idle_quiet_ns = 50'000'000;
   uint64_t frame_timeout_ns = 200'000'000; /* a frame sent -> it is back */
   /* A rule removal or install the control thread has not answered by then
    * counts as failed (its own call deadlines end far sooner). */

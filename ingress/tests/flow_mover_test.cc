@@ -22,6 +22,7 @@ MoverConfig Config() {
   c.hold_max = 12;
   c.max_flows = 300;
   c.quiet_ns = 10 * kMs;
+  c.idle_quiet_ns = 30 * kMs;
   c.frame_timeout_ns = 200 * kMs;
   c.rule_timeout_ns = 1000 * kMs;
   return c;
@@ -106,11 +107,12 @@ TEST_F(FlowMoverTest, AMoveHoldsExportsImportsInstallsThenReleasesInOrderToTheDe
   ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
   ASSERT_EQ(m.OnPacket(Flow(1), P(11), 3 * kMs), HoldVerdict::kHeld);
   EXPECT_EQ(m.OnPacket(Flow(2), P(99), 3 * kMs), HoldVerdict::kNotMoving);
-  /* Not before the quiet time after the removal (1 ms + 10 ms). */
+  /* Not before the quiet time after the first held packet (2 ms + 10 ms): until then
+   * packets that the switch still sent to S may be on their way there. */
   MoveActions a;
-  m.Poll(10 * kMs, &a);
+  m.Poll(11 * kMs, &a);
   EXPECT_TRUE(a.empty());
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 12 * kMs);
 
   a.clear();
   ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 12 * kMs, &a), FrameVerdict::kTaken);
@@ -146,19 +148,41 @@ TEST_F(FlowMoverTest, AMoveHoldsExportsImportsInstallsThenReleasesInOrderToTheDe
   EXPECT_EQ(m.OnPacket(Flow(1), P(14), 17 * kMs), HoldVerdict::kNotMoving);
 }
 
-TEST_F(FlowMoverTest, WithoutHeldPacketsThePauseRunsFromTheMovesStart) {
-  BeginRemoved(1, 5 * kMs);
-  MoveFrame ex = ExportSent(1, 16 * kMs);
+TEST_F(FlowMoverTest, WithoutHeldPacketsTheExportWaitsTheIdleQuietTimeAndThePauseRunsFromTheStart) {
+  BeginRemoved(1, 5 * kMs); /* removed at 6 ms */
   MoveActions a;
-  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 17 * kMs, &a), FrameVerdict::kTaken);
+  m.Poll(35 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  MoveFrame ex = ExportSent(1, 36 * kMs);
+  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 37 * kMs, &a), FrameVerdict::kTaken);
   MoveFrame im = Decode(a[0].body);
   a.clear();
-  ASSERT_EQ(Return(im, kD, 18 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(im, kD, 38 * kMs, &a), FrameVerdict::kTaken);
   a.clear();
-  m.OnInstalled(Flow(1), true, 20 * kMs, &a);
+  m.OnInstalled(Flow(1), true, 40 * kMs, &a);
   ASSERT_EQ(Kinds(a), (std::vector<Kind>{Kind::kRelease, Kind::kResult}));
   EXPECT_TRUE(a[0].packets.empty());
-  EXPECT_EQ(a[1].result.pause_ns, 15 * kMs);
+  EXPECT_EQ(a[1].result.pause_ns, 35 * kMs);
+}
+
+TEST_F(FlowMoverTest, APacketDuringTheIdleQuietTimeBringsTheExportForward) {
+  BeginRemoved(1); /* removed at 1 ms: with no packet, the export would go at 31 ms */
+  ASSERT_EQ(m.OnPacket(Flow(1), P(10), 5 * kMs), HoldVerdict::kHeld);
+  MoveActions a;
+  m.Poll(14 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  ExportSent(1, 15 * kMs);
+}
+
+TEST_F(FlowMoverTest, APacketHeldBeforeTheRemovalIsConfirmedCountsFromTheConfirmation) {
+  MoveActions a;
+  m.Begin(kMove, Flow(1), kS, kD, 0, &a);
+  ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
+  a.clear();
+  m.OnRuleRemoved(Flow(1), true, 4 * kMs, &a);
+  m.Poll(13 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  ExportSent(1, 14 * kMs);
 }
 
 class ExportFailsTest : public FlowMoverTest, public ::testing::WithParamInterface<MoveStatus> {};
@@ -166,7 +190,7 @@ class ExportFailsTest : public FlowMoverTest, public ::testing::WithParamInterfa
 TEST_P(ExportFailsTest, TheRecordsGoBackThroughTheSourceAndTheFlowStaysThere) {
   BeginRemoved(1);
   ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 12 * kMs);
   /* Position 0 gave its records up; position 1 failed. */
   ex.records.push_back(Record(0, Flow(1), 0xA0));
   ex.status = GetParam();
@@ -203,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(GlobalAndNoRoom, ExportFailsTest,
 TEST_F(FlowMoverTest, ARefusedImportIsTakenBackFromTheDestinationAndTheSourceGetsItsRecords) {
   BeginRemoved(1);
   ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 12 * kMs);
   MoveActions a;
   ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 12 * kMs, &a), FrameVerdict::kTaken);
   MoveFrame im = Decode(a[0].body);
@@ -239,25 +263,25 @@ TEST_F(FlowMoverTest, ARefusedImportIsTakenBackFromTheDestinationAndTheSourceGet
 
 TEST_F(FlowMoverTest, ARuleToTheDestinationThatFailsMovesTheStateBack) {
   BeginRemoved(1);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 31 * kMs);
   MoveActions a;
-  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 12 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 32 * kMs, &a), FrameVerdict::kTaken);
   MoveFrame im = Decode(a[0].body);
   a.clear();
-  ASSERT_EQ(Return(im, kD, 13 * kMs, &a), FrameVerdict::kTaken);
-  ASSERT_EQ(m.OnPacket(Flow(1), P(10), 14 * kMs), HoldVerdict::kHeld);
+  ASSERT_EQ(Return(im, kD, 33 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(m.OnPacket(Flow(1), P(10), 34 * kMs), HoldVerdict::kHeld);
   a.clear();
-  m.OnInstalled(Flow(1), false, 15 * kMs, &a);
+  m.OnInstalled(Flow(1), false, 35 * kMs, &a);
   ASSERT_EQ(Kinds(a), std::vector<Kind>{Kind::kSendFrame});
   EXPECT_EQ(a[0].vlan, kD);
   MoveFrame take = Decode(a[0].body);
   a.clear();
-  ASSERT_EQ(Return(ExportedBy(take, 1), kD, 16 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(ExportedBy(take, 1), kD, 36 * kMs, &a), FrameVerdict::kTaken);
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].vlan, kS);
   MoveFrame back = Decode(a[0].body);
   a.clear();
-  ASSERT_EQ(Return(back, kS, 17 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(back, kS, 37 * kMs, &a), FrameVerdict::kTaken);
   ASSERT_EQ(Kinds(a), (std::vector<Kind>{Kind::kRelease, Kind::kResult}));
   EXPECT_EQ(a[0].vlan, kS);
   EXPECT_EQ(a[0].packets, std::vector<Packet>{P(10)});
@@ -297,11 +321,11 @@ TEST_F(FlowMoverTest, AnUnansweredRemovalTimesOut) {
 TEST_F(FlowMoverTest, ALostExportTimesOutAndTheFlowGoesBackToTheSource) {
   BeginRemoved(1);
   ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 12 * kMs);
   MoveActions a;
-  m.Poll(210 * kMs, &a);
-  EXPECT_TRUE(a.empty());
   m.Poll(211 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  m.Poll(212 * kMs, &a);
   ASSERT_EQ(Kinds(a), (std::vector<Kind>{Kind::kRelease, Kind::kResult}));
   EXPECT_EQ(a[0].vlan, kS);
   EXPECT_EQ(a[0].packets, std::vector<Packet>{P(10)});
@@ -314,18 +338,20 @@ TEST_F(FlowMoverTest, ALostExportTimesOutAndTheFlowGoesBackToTheSource) {
 
 TEST_F(FlowMoverTest, ALostImportGivesTheSourceItsRecordsBack) {
   BeginRemoved(1);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 31 * kMs);
   MoveActions a;
-  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 12 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(ExportedBy(ex, 1), kS, 32 * kMs, &a), FrameVerdict::kTaken);
   a.clear();
-  m.Poll(212 * kMs, &a);
+  m.Poll(231 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  m.Poll(232 * kMs, &a);
   ASSERT_EQ(Kinds(a), std::vector<Kind>{Kind::kSendFrame});
   EXPECT_EQ(a[0].vlan, kS);
   MoveFrame back = Decode(a[0].body);
   EXPECT_EQ(back.kind, MoveKind::kImport);
   EXPECT_EQ(back.records.size(), 2u);
   a.clear();
-  ASSERT_EQ(Return(back, kS, 213 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(back, kS, 233 * kMs, &a), FrameVerdict::kTaken);
   ASSERT_EQ(Kinds(a), (std::vector<Kind>{Kind::kRelease, Kind::kResult}));
   EXPECT_EQ(a[1].result.failure, MoveFailure::kTimeout);
   EXPECT_EQ(m.restores_failed(), 0u);
@@ -334,7 +360,7 @@ TEST_F(FlowMoverTest, ALostImportGivesTheSourceItsRecordsBack) {
 TEST_F(FlowMoverTest, ARestoreThatDoesNotComeBackStillReleasesTheFlowAndIsCounted) {
   BeginRemoved(1);
   ASSERT_EQ(m.OnPacket(Flow(1), P(10), 2 * kMs), HoldVerdict::kHeld);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 12 * kMs);
   ex.status = MoveStatus::kGlobal;
   MoveActions a;
   ASSERT_EQ(Return(ex, kS, 12 * kMs, &a), FrameVerdict::kTaken);
@@ -348,31 +374,31 @@ TEST_F(FlowMoverTest, ARestoreThatDoesNotComeBackStillReleasesTheFlowAndIsCounte
 
 TEST_F(FlowMoverTest, DuplicateWrongAndStrayFramesAreNotTaken) {
   BeginRemoved(1);
-  MoveFrame ex = ExportSent(1, 11 * kMs);
+  MoveFrame ex = ExportSent(1, 31 * kMs);
   MoveFrame exported = ExportedBy(ex, 1);
   MoveActions a;
   /* From D, or an import, while the export through S is out. */
-  EXPECT_EQ(Return(exported, kD, 12 * kMs, &a), FrameVerdict::kUnexpected);
+  EXPECT_EQ(Return(exported, kD, 32 * kMs, &a), FrameVerdict::kUnexpected);
   MoveFrame as_import = exported;
   as_import.kind = MoveKind::kImport;
-  EXPECT_EQ(Return(as_import, kS, 12 * kMs, &a), FrameVerdict::kUnexpected);
+  EXPECT_EQ(Return(as_import, kS, 32 * kMs, &a), FrameVerdict::kUnexpected);
   EXPECT_TRUE(a.empty());
-  ASSERT_EQ(Return(exported, kS, 12 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(exported, kS, 32 * kMs, &a), FrameVerdict::kTaken);
   ASSERT_EQ(a.size(), 1u);
   /* The same export again (a duplicate) while the import is out. */
   a.clear();
-  EXPECT_EQ(Return(exported, kS, 13 * kMs, &a), FrameVerdict::kUnexpected);
+  EXPECT_EQ(Return(exported, kS, 33 * kMs, &a), FrameVerdict::kUnexpected);
   /* A frame for a flow that is not moving; bytes that are no frame. */
   MoveFrame other;
   other.flow = other.cur = ToMoveKey(Flow(2));
-  EXPECT_EQ(Return(other, kS, 13 * kMs, &a), FrameVerdict::kUnknownFlow);
+  EXPECT_EQ(Return(other, kS, 33 * kMs, &a), FrameVerdict::kUnknownFlow);
   const uint8_t junk[40] = {'K', 'M', 9};
-  EXPECT_EQ(m.OnFrame(junk, sizeof(junk), kS, 13 * kMs, &a), FrameVerdict::kMalformed);
+  EXPECT_EQ(m.OnFrame(junk, sizeof(junk), kS, 33 * kMs, &a), FrameVerdict::kMalformed);
   EXPECT_TRUE(a.empty());
   /* A frame whose VLAN was not seen (0) is taken by its kind. */
   MoveFrame im = exported;
   im.kind = MoveKind::kImport;
-  ASSERT_EQ(Return(im, 0, 14 * kMs, &a), FrameVerdict::kTaken);
+  ASSERT_EQ(Return(im, 0, 34 * kMs, &a), FrameVerdict::kTaken);
   EXPECT_EQ(Kinds(a), std::vector<Kind>{Kind::kInstall});
 }
 
