@@ -25,7 +25,7 @@ const char* HandoverCountName(HandoverCount c) {
       "via_ingress",      "markers",          "held",           "released_marker", "released_timeout",
       "released_give_up", "marker_timeout",   "overflow_flow",  "overflow_total",  "table_full",
       "marker_unknown",   "late_via_ingress", "inband_malformed", "inband_version", "inband_unknown_type",
-      "direct_first",     "move_frames"};
+      "direct_first",     "move_frames",      "released_move"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(HandoverCount::kCount));
   return kNames[static_cast<size_t>(c)];
 }
@@ -181,6 +181,14 @@ void HandoverTable::OnMarker(const inband::FlowId& f, uint64_t now, Packet* out,
   Release(e, out, nout);
   SetState(e, State::kDone);
   e->touched = now;
+}
+
+void HandoverTable::OnMove(const inband::FlowId& f, Packet* out, uint32_t* nout) {
+  Entry* e = Find(f);
+  if (!e) return;
+  Count(HandoverCount::kReleasedMove, e->count);
+  Release(e, out, nout);
+  Free(e);
 }
 
 void HandoverTable::Poll(uint64_t now, Packet* out, uint32_t* nout) {

@@ -95,6 +95,13 @@ void HandoverRx::PassMove(rte_mbuf* m, const uint8_t* payload, size_t len) {
   inband::Put16(d + inband::kMacs, inband::kTpidVlan);
   inband::Put16(d + inband::kMacs + 2, inband::kMarkVid);
   table_.Count(HandoverCount::kMoveFrames);
+  /* What the flow has held here goes first (HandoverTable::OnMove). */
+  inband::FlowId f;
+  if (inband::MoveFlowId(payload + inband::kHeaderLen, body_len, &f)) {
+    uint32_t n = 0;
+    table_.OnMove(f, released_.data(), &n);
+    PushReleased(n);
+  }
   PushMove(m);
 }
 

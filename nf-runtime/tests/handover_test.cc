@@ -477,5 +477,59 @@ TEST(HandoverRx, AMalformedMoveFrameIsDroppedAndCounted) {
   rte_pktmbuf_free(out[0]);
 }
 
+/* What came out, with move frames as (0, -1): (flow, seq) per packet. */
+std::vector<std::pair<uint16_t, int>> DrainWithMoves(HandoverRx* rx) {
+  std::vector<std::pair<uint16_t, int>> got;
+  rte_mbuf* out[32];
+  uint32_t moves = 0;
+  while (uint16_t k = rx->Take(out, 32, &moves)) {
+    for (uint16_t i = 0; i < k; i++) {
+      const uint8_t* d = rte_pktmbuf_mtod(out[i], const uint8_t*);
+      if (moves & (1u << i))
+        got.emplace_back(0, -1);
+      else
+        got.emplace_back(inband::Get16(d + 14 + 20), d[14 + 28]);
+      rte_pktmbuf_free(out[i]);
+    }
+  }
+  return got;
+}
+
+/* Issue 37: a flow moved back to an instance it had finished a handover on
+ * is a new flow there. Its held packets come via the ingress behind the
+ * move's IMPORT and its marker follows; its direct packets must wait for
+ * that marker, as a new flow's do, not pass as a settled flow's. */
+TEST(HandoverRx, AFlowThatComesBackByAMoveWaitsForItsNewMarkerAgain) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  std::vector<rte_mbuf*> before = {Udp(7, 0, true), Marker(7)};
+  rx.Feed(before.data(), 2, 1);
+  EXPECT_EQ(DrainWithMoves(&rx), (std::vector<std::pair<uint16_t, int>>{{7, 0}}));
+  /* It moved away and now comes back: the IMPORT, then a direct packet that overtook the
+   * held ones still on their way from the ingress, then those, then the marker. */
+  std::vector<rte_mbuf*> back = {MoveMbuf(7), Udp(7, 3, false), Udp(7, 1, true), Udp(7, 2, true), Marker(7)};
+  rx.Feed(back.data(), static_cast<uint16_t>(back.size()), 2);
+  EXPECT_EQ(DrainWithMoves(&rx), (std::vector<std::pair<uint16_t, int>>{{0, -1}, {7, 1}, {7, 2}, {7, 3}}));
+  EXPECT_EQ(rx.table().count(HandoverCount::kLateViaIngress), 0u);
+}
+
+/* The source side: what a flow holds at position 0 (direct packets waiting
+ * for its marker) leaves before its EXPORT, so that no packet of it reaches
+ * an NF after its state was taken away (the NF would make new state: a NAT,
+ * a new mapping). */
+TEST(HandoverRx, AFlowsHeldPacketsLeaveAheadOfItsExport) {
+  ASSERT_TRUE(Pool()) << pool_err;
+  HandoverRx rx(RxCfg());
+  std::vector<rte_mbuf*> in = {Udp(8, 0, true), Udp(8, 1, false), Udp(9, 0, true), Udp(9, 1, false), MoveMbuf(8)};
+  rx.Feed(in.data(), static_cast<uint16_t>(in.size()), 1);
+  EXPECT_EQ(DrainWithMoves(&rx), (std::vector<std::pair<uint16_t, int>>{{8, 0}, {9, 0}, {8, 1}, {0, -1}}))
+      << "flow 9 is not moving: it keeps its hold";
+  EXPECT_EQ(rx.table().count(HandoverCount::kReleasedMove), 1u);
+  EXPECT_EQ(rx.table().held(), 1u);
+  rte_mbuf* mk = Marker(9);
+  rx.Feed(&mk, 1, 2);
+  EXPECT_EQ(DrainWithMoves(&rx), (std::vector<std::pair<uint16_t, int>>{{9, 1}}));
+}
+
 }  // namespace
 }  // namespace keel

@@ -77,6 +77,7 @@ enum class HandoverCount {
   kUnknownType,     /* in-band frames of a type this side does not know */
   kDirectFirst,     /* flows whose first packet here came direct, ahead of all via the ingress */
   kMoveFrames,      /* well-formed EXPORT_STATE / IMPORT_STATE frames passed on to the chain */
+  kReleasedMove,    /* held packets released ahead of their flow's move frame */
   kCount,
 };
 
@@ -109,6 +110,16 @@ class HandoverTable {
   /* The flow's marker: its held packets, in arrival order, go to |*out|
    * (room for hold_per_flow more). */
   void OnMarker(const inband::FlowId& f, uint64_t now, Packet* out, uint32_t* nout);
+  /* A move frame of |f| (EXPORT_STATE at the flow's source, IMPORT_STATE at
+   * its destination) passes position 0: the packets the flow has held go to
+   * |*out| (room for hold_per_flow more), to pass ahead of the frame, and
+   * the table forgets the flow. At the source no packet of it may reach the
+   * NFs after the export (they would find no state and make new); at the
+   * destination its next packets are a new flow's: the held ones come via
+   * the ingress, then its marker, and its direct packets wait for that
+   * marker, even where the flow had finished a handover before (it may come
+   * back to an instance it left). */
+  void OnMove(const inband::FlowId& f, Packet* out, uint32_t* nout);
   /* Ends the holds older than the timeout (their packets to |*out|, room
    * for hold_max more) and forgets entries untouched for |forget|. Cheap
    * when nothing is due: call it every receive. */

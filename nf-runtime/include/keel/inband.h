@@ -270,6 +270,20 @@ inline Malformed ParseMoveFrame(const uint8_t* frame, size_t len, Type* type, si
   return ParseMove(frame + *header_off, len - *header_off, type, body_len);
 }
 
+/* The flow a move frame's body (flow_move.h: the ingress' key at offset 8:
+ * src ip, dst ip, src port, dst port, proto) moves; false if the body is
+ * shorter than kMoveBodyMin. */
+inline bool MoveFlowId(const uint8_t* body, size_t body_len, FlowId* f) {
+  if (body_len < kMoveBodyMin) return false;
+  const uint8_t* k = body + 8;
+  f->src_ip = Get32(k);
+  f->dst_ip = Get32(k + 4);
+  f->src_port = Get16(k + 8);
+  f->dst_port = Get16(k + 10);
+  f->proto = k[12];
+  return true;
+}
+
 /* Rewrites the in-band header at |header| (ParseMoveFrame's |header_off|)
  * for a body of |body_len| bytes of type |type|, e.g. an export that came
  * back, turned into an import. The frame must have room for the body. */
