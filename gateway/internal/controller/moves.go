@@ -109,6 +109,7 @@ func (s *Controller) moveFlows(ctx context.Context, st *state) error {
 		}
 	}
 	s.moveHist.Record(s.Policy.Moves, made, now)
+	s.moveHist.Track(plan)
 	// A flow that did not move is not tried again for FlowHold either, as one that moved: a
 	// refusal (its NF state, an ingress that does not answer) would come again at every pass.
 	for _, k := range stayed {

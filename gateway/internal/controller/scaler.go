@@ -107,6 +107,7 @@ func (s *Controller) state(ctx context.Context) (*state, error) {
 		}
 	}
 	s.applySLO(st.view)
+	s.moveHist.Mark(st.view) // the instances the move policy is emptying take no new flows
 	return st, nil
 }
 

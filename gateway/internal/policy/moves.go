@@ -20,8 +20,12 @@ import (
 //
 //   - scale-in: the least loaded attached instance of a chain, if it carries few flows and
 //     the chain's other attached instances take all of them within FillFrac of their
-//     threshold, is emptied and gives its core back at once, without waiting for its flows
-//     to end (Galleon §7.2.2's flows last 600 s on average);
+//     threshold, is emptied and gives its core back, without waiting for its flows to end
+//     (Galleon §7.2.2's flows last 600 s on average). The budget, the held-packet bounds
+//     and QueueRoom may allow only some of its flows per plan: the instance is then emptied
+//     over several plans (MoveHistory.Emptying), taking no new flows meanwhile
+//     (Instance.Emptying), and each plan moves what the bounds allow. A plan gives up on it
+//     (it takes flows again) when the others no longer have room for all it still carries;
 //   - relief: an instance whose load grew past its threshold (RelieveAbove of it: Assign
 //     fills instances up to the threshold itself) sheds its heaviest flows to instances with
 //     room until its load is RelieveTo of its threshold, rather than only taking no new
@@ -71,10 +75,11 @@ type MoveConfig struct {
 	QueueRoom float64
 }
 
-// DefaultMoves are the move policy's defaults. Pause is UNO's measured per-packet latency
-// increase during a loss-free migration that uses OpenNF's technique, 40–50 ms (UNO §5.2,
-// /work/shared/papers/uno.txt): the upper end, until keel's own measurement
-// (bench/results/migration.json "moves".pause_us_p99) replaces it.
+// DefaultMoves are the move policy's defaults. Pause is the time a moved flow's packets
+// wait, which sets how many are held: 50 ms, the upper end of UNO's measured per-packet
+// latency increase during a loss-free migration that uses OpenNF's technique, 40–50 ms (UNO
+// §5.2, /work/shared/papers/uno.txt), and above keel's own median pause in batches of 100
+// (bench/results/migration.json "moves".pause_us_p50, 47.4 ms on this machine).
 func DefaultMoves() MoveConfig {
 	return MoveConfig{PerSecond: 200, Burst: 400, ScaleInMaxFlows: 512, FillFrac: 0.9, RelieveAbove: 1.1, RelieveTo: 0.95,
 		FlowHold: time.Minute, InstanceHold: 10 * time.Second, Pause: 50 * time.Millisecond,
@@ -96,11 +101,19 @@ type FlowMove struct {
 	Pps             float64  // the moved flows' packets a second (estimated)
 }
 
-// MovePlan is what PlanMoves decided: the moves, sorted by chain, source, destination; and
-// the instances they empty, whose cores go back once their moves are done.
+// MovePlan is what PlanMoves decided: the moves, sorted by chain, source, destination; the
+// instances they empty, whose cores go back once their moves are done; and the instances
+// being emptied over several plans that still carry flows after these moves, by chain
+// (MoveHistory.Track takes them).
 type MovePlan struct {
-	Moves  []FlowMove
-	Detach []string
+	Moves    []FlowMove
+	Detach   []string
+	Emptying []Emptying
+}
+
+// Emptying is an instance of a chain that the move policy is emptying over several plans.
+type Emptying struct {
+	Chain, Instance string
 }
 
 // MoveHistory is what the move policy remembers between plans: the budget, the last move of
@@ -114,6 +127,27 @@ type MoveHistory struct {
 	Received   map[string]time.Time // instance → last time flows moved onto it
 	ChainMoved map[string]time.Time
 	Held       map[string]heldWindow // chain → packets held in its window
+	// Emptying: chain → the instance the policy is emptying over several plans (Track).
+	Emptying map[string]string
+}
+
+// Mark sets Instance.Emptying on the view's instances the policy is emptying: Assign gives
+// them no new flows. The caller marks every view it builds (the controller's state, keel-sim's
+// view).
+func (h *MoveHistory) Mark(v *View) {
+	for i := range v.Instances {
+		in := &v.Instances[i]
+		in.Emptying = h.Emptying[in.Chain] == in.ID
+	}
+}
+
+// Track notes the instances a plan left emptying (MovePlan.Emptying); every other instance
+// takes flows again.
+func (h *MoveHistory) Track(p MovePlan) {
+	h.Emptying = map[string]string{}
+	for _, e := range p.Emptying {
+		h.Emptying[e.Chain] = e.Instance
+	}
 }
 
 type heldWindow struct {
@@ -204,21 +238,41 @@ func (cfg Config) PlanMoves(v *View, flows map[string][]FlowRate, movable map[st
 	for _, name := range names {
 		ch, ok := v.Chains[name]
 		insts := byChain[name]
-		if !ok || !movable[name] || ch.MaxPps <= 0 || ch.Threshold <= 0 || len(insts) < 2 || tokens < 1 {
-			continue
-		}
-		if at, ok := h.ChainMoved[name]; ok && v.Now.Sub(at) < mc.InstanceHold {
-			continue
+		if !ok || !movable[name] || ch.MaxPps <= 0 || ch.Threshold <= 0 || len(insts) < 2 {
+			continue // an instance it was emptying takes flows again
 		}
 		sort.Slice(insts, func(i, j int) bool { return idLess(insts[i].in.ID, insts[j].in.ID) })
+		var emptying *moveInst
+		for _, m := range insts {
+			if m.in.ID == h.Emptying[name] && !m.in.Overloaded {
+				emptying = m
+			}
+		}
+		if tokens < 1 {
+			if emptying != nil {
+				plan.Emptying = append(plan.Emptying, Emptying{name, emptying.in.ID})
+			}
+			continue
+		}
 		p := planner{cfg: cfg, v: v, h: h, ch: ch, insts: insts, flows: flows, use: use, tokens: tokens,
-			heldRoom: math.Inf(1)}
+			heldRoom: math.Inf(1), emptying: emptying}
 		if ch.SLOus > 0 {
 			p.heldRoom = mc.TailShare*p.chainRate()*mc.SLOWindow.Seconds() - h.held(mc, name, v.Now)
 		}
-		moves, empty := p.relieve()
-		if len(moves) == 0 {
-			moves, empty = p.scaleIn()
+		var moves []FlowMove
+		var empty []string
+		if emptying != nil {
+			// Emptying goes on at every plan, within the bounds: its destinations' loads are
+			// the plan's own view of them.
+			moves, empty = p.emptyMore(emptying)
+		}
+		if at, ok := h.ChainMoved[name]; p.emptying == nil && (!ok || v.Now.Sub(at) >= mc.InstanceHold) {
+			if moves, empty = p.relieve(); len(moves) == 0 {
+				moves, empty = p.scaleIn()
+			}
+		}
+		if p.emptying != nil && p.emptying.flows > 0 {
+			plan.Emptying = append(plan.Emptying, Emptying{name, p.emptying.in.ID})
 		}
 		for _, m := range moves {
 			tokens -= float64(len(m.Flows))
@@ -241,6 +295,8 @@ type planner struct {
 	use      map[coreKey]*coreUse
 	tokens   float64
 	heldRoom float64 // packets the chain's moves may still hold in its SLO window
+	// emptying: the instance being emptied over several plans (nil: none); it takes no flows.
+	emptying *moveInst
 }
 
 func (p *planner) chainRate() float64 {
@@ -281,14 +337,20 @@ func (p *planner) rates(m *moveInst) []FlowRate {
 }
 
 // pinned tells whether a flow may not move now: it moved too recently to move again, or
-// its packets held during the pause would be too many.
+// it is too heavy to move.
 func (p *planner) pinned(f FlowRate) bool {
-	mc := p.cfg.Moves
-	if mc.MaxHeldPkts > 0 && f.Pps*mc.Pause.Seconds() > mc.MaxHeldPkts {
+	if p.heavy(f) {
 		return true
 	}
 	at, ok := p.h.FlowMoved[f.Key]
-	return ok && p.v.Now.Sub(at) < mc.FlowHold
+	return ok && p.v.Now.Sub(at) < p.cfg.Moves.FlowHold
+}
+
+// heavy tells whether a flow's packets held during the pause would be too many: it does not
+// move at all.
+func (p *planner) heavy(f FlowRate) bool {
+	mc := p.cfg.Moves
+	return mc.MaxHeldPkts > 0 && f.Pps*mc.Pause.Seconds() > mc.MaxHeldPkts
 }
 
 // room is the load destination d can still take within FillFrac of its threshold (and of
@@ -302,13 +364,13 @@ func (p *planner) room(d *moveInst, extra map[*moveInst]float64) float64 {
 	return r
 }
 
-// place assigns flows to the destinations, most loaded first (as Assign fills instances);
-// nil if one does not fit anywhere and all must fit.
-func (p *planner) place(src *moveInst, fs []FlowRate, dests []*moveInst, all bool) map[*moveInst][]FlowRate {
+// place assigns flows to the destinations, most loaded first (as Assign fills instances),
+// each taking at most room packets held by this plan (0: no bound); nil if one does not fit
+// anywhere and all must fit.
+func (p *planner) place(src *moveInst, fs []FlowRate, dests []*moveInst, all bool, room float64) map[*moveInst][]FlowRate {
 	out := map[*moveInst][]FlowRate{}
 	extra := map[*moveInst]float64{} // load added to each destination's core by this plan
 	held := map[*moveInst]float64{}  // packets held for each destination by this plan
-	room := p.cfg.Moves.QueueRoom
 	for _, f := range fs {
 		l := f.Pps / p.ch.MaxPps
 		h := f.Pps * p.cfg.Moves.Pause.Seconds()
@@ -393,11 +455,11 @@ func (p *planner) relieve() ([]FlowMove, []string) {
 		}
 		var dests []*moveInst
 		for _, d := range p.insts {
-			if d != src && !d.in.Overloaded && d.load < p.ch.Threshold {
+			if d != src && d != p.emptying && !d.in.Overloaded && d.load < p.ch.Threshold {
 				dests = append(dests, d)
 			}
 		}
-		placed := p.place(src, shed, dests, false)
+		placed := p.place(src, shed, dests, false, p.cfg.Moves.QueueRoom)
 		ms := p.moves(src, placed, ReasonRelieve)
 		for _, m := range ms {
 			src.load -= m.Pps / p.ch.MaxPps
@@ -414,10 +476,10 @@ func (p *planner) spend(m FlowMove) {
 	p.heldRoom -= m.Pps * p.cfg.Moves.Pause.Seconds()
 }
 
-// scaleIn empties the chain's least loaded instance onto the others, if they take all its
-// flows within FillFrac of their threshold and the budget allows it. An instance alone on its
-// core goes first: emptying it frees a core, emptying one that shares a core only lightens
-// the core.
+// scaleIn starts emptying the chain's least loaded instance onto the others, if they take
+// all its flows within FillFrac of their threshold; this plan moves what the bounds allow
+// (emptyMore), later plans the rest. An instance alone on its core goes first: emptying it
+// frees a core, emptying one that shares a core only lightens the core.
 func (p *planner) scaleIn() ([]FlowMove, []string) {
 	alone := func(m *moveInst) bool {
 		u := p.use[coreKey{m.in.Worker, m.in.Core}]
@@ -443,50 +505,83 @@ func (p *planner) scaleIn() ([]FlowMove, []string) {
 		}
 		return a.flows < b.flows
 	})
+next:
 	for _, src := range cands {
-		if ms, empty := p.empty(src); ms != nil {
-			return ms, empty
+		fs := p.rates(src)
+		if len(fs) != src.flows || !p.fits(src) {
+			continue // the flows listed are not all of its flows, or the others lack room
 		}
+		for _, f := range fs {
+			if p.pinned(f) {
+				continue next
+			}
+		}
+		p.emptying = src
+		return p.emptyMore(src)
 	}
 	return nil, nil
 }
 
-// empty moves all of src's flows onto the chain's other instances, if they fit.
-func (p *planner) empty(src *moveInst) ([]FlowMove, []string) {
-	fs := p.rates(src)
-	if len(fs) != src.flows {
-		return nil, nil // the flows listed are not all of its flows: it would not end empty
-	}
-	for _, f := range fs {
-		if p.pinned(f) {
-			return nil, nil
-		}
-	}
-	if len(p.budget(fs)) < len(fs) {
-		return nil, nil
-	}
-	var dests []*moveInst
+// dests are the instances that may take src's flows when it is emptied: those that carry
+// flows (an idle one is detached, not filled) and are neither overloaded nor src.
+func (p *planner) dests(src *moveInst) []*moveInst {
+	var out []*moveInst
 	for _, d := range p.insts {
 		if d != src && !d.in.Overloaded && d.flows > 0 {
-			dests = append(dests, d)
+			out = append(out, d)
 		}
 	}
-	saved := map[*moveInst][2]float64{}
-	for _, d := range dests {
-		saved[d] = [2]float64{d.load, float64(d.flows)}
+	return out
+}
+
+// fits tells whether the chain's other instances take every flow src carries within
+// FillFrac of their thresholds (whatever the plans that move them: the held-packet bounds
+// and the budget only spread them over several plans).
+func (p *planner) fits(src *moveInst) bool {
+	dests := p.dests(src)
+	saved := make([][2]float64, len(dests))
+	for i, d := range dests {
+		saved[i] = [2]float64{d.load, float64(d.flows)}
 	}
-	placed := p.place(src, fs, dests, true)
-	if placed == nil {
-		for d, s := range saved {
-			d.load, d.flows = s[0], int(s[1])
-		}
+	ok := p.place(src, p.rates(src), dests, true, 0) != nil
+	for i, d := range dests {
+		d.load, d.flows = saved[i][0], int(saved[i][1])
+	}
+	return ok
+}
+
+// emptyMore moves as many of src's flows as the budget, the chain's held-packet room and
+// QueueRoom allow onto the chain's other instances (a flow that moved, or failed to move,
+// within FlowHold waits for a later plan). If the others no longer have room for all of
+// src's flows, or one of them grew too heavy to move, the policy gives up emptying it
+// (p.emptying is cleared: it takes flows again). src is detached once it carries no flow.
+func (p *planner) emptyMore(src *moveInst) ([]FlowMove, []string) {
+	all := p.rates(src)
+	giveUp := !p.fits(src)
+	for _, f := range all {
+		giveUp = giveUp || p.heavy(f)
+	}
+	if giveUp {
+		p.emptying = nil
 		return nil, nil
 	}
+	var fs []FlowRate
+	for _, f := range all {
+		if !p.pinned(f) {
+			fs = append(fs, f)
+		}
+	}
+	placed := p.place(src, p.budget(fs), p.dests(src), false, p.cfg.Moves.QueueRoom)
 	ms := p.moves(src, placed, ReasonScaleIn)
 	for _, m := range ms {
 		p.spend(m)
+		src.load -= m.Pps / p.ch.MaxPps
+		src.flows -= len(m.Flows)
 	}
-	src.load, src.flows = 0, 0
+	if src.flows > 0 {
+		return ms, nil
+	}
+	src.load = 0
 	return ms, []string{src.in.ID}
 }
 

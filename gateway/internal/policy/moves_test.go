@@ -166,9 +166,11 @@ func Test_PlanMoves_budget(t *testing.T) {
 	fl := map[string][]FlowRate{}
 	flowsOf(fl, "fw/1", 50, 1e4)
 	flowsOf(fl, "fw/2", 10, 1e4)
-	// Emptying fw/2 takes 10 moves: over the budget of 5, it waits (all or nothing).
-	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
-		t.Fatalf("plan = %+v, want none over the budget", plan)
+	// Emptying fw/2 takes 10 moves: over the budget of 5, this plan moves 5 and fw/2 stays
+	// emptying (Test_PlanMoves_empties_an_instance_over_several_plans follows it on).
+	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 1 || len(plan.Moves[0].Flows) != 5 ||
+		len(plan.Detach) != 0 || !reflect.DeepEqual(plan.Emptying, []Emptying{{"fw", "fw/2"}}) {
+		t.Fatalf("plan = %+v, want 5 flows moved and fw/2 left emptying", plan)
 	}
 	cfg.Moves.Burst = 10
 	h := &MoveHistory{}
@@ -397,8 +399,114 @@ func Test_PlanMoves_bounds_the_held_packets_released_into_one_destination(t *tes
 	if len(plan.Moves) != 2 || len(plan.Moves[0].Flows) != 5 || len(plan.Moves[1].Flows) != 5 {
 		t.Fatalf("plan = %+v, want 5 flows onto each of fw/1 and fw/3", plan)
 	}
+	// fw/1 alone takes only 5 in one plan: fw/2 stays emptying for the other 5.
 	v = view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 10, 10e4))
-	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 0 {
-		t.Fatalf("plan = %+v, want none: fw/1 alone could take only 5", plan)
+	if plan := cfg.PlanMoves(v, fl, bothMovable, nil); len(plan.Moves) != 1 || len(plan.Moves[0].Flows) != 5 ||
+		!reflect.DeepEqual(plan.Emptying, []Emptying{{"fw", "fw/2"}}) {
+		t.Fatalf("plan = %+v, want 5 flows onto fw/1 and fw/2 left emptying", plan)
+	}
+}
+
+// applyMoves is what the controller does with a plan: the flows move (fl and the view's
+// counts and rates follow them), the emptied instances are detached, and h records it all.
+func applyMoves(cfg Config, v *View, fl map[string][]FlowRate, plan MovePlan, h *MoveHistory) {
+	byID := map[string]*Instance{}
+	for i := range v.Instances {
+		byID[v.Instances[i].ID] = &v.Instances[i]
+	}
+	for _, m := range plan.Moves {
+		moving := map[string]bool{}
+		for _, k := range m.Flows {
+			moving[k] = true
+		}
+		var stay []FlowRate
+		for _, f := range fl[m.From] {
+			if moving[f.Key] {
+				fl[m.To] = append(fl[m.To], f)
+			} else {
+				stay = append(stay, f)
+			}
+		}
+		fl[m.From] = stay
+		from, to := byID[m.From], byID[m.To]
+		from.Flows, to.Flows = from.Flows-len(m.Flows), to.Flows+len(m.Flows)
+		from.RatePps, to.RatePps = from.RatePps-m.Pps, to.RatePps+m.Pps
+		from.FlowsAtStats, to.FlowsAtStats = from.Flows, to.Flows
+	}
+	for _, id := range plan.Detach {
+		byID[id].Attached, byID[id].Core = false, -1
+	}
+	h.Record(cfg.Moves, plan.Moves, v.Now)
+	h.Track(plan)
+}
+
+func Test_PlanMoves_empties_an_instance_over_several_plans(t *testing.T) {
+	// fw/2's 12 flows fit on fw/1 (0.3 + 0.12 under the fill of 0.64), but the budget moves
+	// 5 a second: fw/2 is emptied over three plans, and takes no new flow meanwhile.
+	cfg := moveCfg()
+	cfg.Moves.PerSecond, cfg.Moves.Burst = 5, 5
+	fl := map[string][]FlowRate{}
+	flowsOf(fl, "fw/1", 30, 1e4)
+	flowsOf(fl, "fw/2", 12, 1e4)
+	v := view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 12, 12e4))
+	h := &MoveHistory{}
+	var moved []int
+	for step := 0; step < 3; step++ {
+		v.Now = t0.Add(time.Duration(step) * time.Second)
+		h.Mark(v)
+		plan := cfg.PlanMoves(v, fl, bothMovable, h)
+		n := 0
+		for _, m := range plan.Moves {
+			if m.From != "fw/2" || m.To != "fw/1" || m.Reason != ReasonScaleIn {
+				t.Fatalf("step %d: move %v, want fw/2 to fw/1 for scale-in", step, m)
+			}
+			n += len(m.Flows)
+		}
+		moved = append(moved, n)
+		applyMoves(cfg, v, fl, plan, h)
+		if step < 2 {
+			if len(plan.Detach) != 0 || !reflect.DeepEqual(plan.Emptying, []Emptying{{"fw", "fw/2"}}) {
+				t.Fatalf("step %d: plan = %+v, want fw/2 still emptying", step, plan)
+			}
+			// A new flow of fw goes to fw/1, not to the instance being emptied.
+			h.Mark(v)
+			if a := cfg.Assign(v, "fw"); a.Instance != "fw/1" {
+				t.Fatalf("step %d: new flow assigned %+v, want fw/1 (fw/2 is being emptied)", step, a)
+			}
+		} else if !reflect.DeepEqual(plan.Detach, []string{"fw/2"}) || len(plan.Emptying) != 0 {
+			t.Fatalf("last step: plan = %+v, want fw/2 detached", plan)
+		}
+	}
+	if !reflect.DeepEqual(moved, []int{5, 5, 2}) {
+		t.Fatalf("flows moved per plan = %v, want [5 5 2]", moved)
+	}
+}
+
+func Test_PlanMoves_gives_up_emptying_when_the_others_fill(t *testing.T) {
+	// fw/2 is half emptied when fw/1's load grows to 0.6: fw/2's 5 other flows (0.05) no
+	// longer fit under the fill (0.64), so the plan gives up and fw/2 takes flows again.
+	cfg := moveCfg()
+	cfg.Moves.PerSecond, cfg.Moves.Burst = 5, 5
+	fl := map[string][]FlowRate{}
+	flowsOf(fl, "fw/1", 30, 1e4)
+	flowsOf(fl, "fw/2", 10, 1e4)
+	v := view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 10, 10e4))
+	h := &MoveHistory{}
+	plan := cfg.PlanMoves(v, fl, bothMovable, h)
+	applyMoves(cfg, v, fl, plan, h)
+	if h.Emptying["fw"] != "fw/2" {
+		t.Fatalf("emptying = %v after %+v, want fw/2", h.Emptying, plan)
+	}
+	v.Instances[0].RatePps = 60e4 // fw/1's flows grew
+	v.Now = t0.Add(time.Second)
+	h.Mark(v)
+	plan = cfg.PlanMoves(v, fl, bothMovable, h)
+	if len(plan.Moves) != 0 || len(plan.Emptying) != 0 {
+		t.Fatalf("plan = %+v, want no move and fw/2 no longer emptying", plan)
+	}
+	h.Track(plan)
+	h.Mark(v)
+	if v.Instances[1].Emptying {
+		t.Fatal("fw/2 is still marked emptying")
 	}
 }

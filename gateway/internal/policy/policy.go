@@ -111,6 +111,9 @@ type Instance struct {
 	// Draining: a redeploy replaced the chain's version; the instance keeps its flows, takes
 	// no new ones and is removed when they end (not detached back into the pool).
 	Draining bool
+	// Emptying: the move policy is emptying it over several plans (MoveHistory.Mark): it
+	// takes no new flows, and its core goes back once its last flow has moved.
+	Emptying bool
 }
 
 // Worker is a worker and the cores coopsched manages on it.
@@ -299,7 +302,7 @@ func (cfg Config) Assign(v *View, chain string) Assignment {
 	bestLoad := 0.0
 	for i := range v.Instances {
 		in := &v.Instances[i]
-		if in.Chain != chain || !in.Attached || in.Overloaded || in.Draining || up[in.Worker] == nil {
+		if in.Chain != chain || !in.Attached || in.Overloaded || in.Draining || in.Emptying || up[in.Worker] == nil {
 			continue
 		}
 		if ch.MaxFlows > 0 && in.Flows >= ch.MaxFlows {

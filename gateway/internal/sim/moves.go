@@ -40,6 +40,7 @@ func (r *run) flowMoves() {
 		}
 	}
 	plan := r.cfg.PlanMoves(v, flows, movable, &r.mh)
+	r.mh.Track(plan) // the instances it empties over several plans take no new flows (view)
 	if len(plan.Moves) == 0 {
 		return
 	}

@@ -606,6 +606,7 @@ func (r *run) view() *policy.View {
 	if r.slo != nil {
 		r.slo.Apply(v, v.Now)
 	}
+	r.mh.Mark(v)
 	return v
 }
 
