@@ -304,3 +304,52 @@ func Test_new_flows_are_assigned_while_a_move_is_under_way(t *testing.T) {
 		t.Fatalf("new flow's record %+v, want its ingress kept", f)
 	}
 }
+
+func Test_the_controller_empties_an_instance_over_several_passes_and_gives_it_no_new_flows(t *testing.T) {
+	mv := &fakeMover{movable: true}
+	srv, st := movesRack(t, mv)
+	ctx := context.Background()
+	// chain3/0 gets a second flow: its 10 Kpps shared by two, each holds 250 packets in a
+	// 50 ms pause, and a QueueRoom of 300 lets one plan move only one of them.
+	src := instanceIDs(t, st)["chain3/0"]
+	if err := st.AssignFlow(ctx, &store.Flow{Key: "6 198.18.0.1:4001 198.18.3.9:80", Chain: "chain3"}, src, false); err != nil {
+		t.Fatal(err)
+	}
+	srv.Policy.Moves.QueueRoom = 300
+	if err := srv.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(mv.calls) != 1 || mv.calls[0] != "chain3 chain3/0->chain3/1 1 scale_in" {
+		t.Fatalf("first pass: Mover calls %q, want one of chain3/0's flows to chain3/1", mv.calls)
+	}
+	if in := instanceIDs(t, st)["chain3/0"]; in.State != store.Attached || in.Flows != 1 {
+		t.Fatalf("chain3/0 = %+v after the first pass, want attached with one flow left", in)
+	}
+	// Meanwhile the policy sees chain3/0 as being emptied: Assign gives it no new flow.
+	srv.mu.Lock()
+	s, err := srv.state(ctx)
+	srv.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range s.view.Instances {
+		if in.Emptying != (in.ID == "chain3/0") {
+			t.Fatalf("instance %s: Emptying = %v, want it only on chain3/0", in.ID, in.Emptying)
+		}
+	}
+	// The agents' next stats: chain3/0's rate is its one flow's.
+	in := instanceIDs(t, st)["chain3/0"]
+	in.RatePps = 5e3
+	if err := st.UpdateStatus(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(mv.calls) != 2 || mv.calls[1] != "chain3 chain3/0->chain3/1 1 scale_in" {
+		t.Fatalf("second pass: Mover calls %q, want chain3/0's last flow to chain3/1", mv.calls)
+	}
+	if in := instanceIDs(t, st)["chain3/0"]; in.State != store.Pooled || in.Flows != 0 {
+		t.Fatalf("chain3/0 = %+v after the second pass, want detached without flows", in)
+	}
+}
