@@ -19,11 +19,6 @@ namespace keel {
 static constexpr uint32_t kPrefetchAhead = 8;
 /* Position 0's turns between NIC queue-length samples. */
 static constexpr uint64_t kQueueSampleTurns = 64;
-/* The handover's bounds (handover.h): a direct packet waits at most this
- * long for its flow's marker, which follows the flow's last packet through
- * the ingress by the ingress' quiet time (--marker-quiet-us, 10 ms) plus the
- * path's few 100 µs. */
-static constexpr uint64_t kHandoverTimeoutMs = 50;
 /* Longer than the ToR rules' idle timeout (torctl's default 10 s): a flow
  * quiet for that long comes through the ingress again. */
 static constexpr uint64_t kHandoverForgetMs = 12000;
@@ -37,7 +32,7 @@ Engine::Engine(Chain* chain, rte_mempool* pool, PktBuf* buf, uint64_t* cycles, c
   TscHz();
   if (opt_.position != 0) return;
   HandoverConfig hc;
-  hc.timeout = TscHz() * kHandoverTimeoutMs / 1000;
+  hc.timeout = TscHz() * opt_.handover_timeout_ms / 1000;
   hc.forget = TscHz() * kHandoverForgetMs / 1000;
   handover_ = std::make_unique<HandoverRx>(hc);
   tx_chains_ = PortTxChains(opt_.tx_port);

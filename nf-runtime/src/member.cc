@@ -127,6 +127,7 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, std::uni
   eo.egress_zero_copy = opt.egress_zero_copy;
   eo.rx_zero_copy = opt.rx_zero_copy;
   eo.copy_each_hop = opt.copy_each_hop;
+  eo.handover_timeout_ms = opt.handover_timeout_ms;
   m->engine_ = std::make_unique<Engine>(chain, pool, m->buf_.get(), m->buf_->sched()->cycles[opt.position], eo);
   Store<uint64_t>(&m->buf_->sched()->tids[opt.position], static_cast<uint64_t>(gettid()));
   Member* raw = m.get();

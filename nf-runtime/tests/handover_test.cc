@@ -295,15 +295,23 @@ rte_mbuf* Marker(uint16_t sport) {
   return m;
 }
 
-/* What came out: (flow, seq) per packet, and that no mark is left on any. */
-std::vector<std::pair<uint16_t, int>> Drain(HandoverRx* rx) {
+/* What came out: (flow, seq) per packet, move frames as (0, -1) where
+ * |moves_allowed| (otherwise none may come out), and that no mark is left
+ * on any other packet. */
+std::vector<std::pair<uint16_t, int>> Drain(HandoverRx* rx, bool moves_allowed = false) {
   std::vector<std::pair<uint16_t, int>> got;
   rte_mbuf* out[32];
-  while (uint16_t k = rx->Take(out, 32)) {
+  uint32_t moves = 0;
+  while (uint16_t k = rx->Take(out, 32, &moves)) {
     for (uint16_t i = 0; i < k; i++) {
       const uint8_t* d = rte_pktmbuf_mtod(out[i], const uint8_t*);
-      EXPECT_EQ(inband::Get16(d + 12), 0x0800) << "a mark or an in-band frame reached the NFs";
-      got.emplace_back(inband::Get16(d + 14 + 20), d[14 + 28]);
+      if (moves & (1u << i)) {
+        EXPECT_TRUE(moves_allowed) << "a move frame came out";
+        got.emplace_back(0, -1);
+      } else {
+        EXPECT_EQ(inband::Get16(d + 12), 0x0800) << "a mark or an in-band frame reached the NFs";
+        got.emplace_back(inband::Get16(d + 14 + 20), d[14 + 28]);
+      }
       rte_pktmbuf_free(out[i]);
     }
   }
@@ -477,23 +485,7 @@ TEST(HandoverRx, AMalformedMoveFrameIsDroppedAndCounted) {
   rte_pktmbuf_free(out[0]);
 }
 
-/* What came out, with move frames as (0, -1): (flow, seq) per packet. */
-std::vector<std::pair<uint16_t, int>> DrainWithMoves(HandoverRx* rx) {
-  std::vector<std::pair<uint16_t, int>> got;
-  rte_mbuf* out[32];
-  uint32_t moves = 0;
-  while (uint16_t k = rx->Take(out, 32, &moves)) {
-    for (uint16_t i = 0; i < k; i++) {
-      const uint8_t* d = rte_pktmbuf_mtod(out[i], const uint8_t*);
-      if (moves & (1u << i))
-        got.emplace_back(0, -1);
-      else
-        got.emplace_back(inband::Get16(d + 14 + 20), d[14 + 28]);
-      rte_pktmbuf_free(out[i]);
-    }
-  }
-  return got;
-}
+std::vector<std::pair<uint16_t, int>> DrainWithMoves(HandoverRx* rx) { return Drain(rx, true); }
 
 /* Issue 37: a flow moved back to an instance it had finished a handover on
  * is a new flow there. Its held packets come via the ingress behind the

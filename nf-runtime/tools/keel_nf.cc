@@ -110,6 +110,12 @@ const char kUsage[] =
     "                       (default: the port receives straight into the chain\n"
     "                       buffer's slots, which go back to it only once the chain\n"
     "                       is done with them; net_af_xdp always copies)\n"
+    "  --handover-timeout-ms MS\n"
+    "                       position 0: how long a new flow's packets that came\n"
+    "                       straight from the switch wait for the ingress' marker\n"
+    "                       behind the flow's first packets, to leave in order\n"
+    "                       (default 500; longer than the switch's rule install\n"
+    "                       takes under load)\n"
     "  --wait-futex         without --coopsched: wait for a turn asleep on a semaphore\n"
     "                       (a futex in the chain buffer) that the previous NF posts,\n"
     "                       as NFVnice's NFs do under the normal scheduler (a baseline\n"
@@ -296,6 +302,7 @@ int main(int argc, char** argv) {
       {"wait-futex", no_argument, nullptr, 'W'},
       {"egress-copy", no_argument, nullptr, 'X'},
       {"rx-copy", no_argument, nullptr, 'R'},
+      {"handover-timeout-ms", required_argument, nullptr, 'H'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"redis-auth-file", required_argument, nullptr, 'A'},
@@ -330,6 +337,7 @@ int main(int argc, char** argv) {
       case 'W': opt.wait_futex = true; break;
       case 'X': opt.egress_zero_copy = false; break;
       case 'R': opt.rx_zero_copy = false; break;
+      case 'H': opt.handover_timeout_ms = ParseInt("--handover-timeout-ms", optarg, 1, 60000); break;
       case 'r': redis = optarg; break;
       case 'A': redis_auth_file = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;

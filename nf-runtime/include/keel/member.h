@@ -54,6 +54,9 @@ struct MemberOptions {
    * slots (its pool is a ChainRxPool over the file, rx_pool.h), so nothing
    * is copied in; false is keel-nf --rx-copy. */
   bool rx_zero_copy = true;
+  /* Position 0: how long a flow's direct packets wait for its handover
+   * marker (engine.h's EngineOptions::handover_timeout_ms). */
+  uint32_t handover_timeout_ms = 500;
 };
 
 class Member {
