@@ -440,15 +440,21 @@ func applyMoves(cfg Config, v *View, fl map[string][]FlowRate, plan MovePlan, h 
 	h.Track(plan)
 }
 
-func Test_PlanMoves_empties_an_instance_over_several_plans(t *testing.T) {
-	// fw/2's 12 flows fit on fw/1 (0.3 + 0.12 under the fill of 0.64), but the budget moves
-	// 5 a second: fw/2 is emptied over three plans, and takes no new flow meanwhile.
+// emptyingRack is fw/1 with 30 flows and fw/2 with n, 10 Kpps each, and a budget of 5 flows
+// moved a second.
+func emptyingRack(n int) (Config, map[string][]FlowRate, *View) {
 	cfg := moveCfg()
 	cfg.Moves.PerSecond, cfg.Moves.Burst = 5, 5
 	fl := map[string][]FlowRate{}
 	flowsOf(fl, "fw/1", 30, 1e4)
-	flowsOf(fl, "fw/2", 12, 1e4)
-	v := view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 12, 12e4))
+	flowsOf(fl, "fw/2", n, 1e4)
+	return cfg, fl, view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, n, float64(n)*1e4))
+}
+
+func Test_PlanMoves_empties_an_instance_over_several_plans(t *testing.T) {
+	// fw/2's 12 flows fit on fw/1 (0.3 + 0.12 under the fill of 0.64), but the budget moves
+	// 5 a second: fw/2 is emptied over three plans, and takes no new flow meanwhile.
+	cfg, fl, v := emptyingRack(12)
 	h := &MoveHistory{}
 	var moved []int
 	for step := 0; step < 3; step++ {
@@ -485,12 +491,7 @@ func Test_PlanMoves_empties_an_instance_over_several_plans(t *testing.T) {
 func Test_PlanMoves_gives_up_emptying_when_the_others_fill(t *testing.T) {
 	// fw/2 is half emptied when fw/1's load grows to 0.6: fw/2's 5 other flows (0.05) no
 	// longer fit under the fill (0.64), so the plan gives up and fw/2 takes flows again.
-	cfg := moveCfg()
-	cfg.Moves.PerSecond, cfg.Moves.Burst = 5, 5
-	fl := map[string][]FlowRate{}
-	flowsOf(fl, "fw/1", 30, 1e4)
-	flowsOf(fl, "fw/2", 10, 1e4)
-	v := view(att("fw/1", "w1", 0, 30, 30e4), att("fw/2", "w1", 1, 10, 10e4))
+	cfg, fl, v := emptyingRack(10)
 	h := &MoveHistory{}
 	plan := cfg.PlanMoves(v, fl, bothMovable, h)
 	applyMoves(cfg, v, fl, plan, h)
