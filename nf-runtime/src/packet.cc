@@ -31,15 +31,6 @@ size_t FlowKeyHash::operator()(const FlowKey& k) const {
   return static_cast<size_t>(h ^ (h >> 31));
 }
 
-void Packet::Reset(uint8_t* buf, uint16_t headroom, uint16_t len, uint16_t capacity) {
-  buf_ = buf;
-  off_ = headroom;
-  len_ = len;
-  cap_ = capacity;
-  drop_ = false;
-  parsed_ = false;
-}
-
 bool Packet::Prepend(uint16_t n) {
   if (n > off_) return false;
   off_ -= n;

@@ -157,32 +157,6 @@ bool PktBuf::PushSlot(uint32_t slot, uint16_t off, uint16_t len, uint32_t* ring_
   return true;
 }
 
-bool PktBuf::View(uint32_t i, Packet* p, uint32_t expect_slot) {
-  uint64_t seq = tail() + i;
-  const volatile PktDesc& d = descs_[seq & mask_];
-  /* Each field read once, checked in 32 bits: no wrap, no second look. */
-  uint32_t off = d.off, len = d.len, flags = d.flags, dseq = d.seq, s = d.slot;
-  /* An odd start is refused too: the checksum helpers read 16-bit words. */
-  if (dseq != static_cast<uint32_t>(seq) || s >= nbufs_ || (expect_slot != kAnySlot && s != expect_slot) ||
-      off > kSlotSize || len > kSlotSize - off || (off & 1)) {
-    p->Reset(slot(seq), kSlotHeadroom, 0, static_cast<uint16_t>(kSlotSize));
-    p->Drop();
-    bad_descriptors_.Add(1);
-    return false;
-  }
-  p->Reset(SlotAddr(s), static_cast<uint16_t>(off), static_cast<uint16_t>(len), static_cast<uint16_t>(kSlotSize));
-  if (flags & kDescDrop) p->Drop();
-  return true;
-}
-
-void PktBuf::Store(uint32_t i, const Packet& p, uint16_t stage) {
-  PktDesc& d = descs_[(tail() + i) & mask_];
-  d.off = p.headroom();
-  d.len = p.len();
-  d.flags = p.dropped() ? kDescDrop : 0;
-  d.stage = stage;
-}
-
 void PktBuf::Release(uint32_t n) {
   hdr_->tail.store(tail() + n, std::memory_order_release);
 }

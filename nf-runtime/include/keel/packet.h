@@ -106,7 +106,14 @@ class Packet {
 
   /* Points the view at |len| bytes starting |headroom| bytes into |buf|,
    * which holds |capacity| bytes in all. */
-  void Reset(uint8_t* buf, uint16_t headroom, uint16_t len, uint16_t capacity);
+  void Reset(uint8_t* buf, uint16_t headroom, uint16_t len, uint16_t capacity) {
+    buf_ = buf;
+    off_ = headroom;
+    len_ = len;
+    cap_ = capacity;
+    drop_ = false;
+    parsed_ = false;
+  }
 
   uint8_t* data() { return buf_ + off_; }
   const uint8_t* data() const { return buf_ + off_; }
