@@ -13,7 +13,10 @@ claim overload. It counts each outcome in hostile.json in its instance directory
 Every attempt must be refused; the victim's packets all arrive with their NAT mappings
 unchanged, its Redis state is untouched, its instance keeps its group, core and containers;
 the sacrificial process is neither stopped nor made real-time nor moved; and the controller
-does not take cores for the hostile chain because of its forged figures."""
+does not take cores for the hostile chain because of its forged figures. The flow-move
+frames it forges for the victim's flow (issue 37) reach keel-ingress, which drops every one
+(no move of that flow from that instance waits for them): the victim's flow keeps its
+instance and its NAT mapping."""
 import json
 import os
 import shutil
@@ -45,6 +48,8 @@ ATTACKS = {
 # flows across make down/up until they expire) would go where that run sent it.
 SPORT = 20000 + (os.getpid() * 7) % 30000
 VICTIM, ATTACKER = "victim", "attacker"  # the two tenants' chains
+VICTIM_FLOW = f"198.18.0.1:{SPORT}>198.18.6.10:5001/17"  # victim_packets' flow, as the hostile NF forges it
+INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
 ROUNDS = 3  # attack rounds to wait for (each after a batch, ≥ 0.5 s apart)
 
 
@@ -75,7 +80,7 @@ def stack_yaml(host_tid: int, host_pidns: int) -> str:
     labels:
       com.keel.kind: chain
     annotations:
-      com.keel.chain: "hostile(victim='{VICTIM}', host_tid={host_tid}, host_pidns={host_pidns})"
+      com.keel.chain: "hostile(victim='{VICTIM}', host_tid={host_tid}, host_pidns={host_pidns}, victim_flow='{VICTIM_FLOW}')"
       com.keel.filter: "dst net {HOSTILE_NET}"
       com.keel.slo: "p99=500us,t_min=10Mbps"
 """
@@ -149,6 +154,14 @@ def mismatches(instance_ids: list[str]) -> dict[str, float]:
             if k.startswith("keel_agent_nf_stats_mismatch_total") and any(f'"{i}"' in k for i in instance_ids)}
 
 
+def ingress_frames_bad() -> float:
+    """keel-ingress's count of flow-move frames that came back and were dropped: malformed, or
+    no move waits for them (keel_ingress_move_frames_bad_total)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import promtext  # bench/promtext.py
+    return promtext.scrape(INGRESS_METRICS).get("keel_ingress_move_frames_bad_total", 0.0)
+
+
 def group_of(instance_id: str) -> str:
     return instance_id.replace("/", ".")
 
@@ -174,6 +187,7 @@ def test_a_hostile_nf_reaches_nothing_but_its_own_packets(hostile_image, sacrifi
         state_before = {k: state_of(k) for k in redis("--scan", "--pattern", f"keel:state:*:{VICTIM}.*")}
         assert state_before, "the victim's NAT keeps no state in Redis"
         function_before = redis("GET", "keel:function:" + VICTIM)
+        frames_bad_before = ingress_frames_bad()
 
         # The hostile NF attacks after every batch: give it batches until it has made ROUNDS
         # rounds on each of its instances that carries traffic.
@@ -199,6 +213,12 @@ def test_a_hostile_nf_reaches_nothing_but_its_own_packets(hostile_image, sacrifi
             assert not got_through, f"attacks that got through on {g}: {json.dumps(got_through, indent=1)}"
             assert all(o["refused"] >= ROUNDS for o in rep["attacks"].values()), rep
             assert rep["stats_forged"] >= ROUNDS, rep
+            assert rep["move_frames_forged"] >= ROUNDS, rep
+        # Every forged move frame reached keel-ingress (the ToR returns an instance's 0x88B5
+        # frames to it) and was dropped there: none went on to the victim.
+        forged_moves = sum(rep["move_frames_forged"] for rep in reps)
+        wait_for("the forged move frames dropped by keel-ingress",
+                 lambda: ingress_frames_bad() - frames_bad_before >= forged_moves, timeout=10)
 
         # The sacrificial host process: running as before, neither stopped, FIFO nor moved.
         state, policy, cpus = proc_state(sacrificial)

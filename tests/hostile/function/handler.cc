@@ -6,7 +6,11 @@
 // the host would open, other instances' chain buffers, the host's /run — and forges its
 // statistics file to claim overload. Every attempt's outcome is counted in hostile.json in
 // its instance directory (the host reads it at the same path): "refused" when keel stopped
-// it, "succeeded" when it got through.
+// it, "succeeded" when it got through. It also forges flow-move frames (issue 37: inband.h
+// types 2 and 3) for the victim's flow (victim_flow), with a NAT record of its choosing, out
+// of its own port once a round: it cannot see where they go, so it only counts them
+// (move_frames_forged); the test checks that keel-ingress dropped them and that the victim's
+// flow kept its instance and its mapping.
 //
 // The attempts run on a thread of their own, woken by the packet thread after a batch: the
 // packet thread must not block on a socket while it holds the managed core, and the thread
@@ -15,6 +19,7 @@
 // Built on the host against keel's generated coopsched stubs (the NF resolves them, and
 // gRPC, against keel-nf when loaded): keel/nf-sdk has no gRPC headers, and a real attacker
 // brings whatever client they need.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
@@ -36,6 +41,8 @@
 #include <thread>
 #include <vector>
 
+#include "keel/flow_move.h"
+#include "keel/inband.h"
 #include "keel/nf.h"
 #include "keel/v1/coopsched.grpc.pb.h"
 
@@ -118,8 +125,9 @@ class Hostile : public NF {
   }
 
   void Init(const Config& config) override {
-    config.CheckObject({"victim", "host_tid", "host_pidns"});
+    config.CheckObject({"victim", "host_tid", "host_pidns", "victim_flow"});
     victim_ = config["victim"].String();
+    if (config.Has("victim_flow")) victim_flow_ok_ = ParseFlow(config["victim_flow"].String(), &victim_flow_);
     if (config.Has("host_tid")) host_tid_ = static_cast<int>(config["host_tid"].Int(0, 1 << 30));
     if (config.Has("host_pidns")) host_pidns_ = static_cast<uint64_t>(config["host_pidns"].Int(0, INT64_MAX));
     group_ = OwnArg("--chain-id");
@@ -132,6 +140,7 @@ class Hostile : public NF {
 
   void ProcessBatch(PacketBatch* batch) override {
     if (batch->cnt() == 0) return;
+    if (victim_flow_ok_ && forge_move_.exchange(false)) ForgeMoveFrame(batch->pkt(batch->cnt() - 1));
     batches_.fetch_add(1, std::memory_order_relaxed);
     cv_.notify_one();
   }
@@ -149,6 +158,52 @@ class Hostile : public NF {
       seen = batches_.load();
       cv_.wait(l, [&] { return stop_ || batches_.load() != seen; });
     }
+  }
+
+  // "SRC:SPORT>DST:DPORT/PROTO", e.g. "198.18.0.1:20001>198.18.6.10:5001/17".
+  static bool ParseFlow(const std::string& s, FlowKey* k) {
+    char src[16], dst[16];
+    unsigned sport, dport, proto;
+    in_addr a{}, b{};
+    if (std::sscanf(s.c_str(), "%15[0-9.]:%u>%15[0-9.]:%u/%u", src, &sport, dst, &dport, &proto) != 5 ||
+        inet_pton(AF_INET, src, &a) != 1 || inet_pton(AF_INET, dst, &b) != 1 || sport > 65535 || dport > 65535 ||
+        proto > 255)
+      return false;
+    *k = FlowKey{};
+    k->src_ip = ntohl(a.s_addr);
+    k->dst_ip = ntohl(b.s_addr);
+    k->src_port = static_cast<uint16_t>(sport);
+    k->dst_port = static_cast<uint16_t>(dport);
+    k->proto = static_cast<uint8_t>(proto);
+    return true;
+  }
+
+  // Turns |p|, one of its own packets, into an IMPORT_STATE (then, next time, EXPORT_STATE)
+  // frame for the victim's flow that carries a NAT mapping of the forger's choosing for the
+  // victim's position 1, marked and addressed as keel-ingress addresses its own. It leaves by
+  // this instance's port like any packet.
+  void ForgeMoveFrame(Packet* p) {
+    static constexpr uint8_t kDst[6] = {0x02, 'k', 'e', 'e', 'l', 0x01}, kSrc[6] = {0x02, 'k', 'e', 'e', 'l', 0x00};
+    const uint64_t n = move_frames_forged_.load(std::memory_order_relaxed);
+    MoveFrame f;
+    f.kind = n % 2 ? MoveKind::kExport : MoveKind::kImport;
+    f.flow = f.cur = victim_flow_;
+    MoveRecord r;
+    r.position = 1;
+    r.nf = NfId("nat");
+    r.state.key = victim_flow_;
+    r.state.len = 8;
+    std::memset(r.state.data, 0x41, r.state.len);
+    f.records.push_back(r);
+    uint8_t body[inband::kMoveBodyMax];
+    const size_t body_len = EncodeMoveFrame(f, body, sizeof body);
+    size_t need = inband::kMoveBodyOffset + body_len;
+    if (need < inband::kMinFrame) need = inband::kMinFrame;
+    if (body_len == 0 || (p->len() < need && !p->Append(static_cast<uint16_t>(need - p->len())))) return;
+    if (p->len() > need) p->Trim(static_cast<uint16_t>(p->len() - need));
+    const auto type = f.kind == MoveKind::kImport ? inband::Type::kImportState : inband::Type::kExportState;
+    if (inband::WriteMoveFrame(p->data(), p->len(), kDst, kSrc, type, body, body_len) != 0)
+      move_frames_forged_.fetch_add(1, std::memory_order_relaxed);
   }
 
   void Record(const std::string& attack, bool refused, const std::string& what) {
@@ -169,6 +224,7 @@ class Hostile : public NF {
     TryCoopsched();
     TryFiles();
     ForgeStats();
+    forge_move_ = true;  // the packet thread forges one with its next batch
     rounds_++;
     Write();
   }
@@ -412,6 +468,7 @@ class Hostile : public NF {
     Json j = Json::object();
     j["rounds"] = rounds_;
     j["stats_forged"] = forgeries_;
+    j["move_frames_forged"] = move_frames_forged_.load();
     j["batches"] = batches_.load();
     Json a = Json::object();
     for (const auto& [name, o] : outcomes_)
@@ -428,6 +485,10 @@ class Hostile : public NF {
   std::map<std::string, Outcome> outcomes_;
   uint64_t rounds_ = 0, forgeries_ = 0, forged_ = 0;
   std::atomic<uint64_t> batches_{0};
+  FlowKey victim_flow_;
+  bool victim_flow_ok_ = false;
+  std::atomic<bool> forge_move_{false};
+  std::atomic<uint64_t> move_frames_forged_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -440,7 +501,8 @@ KEEL_NF(Hostile, "hostile", "a hostile tenant's NF: forwards, and tries to reach
 KEEL_NF_ARGS(Hostile, R"json([
   {"name": "victim", "type": "string", "required": true, "doc": "the chain whose instances it attacks"},
   {"name": "host_tid", "type": "integer", "minimum": 0, "default": 0, "doc": "a host thread to register with coopsched"},
-  {"name": "host_pidns", "type": "integer", "minimum": 0, "default": 0, "doc": "the host's pid namespace inode, to claim"}
+  {"name": "host_pidns", "type": "integer", "minimum": 0, "default": 0, "doc": "the host's pid namespace inode, to claim"},
+  {"name": "victim_flow", "type": "string", "doc": "SRC:SPORT>DST:DPORT/PROTO of a victim flow to forge move frames for"}
 ])json");
 
 }  // namespace keel
