@@ -285,9 +285,19 @@ def kill(component: str, rng: random.Random) -> str:
     keep.mkdir(exist_ok=True)
     if (RUN / f"{name}.log").exists():
         shutil.copy(RUN / f"{name}.log", keep / f"{name}-{pid}.log")
-    wait(f"{name} (pid {pid}) to die", lambda: not Path(f"/proc/{pid}").exists() or
-         Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"), 10, every=0.02)
+    wait(f"{name} (pid {pid}) to die", lambda: gone(pid), 10, every=0.02)
     return f"{name} pid {pid}"
+
+
+def gone(pid: int) -> bool:
+    """The process has exited with all its threads: its sockets and ports are free. A leader that
+    is a zombie may still have threads tearing down (keel-ingress's DPDK ports), which hold the
+    process's descriptors, its metrics port among them, until the last one exits."""
+    try:
+        zombie = Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+        return zombie and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
 
 
 def recover(component: str, what: str, t_kill: float, traffic: Traffic, limit: float) -> dict:
