@@ -5,6 +5,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -505,19 +506,15 @@ func (p *planner) scaleIn() ([]FlowMove, []string) {
 		}
 		return a.flows < b.flows
 	})
-next:
 	for _, src := range cands {
-		fs := p.rates(src)
-		if len(fs) != src.flows || !p.fits(src) {
-			continue // the flows listed are not all of its flows, or the others lack room
-		}
-		for _, f := range fs {
-			if p.pinned(f) {
-				continue next
-			}
+		if fs := p.rates(src); len(fs) != src.flows || slices.ContainsFunc(fs, p.pinned) {
+			continue // the flows listed are not all of its flows, or one may not move now
 		}
 		p.emptying = src
-		return p.emptyMore(src)
+		if ms, empty := p.emptyMore(src); p.emptying != nil {
+			return ms, empty
+		}
+		// the others lack room for all its flows: the next candidate
 	}
 	return nil, nil
 }
@@ -534,16 +531,16 @@ func (p *planner) dests(src *moveInst) []*moveInst {
 	return out
 }
 
-// fits tells whether the chain's other instances take every flow src carries within
-// FillFrac of their thresholds (whatever the plans that move them: the held-packet bounds
-// and the budget only spread them over several plans).
-func (p *planner) fits(src *moveInst) bool {
+// fits tells whether the chain's other instances take all of src's flows fs within FillFrac
+// of their thresholds (whatever the plans that move them: the held-packet bounds and the
+// budget only spread them over several plans).
+func (p *planner) fits(src *moveInst, fs []FlowRate) bool {
 	dests := p.dests(src)
 	saved := make([][2]float64, len(dests))
 	for i, d := range dests {
 		saved[i] = [2]float64{d.load, float64(d.flows)}
 	}
-	ok := p.place(src, p.rates(src), dests, true, 0) != nil
+	ok := p.place(src, fs, dests, true, 0) != nil
 	for i, d := range dests {
 		d.load, d.flows = saved[i][0], int(saved[i][1])
 	}
@@ -557,11 +554,7 @@ func (p *planner) fits(src *moveInst) bool {
 // (p.emptying is cleared: it takes flows again). src is detached once it carries no flow.
 func (p *planner) emptyMore(src *moveInst) ([]FlowMove, []string) {
 	all := p.rates(src)
-	giveUp := !p.fits(src)
-	for _, f := range all {
-		giveUp = giveUp || p.heavy(f)
-	}
-	if giveUp {
+	if slices.ContainsFunc(all, p.heavy) || !p.fits(src, all) {
 		p.emptying = nil
 		return nil, nil
 	}
