@@ -145,21 +145,24 @@ def state_of(key: str) -> bytes:
     return r.stdout
 
 
+def scrape(url: str) -> dict[str, float]:
+    """A Prometheus endpoint's samples (bench/promtext.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import promtext  # bench/promtext.py
+    return promtext.scrape(url)
+
+
 def mismatches(instance_ids: list[str]) -> dict[str, float]:
     """keel-agent's count of samples in which the instances' NF statistics contradicted keel's
     own measurement (keel_agent_nf_stats_mismatch_total), by instance and figure."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import promtext  # bench/promtext.py
-    return {k: v for k, v in promtext.scrape("http://127.0.0.1:9101/metrics").items()
+    return {k: v for k, v in scrape("http://127.0.0.1:9101/metrics").items()
             if k.startswith("keel_agent_nf_stats_mismatch_total") and any(f'"{i}"' in k for i in instance_ids)}
 
 
 def ingress_frames_bad() -> float:
     """keel-ingress's count of flow-move frames that came back and were dropped: malformed, or
     no move waits for them (keel_ingress_move_frames_bad_total)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import promtext  # bench/promtext.py
-    return promtext.scrape(INGRESS_METRICS).get("keel_ingress_move_frames_bad_total", 0.0)
+    return scrape(INGRESS_METRICS).get("keel_ingress_move_frames_bad_total", 0.0)
 
 
 def group_of(instance_id: str) -> str:
