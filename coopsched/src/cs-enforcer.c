@@ -268,7 +268,8 @@ static void demote(struct cs_sched *s, struct cs_group *g, uint32_t pos, const s
 
 /* Takes the watchdog's look at the threads attached to core e (cs-watchdog.h).
  * Returns how soon it could next give a verdict (0: not before the tick). */
-static uint64_t watchdog(struct cs_sched *s, struct cs_enforcer *e, uint64_t now_ns) {
+static uint64_t watchdog(struct cs_sched *s, struct cs_enforcer *e, uint64_t now_ns,
+                         uint64_t late_ns) {
   size_t n = 0;
   for (struct cs_group *g = s->groups; g; g = g->next) {
     if (!watched(g, e)) continue;
@@ -286,8 +287,8 @@ static uint64_t watchdog(struct cs_sched *s, struct cs_enforcer *e, uint64_t now
   static const struct cs_wd_ops ops = {wd_runnable, wd_waiting, wd_exiting};
   struct cs_wd_verdict v;
   uint64_t recheck;
-  if (!cs_wd_look(&e->wd, e->wd_threads, e->wd_now, n, now_ns, s->opt.yield_timeout_us * 1000ull,
-                  &ops, e, &v, &recheck))
+  if (!cs_wd_look(&e->wd, e->wd_threads, e->wd_now, n, now_ns, late_ns,
+                  s->opt.yield_timeout_us * 1000ull, &ops, e, &v, &recheck))
     return recheck;
   demote(s, e->wd_groups[v.holder], e->wd_pos[v.holder],
          v.waiter < n ? e->wd_groups[v.waiter] : e->wd_groups[v.holder],
@@ -329,7 +330,8 @@ static void step_detaching(struct cs_sched *s, struct cs_group *g, uint64_t now_
 /* One pass over the sgroups of this core; returns how soon to look again:
  * fast while one is detaching, at the watchdog's tick while one runs here;
  * *recheck_ns, if not 0, is when the watchdog could next give a verdict. */
-static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e, uint64_t *recheck_ns) {
+static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e, uint64_t late_ns,
+                         uint64_t *recheck_ns) {
   uint64_t now_ns = cs_mono_ns();
   int busy = 0;
   enum cs_pace pace = CS_PACE_IDLE;
@@ -347,7 +349,7 @@ static enum cs_pace tick(struct cs_sched *s, struct cs_enforcer *e, uint64_t *re
       busy |= g->state == CS_DETACHING;
     }
   }
-  *recheck_ns = watchdog(s, e, now_ns);
+  *recheck_ns = watchdog(s, e, now_ns, late_ns);
   /* A one-NF chain yields only while it shares its core (chain_sched.h). */
   uint32_t here = 0;
   for (struct cs_group *g = s->groups; g; g = g->next)
@@ -369,10 +371,11 @@ static uint64_t pace_ns(enum cs_pace pace) {
 void *cs_enforcer_main(void *arg) {
   struct cs_enforcer *e = arg;
   struct cs_sched *s = e->s;
+  uint64_t late_ns = 0; /* how long after its timer the enforcer woke (cs-watchdog.h) */
   pthread_mutex_lock(&s->mu);
   while (!s->stopping) {
     uint64_t t0 = cs_rdtsc(), recheck_ns;
-    enum cs_pace pace = tick(s, e, &recheck_ns);
+    enum cs_pace pace = tick(s, e, late_ns, &recheck_ns);
     __atomic_store_n(&e->work_cycles, e->work_cycles + (cs_rdtsc() - t0), __ATOMIC_RELAXED);
     __atomic_store_n(&e->wakeups, e->wakeups + 1, __ATOMIC_RELAXED);
     struct timespec until;
@@ -383,7 +386,10 @@ void *cs_enforcer_main(void *arg) {
     uint64_t ns = (uint64_t)until.tv_nsec + sleep_ns;
     until.tv_sec += (time_t)(ns / 1000000000ull);
     until.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&e->cv, &s->mu, &until);
+    uint64_t until_ns = (uint64_t)until.tv_sec * 1000000000ull + (uint64_t)until.tv_nsec;
+    int rc = pthread_cond_timedwait(&e->cv, &s->mu, &until);
+    uint64_t woke_ns = cs_mono_ns();
+    late_ns = rc == ETIMEDOUT && woke_ns > until_ns ? woke_ns - until_ns : 0;
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;

@@ -34,6 +34,7 @@ static void open_window(struct cs_wd_window *w, struct cs_wd_thread *const *th,
   w->id++;
   w->open = 1;
   w->since_ns = now_ns;
+  w->stall_ns = 0;
   for (size_t j = 0; j < n; j++) {
     th[j]->win_id = w->id;
     th[j]->win_cpu_ns = now[j].cpu_ns;
@@ -60,11 +61,15 @@ static void check_waiters(struct cs_wd_window *w, struct cs_wd_thread *const *th
 }
 
 int cs_wd_look(struct cs_wd_window *w, struct cs_wd_thread *const *th, const struct cs_wd_now *now,
-               size_t n, uint64_t now_ns, uint64_t timeout_ns, const struct cs_wd_ops *ops,
-               void *ctx, struct cs_wd_verdict *v, uint64_t *recheck_ns) {
+               size_t n, uint64_t now_ns, uint64_t late_ns, uint64_t timeout_ns,
+               const struct cs_wd_ops *ops, void *ctx, struct cs_wd_verdict *v,
+               uint64_t *recheck_ns) {
   int verdict = 0;
   *recheck_ns = 0;
   if (w->open) {
+    /* The stall before this look fell inside the window: credit it. */
+    w->stall_ns = late_ns >= timeout_ns - w->stall_ns ? timeout_ns : w->stall_ns + late_ns;
+    uint64_t limit = timeout_ns + w->stall_ns;
     unsigned char waiting[CS_WD_MAX_THREADS] = {0};
     check_waiters(w, th, now, n, ops, ctx, waiting);
     size_t best = n;
@@ -81,14 +86,14 @@ int cs_wd_look(struct cs_wd_window *w, struct cs_wd_thread *const *th, const str
         best_held = held;
       }
     }
-    if (best < n && best_held >= timeout_ns && !ops->exiting(ctx, best)) {
+    if (best < n && best_held >= limit && !ops->exiting(ctx, best)) {
       v->holder = best;
       v->waiter = find(th, n, w->waiter_key[0]);
       v->held_ns = best_held;
       verdict = 1;
       w->open = 0;
-    } else if (best < n && best_held < timeout_ns) {
-      *recheck_ns = timeout_ns - best_held;
+    } else if (best < n && best_held < limit) {
+      *recheck_ns = limit - best_held;
     }
   }
   if (!w->open && !verdict && n >= 2) open_window(w, th, now, n, now_ns, ops, ctx);

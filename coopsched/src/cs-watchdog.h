@@ -25,6 +25,17 @@
  * nobody, a thread that blocks, and any turn shorter than the timeout,
  * however it falls between looks, never meet the rule.
  *
+ * A look that comes late is evidence of a stall: the enforcer runs at the
+ * highest priority on its core and is due every tick, so if it wakes
+ * milliseconds after its timer the core itself was lost (the host
+ * descheduled the vCPU, or the kernel ran with interrupts off), and the
+ * kernel charges that time to whichever thread was running. Seen on the
+ * shared VMs keel's CI runs on: a 9 ms turn charged 14.7 ms. An open window
+ * credits its holders with the lateness of its looks, up to one timeout in
+ * all, so a turn stretched by a stall is not held, and a thread that keeps
+ * every look late (long non-preemptible work in the kernel) is still held
+ * within twice the timeout.
+ *
  * cs_wd_look is pure: the enforcer reads the threads and passes callbacks
  * for the reads it needs only sometimes, so tests drive it with made-up
  * threads.
@@ -67,6 +78,7 @@ struct cs_wd_window {
   uint64_t id; /* of the last window opened; 0 before the first */
   int open;
   uint64_t since_ns;
+  uint64_t stall_ns; /* lateness of the looks since it opened, at most the timeout */
   size_t nwaiters;
   uint64_t waiter_key[CS_WD_WAITERS];
   uint64_t waiter_pcount[CS_WD_WAITERS];
@@ -89,12 +101,14 @@ struct cs_wd_verdict {
 };
 
 /* Takes one look at the n (<= CS_WD_MAX_THREADS) threads attached to a core (th[i] and now[i]) at
- * now_ns. Returns 1 and fills *v if a thread has held the core for
- * timeout_ns while another waited; else 0. *recheck_ns, if not 0, is how
- * soon the next look could give a verdict. */
+ * now_ns, late_ns after the enforcer meant to (0 if on time or woken early).
+ * Returns 1 and fills *v if a thread has held the core for timeout_ns while
+ * another waited; else 0. *recheck_ns, if not 0, is how soon the next look
+ * could give a verdict. */
 int cs_wd_look(struct cs_wd_window *w, struct cs_wd_thread *const *th, const struct cs_wd_now *now,
-               size_t n, uint64_t now_ns, uint64_t timeout_ns, const struct cs_wd_ops *ops,
-               void *ctx, struct cs_wd_verdict *v, uint64_t *recheck_ns);
+               size_t n, uint64_t now_ns, uint64_t late_ns, uint64_t timeout_ns,
+               const struct cs_wd_ops *ops, void *ctx, struct cs_wd_verdict *v,
+               uint64_t *recheck_ns);
 
 #ifdef __cplusplus
 }
