@@ -56,6 +56,13 @@ CHAINS = ("chain1", "chain2", "chain3")
 PKTBUF = Path("/run/keel/pktbuf")  # keel-agent --pktbuf-dir under make up (deploy/local/lib.sh)
 
 
+def unmanaged_cpus() -> set:
+    """The CPUs keel-coopsched does not manage (deploy/local/lib.sh MANAGED_CORES)."""
+    managed = {int(c) for c in re.search(r"^MANAGED_CORES=([\d,]+)", (ROOT / "deploy" / "local" / "lib.sh")
+                                         .read_text(), re.M)[1].split(",")}
+    return (os.sched_getaffinity(0) - managed) or os.sched_getaffinity(0)
+
+
 def say(msg: str) -> None:
     print(msg, flush=True)
 
@@ -337,6 +344,9 @@ def main() -> int:
     if (os.cpu_count() or 1) < 2:
         die("the demo needs two cores: core 1 is coopsched's managed core")
     t_start = time.time()
+    # keel-trafgen, keel-sim and the stack's parts (up.sh pins itself too) stay off coopsched's
+    # managed core: a process there waits behind the attached chains' SCHED_FIFO threads.
+    os.sched_setaffinity(0, unmanaged_cpus())
 
     say("1. make up: the local stack")
     run([ROOT / "deploy" / "local" / "up.sh", "--bin", bin_dir], "make up", quiet=False)

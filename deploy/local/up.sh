@@ -175,6 +175,15 @@ for prog in keel-gateway keel-coopsched keel-nf keel-ingress; do
 done
 [ -x "$BIN/keel-agent" ] || die "$BIN/keel-agent is missing: the worker agent (agent/, issue 10) is not built; make build builds it once agent/ is in the tree"
 
+# Every part of the stack runs on the unmanaged cores (core 0 here) and inherits that from
+# this script. A control-plane thread left free to land on the managed core waits there
+# behind the attached chains, which poll at SCHED_FIFO, until the kernel's CFS share of that
+# core comes round (50 ms a second): make demo's first packet of chains 2 and 3 waited 0.98 s
+# that way, for ovs-vswitchd's main thread on core 1 to install its rule. keel-coopsched moves
+# NF threads onto the managed cores itself, and NF containers get their cpuset from docker.
+command -v taskset > /dev/null || die "taskset is not installed: run make deps (util-linux)"
+taskset -pc "$(unmanaged_cpus)" $$ > /dev/null
+
 start=$SECONDS
 mkdir -p "$RUN/redis" "$RUN/ovs" "$RUN/secrets"
 TOKEN=$RUN/secrets/control-token

@@ -2,34 +2,87 @@
 #include "keel/coopsched_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include "keel/v1/coopsched.grpc.pb.h"
 
 namespace keel {
 
+/* How long the announcing thread waits for coopsched's answer before it goes on.
+ *
+ * coopsched stops the last position to announce itself while its call is in flight (the
+ * chain becomes a detached sgroup), so that answer is read only once the chain is
+ * attached, and by gRPC's own threads: SCHED_OTHER threads confined, like the whole NF, to
+ * the managed core, where attached chains run at SCHED_FIFO and never leave the core idle.
+ * There they get the kernel's CFS share of a FIFO-saturated core, 50 ms once a second: a
+ * packet thread that waited for them held the first packets of a freshly attached instance
+ * for ~1 s (make demo, chains 2 and 3). So the packet thread waits this long, which covers
+ * a refusal (coopsched checks everything before it stops a thread) and an unreachable
+ * coopsched, and then goes on; the call ends in the background. */
+constexpr auto kAnswerWait = std::chrono::milliseconds(200);
+
+namespace {
+
+struct Call {
+  std::unique_ptr<v1::Coopsched::Stub> stub;
+  grpc::ClientContext ctx;
+  v1::RegisterThreadRequest req;
+  v1::RegisterThreadResponse resp;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool gone_on = false; /* the packet thread stopped waiting */
+  grpc::Status status;
+};
+
+}  // namespace
+
 bool AnnounceToCoopsched(const std::string& target, const std::string& group, int position,
                          int count, const std::string& pktbuf, std::string* err) {
-  auto stub = v1::Coopsched::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  v1::RegisterThreadRequest req;
+  auto call = std::make_shared<Call>();
+  call->stub = v1::Coopsched::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  v1::RegisterThreadRequest& req = call->req;
   req.set_group_id(group);
   req.set_position(static_cast<uint32_t>(position));
   req.set_count(static_cast<uint32_t>(count));
-  req.set_tid(static_cast<int32_t>(gettid()));
+  req.set_tid(static_cast<int32_t>(gettid())); /* the packet thread: the caller */
   /* In a container the tid is the namespace's; coopsched maps it to its own. */
   struct stat ns;
   if (stat("/proc/self/ns/pid", &ns) == 0) req.set_pid_ns(ns.st_ino);
   req.set_pktbuf_path(pktbuf);
-  v1::RegisterThreadResponse resp;
-  /* coopsched stops the last position to announce itself while its call is
-   * in flight (the chain becomes a detached sgroup); the answer arrives once
-   * the chain is attached, however long that takes. An unreachable
-   * coopsched still fails at once. */
-  grpc::ClientContext ctx;
-  grpc::Status st = stub->RegisterThread(&ctx, req, &resp);
-  if (!st.ok()) {
-    *err = "coopsched " + target + ": " + st.error_message();
+
+  std::thread([call, target] {
+    pthread_setname_np(pthread_self(), "keel-announce");
+    grpc::Status st = call->stub->RegisterThread(&call->ctx, call->req, &call->resp);
+    std::lock_guard<std::mutex> lk(call->mu);
+    call->status = st;
+    call->done = true;
+    if (call->gone_on && !st.ok()) {
+      /* Refused after the packet thread went on: the NF stops as if told to. */
+      std::fprintf(stderr, "keel-nf: coopsched %s: %s; stopping\n", target.c_str(),
+                   st.error_message().c_str());
+      std::raise(SIGTERM);
+    }
+    call->cv.notify_all();
+  }).detach();
+
+  std::unique_lock<std::mutex> lk(call->mu);
+  if (!call->cv.wait_for(lk, kAnswerWait, [&] { return call->done; })) {
+    call->gone_on = true;
+    return true;
+  }
+  if (!call->status.ok()) {
+    *err = "coopsched " + target + ": " + call->status.error_message();
     return false;
   }
   return true;

@@ -12,7 +12,9 @@ namespace keel {
  * file is |pktbuf|. The thread is named by its id and PID namespace, so
  * coopsched finds it inside a container too. coopsched makes the chain an
  * sgroup (detached) once every position has announced itself. False and
- * |*err| on failure. */
+ * |*err| if coopsched refuses or cannot be reached. The answer is awaited
+ * 200 ms at most (coopsched_client.cc says why); a refusal that comes later
+ * is printed and raises SIGTERM. */
 bool AnnounceToCoopsched(const std::string& target, const std::string& group, int position,
                          int count, const std::string& pktbuf, std::string* err);
 
