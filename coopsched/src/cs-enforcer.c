@@ -378,15 +378,11 @@ void *cs_enforcer_main(void *arg) {
     enum cs_pace pace = tick(s, e, late_ns, &recheck_ns);
     __atomic_store_n(&e->work_cycles, e->work_cycles + (cs_rdtsc() - t0), __ATOMIC_RELAXED);
     __atomic_store_n(&e->wakeups, e->wakeups + 1, __ATOMIC_RELAXED);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
     uint64_t sleep_ns = pace_ns(pace);
     if (recheck_ns && recheck_ns < sleep_ns)
       sleep_ns = recheck_ns < CS_MIN_RECHECK_NS ? CS_MIN_RECHECK_NS : recheck_ns;
-    uint64_t ns = (uint64_t)until.tv_nsec + sleep_ns;
-    until.tv_sec += (time_t)(ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
-    uint64_t until_ns = (uint64_t)until.tv_sec * 1000000000ull + (uint64_t)until.tv_nsec;
+    uint64_t until_ns = cs_mono_ns() + sleep_ns; /* CLOCK_MONOTONIC, as the cv's clock */
+    struct timespec until = {(time_t)(until_ns / 1000000000ull), (long)(until_ns % 1000000000ull)};
     int rc = pthread_cond_timedwait(&e->cv, &s->mu, &until);
     uint64_t woke_ns = cs_mono_ns();
     late_ns = rc == ETIMEDOUT && woke_ns > until_ns ? woke_ns - until_ns : 0;
