@@ -5,7 +5,11 @@ Brings the local stack up (deploy/local/up.sh; taken down again at the end only 
 script started it), deploys chain 3 of stack.yml (ACL on the switch -> NAT in a container)
 with faas-cli, and for each rate opens new flows from the source netns for --seconds, a
 few packets per flow, UDP and TCP alternating, while the sink netns counts every packet per
-flow. Per row: packets sent/received, lost, reordered, the ingress's install latency
+flow. A share of the new flows is bad (--malformed-every, --no-chain-every: 1 in 40 each by
+default): a malformed flow's frames must be dropped and counted by the ingress
+(malformed_sent, malformed_dropped), a no-chain flow's must take the normal path
+(no_chain_sent, no_chain_received), and neither may cost the others a packet (lost counts
+every packet but the malformed ones). Per row: packets sent/received, lost, reordered, the ingress's install latency
 (a flow's first packet -> its own rule acknowledged by the switch, after which its packets
 bypass the ingress; p50/p99 from its histogram's increase over the row), its hold latency
 (first packet -> held packets sent back toward the chain), the most packets it held at once,
@@ -33,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+import flowgen
 import promtext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +181,8 @@ def stop_profile(spy: subprocess.Popen, out: str) -> None:
     Path(out + ".top.txt").write_text("\n".join(lines) + "\n")
 
 
-def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str = "") -> dict:
+def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str = "", malformed_every: int = 0,
+        no_chain_every: int = 0) -> dict:
     pid = int((RUN / "keel-ingress.pid").read_text())
     recv = subprocess.Popen(["ip", "netns", "exec", "keelsink", sys.executable, str(FLOWGEN), "recv",
                              "--duration", str(seconds + 1), "--quiet", "3"],
@@ -192,13 +198,16 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
     sent = json.loads(sh("ip", "netns", "exec", "keelsrc", sys.executable, str(FLOWGEN), "send",
                          "--rate", str(rate), "--duration", str(seconds), "--packets", str(packets),
                          "--gap-ms", "2", "--proto", "mix", "--dst-net", "198.18.3.0/24",
-                         "--first-flow", str(first_flow)).stdout)
+                         "--first-flow", str(first_flow), "--malformed-every", str(malformed_every),
+                         "--no-chain-every", str(no_chain_every)).stdout)
     cpu1, t1 = cpu_seconds(pid), time.monotonic()
     out, err = recv.communicate(timeout=seconds + 120)
     stack1 = stack_cpu()
     if spy:
         stop_profile(spy, profile)
-    flows = rate * seconds
+    # the flows the control path set up: malformed ones end at the ingress' parser and
+    # no-chain ones on its normal path, so dividing by them too would flatter the figure
+    flows = rate * seconds - sent["malformed_flows"] - sent["no_chain_flows"]
     stop.set()
     sampler.join()
     got = json.loads(out)
@@ -208,8 +217,18 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
     name = "keel_ingress_install_latency_seconds"
     hold = "keel_ingress_hold_latency_seconds"
     max_before, max_after = before.get("keel_ingress_buffered_max", 0), after.get("keel_ingress_buffered_max", 0)
+    drops = {k.split('reason="', 1)[1].split('"', 1)[0]: int(v - before.get(k, 0)) for k, v in sorted(after.items())
+             if k.startswith("keel_ingress_drops_total{") and v - before.get(k, 0) > 0}
+    no_chain_got = sum(n for fid, n in got["per_flow"].items()
+                       if flowgen.flow_kind(int(fid), malformed_every, no_chain_every) == flowgen.NO_CHAIN)
     return {"new_flows_per_s": rate, "packets_sent": sent["packets"], "packets_received": got["packets"],
-            "lost": sent["packets"] - got["packets"], "reordered": got["reordered"],
+            # every packet that should have arrived (all but the malformed ones) and did not
+            "lost": sent["packets"] - sent["malformed_packets"] - got["packets"], "reordered": got["reordered"],
+            # the share of first packets that are malformed or for no chain: the malformed ones
+            # must be dropped and counted, the others take the normal path, neither stalls the rest
+            "malformed_sent": sent["malformed_packets"],
+            "malformed_dropped": sum(drops.get(r, 0) for r in ("bad_ihl", "truncated")),
+            "no_chain_sent": sent["no_chain_packets"], "no_chain_received": no_chain_got,
             "install_p50_ms": round(quantile(0.50, before, after, name), 3),
             "install_p99_ms": round(quantile(0.99, before, after, name), 3),
             "hold_p50_ms": round(quantile(0.50, before, after, hold), 3),
@@ -224,9 +243,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
             "packets_after_marker": int(after.get("keel_ingress_packets_after_marker_total", 0)
                                         - before.get("keel_ingress_packets_after_marker_total", 0)),
             "handover": handover_delta(handover0, handover1),
-            "ingress_drops": {k.split('reason="', 1)[1].split('"', 1)[0]: int(v - before.get(k, 0))
-                              for k, v in sorted(after.items())
-                              if k.startswith("keel_ingress_drops_total{") and v - before.get(k, 0) > 0},
+            "ingress_drops": drops,
             "flows_per_assign_call": round((after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0))
                                            / max(after.get("keel_ingress_assign_calls_total", 0) - before.get("keel_ingress_assign_calls_total", 0), 1), 1),
             "control_cpu_us_per_flow": us_per_flow(stack0, stack1, CONTROL_PROCS, flows),
@@ -270,6 +287,10 @@ def main() -> int:
     p.add_argument("--rates", default="100,500,1000,2000,4000", help="new flows per second, one row each")
     p.add_argument("--seconds", type=float, default=10, help="per row")
     p.add_argument("--packets", type=int, default=4, help="per flow")
+    p.add_argument("--malformed-every", type=int, default=40, metavar="N",
+                   help="every Nth new flow sends only malformed frames (0: none)")
+    p.add_argument("--no-chain-every", type=int, default=40, metavar="M",
+                   help="every Mth new flow is for no chain (0: none)")
     p.add_argument("--profile-torctl", metavar="FILE", default="",
                    help="py-spy keel-torctl during the --profile-rate row into FILE (and FILE.top.txt)")
     p.add_argument("--profile-rate", type=int, default=1000, help="the row --profile-torctl samples")
@@ -289,12 +310,14 @@ def main() -> int:
         for i, rate in enumerate(int(r) for r in a.rates.split(",")):
             if i:
                 deploy_chain3(fresh=True)
-            r = row(rate, a.seconds, a.packets, first, a.profile_torctl if rate == a.profile_rate else "")
+            r = row(rate, a.seconds, a.packets, first, a.profile_torctl if rate == a.profile_rate else "",
+                    a.malformed_every, a.no_chain_every)
             first += int(rate * a.seconds) + 1000
             print(json.dumps(r), file=sys.stderr, flush=True)
             rows.append(r)
             time.sleep(2)
         result = {"rows": rows, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
+                  "malformed_every": a.malformed_every, "no_chain_every": a.no_chain_every,
                   "seconds_per_row": a.seconds, "chain": "chain3: ACL@switch -> NAT@server",
                   "each_row": "chain3 deployed afresh (empty NAT table)"}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

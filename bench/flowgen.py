@@ -7,7 +7,11 @@
 
 `send` opens new flows at a steady rate (new flows per second), each a few packets
 `--gap-ms` apart, UDP or TCP (alternating with --proto mix), from --src-ip to hosts of
---dst-net. Every packet carries, after its L4 header, the magic b"KEEL", the flow id and
+--dst-net. With --malformed-every N every Nth flow (id % N == 1) sends only malformed
+frames (by turns: an IPv4 IHL below 5, an IPv4 total length past the frame, an L4 header cut
+short), which the ingress must drop and count; with --no-chain-every M every Mth flow (id % M
+== 2) goes to --no-chain-net, which no chain's filter takes, so it must take the normal path.
+Every packet carries, after its L4 header, the magic b"KEEL", the flow id and
 the packet's sequence number in the flow, so the sink tells flows apart even after NAT or
 tunnelling rewrote their headers. `recv` counts per flow what arrived: packets, packets
 that came after a later one of the same flow (reordered) and duplicates, and the flows
@@ -65,6 +69,33 @@ def frame(src_mac: bytes, dst_mac: bytes, src: bytes, dst: bytes, proto: int, sp
     return dst_mac + src_mac + b"\x08\x00" + ip + l4 + payload
 
 
+GOOD, MALFORMED, NO_CHAIN = "good", "malformed", "no_chain"
+
+
+def flow_kind(gid: int, malformed_every: int, no_chain_every: int) -> str:
+    """What flow `gid` of a send with these settings is (the sender and its readers agree)."""
+    if malformed_every and gid % malformed_every == 1:
+        return MALFORMED
+    if no_chain_every and gid % no_chain_every == 2:
+        return NO_CHAIN
+    return GOOD
+
+
+def malformed(good: bytes, gid: int, malformed_every: int) -> bytes:
+    """A frame of a malformed flow, made from the well-formed one: which way it is broken
+    depends on the flow, so a row has all three."""
+    eth, ip = good[:14], good[14:]
+    kind = (gid // max(malformed_every, 1)) % 3
+    if kind == 0:  # IHL 4: the header claims less than its fixed 20 bytes
+        return eth + bytes([0x44]) + ip[1:]
+    if kind == 1:  # the total length runs 200 bytes past the end of the frame
+        total = struct.unpack_from("!H", ip, 2)[0] + 200
+        return eth + ip[:2] + struct.pack("!H", total) + ip[4:]
+    # the IP header is whole, the L4 header is cut after 4 bytes (and the total says so)
+    cut = ip[:20] + ip[20:24]
+    return eth + cut[:2] + struct.pack("!H", 24) + cut[4:]
+
+
 def check_iface(name: str) -> None:
     if not name.startswith("keel"):
         sys.exit(f"flowgen: interface {name!r}: only keel* interfaces (made by keel's tests) are used")
@@ -77,6 +108,11 @@ def send(a) -> dict:
     if not net.subnet_of(BENCH_NET) or src not in BENCH_NET:
         sys.exit("flowgen: --src-ip and --dst-net must be in 198.18.0.0/15")
     hosts = [h.packed for h in net.hosts()][:254]
+    other = ipaddress.ip_network(a.no_chain_net)
+    if a.no_chain_every and (not other.subnet_of(BENCH_NET) or other.overlaps(net)):
+        sys.exit("flowgen: --no-chain-net must be in 198.18.0.0/15 and apart from --dst-net")
+    other_hosts = [h.packed for h in other.hosts()][:254]
+    counts = {GOOD: [0, 0], MALFORMED: [0, 0], NO_CHAIN: [0, 0]}  # kind -> [flows, packets]
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     s.bind((a.iface, 0))
     src_mac, dst_mac = mac_bytes(a.src_mac), mac_bytes(a.dst_mac)
@@ -98,17 +134,25 @@ def send(a) -> dict:
         late_max = max(late_max, now - t)
         gid = a.first_flow + fid
         proto = 17 if a.proto == "udp" or (a.proto == "mix" and gid % 2 == 0) else 6
-        dst = hosts[gid % len(hosts)]
+        kind = flow_kind(gid, a.malformed_every, a.no_chain_every)
+        pool = other_hosts if kind == NO_CHAIN else hosts
+        dst = pool[gid % len(pool)]
         sport = 1024 + (gid // len(hosts)) % 64000
         dport = 5001 if proto == 17 else 80
         payload = MAGIC + struct.pack("!IIQ", gid, seq, time.monotonic_ns()) + b"\0" * pad
-        s.send(frame(src_mac, dst_mac, src.packed, dst, proto, sport, dport, payload))
+        f = frame(src_mac, dst_mac, src.packed, dst, proto, sport, dport, payload)
+        s.send(malformed(f, gid, a.malformed_every) if kind == MALFORMED else f)
         sent += 1
+        counts[kind][0] += seq == 0
+        counts[kind][1] += 1
         if seq + 1 < a.packets:
             heapq.heappush(due, (t + a.gap_ms / 1000, fid, seq + 1))
     s.close()
     return {"flows": nflows, "packets": sent, "first_flow": a.first_flow, "packets_per_flow": a.packets,
-            "seconds": round(time.monotonic() - start, 3), "late_max_ms": round(late_max * 1000, 3)}
+            "seconds": round(time.monotonic() - start, 3), "late_max_ms": round(late_max * 1000, 3),
+            "malformed_every": a.malformed_every, "no_chain_every": a.no_chain_every,
+            "malformed_flows": counts[MALFORMED][0], "malformed_packets": counts[MALFORMED][1],
+            "no_chain_flows": counts[NO_CHAIN][0], "no_chain_packets": counts[NO_CHAIN][1]}
 
 
 def recv(a) -> dict:
@@ -180,6 +224,11 @@ def main(argv=None) -> int:
     ps.add_argument("--proto", choices=["udp", "tcp", "mix"], default="mix")
     ps.add_argument("--size", type=int, default=128, help="frame size in bytes")
     ps.add_argument("--first-flow", type=int, default=0, help="id of the first flow (distinct 5-tuples per run)")
+    ps.add_argument("--malformed-every", type=int, default=0, metavar="N",
+                    help="every Nth flow sends only malformed frames (0: none)")
+    ps.add_argument("--no-chain-every", type=int, default=0, metavar="M",
+                    help="every Mth flow goes to --no-chain-net (0: none)")
+    ps.add_argument("--no-chain-net", default="198.18.9.0/24", help="hosts that no chain's filter takes")
     ps.add_argument("--out", help="JSON result file (default: stdout)")
     pr = sub.add_parser("recv", help="count each flow's packets")
     pr.add_argument("--iface", default="keel-sink")
@@ -187,6 +236,9 @@ def main(argv=None) -> int:
     pr.add_argument("--quiet", type=float, default=2.0, help="stop this long after the last packet")
     pr.add_argument("--out", help="JSON result file (default: stdout)")
     a = p.parse_args(argv)
+    if a.cmd == "send" and (a.malformed_every < 0 or a.no_chain_every < 0 or a.malformed_every == 1
+                            or a.no_chain_every in (1, 2)):
+        p.error("send: --malformed-every must be 0 or >= 2, --no-chain-every 0 or >= 3")
     if a.cmd == "send" and (a.rate <= 0 or a.duration <= 0 or a.packets < 1 or a.duration * a.rate > 1_000_000):
         p.error("send: --rate, --duration > 0, --packets >= 1, at most a million flows")
     res = send(a) if a.cmd == "send" else recv(a)

@@ -23,6 +23,7 @@ import pytest
 from keelenv import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
+import flowgen  # noqa: E402 - bench/flowgen.py, the flows these tests send
 import promtext  # noqa: E402 - bench/promtext.py, shared with bench/flow_setup.py
 from keelstack import (RUN, SINK_MAC, SKIP_REASON, SRC_MAC, all_ready, capture, control_stub, describe, faas,
                        instances, pid_of, restart, running_stack, setup_counters, setup_delta, sh, udp, wait_for)
@@ -131,6 +132,28 @@ def test_first_packets_of_1000_new_flows_arrive_complete_and_in_order(control):
     pb, stub = control
     # the gateway holds every flow until its rule idles out (10 s): the first ones already did
     assert 500 <= len(stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows) <= 1000
+
+
+def test_malformed_and_no_chain_flows_among_new_ones_cost_the_others_nothing(control):
+    # 1000 new flows at 200/s: every 10th sends only malformed frames (three kinds by turns),
+    # every 10th (another) is for no chain; the other 800 are chain3's.
+    before = metrics()
+    sent, got = flows_through("--rate=200", "--duration=5", "--packets=4", "--gap-ms=2", "--dst-net=198.18.3.0/24",
+                              "--first-flow=60000", "--malformed-every=10", "--no-chain-every=10")
+    after = metrics()
+    assert (sent["malformed_flows"], sent["no_chain_flows"]) == (100, 100), sent
+    kind = {f: flowgen.flow_kind(f, 10, 10) for f in range(60000, 61000)}
+    short = {k: ranges(f for f in sorted(kind) if kind[f] == k and got["per_flow"].get(str(f), 0) != 4)
+             for k in (flowgen.GOOD, flowgen.NO_CHAIN)}
+    summary = str({**{k: v for k, v in got.items() if k != "per_flow"}, "short": short,
+                   "drops": {r: drops(after, r) - drops(before, r) for r in MALFORMED}})
+    # chain3's flows and the no-chain ones arrive whole and in order; no malformed frame gets through
+    assert short == {flowgen.GOOD: [], flowgen.NO_CHAIN: []}, summary
+    assert not [f for f, k in kind.items() if k == flowgen.MALFORMED and str(f) in got["per_flow"]], summary
+    assert got["reordered"] == 0 and got["duplicates"] == 0, summary
+    # each malformed frame is dropped by the ingress and counted under its reason
+    assert sum(drops(after, r) - drops(before, r) for r in ("bad_ihl", "truncated")) == 400, summary
+    assert after["keel_ingress_new_flows_total"] - before["keel_ingress_new_flows_total"] >= 800
 
 
 def test_the_rule_is_on_the_switch_with_the_instance_vlan_and_worker_port(control):
