@@ -191,6 +191,7 @@ bench: build
 	    --extra bench/results/uno_eval_extra.json
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
+	$(PY) bench/idle_core.py --out bench/results/idle_core.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
 	$(PY) bench/migration.py --out bench/results/migration.json
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin --down

@@ -9,7 +9,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <ctime>
 
 #include <cerrno>
 #include <chrono>
@@ -27,6 +29,16 @@ static constexpr uint64_t kLivenessCheckMs = 100;
 static constexpr uint64_t kSpinMs = 1;
 static constexpr auto kBackoffSleep = std::chrono::microseconds(200);
 static constexpr uint64_t kStopGraceMs = 500;
+/* Position 0 of an idle chain under coopsched sleeps between polls of its
+ * port, doubling from kNapMinUs to kNapMaxUs: the first packet after a
+ * pause waits up to 100 us more, and the chain costs its core about 10,000
+ * wake-ups a second (11.8 % of it here, bench/results/idle_core.json). Once
+ * the chain has been idle for kLongIdleMs (its flows have likely ended) the
+ * naps grow to kLongNapMaxUs, a tenth of that cost. */
+static constexpr uint64_t kNapMinUs = 10;
+static constexpr uint64_t kNapMaxUs = 100;
+static constexpr uint64_t kLongIdleMs = 1000;
+static constexpr uint64_t kLongNapMaxUs = 1000;
 
 template <class T>
 static T Load(const T* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -137,18 +149,52 @@ std::unique_ptr<Member> Member::Create(Chain* chain, rte_mempool* pool, std::uni
   return m;
 }
 
-bool Member::HeadTurn(keel_chain_sched* s) {
+bool Member::HeadTurn(keel_chain_sched* s, uint64_t* start) {
   engine_->Egress();
   if (Load(&s->detach_req)) {
     Store(&s->parked, 1u); /* a batch boundary: nothing is in flight */
     return true;
   }
   Store(&s->parked, 0u);
-  if (uint32_t received = engine_->Head(Load(&s->batch))) {
+  uint32_t received = engine_->Head(Load(&s->batch));
+  /* Idle for the nap time: what the last round carried went out above, so
+   * nothing is in flight and the turn may be held asleep. */
+  if (!received && nap_after_cycles_ && engine_->IdleLongerThan(nap_after_cycles_)) {
+    const uint64_t slept = IdleNap(s, &received);
+    *start += slept; /* the turn's busy cycles leave the sleep out */
+  }
+  if (received) {
     __atomic_add_fetch(&s->rounds, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->packets, received, __ATOMIC_RELAXED);
   }
   return !engine_->IdleLongerThan(idle_cycles_);
+}
+
+uint64_t Member::IdleNap(keel_chain_sched* s, uint32_t* received) {
+  Store(&s->idle_nap, 1u);
+  uint64_t slept = 0;
+  uint64_t nap_us = kNapMinUs;
+  *received = 0;
+  while (!Load(&s->detach_req) && !Load(&s->closing) && !stop_.load(std::memory_order_relaxed) &&
+         !engine_->IdleLongerThan(idle_cycles_)) {
+    /* Asleep is not busy: the turn is held, the core is not. */
+    Store<uint64_t>(&s->busy_since_tsc, 0);
+    const uint64_t t0 = Rdtsc();
+    struct timespec d = {0, static_cast<long>(nap_us * 1000)};
+    nanosleep(&d, nullptr);
+    const uint64_t t1 = Rdtsc();
+    slept += t1 - t0;
+    Store(&s->busy_since_tsc, t1);
+    nap_us = std::min(nap_us * 2, engine_->IdleLongerThan(MsToCycles(kLongIdleMs)) ? kLongNapMaxUs : kNapMaxUs);
+    if ((*received = engine_->Head(Load(&s->batch))) != 0) break;
+  }
+  Store(&s->idle_nap, 0u);
+  /* Every waiting position may be asleep on its semaphore: back to yielding. */
+  for (uint32_t j = 1; j < static_cast<uint32_t>(opt_.count); j++) {
+    __atomic_add_fetch(&s->wake[j], 1, __ATOMIC_RELEASE);
+    FutexWake(&s->wake[j], 1);
+  }
+  return slept;
 }
 
 bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
@@ -159,7 +205,7 @@ bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
   for (;;) {
     /* The semaphore's value before the turn is read: a wake in between
      * changes it, so FutexWait below returns at once instead of missing it. */
-    const uint32_t seen = opt_.wait_futex ? Load(&s->wake[k]) : 0;
+    const uint32_t seen = opt_.wait_futex || opt_.coopsched ? Load(&s->wake[k]) : 0;
     if ((turn = Load(&s->turn)) == k) break;
     if (Load(&s->closing)) return false;
     uint64_t now = Rdtsc();
@@ -174,7 +220,9 @@ bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
         return false;
       }
     }
-    if (opt_.wait_futex) {
+    if (opt_.wait_futex || (opt_.coopsched && Load(&s->idle_nap))) {
+      /* (coopsched: position 0 naps holding the turn; it wakes us when it
+       * passes the turn on again) */
       FutexWait(&s->wake[k], seen);
     } else if (!opt_.coopsched && now - start > MsToCycles(kSpinMs)) {
       std::this_thread::sleep_for(kBackoffSleep);
@@ -191,13 +239,14 @@ bool Member::Run(std::string* err) {
   const uint32_t k = static_cast<uint32_t>(opt_.position);
   const uint32_t next = (k + 1) % static_cast<uint32_t>(opt_.count);
   idle_cycles_ = MsToCycles(static_cast<uint64_t>(opt_.exit_when_idle_ms));
+  nap_after_cycles_ = opt_.coopsched && k == 0 ? MsToCycles(opt_.idle_nap_after_ms) : 0;
   engine_->Begin();
   /* A one-NF chain hands off to no one (Galleon §4.2's single-NF case): it
    * yields only while another sgroup shares its core (chain_sched.h). */
   const bool solo = opt_.count == 1;
   bool running = true;
   while (running && AwaitTurn(s, err)) {
-    const uint64_t start = Rdtsc();
+    uint64_t start = Rdtsc();
     const uint64_t passed = Load(&s->handoff_tsc);
     if (passed && start > passed) engine_->Handoff(start - passed);
     Store(&s->busy_since_tsc, start);
@@ -206,7 +255,7 @@ bool Member::Run(std::string* err) {
         engine_->Egress(); /* what the last NF finished goes out; nothing new comes in */
         running = false;
       } else {
-        running = HeadTurn(s);
+        running = HeadTurn(s, &start);
       }
     } else {
       running = !Load(&s->closing) && !stop_.load(std::memory_order_relaxed);

@@ -116,6 +116,17 @@ const char kUsage[] =
     "                       behind the flow's first packets, to leave in order\n"
     "                       (default 500; longer than the switch's rule install\n"
     "                       takes under load)\n"
+    "  --idle-nap-after-ms MS\n"
+    "                       with --coopsched, position 0: after MS ms without a\n"
+    "                       packet the chain is idle and leaves its core idle too:\n"
+    "                       position 0 sleeps 10-100 us between polls of its port\n"
+    "                       (up to 1 ms once idle for a second) and the other\n"
+    "                       positions sleep until it has packets, so threads that\n"
+    "                       are not coopsched's (statistics, Redis, a new instance\n"
+    "                       starting on the core) get the core; the first packet\n"
+    "                       after a pause waits up to 100 us more (1 ms after a\n"
+    "                       second) (default 10; 0: never, the chain polls while\n"
+    "                       attached)\n"
     "  --wait-futex         without --coopsched: wait for a turn asleep on a semaphore\n"
     "                       (a futex in the chain buffer) that the previous NF posts,\n"
     "                       as NFVnice's NFs do under the normal scheduler (a baseline\n"
@@ -303,6 +314,7 @@ int main(int argc, char** argv) {
       {"egress-copy", no_argument, nullptr, 'X'},
       {"rx-copy", no_argument, nullptr, 'R'},
       {"handover-timeout-ms", required_argument, nullptr, 'H'},
+      {"idle-nap-after-ms", required_argument, nullptr, 'N'},
       {"wait-iface", required_argument, nullptr, 'w'},
       {"redis", required_argument, nullptr, 'r'},    {"tenant", required_argument, nullptr, 't'},
       {"redis-auth-file", required_argument, nullptr, 'A'},
@@ -338,6 +350,7 @@ int main(int argc, char** argv) {
       case 'X': opt.egress_zero_copy = false; break;
       case 'R': opt.rx_zero_copy = false; break;
       case 'H': opt.handover_timeout_ms = ParseInt("--handover-timeout-ms", optarg, 1, 60000); break;
+      case 'N': opt.idle_nap_after_ms = ParseInt("--idle-nap-after-ms", optarg, 0, 60000); break;
       case 'r': redis = optarg; break;
       case 'A': redis_auth_file = optarg; break;
       case 'w': wait_iface = ParseWaitIface(optarg, &wait_iface_ms); break;

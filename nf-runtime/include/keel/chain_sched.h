@@ -33,6 +33,17 @@
  *  - A chain of one NF hands off to no one (Galleon §4.2's single-NF case):
  *    it yields only while core_shared is 1, which coopsched sets while
  *    another sgroup is attached to the same core.
+ *  - An idle chain leaves its core idle. Under coopsched, once position 0
+ *    has received nothing for the idle-nap time (keel-nf --idle-nap-after-ms)
+ *    it keeps the turn at a batch boundary (nothing in flight) and sleeps
+ *    between polls of its port, 10 us doubling to 100 us (1 ms once idle
+ *    for a second), with idle_nap = 1;
+ *    a waiting position that sees idle_nap sleeps on wake[k] (100 ms at most)
+ *    instead of yielding. Position 0 clears idle_nap and wakes them all when
+ *    packets come or a detach or stop is asked. Without this, the attached
+ *    chains' FIFO threads keep the core busy and every SCHED_OTHER thread
+ *    confined to it (an NF's statistics and Redis threads, a new instance
+ *    starting up) waits for the kernel's fair-server slot, 50 ms a second.
  *  - Without coopsched, with keel-nf --wait-futex (the NFVnice-style
  *    baseline of bench/chain_length.py), a position sleeps on wake[k] until
  *    its predecessor increments it and wakes it (a semaphore per NF).
@@ -89,7 +100,8 @@ struct keel_chain_sched {
   uint64_t handoff_tsc;    /* TSC when the last turn was passed on */
   uint32_t wake[KEEL_SCHED_MAX_NFS]; /* --wait-futex: position k's semaphore */
   uint32_t core_shared;    /* coopsched: 1 = another sgroup is attached to this one's core */
-  uint32_t pad;
+  uint32_t idle_nap;       /* position 0 naps holding the turn (the chain is idle): the others
+                              wait asleep on wake[k] rather than yield (see above) */
   uint64_t cycles[KEEL_SCHED_MAX_NFS][KEEL_CYCLES_KINDS]; /* accounting, see above */
 };
 

@@ -40,8 +40,12 @@ struct MemberOptions {
    * EdgeOS/NFVnice (a benchmark baseline). */
   bool copy_each_hop = false;
   /* keel-coopsched schedules the chain: waiting for a turn yields (FIFO
-   * order hands the core on) and never sleeps. */
+   * order hands the core on); it sleeps only while position 0 naps. */
   bool coopsched = false;
+  /* Under coopsched, position 0: after this long without a packet the
+   * chain is idle, and position 0 sleeps between polls of its port holding
+   * the turn (chain_sched.h); 0: never. */
+  uint32_t idle_nap_after_ms = 10;
   /* Without coopsched: wait for a turn asleep on this position's semaphore
    * (a futex in the chain's scheduling words) and wake the next position's,
    * the way NFVnice's NFs wait on semaphores (the benchmark baseline). */
@@ -94,7 +98,13 @@ class Member {
   /* Waits for this position's turn; false if it should stop instead. */
   bool AwaitTurn(keel_chain_sched* s, std::string* err);
   /* Position 0's turn; false once the chain goes idle for too long. */
-  bool HeadTurn(keel_chain_sched* s);
+  /* |*start| moves past the time the turn spent asleep (IdleNap). */
+  bool HeadTurn(keel_chain_sched* s, uint64_t* start);
+  /* Position 0 of an idle chain under coopsched: sleeps between polls of
+   * its port, holding the turn, until packets come (|*received|, their
+   * count) or a detach, stop or the idle exit is due (0). Returns the TSC
+   * cycles it slept. */
+  uint64_t IdleNap(keel_chain_sched* s, uint32_t* received);
 
   Chain* chain_;
   MemberOptions opt_;
@@ -104,6 +114,7 @@ class Member {
   std::atomic<bool> stop_{false};
   int lock_fd_ = -1; /* holds this position's lock (HoldPosition) */
   uint64_t idle_cycles_ = 0;
+  uint64_t nap_after_cycles_ = 0; /* 0: never nap (IdleNap) */
 };
 
 }  // namespace keel
