@@ -6,11 +6,11 @@ namespace of this bench's own) takes a few packets, then goes quiet. For each mo
 side by side in one run:
 
   polling  keel-nf --idle-nap-after-ms 0: position 0 polls its port at every turn
-  napping  the default: after 10 ms without a packet position 0 sleeps 10-100 us between
+  napping  the default: after 100 ms without a packet position 0 sleeps 10-100 us between
            polls, holding the turn, and the other positions sleep until it has a batch
 
 it measures, while the chain is quiet:
-  - chain_cpu_share_quiet_first_s (50 ms to 950 ms into the quiet) and
+  - chain_cpu_share_quiet_first_s (150 ms to 950 ms into the quiet) and
     chain_cpu_share_quiet_longer (--seconds from 1.45 s on, past the 1 s after which the
     naps grow to 1 ms): the chain's threads' CPU time (coopsched's schedstat account) / wall;
   - other_thread_share_quiet_longer: what a SCHED_OTHER busy loop confined to the managed
@@ -140,11 +140,11 @@ def run_mode(tmp: str, stub, gid: str, extra: list[str], seconds: float, probes:
         lat = probe(probes, gap_ms)
         long_lat = probe(long_probes, LONG_GAP_MS)
         send_now()
-        time.sleep(0.05)  # quiet for more than the nap time, less than the long idle
+        time.sleep(0.15)  # quiet for more than the nap time, less than the long idle
         g0, t0 = group(stub, gid).cpu_ns, time.monotonic()
-        time.sleep(0.9)
+        time.sleep(0.8)
         short = (group(stub, gid).cpu_ns - g0) / 1e9 / (time.monotonic() - t0)
-        time.sleep(0.5)  # idle for over a second now
+        time.sleep(0.5)  # quiet for over a second now
         g0, t0 = group(stub, gid).cpu_ns, time.monotonic()
         time.sleep(seconds)
         long = (group(stub, gid).cpu_ns - g0) / 1e9 / (time.monotonic() - t0)
@@ -175,8 +175,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "idle_core.json"))
     p.add_argument("--seconds", type=float, default=3.0, help="quiet window per mode")
-    p.add_argument("--probes", type=int, default=200, help="first packets per mode")
-    p.add_argument("--gap-ms", type=float, default=20.0, help="quiet before each probe (above the 10 ms nap time)")
+    p.add_argument("--probes", type=int, default=100, help="first packets per mode")
+    p.add_argument("--gap-ms", type=float, default=150.0, help="quiet before each probe (above the 100 ms nap time)")
     p.add_argument("--long-probes", type=int, default=10, help=f"first packets after {LONG_GAP_MS} ms of quiet")
     a = p.parse_args()
     if os.geteuid() != 0 or (os.cpu_count() or 1) < 2:
@@ -194,7 +194,7 @@ def main() -> int:
         subprocess.run(["ip", "netns", "del", NS], check=False)
     result = {**rows, "chain": "2 x keel-nf stamp under keel-coopsched, net_af_packet on a veth",
               "quiet_seconds": a.seconds, "probes": a.probes, "gap_ms": a.gap_ms,
-              "long_gap_ms": LONG_GAP_MS, "nap_after_ms": 10, "nap_us": [10, 100], "long_idle_ms": 1000,
+              "long_gap_ms": LONG_GAP_MS, "nap_after_ms": 100, "nap_us": [10, 100], "long_idle_ms": 1000,
               "long_nap_us_max": 1000}
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

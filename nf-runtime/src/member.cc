@@ -29,7 +29,11 @@ static constexpr uint64_t kLivenessCheckMs = 100;
 static constexpr uint64_t kSpinMs = 1;
 static constexpr auto kBackoffSleep = std::chrono::microseconds(200);
 static constexpr uint64_t kStopGraceMs = 500;
-/* Position 0 of an idle chain under coopsched sleeps between polls of its
+/* Position 0 of an idle chain under coopsched (no packet for
+ * --idle-nap-after-ms, 100 ms: a chain in use, even at 10 packets a second,
+ * keeps polling, as its latency SLO needs: with 10 ms, make demo's chains,
+ * quiet for 10 ms at times in their ramps, showed 118-120 us of VF queue
+ * wait at p99 against 60-104 us polling) sleeps between polls of its
  * port, doubling from kNapMinUs to kNapMaxUs: the first packet after a
  * pause waits up to 100 us more, and the chain costs its core about 10,000
  * wake-ups a second (11.8 % of it here, bench/results/idle_core.json). Once

@@ -34,7 +34,7 @@
  *    it yields only while core_shared is 1, which coopsched sets while
  *    another sgroup is attached to the same core.
  *  - An idle chain leaves its core idle. Under coopsched, once position 0
- *    has received nothing for the idle-nap time (keel-nf --idle-nap-after-ms)
+ *    has received nothing for the idle-nap time (keel-nf --idle-nap-after-ms, 100 ms)
  *    it keeps the turn at a batch boundary (nothing in flight) and sleeps
  *    between polls of its port, 10 us doubling to 100 us (1 ms once idle
  *    for a second), with idle_nap = 1;

@@ -45,7 +45,7 @@ struct MemberOptions {
   /* Under coopsched, position 0: after this long without a packet the
    * chain is idle, and position 0 sleeps between polls of its port holding
    * the turn (chain_sched.h); 0: never. */
-  uint32_t idle_nap_after_ms = 10;
+  uint32_t idle_nap_after_ms = 100;
   /* Without coopsched: wait for a turn asleep on this position's semaphore
    * (a futex in the chain's scheduling words) and wake the next position's,
    * the way NFVnice's NFs wait on semaphores (the benchmark baseline). */
