@@ -225,8 +225,8 @@ bool Member::AwaitTurn(keel_chain_sched* s, std::string* err) {
       }
     }
     if (opt_.wait_futex || (opt_.coopsched && Load(&s->idle_nap))) {
-      /* (coopsched: position 0 naps holding the turn; it wakes us when it
-       * passes the turn on again) */
+      /* (coopsched: position 0 naps holding the turn; it wakes us all when
+       * its nap ends, and we go back to yielding) */
       FutexWait(&s->wake[k], seen);
     } else if (!opt_.coopsched && now - start > MsToCycles(kSpinMs)) {
       std::this_thread::sleep_for(kBackoffSleep);
