@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The kernel's RT throttling: SCHED_FIFO threads may run only
  * kernel.sched_rt_runtime_us of every sched_rt_period_us, so a managed core
- * whose NF threads never sleep idles in the gap (50 ms a second by default).
+ * whose NF threads do not sleep (a chain with traffic) idles in the gap (50 ms a second
+ * by default).
  * keel-coopsched can lift it while it runs (--no-rt-throttle). */
 #ifndef KEEL_CS_RT_H_
 #define KEEL_CS_RT_H_

@@ -169,8 +169,8 @@ static enum cs_errclass check_options(const struct cs_options *opt, cpu_set_t *r
 }
 
 /* Sets kernel.sched_rt_runtime_us to -1 unless it is already, saving the old
- * value: an attached chain never sleeps, so the throttle would idle its core
- * for the rest of every RT period (50 ms a second by default). */
+ * value: an attached chain with traffic never sleeps, so the throttle would
+ * idle its core for the rest of every RT period (50 ms a second by default). */
 static enum cs_errclass lift_rt_throttle(struct cs_sched *s, struct cs_error *err) {
   struct cs_error rerr;
   int64_t us;

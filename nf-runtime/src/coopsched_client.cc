@@ -23,7 +23,8 @@ namespace keel {
  * coopsched stops the last position to announce itself while its call is in flight (the
  * chain becomes a detached sgroup), so that answer is read only once the chain is
  * attached, and by gRPC's own threads: SCHED_OTHER threads confined, like the whole NF, to
- * the managed core, where attached chains run at SCHED_FIFO and never leave the core idle.
+ * the managed core, where attached chains with traffic run at SCHED_FIFO and leave the core
+ * idle only once they have been quiet for a while (keel-nf --idle-nap-after-ms).
  * There they get the kernel's CFS share of a FIFO-saturated core, 50 ms once a second: a
  * packet thread that waited for them held the first packets of a freshly attached instance
  * for ~1 s (make demo, chains 2 and 3). So the packet thread waits this long, which covers
