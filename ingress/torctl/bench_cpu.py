@@ -16,14 +16,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "tests"))
 
-from torctl_env import PORTS, WORKER, Ovs, Torctl  # noqa: E402
+from torctl_env import WORKER, Torctl, bench_torctl  # noqa: E402
 from keel_torctl.pb import control_pb2, torctl_pb2  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -91,25 +90,8 @@ def main() -> int:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_cpu: needs root (a private Open vSwitch)")
-    with tempfile.TemporaryDirectory(prefix="keeltorcpu") as d:
-        ovs = Ovs(Path(d))
-        ovs.start()
-        br = "keeltorcpu"
-        torctl = None
-        try:
-            ovs.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev",
-                      "protocols=OpenFlow13", "fail-mode=secure")
-            for host, ofport, _ in PORTS.values():
-                ovs.vsctl("add-port", br, host, "--", "set", "interface", host, "type=internal",
-                          f"ofport_request={ofport}")
-            torctl = Torctl(ovs, br, "", Path(d) / "torctl.log")
-            torctl.start()
-            rows = run(torctl, args.calls, args.rate)
-        finally:
-            if torctl:
-                torctl.stop()
-            ovs.vsctl("--if-exists", "del-br", br)
-            ovs.stop()
+    with bench_torctl("keeltorcpu") as torctl:
+        rows = run(torctl, args.calls, args.rate)
     result = {"rows": rows, "calls_per_s": args.rate,
               "what": "keel-torctl CPU (utime+stime) per paced call, one call at a time; Status: gRPC alone"}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -7,7 +7,6 @@ count; group commit answers each batch with one barrier. Writes bench/results/to
 import argparse
 import json
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "tests"))
 
-from torctl_env import PORTS, WORKER, Ovs, Torctl  # noqa: E402
+from torctl_env import WORKER, Torctl, bench_torctl  # noqa: E402
 from keel_torctl.pb import control_pb2, torctl_pb2  # noqa: E402
 
 
@@ -54,26 +53,9 @@ def main() -> int:
     ap.add_argument("--callers", type=int, default=64)
     ap.add_argument("--out", default=str(HERE.parents[1] / "bench" / "results" / "torctl_install.json"))
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="keeltorbench") as d:
-        ovs = Ovs(Path(d))
-        ovs.start()
-        br = "keeltorbench"
-        torctl = None
-        try:
-            ovs.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=netdev",
-                      "protocols=OpenFlow13", "fail-mode=secure")
-            for host, ofport, _ in PORTS.values():
-                ovs.vsctl("add-port", br, host, "--", "set", "interface", host, "type=internal",
-                          f"ofport_request={ofport}")
-            torctl = Torctl(ovs, br, "", Path(d) / "torctl.log")
-            torctl.start()
-            result = run(args.installs, args.callers, torctl)
-            result["flows_on_switch"] = torctl.stub.Status(torctl_pb2.TorStatusRequest(), timeout=10).flows
-        finally:
-            if torctl:
-                torctl.stop()
-            ovs.vsctl("--if-exists", "del-br", br)
-            ovs.stop()
+    with bench_torctl("keeltorbench") as torctl:
+        result = run(args.installs, args.callers, torctl)
+        result["flows_on_switch"] = torctl.stub.Status(torctl_pb2.TorStatusRequest(), timeout=10).flows
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0

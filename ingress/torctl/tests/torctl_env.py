@@ -320,3 +320,29 @@ def torctl(ovs, bridge, gateway, tmp_path_factory):
     yield t
     t.stop()
     t.channel.close()
+
+
+@contextmanager
+def bench_torctl(name: str):
+    """For the benchmarks: a private Open vSwitch with one bridge `name` (userspace datapath,
+    OpenFlow 1.3, the test's ports as internal ports) and keel-torctl controlling it, without
+    a gateway; yields the Torctl. Everything is taken down afterwards."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix=name) as d:
+        ovs = Ovs(Path(d))
+        ovs.start()
+        torctl = None
+        try:
+            ovs.vsctl("add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
+                      "protocols=OpenFlow13", "fail-mode=secure")
+            for host, ofport, _ in PORTS.values():
+                ovs.vsctl("add-port", name, host, "--", "set", "interface", host, "type=internal",
+                          f"ofport_request={ofport}")
+            torctl = Torctl(ovs, name, "", Path(d) / "torctl.log")
+            torctl.start()
+            yield torctl
+        finally:
+            if torctl:
+                torctl.stop()
+            ovs.vsctl("--if-exists", "del-br", name)
+            ovs.stop()
