@@ -92,7 +92,7 @@ def malformed(good: bytes, gid: int, malformed_every: int) -> bytes:
         total = struct.unpack_from("!H", ip, 2)[0] + 200
         return eth + ip[:2] + struct.pack("!H", total) + ip[4:]
     # the IP header is whole, the L4 header is cut after 4 bytes (and the total says so)
-    cut = ip[:20] + ip[20:24]
+    cut = ip[:24]
     return eth + cut[:2] + struct.pack("!H", 24) + cut[4:]
 
 

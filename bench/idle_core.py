@@ -64,6 +64,8 @@ def wait_for(cond, seconds: float) -> bool:
 
 
 def other_thread_share(seconds: float) -> float:
+    """The CPU share a SCHED_OTHER busy loop confined to the managed core gets over |seconds|
+    (an NF's statistics or Redis thread, or a new instance starting up, gets no more)."""
     code = ("import os, time\nend = time.monotonic() + %f\nwhile time.monotonic() < end: pass\n"
             "t = os.times(); print(t.user + t.system)" % seconds)
     out = subprocess.run(["taskset", "-c", str(CORE), sys.executable, "-c", code], capture_output=True, text=True,

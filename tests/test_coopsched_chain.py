@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -12,12 +13,16 @@ import time
 import grpc
 import pytest
 
+import netns
 import pcapraw
 from keelenv import BIN, ROOT
 
 sys.path.insert(0, str(ROOT / "build" / "py"))
 from keel.v1 import coopsched_pb2 as pb  # noqa: E402
 from keel.v1 import coopsched_pb2_grpc as pb_grpc  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from idle_core import other_thread_share  # noqa: E402 - bench/idle_core.py measures the same share
 
 MANAGED_CORE = 1
 
@@ -217,71 +222,46 @@ def test_a_fresh_chain_attached_beside_a_running_one_takes_its_packets_at_once(t
     assert took < 0.15, f"the fresh chain took its first packet {took * 1000:.0f} ms after its attach"
 
 
-@pytest.fixture
-def keel_netns():
-    """A network namespace with a veth pair (keelnapa <-> keelnapb), removed afterwards."""
-    ns = f"keelnap{os.getpid() % 100000}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "-n", ns, "link", "add", "keelnapa", "type", "veth", "peer", "name", "keelnapb"],
-                       check=True)
-        for dev in ("keelnapa", "keelnapb"):
-            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
-        yield ns
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
+def send_from(iface: str, frames: list[bytes]) -> None:
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
+        for f in frames:
+            s.send(f)
 
 
-def send_in_netns(ns: str, iface: str, frames: list[bytes]) -> None:
-    code = ("import socket, sys\n"
-            f"s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(({iface!r}, 0))\n"
-            f"for f in {frames!r}: s.send(f)\n")
-    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], check=True, timeout=30)
-
-
-def test_an_idle_attached_chain_leaves_its_core_to_other_threads_and_wakes_for_packets(tmp_path, coopsched,
-                                                                                        keel_netns):
+def test_an_idle_attached_chain_leaves_its_core_to_other_threads_and_wakes_for_packets(tmp_path, coopsched):
     """An attached chain whose port has been quiet for --idle-nap-after-ms (100 ms) sleeps
     between polls, all its positions: a SCHED_OTHER thread on the managed core gets most of
     it, where a polling chain left it the kernel's fair-server share (50 ms a second), and
     the chain takes the next packets within milliseconds."""
-    def run_idle(gid, extra):
+    def run_idle(gid, extra, ns, host, peer):
         procs, _, _ = start_chain(tmp_path, coopsched, gid, 2, None, idle_ms=600_000, extra=extra,
-                                  prefix=["ip", "netns", "exec", keel_netns], vdev="net_af_packet0,iface=keelnapb")
+                                  prefix=["ip", "netns", "exec", ns], vdev=f"net_af_packet0,iface={peer}")
         try:
             coopsched.Attach(pb.AttachRequest(group_id=gid, core=MANAGED_CORE))
-            send_in_netns(keel_netns, "keelnapa", [pcapraw.udp_frame(1000 + i, b"\xff" * 18) for i in range(10)])
+            send_from(host, [pcapraw.udp_frame(1000 + i, b"\xff" * 18) for i in range(10)])
             assert wait_for(lambda: group(coopsched, gid).packets >= 10, 10), "the chain took no packets"
             time.sleep(0.3)  # quiet for longer than the idle-nap time
             cpu0 = group(coopsched, gid).cpu_ns
-            share = cpu_share_of_spinner(1.0)
+            share = other_thread_share(1.0)
             chain_cpu = (group(coopsched, gid).cpu_ns - cpu0) / 1e9
             seen = group(coopsched, gid).packets
             t0 = time.monotonic()
-            send_in_netns(keel_netns, "keelnapa", [pcapraw.udp_frame(2000, b"\xff" * 18)])
+            send_from(host, [pcapraw.udp_frame(2000, b"\xff" * 18)])
             assert wait_for(lambda: group(coopsched, gid).packets > seen, 5), "the idle chain never woke for a packet"
             return share, chain_cpu, time.monotonic() - t0
         finally:
             procs[0].terminate()
             finish(procs, coopsched, gid)
 
-    polling = run_idle("polls", ("--idle-nap-after-ms", "0"))
-    napping = run_idle("naps", ())
+    with netns.veth_into_netns("keelnap") as (ns, host, peer):
+        polling = run_idle("polls", ("--idle-nap-after-ms", "0"), ns, host, peer)
+        napping = run_idle("naps", (), ns, host, peer)
     summary = f"spinner's share / chain's CPU s / wake s: polling {polling}, napping {napping}"
     print(summary)
     assert polling[0] < 0.3, summary  # the baseline this fixes: the chain keeps the core
     assert napping[0] > 0.6 and napping[1] < 0.3, summary
     assert napping[2] < 0.5, summary
-
-
-def cpu_share_of_spinner(seconds: float) -> float:
-    """The CPU share a SCHED_OTHER busy loop confined to the managed core gets over |seconds|
-    (an NF's statistics or Redis thread, or a new instance starting up, gets no more)."""
-    code = ("import os, time\nend = time.monotonic() + %f\nwhile time.monotonic() < end: pass\n"
-            "t = os.times(); print(t.user + t.system)" % seconds)
-    out = subprocess.run(["taskset", "-c", str(MANAGED_CORE), sys.executable, "-c", code], capture_output=True,
-                         text=True, check=True, timeout=seconds + 30).stdout
-    return float(out) / seconds
 
 
 NF_IMAGE = os.environ.get("KEEL_NF_IMAGE", "keel/nf-base:latest")
