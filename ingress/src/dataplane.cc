@@ -28,9 +28,17 @@ constexpr uint64_t kTxPatienceNs = 200'000;
  * gap between a flow's packets that a packet forwarded by the ingress must
  * not be overtaken by. Each nap is one ppoll, so they also bound the CPU
  * the lcore burns while flows are set up: at 50 us it was 20,000 wake-ups
- * and 18-20 % of the shared core at any rate of new flows. */
+ * and 18-20 % of the shared core at any rate of new flows; at 25-200 us
+ * still 13-17 %. */
 constexpr uint32_t kHoldingSleepMinUs = 25;
 constexpr uint32_t kHoldingSleepMaxUs = 200;
+/* Where the port's sockets end a nap as a frame arrives (port_wake.h), a
+ * nap is bounded only by the loop's timers: markers due
+ * (DataPlaneConfig::marker_quiet_us, 10 ms), hold and move timeouts
+ * (milliseconds). While any of those is pending the nap stops at 1 ms, a
+ * tenth of the shortest; otherwise, flows in the table or not, it is the
+ * idle nap (--idle-sleep-max-us). */
+constexpr uint32_t kWokenSleepMaxUs = 1000;
 
 /* Locally administered addresses: the frames are for the instance's positions, which eat them. */
 constexpr uint8_t kInbandDst[6] = {0x02, 'k', 'e', 'e', 'l', 0x01};
@@ -47,6 +55,8 @@ uint64_t NowNs() {
 DataPlane::DataPlane(const DataPlaneConfig& cfg, Channel* channel, IngressCounters* counters)
     : cfg_(cfg), channel_(channel), counters_(counters), table_(cfg.table), mover_(cfg.mover) {
   tx_.reserve(kBurst + cfg.table.hold_per_flow);
+  wake_.push_back(pollfd{channel_->lcore_wake_fd(), POLLIN, 0});
+  for (int fd : cfg.wake_fds) wake_.push_back(pollfd{fd, POLLIN, 0});
 }
 
 DataPlane::~DataPlane() {
@@ -86,6 +96,7 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
     PublishGauges();
     if (busy) {
       idle_us_ = 0;
+      port_woke_ = false;
     } else {
       IdleSleep();
     }
@@ -420,19 +431,35 @@ void DataPlane::PublishGauges() {
 }
 
 void DataPlane::IdleSleep() {
-  /* Nothing came in: nap on the control thread's eventfd, doubling the nap
-   * up to the cap, so an idle ingress costs next to no CPU; a decision ends
-   * the nap at once, the next packet or message resets it. While the table
-   * has flows the naps stay short: a packet of a flow whose rule is on its
-   * way could otherwise be overtaken by the next one, which takes the rule. */
-  const bool holding = table_.held() || table_.flows() || mover_.active();
-  uint32_t cap = holding ? std::min(kHoldingSleepMaxUs, cfg_.idle_sleep_max_us) : cfg_.idle_sleep_max_us;
-  uint32_t first = holding ? std::min(kHoldingSleepMinUs, cap) : 1;
+  /* Nothing came in: sleep until a decision (the control thread's eventfd)
+   * or, where the port's sockets are known, a frame arrives; the next packet
+   * or message resets the nap. Without the port's sockets the nap doubles
+   * up to the cap, so an idle ingress costs next to no CPU, and while the
+   * table has flows the naps stay short: a packet of a flow whose rule is on
+   * its way could otherwise be overtaken by the next one, which takes the
+   * rule. With them a frame ends the nap, which starts at its cap. */
+  const bool timers = !markers_.empty() || table_.held() || mover_.active();
+  const bool holding = timers || table_.flows();
+  /* A port socket that woke the last nap although the burst after it was
+   * empty (a frame the PMD could not take: no mbuf) would wake every nap at
+   * once: nap without the port's sockets until something comes in. */
+  const bool woken = wake_.size() > 1 && !port_woke_;
+  uint32_t cap = cfg_.idle_sleep_max_us, first = 1;
+  if (woken) {
+    if (timers) cap = std::min(kWokenSleepMaxUs, cap);
+    first = cap;
+  } else if (holding) {
+    cap = std::min(kHoldingSleepMaxUs, cap);
+    first = std::min(kHoldingSleepMinUs, cap);
+  }
   idle_us_ = idle_us_ ? std::min(idle_us_ * 2, cap) : first;
   timespec d{0, static_cast<long>(idle_us_) * 1000};
-  pollfd pfd{channel_->lcore_wake_fd(), POLLIN, 0};
-  if (ppoll(&pfd, 1, &d, nullptr) > 0) {
-    channel_->DrainLcoreWake();
+  const nfds_t n = woken ? wake_.size() : 1;
+  for (pollfd& p : wake_) p.revents = 0;
+  port_woke_ = false;
+  if (ppoll(wake_.data(), n, &d, nullptr) > 0) {
+    if (wake_[0].revents) channel_->DrainLcoreWake();
+    for (nfds_t i = 1; i < n; i++) port_woke_ |= wake_[i].revents != 0;
     idle_us_ = 0;
   }
 }

@@ -30,6 +30,8 @@
 #ifndef KEEL_INGRESS_DATAPLANE_H_
 #define KEEL_INGRESS_DATAPLANE_H_
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -57,6 +59,9 @@ struct DataPlaneConfig {
   uint16_t port = 0;
   bool no_chain_forward = true;   /* --no-chain forward (else drop) */
   uint32_t idle_sleep_max_us = 2000;
+  /* The port's own sockets (port_wake.h): a frame in their ring ends a nap.
+   * Empty: the naps stay short while flows are set up. */
+  std::vector<int> wake_fds;
   /* A flow's marker goes once its rule is in and no packet of it reached
    * the ingress for this long (its last ones were in the receive queue or
    * came on an OpenFlow cache entry the switch had not revalidated yet).
@@ -132,6 +137,8 @@ class DataPlane {
   bool woke_control_ = false;        /* a message went to the control thread this round */
   uint32_t idle_us_ = 0;
   uint64_t next_expire_ = 0;
+  std::vector<pollfd> wake_;         /* the control eventfd, then cfg_.wake_fds */
+  bool port_woke_ = false;           /* the last nap ended by a port socket, nothing came in since */
 };
 
 }  // namespace keel::ingress

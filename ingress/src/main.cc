@@ -16,6 +16,7 @@
 #include "flags.h"
 #include "keel/port.h"
 #include "metrics_server.h"
+#include "port_wake.h"
 #include "stats.h"
 
 namespace keel::ingress {
@@ -81,6 +82,10 @@ bool Serve(const Flags& flags, uint16_t port, rte_mempool* pool, const sigset_t&
   DataPlaneConfig dp = flags.dataplane;
   dp.port = port;
   dp.pool = pool;
+  if (flags.port_wake) dp.wake_fds = FindPortWakeFds();
+  if (flags.port_wake && dp.wake_fds.empty())
+    std::fprintf(stderr, "keel-ingress: no socket of the port to sleep on (not net_af_packet or net_af_xdp): "
+                         "naps of 25-200 us while flows are set up\n");
   DataPlane dataplane(dp, &channel, &counters);
   Control control(flags.control, &channel, &counters);
   control.Start();
