@@ -112,6 +112,8 @@ def test_latencies_and_the_timeline_are_reported(result):
         assert 0 < c["p50_us"] <= c["p99_us"] <= c["max_us"], c
         assert c["setup_p50_us"] > 0, c
     assert result["rx_poll_max_us"] == 20 and result["tsc_hz"] > 0
+    # the sink slept on its ports and frames woke it (--rx-wake on, the default)
+    assert result["rx_wake"] and result["rx_wake_ups"] > 0
     assert {t["chain"] for t in result["timeline"]} == {"chain1", "chain2", "chain3", "nochain", "tor-probe"}
     assert result["port_stats"]["tx"]["opackets"] >= sum(c["offered_pkts"] for c in result["chains"])
 

@@ -22,6 +22,7 @@ struct Flags {
   std::string rx_netns = "keelsink", rx_iface = "keel-sink";
   uint64_t drain_ms = 500;
   uint64_t open_timeout_ms = 1000;
+  bool rx_wake = true;  /* --rx-wake: sleep on the ports' sockets (keel/port_wake.h) */
 };
 
 /* Parses argv. False with |*err| naming the bad flag. */

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "keel/port.h"
+#include "keel/port_wake.h"
 
 namespace keel::trafgen {
 
@@ -453,6 +454,8 @@ void Trafgen::Run() {
 
   const uint64_t us = hz_ / 1'000'000;
   const uint64_t max_lag = hz_ / 1000;
+  if (flags_.rx_wake)
+    for (int fd : FindPortWakeFds()) wake_.push_back(pollfd{fd, POLLIN, 0});
   start_ = rte_rdtsc();
   traffic_end_ = start_ + static_cast<uint64_t>(sc_.Seconds() * static_cast<double>(hz_));
   next_tick_ = start_ + hz_;
@@ -511,7 +514,15 @@ void Trafgen::Run() {
     backoff_ns = std::min(cap_ns, std::max<uint64_t>(1000, backoff_ns * 2));
     uint64_t until_send_ns = next_send > now ? (next_send - now) * 1000 / us : 0;
     if (draining) until_send_ns = UINT64_MAX;
-    if (until_send_ns > kSleepThresholdNs) Nap(std::min(backoff_ns, until_send_ns - kSleepThresholdNs / 2));
+    if (until_send_ns <= kSleepThresholdNs) continue;
+    if (wake_.empty()) {
+      Nap(std::min(backoff_ns, until_send_ns - kSleepThresholdNs / 2));
+    } else {
+      /* Sleep until the next send, or a frame: the sink does not poll. */
+      uint64_t ns = std::min<uint64_t>(until_send_ns - kSleepThresholdNs / 2, kIdlePollMaxUs * 1000);
+      timespec ts{0, static_cast<long>(ns)};
+      if (ppoll(wake_.data(), wake_.size(), &ts, nullptr) > 0) wake_ups_++;
+    }
   }
   end_ = rte_rdtsc();
   Flush();
@@ -573,6 +584,8 @@ nlohmann::json Trafgen::Result() const {
   return {{"duration_s", Round(static_cast<double>(end_ - start_) / hz)},
           {"traffic_s", Round(sc_.Seconds())},
           {"tsc_hz", hz_},
+          {"rx_wake", !wake_.empty()},
+          {"rx_wake_ups", wake_ups_},
           {"rx_poll_max_us", kRxPollMaxUs},
           {"rx_poll_gap_p99_us", Round(static_cast<double>(poll_gaps_.Quantile(0.99)) / 1000, 1)},
           {"rx_poll_gap_max_us", Round(static_cast<double>(poll_gaps_.Max()) / 1000, 1)},

@@ -4,6 +4,8 @@
 #ifndef KEEL_TRAFGEN_TRAFGEN_H_
 #define KEEL_TRAFGEN_TRAFGEN_H_
 
+#include <poll.h>
+
 #include <csignal>
 #include <cstdint>
 #include <deque>
@@ -123,6 +125,8 @@ class Trafgen {
   uint64_t malformed_sent_ = 0, malformed_delivered_ = 0, foreign_rx_ = 0, tx_refused_ = 0, tx_port_rx_ = 0;
   uint64_t last_tx_tsc_ = 0;
   Histogram poll_gaps_;  /* between the sink's polls while traffic is due */
+  std::vector<pollfd> wake_;  /* the ports' sockets (--rx-wake on; keel/port_wake.h) */
+  uint64_t wake_ups_ = 0;     /* sleeps a frame ended */
 
   uint64_t next_tick_ = 0, ticks_ = 0;
   double cpu_at_tick_ = 0;

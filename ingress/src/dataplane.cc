@@ -32,7 +32,7 @@ constexpr uint64_t kTxPatienceNs = 200'000;
  * still 13-17 %. */
 constexpr uint32_t kHoldingSleepMinUs = 25;
 constexpr uint32_t kHoldingSleepMaxUs = 200;
-/* Where the port's sockets end a nap as a frame arrives (port_wake.h), a
+/* Where the port's sockets end a nap as a frame arrives (keel/port_wake.h), a
  * nap is bounded only by the loop's timers: markers due
  * (DataPlaneConfig::marker_quiet_us, 10 ms), hold and move timeouts
  * (milliseconds). While any of those is pending the nap stops at 1 ms, a

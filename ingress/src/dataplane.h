@@ -59,7 +59,7 @@ struct DataPlaneConfig {
   uint16_t port = 0;
   bool no_chain_forward = true;   /* --no-chain forward (else drop) */
   uint32_t idle_sleep_max_us = 2000;
-  /* The port's own sockets (port_wake.h): a frame in their ring ends a nap.
+  /* The port's own sockets (keel/port_wake.h): a frame in their ring ends a nap.
    * Empty: the naps stay short while flows are set up. */
   std::vector<int> wake_fds;
   /* A flow's marker goes once its rule is in and no packet of it reached

@@ -19,7 +19,7 @@ struct Flags {
   std::string metrics = "127.0.0.1:9103";
   std::string stats_json;
   std::vector<std::string> eal;  /* argv for rte_eal_init, program name first */
-  bool port_wake = true;  /* --port-wake: sleep on the port's sockets (port_wake.h) */
+  bool port_wake = true;  /* --port-wake: sleep on the port's sockets (keel/port_wake.h) */
   bool help = false;
 };
 

@@ -16,7 +16,7 @@
 #include "flags.h"
 #include "keel/port.h"
 #include "metrics_server.h"
-#include "port_wake.h"
+#include "keel/port_wake.h"
 #include "stats.h"
 
 namespace keel::ingress {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "port_wake.h"
+#include "keel/port_wake.h"
 
 #include <dirent.h>
 #include <sys/socket.h>
@@ -12,7 +12,7 @@
 #define AF_XDP 44
 #endif
 
-namespace keel::ingress {
+namespace keel {
 
 std::vector<int> FindPortWakeFds() {
   std::vector<int> fds;
@@ -35,4 +35,4 @@ std::vector<int> FindPortWakeFds() {
   return fds;
 }
 
-}  // namespace keel::ingress
+}  // namespace keel

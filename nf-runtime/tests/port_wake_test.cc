@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include "port_wake.h"
+#include "keel/port_wake.h"
 
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-namespace keel::ingress {
+namespace keel {
 namespace {
 
 bool Has(const std::vector<int>& v, int fd) { return std::find(v.begin(), v.end(), fd) != v.end(); }
@@ -82,4 +82,4 @@ TEST(PortWake, AnRxRingSocketPollsReadableWhenAFrameArrives) {
 }
 
 }  // namespace
-}  // namespace keel::ingress
+}  // namespace keel
