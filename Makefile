@@ -192,6 +192,7 @@ bench: build
 	$(PY) bench/chain_length.py --out bench/results/chain_length.json
 	$(PY) bench/chain_rate.py --out bench/results/chain_rate.json
 	$(PY) bench/idle_core.py --out bench/results/idle_core.json
+	$(PY) bench/ingress_wake.py --out bench/results/ingress_wake.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
 	$(PY) ingress/torctl/bench_cpu.py --out bench/results/torctl_cpu.json
 	$(PY) bench/migration.py --out bench/results/migration.json
