@@ -186,14 +186,17 @@ func (s *Server) followTorOnce(ctx context.Context, tor pb.TorControlClient) err
 		if err != nil {
 			return err
 		}
+		// One Redis call for the message's flows (ReleaseMany), not one per flow.
+		keys := make([]string, 0, len(batch.GetRemoved()))
 		for _, ev := range batch.GetRemoved() {
 			flow, err := controller.ParseFlow(ev.GetAssignment().GetFlow())
 			if err != nil {
 				return err
 			}
-			if _, err := s.Controller.Release(ctx, controller.FlowKey(flow)); err != nil {
-				return err
-			}
+			keys = append(keys, controller.FlowKey(flow))
+		}
+		if _, err := s.Controller.ReleaseMany(ctx, keys); err != nil {
+			return err
 		}
 	}
 }

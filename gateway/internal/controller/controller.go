@@ -13,7 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -304,6 +306,59 @@ func (s *Controller) Release(ctx context.Context, key string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// ReleaseMany is Release for a batch of flows (the FlowRemoved events of one message from
+// torctl) in one Redis call: per key, whether it had an assignment. A key that repeats in the
+// batch is released once. On an error nothing is reported released; the flows that were
+// released stay released, and a repeat finds them gone.
+func (s *Controller) ReleaseMany(ctx context.Context, keys []string) ([]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]bool, len(keys))
+	var recs []*store.Flow
+	seen := map[string]bool{}
+	for i, key := range keys {
+		rec, err := s.Store.Flow(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil || seen[key] {
+			continue
+		}
+		seen[key] = true
+		recs = append(recs, rec)
+		out[i] = true
+	}
+	counts, err := s.Store.DeleteFlows(ctx, recs)
+	if err != nil {
+		return nil, err
+	}
+	chains := map[string]bool{}
+	kick := false
+	for i, rec := range recs {
+		if rec.Instance == "" {
+			continue
+		}
+		in, err := s.Store.Instance(ctx, rec.Chain, rec.Instance)
+		if err != nil || in == nil {
+			continue
+		}
+		if counts[i] == 0 && in.State == store.Attached {
+			note := in.Note
+			note.IdleSince = time.Now()
+			s.Store.SetNote(in.Chain, in.ID, note)
+		}
+		chains[rec.Chain] = true
+		kick = kick || (in.Draining && counts[i] == 0)
+	}
+	for _, c := range slices.Sorted(maps.Keys(chains)) {
+		s.chainMetrics(ctx, c)
+	}
+	if kick {
+		s.kick() // a draining instance's last flow ended: the control loop removes it now
+	}
+	return out, nil
 }
 
 // AssignVFs gives a worker's VF ports to its instances that have none and returns the

@@ -431,3 +431,47 @@ func Test_index_forgets_filters_and_models_of_old_versions_and_removed_chains(t 
 		t.Fatalf("after chain3's removal: %d filters, %d models; want 2 and 1", f, m)
 	}
 }
+
+// A batch of FlowRemoved events (ReleaseMany) costs one Redis round trip however many flows
+// it carries; each key is reported released once (a repeat and an unknown key are not), the
+// switch-only flow included, and the instance is left with the flows not in the batch.
+func Test_ReleaseMany_releases_a_batch_in_one_Redis_round_trip(t *testing.T) {
+	srv, st, n := flowRack(t, false)
+	ctx := context.Background()
+	for i := 0; i < 12; i++ {
+		assign(t, srv, i)
+	}
+	sw := &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.1.1", SrcPort: 1024, DstPort: 80, Proto: 6}
+	if a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: sw}); err != nil || !a.SwitchOnly {
+		t.Fatalf("a flow of chain1: %v, %v", a, err)
+	}
+	// The script's first run loads it into Redis (EVALSHA, then EVAL): a round trip more, once.
+	if got, err := srv.ReleaseMany(ctx, []string{FlowKey(flowOf(tuple(11)))}); err != nil || !got[0] {
+		t.Fatalf("releasing flow 11: %v, %v", got, err)
+	}
+	keys := []string{FlowKey(flowOf(sw))}
+	for i := 0; i < 10; i++ {
+		keys = append(keys, FlowKey(flowOf(tuple(i))))
+	}
+	keys = append(keys, FlowKey(flowOf(tuple(3))), FlowKey(flowOf(tuple(99))))
+	var got []bool
+	var err error
+	if rt := trips(n, func() { got, err = srv.ReleaseMany(ctx, keys) }); err != nil || rt != 1 {
+		t.Fatalf("ReleaseMany of %d keys: %v with %d round trips, want 1", len(keys), err, rt)
+	}
+	want := []bool{true, true, true, true, true, true, true, true, true, true, true, false, false}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("released %v, want %v", got, want)
+	}
+	if in, _ := st.Instance(ctx, "chain3", "chain3/0"); in.Flows != 1 {
+		t.Fatalf("chain3/0 after 12 flows and 11 released: %d flows, want 1", in.Flows)
+	}
+	for i, k := range keys[:11] {
+		if f, _ := st.Flow(ctx, k); f != nil {
+			t.Fatalf("flow %d (%s) is still assigned", i, k)
+		}
+	}
+	if again, err := srv.ReleaseMany(ctx, keys[:3]); err != nil || fmt.Sprint(again) != "[false false false]" {
+		t.Fatalf("a repeat of the batch: %v, %v, want nothing released", again, err)
+	}
+}

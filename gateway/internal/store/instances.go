@@ -239,6 +239,18 @@ redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HINCRBY', KEYS[4], ARGV[4], 1)
 return redis.call('SCARD', KEYS[2])
 `)
+	// flowWrite's "release" for many flows at once (a batch of FlowRemoved). KEYS: the flows
+	// hash, then per flow its instance's flow set. ARGV: per flow its key. Returns per flow its
+	// instance's flow count after.
+	flowsRelease = redis.NewScript(`
+local out = {}
+for i = 1, #ARGV do
+  redis.call('HDEL', KEYS[1], ARGV[i])
+  redis.call('SREM', KEYS[1 + i], ARGV[i])
+  out[i] = redis.call('SCARD', KEYS[1 + i])
+end
+return out
+`)
 	// flowWrite's "assign" for many flows at once (AssignFlows). KEYS: flows hash, calls
 	// hash, then per flow its instance's spec hash and flow set. ARGV: per flow its key, its
 	// record, its chain, its instance's id and the generation expected of the instance. Returns
@@ -555,6 +567,43 @@ func (s *Store) DeleteFlow(ctx context.Context, f *Flow) (uint32, error) {
 		}
 	})
 	return uint32(n), nil
+}
+
+// DeleteFlows is DeleteFlow for many flows in one Redis call (a batch of FlowRemoved events):
+// per flow, its instance's flow count after.
+func (s *Store) DeleteFlows(ctx context.Context, flows []*Flow) ([]uint32, error) {
+	if len(flows) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, 1+len(flows))
+	args := make([]any, 0, len(flows))
+	keys = append(keys, keyFlows)
+	for _, f := range flows {
+		keys = append(keys, keyInstFlows+f.Instance)
+		args = append(args, f.Key)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.current()
+	ns, err := flowsRelease.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err == nil && len(ns) != len(flows) {
+		err = fmt.Errorf("%d answers for %d flows", len(ns), len(flows))
+	}
+	if err != nil {
+		s.drop(c)
+		return nil, fmt.Errorf("release %d flows: %w", len(flows), err)
+	}
+	out := make([]uint32, len(flows))
+	s.update(c, func(c *cache) {
+		for i, f := range flows {
+			out[i] = uint32(ns[i])
+			delete(c.flows, f.Key)
+			if cur := c.instances[f.Chain][f.Instance]; cur != nil {
+				cur.Flows = out[i]
+			}
+		}
+	})
+	return out, nil
 }
 
 // DeleteInstance removes one chain instance with its status, its flows and its VLAN, if its

@@ -5,6 +5,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -159,5 +160,62 @@ func Test_an_instance_of_the_old_layout_is_generation_0(t *testing.T) {
 	in.State, in.Core = store.Attached, 1
 	if err := st.UpdateSpec(ctx, in, false); err != nil || in.Gen != 1 {
 		t.Fatalf("UpdateSpec of the old record: %v (generation %d), want it written as generation 1", err, in.Gen)
+	}
+}
+
+// DeleteFlows releases a batch of flows in one call: each flow's instance count after, in the
+// batch's order, the same as DeleteFlow one at a time would give, a switch-only flow and a
+// flow released before included.
+func Test_DeleteFlows_releases_a_batch_as_DeleteFlow_would_one_at_a_time(t *testing.T) {
+	srv := testredis.Start(t)
+	st := srv.Store(t)
+	ctx := context.Background()
+	a := &store.Instance{ID: "chain3/0", Chain: "chain3", VLAN: 100, State: store.Attached, Core: 1}
+	b := &store.Instance{ID: "chain3/1", Chain: "chain3", VLAN: 101, State: store.Attached, Core: 1}
+	for _, in := range []*store.Instance{a, b} {
+		if err := st.PutInstance(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []*store.Flow
+	for i, in := range []*store.Instance{a, a, a, b} {
+		f := &store.Flow{Key: fmt.Sprintf("17 198.18.0.1:%d 198.18.3.1:5001", 1024+i), Chain: "chain3", Instance: in.ID}
+		if err := st.AssignFlow(ctx, f, in, false); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, f)
+	}
+	sw := &store.Flow{Key: "17 198.18.0.1:2000 198.18.1.1:5001", Chain: "chain1"}
+	if err := st.PutFlow(ctx, sw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeleteFlow(ctx, recs[2]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.DeleteFlows(ctx, []*store.Flow{recs[0], sw, recs[3], recs[1], recs[2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint32{1, 0, 0, 0, 0}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts after %v, want %v", got, want)
+	}
+	for _, f := range append(recs, sw) {
+		if rec, _ := st.Flow(ctx, f.Key); rec != nil {
+			t.Fatalf("flow %s still assigned", f.Key)
+		}
+	}
+	insts, _ := st.Instances(ctx, "chain3")
+	for _, in := range insts {
+		if in.Flows != 0 {
+			t.Fatalf("instance %s keeps %d flows", in.ID, in.Flows)
+		}
+	}
+	// what the cache says is what Redis holds
+	st2 := srv.Store(t)
+	if fl, _ := st2.Flows(ctx, ""); len(fl) != 0 {
+		t.Fatalf("Redis keeps %d flows", len(fl))
+	}
+	if n, err := st.DeleteFlows(ctx, nil); n != nil || err != nil {
+		t.Fatalf("an empty batch: %v %v", n, err)
 	}
 }
