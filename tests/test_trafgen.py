@@ -111,6 +111,10 @@ def test_latencies_and_the_timeline_are_reported(result):
     for c in result["chains"]:
         assert 0 < c["p50_us"] <= c["p99_us"] <= c["max_us"], c
         assert c["setup_p50_us"] > 0, c
+        # the slowest first packets, slowest first, say which flow and when it was sent
+        worst = c["setup_worst"]
+        assert 0 < len(worst) <= 5 and [w["ms"] for w in worst] == sorted((w["ms"] for w in worst), reverse=True), c
+        assert worst[0]["ms"] * 1000 >= c["setup_p50_us"] / 2 and 0 <= worst[0]["sent_s"] <= result["traffic_s"], c
     assert result["rx_poll_max_us"] == 20 and result["tsc_hz"] > 0
     # the sink slept on its ports and frames woke it (--rx-wake on, the default)
     assert result["rx_wake"] and result["rx_wake_ups"] > 0

@@ -33,6 +33,7 @@ constexpr size_t kBurst = 32;
 constexpr uint64_t kSleepThresholdNs = 50'000;  /* nap only if the next send is further away */
 constexpr uint64_t kSweepNs = 1'000'000;
 constexpr size_t kMaxExamples = 5;
+constexpr size_t kSetupWorst = 5;  /* first packets named in the result's setup_worst */
 constexpr uint64_t kActiveAfterTxNs = 5'000'000;  /* polls stay short this long after a send */
 
 /* Runs |fn| with the calling thread in network namespace |ns|, then moves
@@ -333,6 +334,11 @@ void Trafgen::OnFrame(const uint8_t* data, size_t len, uint64_t rx_tsc) {
   uint64_t ns = rx_tsc > check.stamp.tsc ? (rx_tsc - check.stamp.tsc) * 1'000'000'000ull / hz_ : 0;
   if (check.stamp.seq == 0) {
     cr.setup.Record(ns);
+    auto& w = cr.setup_worst;
+    w.insert(std::upper_bound(w.begin(), w.end(), std::make_tuple(ns, id, check.stamp.tsc),
+                              [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); }),
+             std::make_tuple(ns, id, check.stamp.tsc));
+    if (w.size() > kSetupWorst) w.pop_back();
     if (tx_[id].state == FlowState::kOpening) tx_[id].state = FlowState::kLive;
   } else {
     cr.latency.Record(ns);
@@ -546,6 +552,11 @@ nlohmann::json Trafgen::Result() const {
       flows_with_loss += lost > 0;
     }
     auto us = [](uint64_t ns) { return Round(static_cast<double>(ns) / 1000, 1); };
+    json worst = json::array();
+    for (const auto& [ns, id, tsc] : cr.setup_worst)
+      worst.push_back({{"flow", id},
+                       {"sent_s", Round(static_cast<double>(tsc > start_ ? tsc - start_ : 0) / static_cast<double>(hz_))},
+                       {"ms", Round(static_cast<double>(ns) / 1e6)}});
     chains.push_back({{"name", cr.chain->name},
                       {"offered_pkts", cr.offered_pkts},
                       {"offered_mbps", Round(static_cast<double>(cr.offered_bytes) * 8 / 1e6 / secs)},
@@ -560,6 +571,7 @@ nlohmann::json Trafgen::Result() const {
                       {"max_us", us(cr.latency.Max())},
                       {"setup_p50_us", us(cr.setup.Quantile(0.5))},
                       {"setup_p99_us", us(cr.setup.Quantile(0.99))},
+                      {"setup_worst", worst},
                       {"open_timeouts", cr.open_timeouts},
                       {"flows", flows},
                       {"flows_with_loss", flows_with_loss},

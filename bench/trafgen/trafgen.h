@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -68,6 +69,8 @@ class Trafgen {
     uint64_t flows_opened = 0;
     std::unique_ptr<Aes128Cbc> aes;
     Histogram latency, setup, second;
+    /* The slowest first packets: (latency ns, flow, send TSC), slowest first, kSetupWorst at most. */
+    std::vector<std::tuple<uint64_t, uint32_t, uint64_t>> setup_worst;
     uint64_t offered_pkts = 0, offered_bytes = 0, delivered_pkts = 0, delivered_bytes = 0;
     uint64_t expected_sent = 0;  /* packets sent by flows that are not blocked */
     std::deque<std::pair<uint64_t, uint64_t>> sent_history;  /* (tick TSC, expected_sent) */

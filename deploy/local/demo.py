@@ -280,6 +280,9 @@ def report(res: dict, traffic: dict) -> bool:
             say(f"  {'':<7} {server_time_line(res['server_time'][c['name']])}")
         e = extra[c["name"]]
         notes = [f"{e['flows']} flows", f"first packet of a flow (rule setup) p99 {e['setup_p99_us'] / 1000:.1f} ms"]
+        if e.get("setup_worst"):  # which flows, sent when: the start's cold instances, or later
+            notes[-1] += " (slowest: " + ", ".join(f"{w['ms']:.1f} ms at {w['sent_s']:.1f} s"
+                                                   for w in e["setup_worst"][:3]) + ")"
         if e.get("blocked_sent"):
             notes.append(f"{e['blocked_sent']} blocked-URL packets sent, {e['blocked_delivered']} got through")
         say(f"  {'':<7} {', '.join(notes)}")
