@@ -7,7 +7,9 @@ switch) of InstallFlows carrying 1, 4, 16 and 64 new UDP flows, and reads torctl
 time (/proc utime + stime) over each row. Beside them, the same pacing of Status calls
 (no switch work: gRPC's own cost in torctl's process) answers how much of a call is
 gRPC's Python server. A row: calls, flows per call, CPU µs per call and per flow, call
-latency p50/p99. Writes bench/results/torctl_cpu.json.
+latency p50/p99. Last, FlowRemoved: what torctl spends per flow that expires on the switch
+and is reported to a watcher (the gateway's WatchFlowsRemoved). Writes
+bench/results/torctl_cpu.json.
 
 What it shows: the cost is per call far more than per flow, so the control path's CPU per
 new flow depends on how many flows the ingress packs into each InstallFlows call.
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "tests"))
 
 from torctl_env import WORKER, Torctl, bench_torctl  # noqa: E402
+import grpc  # noqa: E402
 from keel_torctl.pb import control_pb2, torctl_pb2  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -79,7 +83,52 @@ def run(torctl: Torctl, calls: int, rate: float) -> list[dict]:
         cpu, lat = paced(torctl, n, rate, install)
         rows.append(row("InstallFlows", n, per_call, cpu, lat))
         base += n * per_call
+    rows.append(removals(torctl, base, calls))
     return rows
+
+
+def removals(torctl: Torctl, base: int, flows: int) -> dict:
+    """What torctl spends per expired flow: `flows` flows installed (64 a call) with a 1 s idle
+    timeout expire on the switch, and a watcher takes their FlowRemoved events as the gateway
+    does (WatchFlowsRemoved); torctl's CPU from the last install to the last removal, less its
+    idle CPU over that time (measured just before), per flow."""
+    c0, t0 = cpu_s(torctl.proc.pid), time.monotonic()
+    time.sleep(2)
+    idle_per_s = (cpu_s(torctl.proc.pid) - c0) / (time.monotonic() - t0)
+    got = []
+    done = threading.Event()
+    stream = torctl.stub.WatchFlowsRemoved(torctl_pb2.WatchFlowRemovedRequest(watcher="bench"))
+
+    def watch() -> None:
+        try:
+            for batch in stream:
+                got.extend(batch.removed)
+                if len(got) >= flows:
+                    done.set()
+                    return
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    for first in range(0, flows, 64):
+        req = torctl_pb2.InstallFlowsRequest()
+        for k in range(base + first, base + min(first + 64, flows)):
+            flow = control_pb2.FiveTuple(src_ip="198.18.0.1", dst_ip=f"198.19.{k // 65536}.{k // 256 % 256}",
+                                         src_port=k % 65536, dst_port=53, proto=17)
+            r = req.flows.add()
+            r.assignment.CopyFrom(torctl_pb2.FlowAssignment(flow=flow, chain="bench", vlan=7, worker=WORKER))
+            r.idle_timeout_s = 1
+        torctl.stub.InstallFlows(req, timeout=10)
+    c0, t0 = cpu_s(torctl.proc.pid), time.monotonic()
+    ok = done.wait(30)
+    stream.cancel()
+    wall = time.monotonic() - t0
+    cpu = cpu_s(torctl.proc.pid) - c0 - idle_per_s * wall
+    if not ok:
+        sys.exit(f"bench_cpu: {len(got)} of {flows} FlowRemoved events within 30 s")
+    return {"call": "FlowRemoved", "flows": flows, "seconds": round(wall, 3),
+            "idle_cpu_pct": round(idle_per_s * 100, 2),
+            "cpu_us_per_flow": round(cpu / flows * 1e6, 1)}
 
 
 def main() -> int:
