@@ -174,6 +174,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	obs, err := a.observe(ctx)
+	observed := time.Since(start)
 	if err != nil {
 		a.Log.Warn("reconcile: cannot read the worker's state; nothing changed", "err", err)
 		a.countAction("observe", err)
@@ -213,10 +214,14 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	a.updateStatus(desired, obs, busy, start)
 	a.mu.Unlock()
 	a.ensureNFUsers(ctx, desired, obs, busy)
+	usersDone := time.Since(start)
 
 	var next time.Time
 	for _, act := range reconcile.Diff(in) {
-		a.Log.Info("reconcile", "action", act.String())
+		// since_ms: how long the pass took to get here (reading Docker, the VFs and coopsched),
+		// which an attach waits out too.
+		a.Log.Info("reconcile", "action", act.String(), "since_ms", time.Since(start).Milliseconds(),
+			"observe_ms", observed.Milliseconds(), "users_ms", usersDone.Milliseconds())
 		if act.Kind.Slow() {
 			a.startSlow(ctx, act, obs)
 			continue
