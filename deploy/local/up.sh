@@ -92,22 +92,11 @@ listener() {
   fi
 }
 
-# port_free HOST:PORT: fails, naming the holder, if another process listens there. A
-# connection of another process that got the port as its local one before make up reserved
-# it (a port in the ephemeral range, RESERVED below) keeps a listener from binding until it
-# has ended, TIME-WAIT included (60 s; gRPC's Python server does not bind past it): wait up
-# to 65 s for that, then fail naming it.
+# port_free HOST:PORT: fails, naming the holder, if another process listens there.
 port_free() {
-  local holder i
+  local holder
   holder=$(ss -Hltnp src "$1" 2>/dev/null) || true
   [ -z "$holder" ] || die "$1 is taken by another process, not started by make up: $holder"
-  for i in $(seq 650); do
-    holder=$(ss -Htnp state connected src "$1" 2>/dev/null) || true
-    [ -z "$holder" ] && return 0
-    [ "$i" = 1 ] && say "  $1: the local port of an earlier connection (ss: ${holder%%$'\n'*}); waiting for it to end"
-    sleep 0.1
-  done
-  die "$1 is the local port of another connection, so nothing can listen there: $holder"
 }
 
 # spawn NAME CMD...: starts CMD in its own session, output to run/NAME.log, writes
