@@ -352,6 +352,9 @@ def test_a_control_plane_restart_keeps_the_chains_and_live_flows(stack, tmp_path
     packets, at most what their chain sent meanwhile, and every chain delivers at the end.
     """
     dep = deployment()
+    # A pooled instance without flows may go meanwhile: the pool keeps at most --pool-max idle
+    # ones and removes the rest (one did during a gateway restart in a CI run).
+    pooled = {i for c in SERVER_CHAINS for i, x in instances(c).items() if x["state"] == "pooled" and x["flows"] == 0}
     pid = pid_of(component)
     outage = {}
 
@@ -374,7 +377,7 @@ def test_a_control_plane_restart_keeps_the_chains_and_live_flows(stack, tmp_path
         assert c["loss"] <= c["offered_pkts"] * (outage["s"] + 1) / seconds, (c["name"], c["loss"], outage)
         last = [t for t in r["timeline"] if t["chain"] == c["name"] and t["t_s"] >= seconds - 1]
         assert last and all(t["delivered_mbps"] > 0 for t in last), last
-    assert_kept(dep)
+    assert_kept({i: v for i, v in dep.items() if i not in pooled})
 
 
 # 4. -----------------------------------------------------------------------------------------
