@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import struct
 import sys
 import tempfile
 import time
@@ -36,34 +35,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import netns  # noqa: E402
 import test_ingress as ti  # noqa: E402
+from flow_setup import cpu_seconds  # noqa: E402
+from flow_setup import quantile as hist_quantile  # noqa: E402
 
 MODES = {"napping": "off", "sleeping": "on"}
-
-
-def cpu_s(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def quantile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(int(q * len(xs)), len(xs) - 1)] if xs else 0.0
-
-
-def hist_quantile(m: dict, name: str, q: float) -> float:
-    """histogram_quantile over the ingress' histogram `name` (seconds), in ms."""
-    buckets = sorted((float("inf") if k.split('le="')[1].split('"')[0] == "+Inf" else float(k.split('le="')[1].split('"')[0]), v)
-                     for k, v in m.items() if k.startswith(name + "_bucket{"))
-    if not buckets or buckets[-1][1] <= 0:
-        return 0.0
-    rank, lo, prev = q * buckets[-1][1], 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if bound == float("inf"):
-                return lo * 1e3
-            return (lo + (bound - lo) * (rank - prev) / max(count - prev, 1e-9)) * 1e3
-        lo, prev = bound, count
-    return lo * 1e3
 
 
 def one_round(start, wire, mode: str, base_port: int, a) -> dict:
@@ -73,7 +53,7 @@ def one_round(start, wire, mode: str, base_port: int, a) -> dict:
     plan = sorted((f / a.rate + s * a.gap_ms / 1000, f, s) for f in range(flows) for s in range(a.packets))
     sent_at = {}
     wire.take()
-    c0 = cpu_s(ing.proc.pid)
+    c0 = cpu_seconds(ing.proc.pid)
     t0 = time.time()
     for at, f, s in plan:
         wait = t0 + at - time.time()
@@ -85,7 +65,7 @@ def one_round(start, wire, mode: str, base_port: int, a) -> dict:
     want = flows * a.packets
     done = wire.wait_for(lambda: len(wire.got) >= want, timeout=10)
     wall = time.time() - t0
-    cpu = cpu_s(ing.proc.pid) - c0
+    cpu = cpu_seconds(ing.proc.pid) - c0
     m = ing.metrics()
     got = wire.take()
     later = []
@@ -98,8 +78,8 @@ def one_round(start, wire, mode: str, base_port: int, a) -> dict:
             "lost": 0 if done else want - len(got), "seconds": round(wall, 3),
             "ingress_cpu_pct": round(cpu / wall * 100, 2),
             "ingress_cpu_us_per_flow": round(cpu / flows * 1e6, 1),
-            "hold_p50_ms": round(hist_quantile(m, "keel_ingress_hold_latency_seconds", 0.5), 3),
-            "hold_p99_ms": round(hist_quantile(m, "keel_ingress_hold_latency_seconds", 0.99), 3),
+            "hold_p50_ms": round(hist_quantile(0.5, {}, m, "keel_ingress_hold_latency_seconds"), 3),
+            "hold_p99_ms": round(hist_quantile(0.99, {}, m, "keel_ingress_hold_latency_seconds"), 3),
             "later_packet_us_p50": round(quantile(later, 0.5), 1),
             "later_packet_us_p99": round(quantile(later, 0.99), 1)}
 
