@@ -92,11 +92,12 @@ listener() {
   fi
 }
 
-# port_free HOST:PORT: fails, naming the holder, if another process listens there.
+# port_free HOST:PORT: fails, naming the holder, if another process listens there; waits (up
+# to 65 s) while a closed client connection in TIME-WAIT still holds the port, which would make
+# the server's bind fail (deploy/lib/port_free.py says why a bind test, not ss, tells).
 port_free() {
-  local holder
-  holder=$(ss -Hltnp src "$1" 2>/dev/null) || true
-  [ -z "$holder" ] || die "$1 is taken by another process, not started by make up: $holder"
+  python3 "$ROOT/deploy/lib/port_free.py" "$1" --wait 65 ||
+    die "$1 cannot be listened on (above); it is not held by a part make up started"
 }
 
 # spawn NAME CMD...: starts CMD in its own session, output to run/NAME.log, writes
