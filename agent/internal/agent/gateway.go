@@ -100,6 +100,9 @@ func (a *Agent) watchOnce(ctx context.Context) (bool, error) {
 		a.mu.Lock()
 		applyEvent(a.chains, a.instances, ev, a.cfg.Worker)
 		a.mu.Unlock()
+		if ev.Kind == pb.WatchEvent_INSTANCE_CHANGED && ev.Instance != nil && ev.Instance.Worker == a.cfg.Worker {
+			a.attachNow(ctx, ev.Instance.Id)
+		}
 		a.Kick()
 	}
 }

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/keel-nfv/keel/agent/internal/reconcile"
+	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"google.golang.org/grpc"
+)
+
+// coopschedAttach records the Attach calls keel-coopsched gets.
+type coopschedAttach struct {
+	pb.CoopschedClient
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *coopschedAttach) Attach(_ context.Context, r *pb.AttachRequest, _ ...grpc.CallOption) (*pb.GroupStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, fmt.Sprintf("%s@%d", r.GroupId, r.Core))
+	return &pb.GroupStatus{GroupId: r.GroupId}, nil
+}
+
+func (c *coopschedAttach) SetBatch(_ context.Context, r *pb.SetBatchRequest, _ ...grpc.CallOption) (*pb.GroupStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, fmt.Sprintf("%s batch %d", r.GroupId, r.Batch))
+	return &pb.GroupStatus{GroupId: r.GroupId}, nil
+}
+
+func (c *coopschedAttach) taken() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+// pooledInstance is an agent whose last pass saw chain3/0 pooled: two NF containers running,
+// its VF wired, its sgroup registered and detached. The gateway has just attached it on
+// core 1 (a scale-out). It returns the agent, the id and coopsched.
+func pooledInstance(t *testing.T) (*Agent, string, *coopschedAttach) {
+	t.Helper()
+	a, id, _ := agentWithOneInstance(t, Config{}, nil)
+	cs := &coopschedAttach{}
+	a.Coopsched = cs
+	a.synced = true
+	a.chains["chain3"] = &pb.Chain{Name: "chain3", Tenant: "t1",
+		Members: []*pb.ChainMember{{Name: "acl", Nf: "acl"}, {Name: "nat", Nf: "nat"}}}
+	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3", Worker: "w1", State: "attached", Core: 1, Vlan: 101}
+	d, ok := a.desiredOf(a.instances[id])
+	if !ok {
+		t.Fatal("no desired state for the instance")
+	}
+	a.lastActual = map[string]reconcile.Actual{id: {ID: id, VF: true, Dir: true,
+		Containers: []reconcile.Container{{Position: 0, Spec: d.Spec, Running: true}, {Position: 1, Spec: d.Spec, Running: true}},
+		Group:      reconcile.GroupDetached, GroupCore: -1}}
+	a.attachedNow = map[string]int32{}
+	return a, id, cs
+}
+
+func Test_attachNow_attaches_a_pooled_instance_the_gateway_attached_without_waiting_for_a_pass(t *testing.T) {
+	a, id, cs := pooledInstance(t)
+	ctx := context.Background()
+	a.attachNow(ctx, id)
+	if got := cs.taken(); len(got) != 1 || got[0] != GroupID(id)+"@1" {
+		t.Fatalf("coopsched got %v, want one attach of %s on core 1", got, GroupID(id))
+	}
+	if a.busy[id] {
+		t.Fatal("the instance is still marked busy")
+	}
+	// More events for the instance (its flow count changes) before the next pass: no
+	// second attach.
+	a.attachNow(ctx, id)
+	if got := cs.taken(); len(got) != 0 {
+		t.Fatalf("a second event attached again: %v", got)
+	}
+	// Moved to core 2 by the controller: it attaches there (coopsched says whether it can).
+	a.instances[id].Core = 2
+	a.attachNow(ctx, id)
+	if got := cs.taken(); len(got) != 1 || got[0] != GroupID(id)+"@2" {
+		t.Fatalf("coopsched got %v, want an attach on core 2", got)
+	}
+}
+
+func Test_attachNow_carries_a_batch_change_with_the_attach(t *testing.T) {
+	a, id, cs := pooledInstance(t)
+	a.instances[id].Batch = 8
+	a.attachNow(context.Background(), id)
+	got := cs.taken()
+	if len(got) != 2 || got[0] != GroupID(id)+" batch 8" || got[1] != GroupID(id)+"@1" {
+		t.Fatalf("coopsched got %v, want the batch set, then the attach", got)
+	}
+}
+
+func Test_attachNow_leaves_everything_but_a_plain_attach_to_the_pass(t *testing.T) {
+	for name, change := range map[string]func(a *Agent, id string){
+		"pooled by the gateway":     func(a *Agent, id string) { a.instances[id].State, a.instances[id].Core = "pooled", -1 },
+		"attached with no core yet": func(a *Agent, id string) { a.instances[id].Core = -1 },
+		"not in sync with the gateway": func(a *Agent, id string) {
+			a.synced = false
+		},
+		"an action in flight": func(a *Agent, id string) { a.busy[id] = true },
+		"failing":             func(a *Agent, id string) { a.fails[id] = &failure{count: 1} },
+		"never seen by a pass": func(a *Agent, id string) {
+			delete(a.lastActual, id)
+		},
+		"an NF container exited (the pass fails it)": func(a *Agent, id string) {
+			act := a.lastActual[id]
+			act.Containers = []reconcile.Container{act.Containers[0], {Position: 1, Spec: act.Containers[0].Spec, Why: "exit 1"}}
+			a.lastActual[id] = act
+		},
+		"a spec change (the pass replaces it)": func(a *Agent, id string) {
+			act := a.lastActual[id]
+			act.Containers = []reconcile.Container{{Position: 0, Spec: "old", Running: true}, {Position: 1, Spec: "old", Running: true}}
+			a.lastActual[id] = act
+		},
+		"its sgroup still forming": func(a *Agent, id string) {
+			act := a.lastActual[id]
+			act.Group = reconcile.GroupNone
+			a.lastActual[id] = act
+		},
+		"already attached on another core (the pass detaches first)": func(a *Agent, id string) {
+			act := a.lastActual[id]
+			act.Group, act.GroupCore = reconcile.GroupAttached, 0
+			a.lastActual[id] = act
+		},
+		"its chain unknown": func(a *Agent, id string) { delete(a.chains, "chain3") },
+		"under Kubernetes with Pod cores (the pass finds the core)": func(a *Agent, id string) {
+			a.cfg.PodCores = true
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, id, cs := pooledInstance(t)
+			change(a, id)
+			busy := a.busy[id]
+			a.attachNow(context.Background(), id)
+			if got := cs.taken(); len(got) != 0 {
+				t.Fatalf("coopsched got %v, want nothing", got)
+			}
+			if a.busy[id] != busy {
+				t.Fatalf("busy %v after, was %v", a.busy[id], busy)
+			}
+		})
+	}
+}
+
+func Test_a_pass_does_not_act_on_an_instance_attachNow_is_attaching(t *testing.T) {
+	a, id, _ := pooledInstance(t)
+	if !a.claim(id) {
+		t.Fatal("a free instance could not be claimed")
+	}
+	if a.claim(id) {
+		t.Fatal("an instance claimed twice")
+	}
+}
