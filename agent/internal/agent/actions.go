@@ -46,6 +46,15 @@ func (a *Agent) fast(ctx context.Context, act reconcile.Action) {
 		a.Log.Warn("reconcile: action failed; retried on the next pass", "action", act.String(), "err", err)
 		return
 	}
+	a.mu.Lock()
+	switch {
+	case a.attachedNow == nil:
+	case act.Kind == reconcile.Attach:
+		a.attachedNow[act.ID] = act.Core // the last pass's view no longer says so
+	case act.Kind == reconcile.Detach:
+		delete(a.attachedNow, act.ID)
+	}
+	a.mu.Unlock()
 	a.Kick()
 }
 

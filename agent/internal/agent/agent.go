@@ -94,7 +94,7 @@ type Agent struct {
 	nfUsers   map[string]string   // instances whose Redis user this agent made, with the tenant
 	nic       nicParts            // the instances' NIC parts (XDP), nic.go
 	// lastActual is the last pass's view of each instance, for attachNow; attachedNow the
-	// instances attachNow attached since (to the core given).
+	// instances attached since it was taken (to the core given).
 	lastActual  map[string]reconcile.Actual
 	attachedNow map[string]int32
 
@@ -296,9 +296,6 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 	}
 	a.mu.Lock()
 	delete(a.busy, id)
-	if a.attachedNow != nil {
-		a.attachedNow[id] = d.Core
-	}
 	a.mu.Unlock()
 }
 

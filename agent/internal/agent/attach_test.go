@@ -160,3 +160,17 @@ func Test_a_pass_does_not_act_on_an_instance_attachNow_is_attaching(t *testing.T
 		t.Fatal("an instance claimed twice")
 	}
 }
+
+func Test_attachNow_does_not_attach_what_the_pass_attached_after_its_view(t *testing.T) {
+	// The pass saw the instance detached and attached it; the gateway's event for the same
+	// attach arrives after that, before the next pass.
+	a, id, cs := pooledInstance(t)
+	a.fast(context.Background(), reconcile.Action{Kind: reconcile.Attach, ID: id, Core: 1})
+	if got := cs.taken(); len(got) != 1 {
+		t.Fatalf("the pass's attach: %v", got)
+	}
+	a.attachNow(context.Background(), id)
+	if got := cs.taken(); len(got) != 0 {
+		t.Fatalf("the event attached again after the pass: %v", got)
+	}
+}
