@@ -25,7 +25,8 @@ const coopschedTimeout = 5 * time.Second
 
 // fast runs an attach, detach or batch change inline: they take microseconds to
 // milliseconds, and scale-out must not wait behind a container start.
-func (a *Agent) fast(ctx context.Context, act reconcile.Action) {
+// via says who runs it: "pass" or "event" (attachNow).
+func (a *Agent) fast(ctx context.Context, act reconcile.Action, via string) {
 	ctx, cancel := context.WithTimeout(ctx, coopschedTimeout)
 	defer cancel()
 	group := GroupID(act.ID)
@@ -47,14 +48,23 @@ func (a *Agent) fast(ctx context.Context, act reconcile.Action) {
 		return
 	}
 	a.mu.Lock()
-	switch {
-	case a.attachedNow == nil:
-	case act.Kind == reconcile.Attach:
-		a.attachedNow[act.ID] = act.Core // the last pass's view no longer says so
-	case act.Kind == reconcile.Detach:
+	switch act.Kind {
+	case reconcile.Attach:
+		a.attachedNow[act.ID] = attachMark{core: act.Core, at: time.Now()} // the last pass's view no longer says so
+	case reconcile.Detach:
 		delete(a.attachedNow, act.ID)
 	}
+	asked, ok := a.attachAsked[act.ID]
+	if ok && act.Kind == reconcile.Attach {
+		delete(a.attachAsked, act.ID)
+	}
 	a.mu.Unlock()
+	if ok && act.Kind == reconcile.Attach {
+		d := time.Since(asked)
+		a.attachDelay.WithLabelValues(via).Observe(d.Seconds())
+		a.Log.Info("attached a pooled instance", "instance", act.ID, "core", act.Core, "via", via,
+			"since_event_ms", float64(d.Microseconds())/1000)
+	}
 	a.Kick()
 }
 

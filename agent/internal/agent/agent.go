@@ -17,6 +17,7 @@ import (
 	"github.com/keel-nfv/keel/agent/internal/runtime"
 	"github.com/keel-nfv/keel/agent/internal/vf"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -94,9 +95,13 @@ type Agent struct {
 	nfUsers   map[string]string   // instances whose Redis user this agent made, with the tenant
 	nic       nicParts            // the instances' NIC parts (XDP), nic.go
 	// lastActual is the last pass's view of each instance, for attachNow; attachedNow the
-	// instances attached since it was taken (to the core given).
+	// instances attached since that view was read.
 	lastActual  map[string]reconcile.Actual
-	attachedNow map[string]int32
+	attachedNow map[string]attachMark
+	// attachAsked: when the gateway attached each pooled instance (its Watch event), until
+	// coopsched has attached it; attachDelay the time in between, by who attached it.
+	attachAsked map[string]time.Time
+	attachDelay *prometheus.HistogramVec
 
 	aclUnsaved atomic.Bool // ACL SAVE failed once (warned)
 
@@ -115,7 +120,11 @@ func New(cfg Config, deps Deps) *Agent {
 		chains: map[string]*pb.Chain{}, instances: map[string]*pb.ChainInstance{},
 		busy: map[string]bool{}, fails: map[string]*failure{}, status: map[string]*instStatus{}, actions: map[string]uint64{},
 		nfUsers: map[string]string{}, kick: make(chan struct{}, 1), report: make(chan struct{}, 1),
-		slots: make(chan struct{}, cfg.MaxParallel)}
+		slots: make(chan struct{}, cfg.MaxParallel), attachAsked: map[string]time.Time{}, attachedNow: map[string]attachMark{},
+		attachDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keel_agent_attach_delay_seconds",
+			Help: "From the gateway attaching a pooled instance (its Watch event) to coopsched running it, by who " +
+				"attached it: event (at once, against the last pass's view) or pass (a reconcile pass)",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}, []string{"via"})}
 }
 
 // Kick asks for a reconcile pass soon.
@@ -192,7 +201,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		}
 	}
 	a.mu.Lock()
-	a.lastActual, a.attachedNow = obs.actual, map[string]int32{}
+	a.keepView(obs.actual, start)
 	desired := map[string]reconcile.Desired{}
 	for id, in := range a.instances {
 		d, ok := a.desiredOf(in)
@@ -231,7 +240,7 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 		if !a.claim(act.ID) {
 			continue // attachNow is attaching it
 		}
-		a.fast(ctx, act)
+		a.fast(ctx, act, "pass")
 		a.mu.Lock()
 		delete(a.busy, act.ID)
 		a.mu.Unlock()
@@ -271,8 +280,8 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 	a.mu.Lock()
 	in := a.instances[id]
 	act, seen := a.lastActual[id]
-	core, done := a.attachedNow[id]
-	if a.cfg.PodCores || !a.synced || in == nil || !seen || coreOf(in) < 0 || (done && core == coreOf(in)) ||
+	mark, done := a.attachedNow[id]
+	if a.cfg.PodCores || !a.synced || in == nil || !seen || coreOf(in) < 0 || (done && mark.core == coreOf(in)) ||
 		a.busy[id] || a.fails[id] != nil {
 		a.mu.Unlock()
 		return
@@ -292,11 +301,28 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 	a.mu.Unlock()
 	for _, x := range acts {
 		a.Log.Info("reconcile", "action", x.String(), "on_event", true, "since_ms", time.Since(start).Milliseconds())
-		a.fast(ctx, x)
+		a.fast(ctx, x, "event")
 	}
 	a.mu.Lock()
 	delete(a.busy, id)
 	a.mu.Unlock()
+}
+
+// keepView stores a pass's view of the instances, read from start on, for attachNow (a.mu
+// held). Attaches made since start stay marked: the view may predate them.
+func (a *Agent) keepView(actual map[string]reconcile.Actual, start time.Time) {
+	a.lastActual = actual
+	for id, m := range a.attachedNow {
+		if m.at.Before(start) {
+			delete(a.attachedNow, id) // the view has it
+		}
+	}
+}
+
+// attachMark is an attach made after the last pass began reading the worker.
+type attachMark struct {
+	core int32
+	at   time.Time
 }
 
 // attachOnly reports whether acts attach an instance and do nothing slow.

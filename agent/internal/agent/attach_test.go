@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/keel-nfv/keel/agent/internal/reconcile"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 )
 
@@ -47,7 +50,7 @@ func (c *coopschedAttach) taken() []string {
 // core 1 (a scale-out). It returns the agent, the id and coopsched.
 func pooledInstance(t *testing.T) (*Agent, string, *coopschedAttach) {
 	t.Helper()
-	a, id, _ := agentWithOneInstance(t, Config{}, nil)
+	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{Worker: "w1"}}, nil)
 	cs := &coopschedAttach{}
 	a.Coopsched = cs
 	a.synced = true
@@ -61,7 +64,6 @@ func pooledInstance(t *testing.T) (*Agent, string, *coopschedAttach) {
 	a.lastActual = map[string]reconcile.Actual{id: {ID: id, VF: true, Dir: true,
 		Containers: []reconcile.Container{{Position: 0, Spec: d.Spec, Running: true}, {Position: 1, Spec: d.Spec, Running: true}},
 		Group:      reconcile.GroupDetached, GroupCore: -1}}
-	a.attachedNow = map[string]int32{}
 	return a, id, cs
 }
 
@@ -165,12 +167,77 @@ func Test_attachNow_does_not_attach_what_the_pass_attached_after_its_view(t *tes
 	// The pass saw the instance detached and attached it; the gateway's event for the same
 	// attach arrives after that, before the next pass.
 	a, id, cs := pooledInstance(t)
-	a.fast(context.Background(), reconcile.Action{Kind: reconcile.Attach, ID: id, Core: 1})
+	a.fast(context.Background(), reconcile.Action{Kind: reconcile.Attach, ID: id, Core: 1}, "pass")
 	if got := cs.taken(); len(got) != 1 {
 		t.Fatalf("the pass's attach: %v", got)
 	}
 	a.attachNow(context.Background(), id)
 	if got := cs.taken(); len(got) != 0 {
 		t.Fatalf("the event attached again after the pass: %v", got)
+	}
+}
+
+func Test_the_attach_delay_runs_from_the_gateways_event_to_the_attach(t *testing.T) {
+	a, id, cs := pooledInstance(t)
+	attached := a.instances[id]
+	a.instances[id] = &pb.ChainInstance{Id: id, Chain: "chain3", Worker: "w1", State: "pooled", Core: -1, Vlan: 101}
+	event := func(in *pb.ChainInstance) {
+		ev := &pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: in}
+		a.mu.Lock()
+		a.noteAttachAsked(ev)
+		applyEvent(a.chains, a.instances, ev, "w1")
+		a.mu.Unlock()
+		a.attachNow(context.Background(), id)
+	}
+	event(attached)
+	if got := cs.taken(); len(got) != 1 {
+		t.Fatalf("coopsched got %v, want the attach", got)
+	}
+	count := func(via string) uint64 {
+		m := &dto.Metric{}
+		if err := a.attachDelay.WithLabelValues(via).(prometheus.Histogram).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	if count("event") != 1 || count("pass") != 0 {
+		t.Fatalf("delays measured: event %d, pass %d; want one by the event", count("event"), count("pass"))
+	}
+	// Later events of the attached instance (its flow count) measure nothing more, and an
+	// instance the gateway created attached (no pooled one to take) is no scale-out onto the pool.
+	event(attached)
+	other := &pb.ChainInstance{Id: "chain3/9", Chain: "chain3", Worker: "w1", State: "attached", Core: 1}
+	a.mu.Lock()
+	a.noteAttachAsked(&pb.WatchEvent{Kind: pb.WatchEvent_INSTANCE_CHANGED, Instance: other})
+	asked := len(a.attachAsked)
+	a.mu.Unlock()
+	if count("event") != 1 || asked != 0 {
+		t.Fatalf("event count %d, %d attaches awaited; want 1 and none", count("event"), asked)
+	}
+}
+
+func Test_a_pass_whose_view_was_read_before_an_attach_does_not_undo_its_mark(t *testing.T) {
+	// The pass began reading coopsched (instance detached), attachNow attached it, then the
+	// pass stored its view: the next event must not attach again on that stale view.
+	a, id, cs := pooledInstance(t)
+	passStart := time.Now()
+	a.attachNow(context.Background(), id)
+	cs.taken()
+	stale := a.lastActual
+	a.mu.Lock()
+	a.keepView(stale, passStart)
+	a.mu.Unlock()
+	a.attachNow(context.Background(), id)
+	if got := cs.taken(); len(got) != 0 {
+		t.Fatalf("attached again on a view read before the attach: %v", got)
+	}
+	// A pass that began after the attach and still sees it detached (coopsched lost it):
+	// the next event attaches again.
+	a.mu.Lock()
+	a.keepView(stale, time.Now())
+	a.mu.Unlock()
+	a.attachNow(context.Background(), id)
+	if got := cs.taken(); len(got) != 1 {
+		t.Fatalf("a fresh view of a detached instance: %v, want an attach", got)
 	}
 }

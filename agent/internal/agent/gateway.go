@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/keel-nfv/keel/agent/internal/reconcile"
 	"time"
 
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
@@ -98,12 +99,30 @@ func (a *Agent) watchOnce(ctx context.Context) (bool, error) {
 			continue
 		}
 		a.mu.Lock()
+		a.noteAttachAsked(ev)
 		applyEvent(a.chains, a.instances, ev, a.cfg.Worker)
 		a.mu.Unlock()
 		if ev.Kind == pb.WatchEvent_INSTANCE_CHANGED && ev.Instance != nil && ev.Instance.Worker == a.cfg.Worker {
 			a.attachNow(ctx, ev.Instance.Id)
 		}
 		a.Kick()
+	}
+}
+
+// noteAttachAsked remembers when the gateway attached a pooled instance, one the last pass
+// saw registered and detached, for keel_agent_attach_delay_seconds (a.mu held, before the
+// event is applied).
+func (a *Agent) noteAttachAsked(ev *pb.WatchEvent) {
+	in := ev.Instance
+	if ev.Kind != pb.WatchEvent_INSTANCE_CHANGED || in == nil || in.Worker != a.cfg.Worker || coreOf(in) < 0 {
+		delete(a.attachAsked, ev.GetInstance().GetId())
+		return
+	}
+	if prev := a.instances[in.Id]; prev != nil && coreOf(prev) >= 0 {
+		return // attached before: the first event's time stands
+	}
+	if act, ok := a.lastActual[in.Id]; ok && act.Group == reconcile.GroupDetached {
+		a.attachAsked[in.Id] = time.Now()
 	}
 }
 

@@ -368,6 +368,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descs {
 		ch <- d
 	}
+	m.a.attachDelay.Describe(ch)
 }
 
 // Collect sends the current values.
@@ -381,6 +382,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	c := func(name string, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(descs[name], prometheus.CounterValue, v, l...)
 	}
+	a.attachDelay.Collect(ch)
 	g("keel_agent_gateway_connected", b2f(a.connected))
 	g("keel_agent_gateway_synced", b2f(a.synced))
 	phases := map[string]float64{"starting": 0, "ready": 0, "failed": 0}

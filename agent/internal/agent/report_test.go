@@ -29,7 +29,9 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 	sojourn := new(nfstats.Hist)
 	sojourn.Record(3000, 8)   // 3 µs at 1 GHz
 	sojourn.Record(150000, 2) // 150 µs
-	a := &Agent{status: map[string]*instStatus{}, actions: map[string]uint64{"attach ok": 2}, connected: true}
+	a := New(Config{}, Deps{})
+	a.actions["attach ok"], a.connected = 2, true
+	a.attachDelay.WithLabelValues("event").Observe(0.0015) // a scale-out attached 1.5 ms after the gateway's event
 	a.status["chain3/1"] = &instStatus{chain: "chain3", members: []string{"NAT"}, phase: "ready", attached: true, core: 1, batch: 2,
 		stats: sampleState{have: true, pps: 1000, gbps: 0.008, cur: nfstats.Sample{At: time.Now(), Packets: 10, Bytes: 10000, Drops: 3,
 			DropsBy: map[string]uint64{"nf": 2, "tx": 1}, NFs: []nfstats.NF{{Name: "nat", PacketsIn: 10, PacketsOut: 8, Dropped: 2}},
@@ -43,7 +45,7 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]bool{"instance": true, "chain": true, "position": true, "nf": true, "phase": true,
-		"action": true, "result": true, "reason": true, "figure": true}
+		"action": true, "result": true, "reason": true, "figure": true, "via": true}
 	scaled := regexp.MustCompile(`_(gbps|mbps|gigabits|megabits|us|ms|microseconds|milliseconds)(_|$)`)
 	values := map[string]float64{}
 	for _, f := range fams {
@@ -95,6 +97,9 @@ func Test_agent_metrics_follow_prometheus_conventions(t *testing.T) {
 		"keel_instance_sojourn_seconds{le=2e-06}":                          0,
 		"keel_instance_sojourn_seconds{le=5e-06}":                          8,
 		"keel_instance_sojourn_seconds{le=0.0002}":                         10,
+		"keel_agent_attach_delay_seconds_count":                            1,
+		"keel_agent_attach_delay_seconds{le=0.001}":                        0,
+		"keel_agent_attach_delay_seconds{le=0.002}":                        1,
 	} {
 		if got, ok := values[k]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, want)
