@@ -72,7 +72,10 @@ for it (Watch), and makes them run:
   - coopsched Attach / Detach / SetBatch as the gateway's instance says.
 
 Level-triggered: each pass reads what runs (container labels, coopsched Status,
-OVS ports, pktbuf directories), so a restarted agent re-adopts everything. A dead
+OVS ports, pktbuf directories), so a restarted agent re-adopts everything. One
+exception for speed: when the gateway attaches a pooled instance (a scale-out,
+a flow already on its way to it), the agent attaches it at once against the
+last pass's view, and the next pass checks it (keel_agent_attach_delay_seconds). A dead
 NF container or a FAILED / CUT_OFF sgroup is reported failed with the reason and
 the instance rebuilt in place (same id, VLAN, core; NF state from Redis) after a
 backoff of 1 s doubling to 60 s. A removed instance loses its sgroup,
