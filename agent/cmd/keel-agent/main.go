@@ -199,6 +199,7 @@ func run() int {
 		regTimeout  = fs.Duration("register-timeout", 30*time.Second, "an instance whose NFs have not formed their sgroup after this is failed and rebuilt")
 		waitIface   = fs.Duration("wait-iface", 30*time.Second, "how long position 0 waits for vf0 to appear (keel-nf --wait-iface)")
 		resync      = fs.Duration("resync", 5*time.Second, "a full reconcile pass at least this often (events trigger passes in between)")
+		onEvent     = fs.Bool("attach-on-event", true, "attach a pooled instance the gateway attached (a scale-out) as soon as its event arrives, against the last pass's view; false: wait for the pass the event triggers (for comparison, bench/scale_out.py)")
 	)
 	var redisLogin redisauth.Flags
 	redisLogin.Register(fs, "keel-agent")
@@ -385,7 +386,7 @@ func run() int {
 			WaitIfaceMs: int(waitIface.Milliseconds()), StatsDir: statsDir},
 		Address: addr, Cores: cores, Heartbeat: *heartbeat, StatsInterval: *statsEvery, SojournWindow: *sojournWin, Resync: *resync,
 		RegisterTimeout: *regTimeout, ReadyResetAfter: time.Minute, MaxParallel: 2,
-		ProcRoot: *procRoot, PodCores: podCores,
+		ProcRoot: *procRoot, PodCores: podCores, AttachOnEvent: *onEvent,
 	}
 	a := agent.New(cfg, agent.Deps{Runtime: rt, VF: provider, Coopsched: pb.NewCoopschedClient(cs),
 		Control: pb.NewControlClient(gw), Redis: rdb, Log: log})

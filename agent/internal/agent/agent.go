@@ -40,6 +40,9 @@ type Config struct {
 	// (--runtime kubernetes with whole cores per instance); the agent attaches the instance
 	// on one of them (podCore).
 	PodCores bool
+	// AttachOnEvent: attachNow attaches a scale-out's pooled instance on the gateway's event
+	// (else the pass the event triggers does).
+	AttachOnEvent bool
 }
 
 // Deps are the agent's connections.
@@ -281,7 +284,7 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 	in := a.instances[id]
 	act, seen := a.lastActual[id]
 	mark, done := a.attachedNow[id]
-	if a.cfg.PodCores || !a.synced || in == nil || !seen || coreOf(in) < 0 || (done && mark.core == coreOf(in)) ||
+	if !a.cfg.AttachOnEvent || a.cfg.PodCores || !a.synced || in == nil || !seen || coreOf(in) < 0 || (done && mark.core == coreOf(in)) ||
 		a.busy[id] || a.fails[id] != nil {
 		a.mu.Unlock()
 		return

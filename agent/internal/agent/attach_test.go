@@ -50,7 +50,7 @@ func (c *coopschedAttach) taken() []string {
 // core 1 (a scale-out). It returns the agent, the id and coopsched.
 func pooledInstance(t *testing.T) (*Agent, string, *coopschedAttach) {
 	t.Helper()
-	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{Worker: "w1"}}, nil)
+	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{Worker: "w1"}, AttachOnEvent: true}, nil)
 	cs := &coopschedAttach{}
 	a.Coopsched = cs
 	a.synced = true
@@ -133,7 +133,8 @@ func Test_attachNow_leaves_everything_but_a_plain_attach_to_the_pass(t *testing.
 			act.Group, act.GroupCore = reconcile.GroupAttached, 0
 			a.lastActual[id] = act
 		},
-		"its chain unknown": func(a *Agent, id string) { delete(a.chains, "chain3") },
+		"its chain unknown":       func(a *Agent, id string) { delete(a.chains, "chain3") },
+		"--attach-on-event=false": func(a *Agent, id string) { a.cfg.AttachOnEvent = false },
 		"under Kubernetes with Pod cores (the pass finds the core)": func(a *Agent, id string) {
 			a.cfg.PodCores = true
 		},

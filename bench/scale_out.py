@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A scale-out's first packet: the agent attaching on the gateway's event, against waiting for
+its next reconcile pass, side by side on the local stack.
+
+Brings the local stack up (deploy/local/up.sh; taken down again at the end only if this script
+started it) and deploys chain3 of stack.yml (ACL on the switch -> NAT in a container). Each
+round waits until chain3 has no attached instance (the controller detaches an instance about a
+second after its last flow ended), then opens one new chain3 flow with keel-trafgen: the
+gateway attaches a pooled instance for it, and the flow's first packet waits for that attach.
+Per round: the first packet's latency (keel-trafgen, source to sink) and the agent's
+keel_agent_attach_delay_seconds (from the gateway's Watch event to coopsched running the
+instance), and who attached it (via: event, or pass).
+
+Modes, in alternating blocks of --rounds rounds: "event" (keel-agent as make up starts it) and
+"pass" (keel-agent restarted with --attach-on-event=false: the attach waits for the reconcile
+pass the event triggers, which first reads Docker, the VFs and coopsched). keel-agent is
+restarted as make up started it at the end.
+
+    python bench/scale_out.py --out bench/results/scale_out.json [--rounds 6 --blocks 2]
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import promtext
+from flow_setup import FAAS_CLI, GATEWAY, ROOT, RUN, deploy_chain3, faas, sh
+
+AGENT_METRICS = "http://127.0.0.1:9101/metrics"
+DELAY = "keel_agent_attach_delay_seconds"
+TRAFGEN = ROOT / "build" / "bin" / "keel-trafgen"
+SCENARIO = ROOT / "bench" / "scenarios" / "e2e.json"
+
+
+def attached(chain: str) -> int:
+    m = promtext.scrape(AGENT_METRICS)
+    return sum(int(v) for k, v in m.items()
+               if k.startswith("keel_agent_instance_attached{") and f'chain="{chain}"' in k)
+
+
+def delays() -> dict[str, tuple[float, float]]:
+    """{via: (count, sum in s)} of the agent's attach delay histogram."""
+    m = promtext.scrape(AGENT_METRICS)
+    out = {}
+    for via in ("event", "pass"):
+        out[via] = (m.get(f'{DELAY}_count{{via="{via}"}}', 0.0), m.get(f'{DELAY}_sum{{via="{via}"}}', 0.0))
+    return out
+
+
+def wait_until(what: str, timeout: float, fn) -> None:
+    deadline = time.time() + timeout
+    while not fn():
+        if time.time() > deadline:
+            sys.exit(f"scale_out: {what} within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def one_flow_scenario(path: Path) -> None:
+    """chain3 of the demo's scenario, one flow of a few packets."""
+    chains = json.loads(SCENARIO.read_text())["chains"]
+    c = dict(next(c for c in chains if c["name"] == "chain3"))
+    c["flow_lifetime_s"] = 0.3
+    c["phases"] = [{"name": "one flow", "seconds": 0.5, "mbps": 0.05, "new_flows_per_s": 2}]
+    path.write_text(json.dumps({"chains": [c]}))
+
+
+def agent_restart(extra: list[str]) -> None:
+    """Restarts keel-agent with make up's arguments plus extra (its instances run on)."""
+    pid_file = RUN / "keel-agent.pid"
+    pid = int(pid_file.read_text())
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    argv = [a.decode() for a in argv if a.decode() != "--attach-on-event=false"]
+    cpus = os.sched_getaffinity(pid)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 30
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
+        if time.time() > deadline:
+            sys.exit(f"scale_out: keel-agent (pid {pid}) did not stop within 30 s")
+        time.sleep(0.1)
+    with open(RUN / "keel-agent.log", "ab") as log:
+        p = subprocess.Popen(argv + extra, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                             start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+    pid_file.write_text(f"{p.pid}\n")
+
+    def ready() -> bool:
+        try:
+            return promtext.scrape(AGENT_METRICS).get("keel_agent_gateway_synced", 0) == 1
+        except OSError:
+            return False
+    wait_until("keel-agent did not follow the gateway again", 60, ready)
+
+
+def round_(scenario: Path, out: Path) -> dict:
+    wait_until("chain3 still had an attached instance", 60, lambda: attached("chain3") == 0)
+    time.sleep(0.5)  # the pass after the detach
+    before = delays()
+    gen = subprocess.run([str(TRAFGEN), "--scenario", str(scenario), "--out", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    if gen.returncode != 0:
+        sys.exit(f"scale_out: keel-trafgen failed: {gen.stderr[-400:]}")
+    r = json.loads(out.read_text())["chains"][0]
+    wait_until("no attach was measured", 10, lambda: delays() != before)
+    after = delays()
+    via = next(v for v in after if after[v][0] > before[v][0])
+    n = after[via][0] - before[via][0]
+    worst = r.get("setup_worst") or []
+    return {"via": via, "first_packet_ms": worst[0]["ms"] if worst else None, "flows": r.get("flows"),
+            "attach_delay_ms": round((after[via][1] - before[via][1]) / n * 1e3, 3), "attaches": int(n),
+            "lost": r.get("lost", 0)}
+
+
+def summary(rows: list[dict]) -> dict:
+    first = [r["first_packet_ms"] for r in rows if r["first_packet_ms"] is not None]
+    att = [r["attach_delay_ms"] for r in rows]
+    return {"rounds": len(rows), "first_packet_ms_p50": round(statistics.median(first), 3),
+            "first_packet_ms_max": round(max(first), 3), "attach_delay_ms_p50": round(statistics.median(att), 3),
+            "attach_delay_ms_max": round(max(att), 3)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale_out.json"))
+    p.add_argument("--rounds", type=int, default=6, help="rounds per block")
+    p.add_argument("--blocks", type=int, default=2, help="blocks per mode, alternating event, pass, ...")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("scale_out: needs root (make up, network namespaces)")
+    was_up = (RUN / "keel-agent.pid").exists() and (RUN / "keel-gateway.pid").exists()
+    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900)
+    rows = []
+    try:
+        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+        env = {**os.environ, "HOME": str(RUN / "faas-home")}
+        subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
+                       capture_output=True, text=True, env=env, timeout=30, check=True)
+        deploy_chain3(fresh=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            scenario, out = Path(tmp) / "one-flow.json", Path(tmp) / "result.json"
+            one_flow_scenario(scenario)
+            for block in range(2 * a.blocks):
+                mode = ("event", "pass")[block % 2]
+                agent_restart([] if mode == "event" else ["--attach-on-event=false"])
+                for _ in range(a.rounds):
+                    r = {"mode": mode, **round_(scenario, out)}
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+                    rows.append(r)
+        agent_restart([])
+        ev = summary([r for r in rows if r["mode"] == "event"])
+        ps = summary([r for r in rows if r["mode"] == "pass"])
+        result = {"event": ev, "pass": ps,
+                  "first_packet_p50_ratio": round(ev["first_packet_ms_p50"] / ps["first_packet_ms_p50"], 3),
+                  "attach_delay_p50_ratio": round(ev["attach_delay_ms_p50"] / ps["attach_delay_ms_p50"], 3),
+                  "rows": rows, "chain": "chain3: ACL@switch -> NAT@server, one new flow per round onto a "
+                  "pooled instance", "method": "first_packet_ms: keel-trafgen source to sink; attach_delay_ms: "
+                  "keel_agent_attach_delay_seconds (the gateway's Watch event to coopsched running the instance)"}
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
+        faas("remove", "chain3")
+    finally:
+        if not was_up:
+            subprocess.run([str(ROOT / "deploy" / "local" / "down.sh")], capture_output=True, timeout=300)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
