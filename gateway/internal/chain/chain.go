@@ -137,6 +137,12 @@ type Chain struct {
 	// MemoryBytes and CPUs limit each NF container (from the function's limits; 0 = none).
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	CPUs        float64 `json:"cpus,omitempty"`
+	// ReinjectVLAN is the chain's reinject VLAN (keel.v1.Chain.reinject_vlan): keel-ingress
+	// tags a switch-only flow's first packets with it, and keel-torctl's chain reinject rule
+	// runs them through the chain's switch NFs. From the instance VLANs' range, for the
+	// chain's life (kept by a redeploy, released by faas-cli remove); 0 for a chain stored
+	// before there were any.
+	ReinjectVLAN uint32 `json:"reinject_vlan,omitempty"`
 }
 
 // Summary is a one-line description: NFs with their targets.

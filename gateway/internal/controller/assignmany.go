@@ -79,7 +79,7 @@ func (s *Controller) AssignMany(ctx context.Context, reqs []FlowRequest) []FlowR
 			out[i].Resp, out[i].Err = s.assignLocked(ctx, e, key, r.Ingress)
 			continue
 		}
-		if resp, err := s.assignedBefore(ctx, e.name(), key); resp != nil || err != nil {
+		if resp, err := s.assignedBefore(ctx, e, key); resp != nil || err != nil {
 			out[i] = FlowResult{resp, err}
 			continue
 		}

@@ -110,8 +110,12 @@ func Test_AssignMany_answers_each_flow_of_a_mixed_batch(t *testing.T) {
 			t.Fatalf("flow %d: %v", i, r.Err)
 		}
 	}
-	if !res[0].Resp.SwitchOnly || !res[0].Resp.Assigned {
-		t.Fatalf("chain1's flow: %v, want switch-only", res[0].Resp)
+	if !res[0].Resp.SwitchOnly || !res[0].Resp.Assigned || res[0].Resp.ReinjectVlan != 4006 {
+		t.Fatalf("chain1's flow: %v, want switch-only with chain1's reinject VLAN", res[0].Resp)
+	}
+	// Asked again (a lost answer), the same answer, VLAN included.
+	if again := srv.AssignMany(ctx, reqs[:1]); again[0].Err != nil || !again[0].Resp.SwitchOnly || again[0].Resp.ReinjectVlan != 4006 {
+		t.Fatalf("chain1's flow asked again: %v, %v", again[0].Resp, again[0].Err)
 	}
 	if res[1].Resp.Assigned || res[1].Resp.Reason == "" {
 		t.Fatalf("a flow of no chain: %v, want not assigned with a reason", res[1].Resp)

@@ -173,7 +173,7 @@ func (s *Controller) Assign(ctx context.Context, flow pcapfilter.Flow, hint, ing
 // assignLocked is Assign for the flow key of chain e, asked by ingress, with s.mu held.
 func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key, ingress string) (*pb.AssignFlowResponse, error) {
 	c := e.fn.Chain
-	if resp, err := s.assignedBefore(ctx, c.Name, key); resp != nil || err != nil {
+	if resp, err := s.assignedBefore(ctx, e, key); resp != nil || err != nil {
 		return resp, err
 	}
 	rec := &store.Flow{Key: key, Chain: c.Name, Since: time.Now().UTC(), Ingress: ingress}
@@ -181,7 +181,7 @@ func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key, ing
 		if err := s.Store.PutFlow(ctx, rec); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
-		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true}, nil
+		return &pb.AssignFlowResponse{Assigned: true, Chain: c.Name, SwitchOnly: true, ReinjectVlan: c.ReinjectVLAN}, nil
 	}
 	// An instance the provider changed since state() read it (drained or removed by a
 	// redeploy, removed by a scale) refuses the write: decide again on what is there now.
@@ -202,7 +202,8 @@ func (s *Controller) assignLocked(ctx context.Context, e *indexedChain, key, ing
 
 // assignedBefore is the answer for a flow of chain that is assigned already (the ingress asks
 // again after a lost answer), or nil if it is not (or its instance is gone).
-func (s *Controller) assignedBefore(ctx context.Context, chain, key string) (*pb.AssignFlowResponse, error) {
+func (s *Controller) assignedBefore(ctx context.Context, e *indexedChain, key string) (*pb.AssignFlowResponse, error) {
+	chain := e.name()
 	prev, err := s.Store.Flow(ctx, key)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
@@ -211,7 +212,7 @@ func (s *Controller) assignedBefore(ctx context.Context, chain, key string) (*pb
 		return nil, nil
 	}
 	if prev.Instance == "" {
-		return &pb.AssignFlowResponse{Assigned: true, Chain: chain, SwitchOnly: true}, nil
+		return &pb.AssignFlowResponse{Assigned: true, Chain: chain, SwitchOnly: true, ReinjectVlan: e.fn.Chain.ReinjectVLAN}, nil
 	}
 	in, err := s.Store.Instance(ctx, chain, prev.Instance)
 	if err != nil {

@@ -74,6 +74,7 @@ func flowRack(tb testing.TB, unix bool) (*Server, *store.Store, *testredis.Count
 		replicas := uint64(2)
 		if len(onServer) == 0 {
 			replicas = 0
+			c.ReinjectVLAN = 4000 + uint32(len(name)) // the deploy's allocation, as the provider makes it
 		}
 		put(&chain.Function{Kind: chain.KindChain, Chain: c, Replicas: replicas, Deployment: types.FunctionDeployment{
 			Service: name, Image: chain.LibraryImage, Namespace: "openfaas-fn",
@@ -242,8 +243,8 @@ func Test_AssignFlow_and_ReleaseFlow_make_one_Redis_round_trip_each(t *testing.T
 	}
 	got := trips(n, func() {
 		if a, err := srv.AssignFlow(ctx, &pb.AssignFlowRequest{Flow: &pb.FiveTuple{SrcIp: "198.18.0.1", DstIp: "198.18.1.1",
-			SrcPort: 1024, DstPort: 80, Proto: 6}}); err != nil || !a.SwitchOnly {
-			t.Fatalf("a flow of chain1: %v, %v, want it switch-only", a, err)
+			SrcPort: 1024, DstPort: 80, Proto: 6}}); err != nil || !a.SwitchOnly || a.ReinjectVlan != 4006 {
+			t.Fatalf("a flow of chain1: %v, %v, want it switch-only with chain1's reinject VLAN 4006", a, err)
 		}
 	})
 	if got > 1 {

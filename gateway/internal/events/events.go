@@ -58,7 +58,7 @@ func (h *Hub) Publish(ev *pb.WatchEvent) {
 // ChainProto converts a stored chain to its wire form.
 func ChainProto(c *chain.Chain) *pb.Chain {
 	pc := &pb.Chain{Name: c.Name, Filter: c.Filter, Spec: c.Spec, Slo: c.SLOText, Nfs: c.NFs,
-		MemoryBytes: c.MemoryBytes, Cpus: c.CPUs, Tenant: c.Tenant, Secrets: c.Secrets}
+		MemoryBytes: c.MemoryBytes, Cpus: c.CPUs, Tenant: c.Tenant, Secrets: c.Secrets, ReinjectVlan: c.ReinjectVLAN}
 	for _, m := range c.Members {
 		pc.Members = append(pc.Members, &pb.ChainMember{Name: m.Name, Nf: m.NF, Image: m.Image, ConfigJson: m.Config})
 	}

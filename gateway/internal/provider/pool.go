@@ -77,7 +77,25 @@ func (p *Provider) deployChain(ctx context.Context, f *chain.Function, old *chai
 			}
 		}
 	}
+	// The chain's reinject VLAN: kept from the version it replaces, else a new one, given
+	// back if the deploy fails from here on.
+	if old != nil && old.Chain != nil {
+		c.ReinjectVLAN = old.Chain.ReinjectVLAN
+	}
+	fresh := uint32(0)
+	if c.ReinjectVLAN == 0 {
+		v, err := p.Store.AllocVLAN(ctx)
+		if err != nil {
+			return fmt.Errorf("deploy %s: reinject VLAN: %w", c.Name, err)
+		}
+		c.ReinjectVLAN, fresh = v, v
+	}
 	if err := p.Store.Put(ctx, f); err != nil {
+		if fresh != 0 {
+			if ferr := p.Store.FreeVLAN(context.WithoutCancel(ctx), fresh); ferr != nil {
+				log.Printf("deploy %s failed and its reinject VLAN %d stays taken: %v", c.Name, fresh, ferr)
+			}
+		}
 		return err
 	}
 	for _, o := range othersF {

@@ -244,7 +244,11 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 			}
 		}
 	}
-	if err := p.Store.Delete(ctx, name); err != nil {
+	var vlans []uint32
+	if f.Kind == chain.KindChain && f.Chain != nil && f.Chain.ReinjectVLAN != 0 {
+		vlans = append(vlans, f.Chain.ReinjectVLAN)
+	}
+	if err := p.Store.Delete(ctx, name, vlans...); err != nil {
 		return err
 	}
 	if f.Kind == chain.KindChain {

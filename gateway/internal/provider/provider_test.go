@@ -337,3 +337,80 @@ func Test_names_drop_the_served_namespace(t *testing.T) {
 		t.Fatalf("logs of ghost.fns: %v", err)
 	}
 }
+
+func Test_a_chain_keeps_one_reinject_VLAN_for_its_life(t *testing.T) {
+	p := newProvider(t, 1)
+	ctx := context.Background()
+	inUse := func() []uint32 {
+		t.Helper()
+		v, err := p.Store.VLANsInUse(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	reinject := func() uint32 {
+		t.Helper()
+		f, err := store.Get[chain.Function](ctx, p.Store, "chain3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Chain.ReinjectVLAN
+	}
+	if err := p.Deploy(ctx, chainDeployment("chain3", "ACL -> NAT", "keel/chain:latest"), false); err != nil {
+		t.Fatal(err)
+	}
+	v := reinject()
+	if v < 100 || v > 4092 {
+		t.Fatalf("reinject VLAN %d, want one of the instance VLANs' range 100..4092", v)
+	}
+	taken := map[uint32]bool{v: true}
+	for id, in := range instances(t, p, "chain3") {
+		if taken[in.VLAN] {
+			t.Fatalf("instance %s has VLAN %d, taken already", id, in.VLAN)
+		}
+		taken[in.VLAN] = true
+	}
+	if got := inUse(); len(got) != len(taken) {
+		t.Fatalf("VLANs in use %v, want the chain's %d and its instances'", got, v)
+	}
+
+	// A redeploy keeps it, and the agents and the ToR hear it with the chain.
+	events, cancel := p.Hub.Subscribe()
+	defer cancel()
+	if err := p.Deploy(ctx, chainDeployment("chain3", "ACL -> NAT -> Monitor", "keel/chain:latest"), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := reinject(); got != v {
+		t.Fatalf("redeploy: reinject VLAN %d, was %d", got, v)
+	}
+	heard := false
+	for len(events) > 0 {
+		if ev := <-events; ev.Kind == pb.WatchEvent_CHAIN_ADDED {
+			heard = true
+			if ev.Chain.ReinjectVlan != v {
+				t.Fatalf("CHAIN_ADDED carries reinject VLAN %d, want %d", ev.Chain.ReinjectVlan, v)
+			}
+		}
+	}
+	if !heard {
+		t.Fatal("no CHAIN_ADDED for the redeploy")
+	}
+
+	// A refused deploy takes none.
+	before := inUse()
+	if err := p.Deploy(ctx, chainDeployment("other", "ACL", "keel/hello:latest"), false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("deploy with a normal function's image: %v", err)
+	}
+	if got := inUse(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("a refused deploy changed the VLANs in use: %v, was %v", got, before)
+	}
+
+	// faas-cli remove gives back every VLAN of the chain, its own included.
+	if err := p.Delete(ctx, "chain3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := inUse(); len(got) != 0 {
+		t.Fatalf("VLANs still in use after the chain's removal: %v", got)
+	}
+}

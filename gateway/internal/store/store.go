@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sort"
 	"strings"
 	"sync"
@@ -216,8 +217,9 @@ func (s *Store) DeleteOrphanState(ctx context.Context) (int, error) {
 	return len(orphans), nil
 }
 
-// Delete removes a function with its instances and flows and releases their VLANs.
-func (s *Store) Delete(ctx context.Context, name string) error {
+// Delete removes a function with its instances and flows and releases their VLANs, and the
+// function's own VLANs given (a chain's reinject VLAN).
+func (s *Store) Delete(ctx context.Context, name string, vlans ...uint32) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	insts, err := s.instances(ctx, true, name)
@@ -236,6 +238,9 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 		}
 		for _, f := range flows {
 			p.HDel(ctx, keyFlows, f.Key)
+		}
+		for _, v := range vlans {
+			p.SRem(ctx, keyVLANs, v)
 		}
 		p.Del(ctx, keyInstances+name, keyStatus+name, keyFunction+name)
 		p.HDel(ctx, keyCalls, name)
@@ -270,6 +275,32 @@ func (s *Store) AllocVLAN(ctx context.Context) (uint32, error) {
 		}
 	}
 	return 0, errors.New("allocate VLAN: all VLAN ids are in use")
+}
+
+// VLANsInUse returns the VLAN ids taken (instances' and chains' reinject VLANs), sorted.
+func (s *Store) VLANsInUse(ctx context.Context) ([]uint32, error) {
+	members, err := s.rdb.SMembers(ctx, keyVLANs).Result()
+	if err != nil {
+		return nil, fmt.Errorf("VLANs in use: %w", err)
+	}
+	out := make([]uint32, 0, len(members))
+	for _, m := range members {
+		v, err := strconv.ParseUint(m, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("VLANs in use: %q: %w", m, err)
+		}
+		out = append(out, uint32(v))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// FreeVLAN releases a VLAN id AllocVLAN gave (one no record holds: a deploy that failed).
+func (s *Store) FreeVLAN(ctx context.Context, v uint32) error {
+	if err := s.rdb.SRem(ctx, keyVLANs, v).Err(); err != nil {
+		return fmt.Errorf("release VLAN %d: %w", v, err)
+	}
+	return nil
 }
 
 // PutWorker records a worker.
