@@ -38,6 +38,10 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
 CHAINS = {"a-udp": "udp dst portrange 5000-6999", "b-tcp": "tcp"}
 REFUSE, SLOW, TOR_FAILS, LATE_ONCE = 6001, 6002, 6003, 6004  # dst ports the fakes answer badly
 SWITCH_ONLY = 6005  # a dst port the gateway fake assigns to a chain that runs on the switch only
+# dst ports of switch-only chains with a reinject VLAN: REINJECT's the fake torctl confirms
+# (as its stage-1 answer says), UNCONFIRMED's it does not (a chain it has not heard of yet)
+REINJECT, UNCONFIRMED = 6006, 6007
+REINJECT_VLAN = {REINJECT: 205, UNCONFIRMED: 206}
 INSTANCE_VLAN = 100  # the VLAN of the fake gateway's instances
 ASSIGN_TIMEOUT_MS = 300
 STAGE1_DELAY_S = 0.01
@@ -137,6 +141,9 @@ class FakeGateway(cgrpc.ControlServicer):
             return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
         if request.flow.dst_port in (SWITCH_ONLY, TOR_FAILS):
             return cpb.AssignFlowResponse(assigned=True, chain=request.chain, switch_only=True)
+        if request.flow.dst_port in REINJECT_VLAN:
+            return cpb.AssignFlowResponse(assigned=True, chain=f"{request.chain}-{request.flow.dst_port}",
+                                          switch_only=True, reinject_vlan=REINJECT_VLAN[request.flow.dst_port])
         inst = cpb.ChainInstance(id=f"{request.chain}/0", chain=request.chain, worker="w1", vlan=INSTANCE_VLAN)
         return cpb.AssignFlowResponse(assigned=True, chain=request.chain, instance=inst)
 
@@ -201,7 +208,8 @@ class FakeTorctl(tgrpc.TorControlServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "switch not connected")
         await asyncio.sleep(STAGE1_DELAY_S)
         self.stage1_ack[key] = time.time()
-        return tpb.InstallFlowResponse(cookie=1)
+        confirmed = REINJECT_VLAN[REINJECT] if flow.dst_port == REINJECT else 0
+        return tpb.InstallFlowResponse(cookie=1, chain_reinject_vlan=confirmed)
 
 
 class RequireToken(grpc.aio.ServerInterceptor):
@@ -542,6 +550,41 @@ def test_a_switch_only_chains_packets_come_back_untagged_after_their_stage1_rule
         assert min(ts for _, ts in pkts) >= tor.stage1_ack[key], key
         assert tor.stage2_asked[key] >= max(ts for _, ts in pkts), key
     assert wire.wait_for(lambda: ing.metrics()["keel_ingress_install_latency_seconds_count"] == n_flows, timeout=3)
+
+
+def test_a_switch_only_chains_reinject_vlan_replaces_stage1_once_torctl_confirms_it(rig):
+    """The chain's first flow takes a stage-1 rule; torctl's answer says the chain's reinject
+    rule is on the switch, so the chain's later flows go back at once, tagged with the chain's
+    reinject VLAN, without the in-band mark and without a stage-1 call, their packets in
+    order. A chain whose VLAN torctl does not confirm keeps stage 1."""
+    start, wire, gw, tor, _ = rig
+    ing = start()
+    first = [frame(14000, REINJECT, s) for s in range(3)]
+    wire.send(first)
+    assert wire.wait_for(lambda: len(wire.got) >= 3 and len(tor.stage2_asked) == 1, timeout=5), len(wire.got)
+    assert {vlan_of(fr) for fr, _ in wire.take()} == {0} and (14000, REINJECT) in tor.stage1_ack
+    n_flows, per_flow = 20, 3
+    sent = [frame(14001 + f, REINJECT, s) for f in range(n_flows) for s in range(per_flow)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=10), len(wire.got)
+    assert wire.wait_for(lambda: len(tor.stage2_asked) == 1 + n_flows, timeout=5), len(tor.stage2_asked)
+    got = wire.take()
+    assert {vlan_of(fr) for fr, _ in got} == {REINJECT_VLAN[REINJECT]}
+    for fr, _ in got:
+        if vlan_of(fr):  # tagged: the frame as it came under the one tag, no mark inside
+            assert fr[16:18] == b"\x08\x00", fr[12:20].hex()
+    assert wire.markers == []
+    for key, pkts in by_flow(got).items():
+        assert [s for s, _ in pkts] == list(range(per_flow)), key
+        assert key not in tor.stage1_ack, f"{key}: a stage-1 call although the chain's VLAN is confirmed"
+    assert ing.metrics()["keel_ingress_chain_reinjects_total"] == n_flows
+    # Unconfirmed: every flow keeps its stage-1 rule and comes back untagged.
+    sent = [frame(14100 + f, UNCONFIRMED, 0) for f in range(3)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=5), len(wire.got)
+    assert {vlan_of(fr) for fr, _ in wire.take()} == {0}
+    assert all((14100 + f, UNCONFIRMED) in tor.stage1_ack for f in range(3))
+    assert ing.metrics()["keel_ingress_chain_reinjects_total"] == n_flows
 
 
 def cpu_seconds(pid: int) -> float:

@@ -21,6 +21,13 @@ namespace keel::ingress {
 
 class FilterSet;
 
+/* Or'ed into a decision's VLAN: the chain's reinject VLAN of a switch-only flow.
+ * Its packets are tagged without the in-band mark (they go to no instance's
+ * position 0, and the chain's switch NFs must see them as they came) and get no
+ * handover marker. */
+constexpr uint16_t kChainReinject = 0x8000;
+constexpr uint16_t kVlanIdMask = 0x0FFF;
+
 struct Msg {
   enum class Kind : uint32_t {
     /* lcore -> control */
@@ -48,7 +55,8 @@ struct Msg {
   uint64_t req_id = 0;
   /* kDecision: the instance VLAN the flow's packets are tagged with when the
    * ingress sends them back (its instance's reinject rule on the ToR steers
-   * them); 0 for a switch-only chain (its stage-1 rule does). */
+   * them); for a switch-only chain its reinject VLAN | kChainReinject (the
+   * chain's reinject rule steers them), or 0 (its stage-1 rule does). */
   uint16_t vlan = 0;
   uint64_t since_ns = 0;  /* kReleased: the flow's first packet (CLOCK_MONOTONIC); kMoveResult: the pause */
   uint32_t move = 0;      /* the control thread's number of a FlowMove */

@@ -342,6 +342,7 @@ void Control::OnAssigned(const PendingFlow& f, const v1::AssignFlowResponse& res
     a.set_worker(resp.instance().worker());
   }
   const uint32_t vlan = a.vlan();
+  const std::string chain = a.chain();  /* a is moved from below */
   {
     std::lock_guard<std::mutex> lk(mu_);
     setups_[req] = std::move(setup);
@@ -353,8 +354,26 @@ void Control::OnAssigned(const PendingFlow& f, const v1::AssignFlowResponse& res
      * No switch round trip stands between the assignment and the release. */
     return Decide(key, req, DropReason::kCount, static_cast<uint16_t>(vlan));
   }
-  /* A switch-only chain has no instance VLAN to steer by: its held packets
-   * wait for a stage-1 rule that matches them coming back from the ingress. */
+  /* A switch-only chain with a reinject VLAN: once torctl has answered a stage 1
+   * of one of the chain's flows saying the chain's reinject rule with that VLAN
+   * is on the switch (it goes in with the chain's program, behind the same
+   * barrier), its packets go back tagged with that VLAN and that rule steers
+   * them: no per-flow stage-1 rule, no torctl call before the release. */
+  const uint32_t reinject = resp.switch_only() ? resp.reinject_vlan() : 0;
+  const bool reinject_ok = reinject > 0 && reinject < inband::kMarkVid;
+  if (reinject_ok) {
+    bool ready;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ready = reinject_ready_.count({chain, reinject}) > 0;
+    }
+    if (ready) {
+      counters_->chain_reinjects.Add(1);
+      return Decide(key, req, DropReason::kCount, static_cast<uint16_t>(reinject | kChainReinject));
+    }
+  }
+  /* Else its held packets wait for a stage-1 rule that matches them coming back
+   * from the ingress. */
   v1::InstallFlowRequest install;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -365,8 +384,17 @@ void Control::OnAssigned(const PendingFlow& f, const v1::AssignFlowResponse& res
   Issue<v1::InstallFlowResponse>(
       cfg_.install_timeout_ms,
       [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncInstallFlow(ctx, install, cq); },
-      [this, key, req](const grpc::Status& st, const v1::InstallFlowResponse&) {
-        if (st.ok()) return Decide(key, req, DropReason::kCount);
+      [this, key, req, chain, reinject = reinject_ok ? reinject : 0](const grpc::Status& st,
+                                                                     const v1::InstallFlowResponse& r) {
+        if (st.ok()) {
+          /* torctl says the chain's reinject rule with that VLAN is on the switch (it
+           * may not know the VLAN yet: a chain deployed a moment ago). */
+          if (reinject != 0 && r.chain_reinject_vlan() == reinject) {
+            std::lock_guard<std::mutex> lk(mu_);
+            reinject_ready_.insert({chain, reinject});
+          }
+          return Decide(key, req, DropReason::kCount);
+        }
         Decide(key, req, Failure(st, DropReason::kInstallFailed));
         {
           std::lock_guard<std::mutex> lk(mu_);

@@ -184,6 +184,10 @@ class Control {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::set<Call*> live_;                /* calls in flight, cancelled by Stop */
+  /* Switch-only chains' reinject VLANs known to be on the ToR: an install of
+   * one of the chain's flows succeeded with that VLAN given (the chain's
+   * reinject rule goes in with its program). */
+  std::set<std::pair<std::string, uint32_t>> reinject_ready_;
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
   std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
   int stage2_in_flight_ = 0;            /* InstallFlows calls out */

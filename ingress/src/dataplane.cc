@@ -315,8 +315,11 @@ void DataPlane::HandlePacket(rte_mbuf* m, uint64_t now) {
 
 void DataPlane::SendTagged(rte_mbuf* m, uint16_t vlan) {
   if (vlan == 0) return Send(m);
-  if (vlan != kNormalPathVlan && !InsertMark(m)) return Drop(m, DropReason::kNoHeadroom);
-  m->vlan_tci = vlan;
+  /* The mark is for an instance's position 0: the normal path and a switch-only
+   * chain's packets (its reinject VLAN) meet only the ToR's rules. */
+  const bool mark = vlan != kNormalPathVlan && !(vlan & kChainReinject);
+  if (mark && !InsertMark(m)) return Drop(m, DropReason::kNoHeadroom);
+  m->vlan_tci = vlan & kVlanIdMask;
   if (rte_vlan_insert(&m) != 0) return Drop(m, DropReason::kNoHeadroom);
   Send(m);
 }

@@ -56,6 +56,7 @@ Snapshot TakeSnapshot(const IngressCounters& c) {
       {"packets_normal_path", c.packets_normal_path.Get()},
       {"stage2_installed", c.stage2_installed.Get()},
       {"stage2_failed", c.stage2_failed.Get()},
+      {"chain_reinjects", c.chain_reinjects.Get()},
       {"flows_released", c.flows_released.Get()},
       {"assign_calls", c.assign_calls.Get()},
       {"assign_retries", c.assign_retries.Get()},

@@ -64,6 +64,7 @@ struct IngressCounters {
   LatencyHistogram install_latency;  /* first packet -> the flow's own rule acknowledged by the switch */
   Counter stage2_installed;
   Counter stage2_failed;
+  Counter chain_reinjects;      /* switch-only flows released by their chain's reinject VLAN (no stage 1) */
   Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
   Counter assign_calls;         /* AssignFlows calls made (new flows / calls: the batch size) */
   Counter assign_retries;       /* flows sent again after a timeout or an unavailable gateway */

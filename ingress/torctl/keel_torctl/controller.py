@@ -21,16 +21,17 @@ from typing import Any, Callable, Mapping
 from . import ofp
 from .metrics import Metrics
 from .nfs import ChainError, Program, SwitchNf, compile_program
-from .rules import (KIND_BASE, MissingPort, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK, KIND_PROGRAM,
-                    KIND_REINJECT, KIND_RETURN, PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK,
-                    FiveTuple, Rule, base_rules, chain_tag, cookie, cookie_detail, cookie_kind,
+from .rules import (KIND_BASE, MissingPort, KIND_CHAIN_REINJECT, KIND_FLOW, KIND_INSTANCE_REINJECT, KIND_MASK,
+                    KIND_PROGRAM, KIND_REINJECT, KIND_RETURN, PRIO_FLOW, PRIO_REINJECT, STEER_TABLE, TAG_MASK,
+                    FiveTuple, Rule, base_rules, chain_reinject_rule, chain_tag, cookie, cookie_detail, cookie_kind,
                     cookie_tag, flow_rule, instance_inband_rule, instance_move_return_rule, instance_reinject_rule,
                     return_rule)
 from .switch import Switch
 
 LOG = logging.getLogger("keel_torctl.controller")
 _FLOW_KINDS_VALUE, _FLOW_KINDS_MASK = cookie(KIND_FLOW), 0xE << 60  # kinds 4 and 5
-_PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT)  # follow chains and instances
+# follow chains and instances
+_PROGRAM_KINDS = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT, KIND_CHAIN_REINJECT)
 
 
 def worker_port_id(worker: str) -> str:
@@ -101,6 +102,7 @@ class Controller:
         self._lock = threading.RLock()
         self._chains: dict[str, Program | ChainError] = {}
         self._instances: dict[str, Instance] = {}
+        self._reinject: dict[str, int] = {}  # switch-only chains' reinject VLANs (0: none)
         self._flows: dict[FiveTuple, Flow] = {}
         self._installed: set[tuple[int, int, int]] = set()
         self._synced = False
@@ -148,8 +150,10 @@ class Controller:
 
     # ----- chains and instances (the gateway's Watch) -----
 
-    def chain_added(self, name: str, nfs: list[str], members: list[str], switch_nfs: list[Any]) -> None:
-        """Compile a chain's switch NFs; a chain torctl cannot run is kept with its reason."""
+    def chain_added(self, name: str, nfs: list[str], members: list[str], switch_nfs: list[Any],
+                    reinject_vlan: int = 0) -> None:
+        """Compile a chain's switch NFs; a chain torctl cannot run is kept with its reason. A
+        switch-only chain (no members) with a reinject VLAN gets its chain reinject rule."""
         try:
             parsed = [SwitchNf(s.name, s.nf, json.loads(s.config_json or "{}"), s.after_server)
                       for s in switch_nfs]
@@ -163,12 +167,14 @@ class Controller:
             LOG.error("refusing chain %s: %s", name, prog)
         with self._lock:
             self._chains[name] = prog
+            self._reinject[name] = 0 if members else reinject_vlan
             self._seen.add(name)
         self._reconcile_if_synced()
 
     def chain_removed(self, name: str) -> None:
         with self._lock:
             self._chains.pop(name, None)
+            self._reinject.pop(name, None)
         self._delete_chain(chain_tag(name))
 
     def instance_changed(self, iid: str, chain: str, vlan: int, worker: str) -> None:
@@ -259,8 +265,12 @@ class Controller:
         with self._lock:
             programs = {c: p for c, p in self._chains.items() if isinstance(p, Program)}
             instances = list(self._instances.values())
-        for p in programs.values():
-            rules += p.rules
+        for c, p in programs.items():
+            try:
+                rules += self._chain_rules(p, c, port)
+            except LookupError as e:
+                LOG.warning("no reinject rule for chain %s yet: %s", c, e)
+                rules += p.rules
         for inst in instances:
             p = programs.get(inst.chain)
             if p is None or not inst.vlan:
@@ -270,6 +280,24 @@ class Controller:
             except LookupError as e:
                 LOG.warning("no rules for %s VLAN %d yet: %s", inst.chain, inst.vlan, e)
         return rules
+
+    def _chain_rules(self, p: Program, chain: str, port: Callable[[str], int]) -> list[Rule]:
+        """A chain's own rules: its program's, and a switch-only chain's reinject rule (with the
+        program, so that the first install of a flow of the chain confirms it is in)."""
+        with self._lock:
+            vlan = self._reinject.get(chain, 0)
+        rules = list(p.rules)
+        if vlan:
+            rules.append(chain_reinject_rule(port, self.opts.ingress_port, self.opts.egress_port, chain, vlan,
+                                             p.first_pre))
+        return rules
+
+    def chain_reinject_in(self, chain: str) -> int:
+        """The chain's reinject VLAN if its chain reinject rule is on the switch, else 0."""
+        with self._lock:
+            vlan = self._reinject.get(chain, 0)
+            on = vlan and (STEER_TABLE, PRIO_REINJECT, cookie(KIND_CHAIN_REINJECT, chain_tag(chain), vlan)) in self._installed
+        return vlan if on else 0
 
     def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str,
                         port: Callable[[str], int] | None = None) -> list[Rule]:
@@ -336,7 +364,7 @@ class Controller:
 
     def _delete_chain(self, tag: int) -> None:
         """Delete every rule of a chain (program, return rules, flows) by its cookie tag."""
-        kinds = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT, KIND_FLOW, KIND_REINJECT)
+        kinds = (KIND_PROGRAM, KIND_RETURN, KIND_INSTANCE_REINJECT, KIND_CHAIN_REINJECT, KIND_FLOW, KIND_REINJECT)
         if self.switch.dp is not None:
             self.switch.commit(lambda dp: [ofp.delete_cookie(dp, cookie(k, tag), KIND_MASK | TAG_MASK)
                                            for k in kinds])
@@ -390,7 +418,7 @@ class Controller:
                 ingress = ports(self.opts.ingress_port) if reinject_only else None
                 idle = idle_timeout or self.opts.idle_timeout
                 rule = flow_rule(a.flow, a.chain, a.vlan, out, prog.first_pre if prog else None, idle, ingress)
-                extra = list(prog.rules) if prog else []
+                extra = self._chain_rules(prog, a.chain, ports) if prog else []
                 if prog and a.vlan:
                     extra += self._instance_rules(prog, a.chain, a.vlan, a.worker, ports)
             except Exception as e:  # noqa: BLE001 - this flow's own failure, reported for it alone

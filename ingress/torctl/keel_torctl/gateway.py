@@ -59,7 +59,7 @@ def apply_event(ctl: Controller, ev: Any) -> None:
     """Apply one WatchEvent to the controller's state."""
     if ev.kind == _KIND.CHAIN_ADDED:
         c = ev.chain
-        ctl.chain_added(c.name, list(c.nfs), [m.name for m in c.members], list(c.switch_nfs))
+        ctl.chain_added(c.name, list(c.nfs), [m.name for m in c.members], list(c.switch_nfs), c.reinject_vlan)
     elif ev.kind == _KIND.CHAIN_REMOVED:
         ctl.chain_removed(ev.chain.name)
     elif ev.kind == _KIND.INSTANCE_CHANGED:

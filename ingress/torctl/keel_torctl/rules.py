@@ -91,6 +91,7 @@ PROTO_TCP, PROTO_UDP = 6, 17
 # the rule index for base rules. A restarted torctl reads its state back from it.
 KIND_BASE, KIND_PROGRAM, KIND_RETURN, KIND_FLOW, KIND_REINJECT = 1, 2, 3, 4, 5
 KIND_INSTANCE_REINJECT = 6  # not 4 or 5: the flow kinds are told apart by mask 0xE (controller.py)
+KIND_CHAIN_REINJECT = 7  # a switch-only chain's reinject rule (detail: its reinject VLAN)
 _KIND_SHIFT, _TAG_SHIFT = 60, 28
 KIND_MASK = 0xF << _KIND_SHIFT
 TAG_MASK = 0xFFFFFFFF << _TAG_SHIFT
@@ -255,6 +256,23 @@ def instance_reinject_rule(ports: Ports, ingress: str, trunk: str, chain: str, v
                                    ("output", out))),
                         ("goto", first_pre_table))
     return Rule(STEER_TABLE, PRIO_REINJECT, match, instructions, cookie(KIND_INSTANCE_REINJECT, tag, vlan))
+
+
+def chain_reinject_rule(ports: Ports, ingress: str, egress: str, chain: str, vlan: int,
+                        first_pre_table: int | None) -> Rule:
+    """A switch-only chain's packets the ingress sends back tagged with the chain's reinject
+    VLAN (each flow's first packets, until its own rule is in) -> untagged through the chain's
+    switch NFs to the egress, as the flows' own rules send them. One rule for every flow of the
+    chain, installed with its program: a new flow's first packet needs no rule of its own."""
+    tag = chain_tag(chain)
+    match = (("in_port", ports(ingress)), ("vlan_vid", VLAN_PRESENT | vlan))
+    out = (("output", ports(egress)),)
+    if first_pre_table is None:
+        instructions: tuple[Instruction, ...] = (("apply", (("pop_vlan",),) + out),)
+    else:
+        instructions = (("apply", (("pop_vlan",),)), ("meta", metadata(tag, False), META_MASK),
+                        ("write", out), ("goto", first_pre_table))
+    return Rule(STEER_TABLE, PRIO_REINJECT, match, instructions, cookie(KIND_CHAIN_REINJECT, tag, vlan))
 
 
 def instance_inband_rule(ports: Ports, ingress: str, trunk: str, chain: str, vlan: int) -> Rule:

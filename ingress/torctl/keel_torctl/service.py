@@ -73,7 +73,8 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
         took = time.monotonic() - start
         self.metrics.installs.labels(stage, "ok").inc()
         self.metrics.install_latency.observe(took)
-        return torctl_pb2.InstallFlowResponse(cookie=c, install_ms=took * 1e3)
+        return torctl_pb2.InstallFlowResponse(cookie=c, install_ms=took * 1e3,
+                                              chain_reinject_vlan=self.ctl.chain_reinject_in(request.assignment.chain))
 
     def InstallFlows(self, request: Any, context: Any) -> Any:
         start = time.monotonic()
