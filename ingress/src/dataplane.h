@@ -49,10 +49,13 @@ namespace keel::ingress {
 /* The VLAN the ingress tags its normal path (flows of no chain) with; the ToR
  * pops it and sends the frame to its egress (keel-torctl, rules.py
  * NORMAL_VLAN). Frames tagged with an instance's VLAN go to that instance;
- * untagged frames from the ingress are re-injected packets of switch-only
- * flows, each matched by its flow's own stage-1 rule: a software ToR never
- * caches one wide "from the ingress -> egress" entry that a new flow's first
- * packets could take before its rule is seen. */
+ * frames tagged with a switch-only chain's reinject VLAN (kChainReinject,
+ * channel.h) go through that chain's switch NFs to the egress (rules.py
+ * chain_reinject_rule); untagged frames from the ingress are re-injected
+ * packets of switch-only flows of a chain without one, each matched by its
+ * flow's own stage-1 rule: a software ToR never caches one wide "from the
+ * ingress -> egress" entry that a new flow's first packets could take before
+ * its rule is seen. */
 constexpr uint16_t kNormalPathVlan = 4094;
 
 struct DataPlaneConfig {
