@@ -181,6 +181,21 @@ def test_switch_only_chain1_tunnels_and_forwards_on_the_switch():
     assert got == ["02:00:00:00:01:01 7 198.18.0.1 198.18.1.9 63 4444 5001"] * 5
 
 
+def test_a_switch_only_chains_later_flow_needs_no_stage1_rule_of_its_own():
+    """Once torctl confirmed chain1's reinject rule (in the answer to a stage 1), the ingress
+    sends a new chain1 flow's first packets back tagged with chain1's reinject VLAN: the one
+    chain rule runs them through Tunnel and IPv4Fwd, and no per-flow stage-1 rule is made."""
+    capture("p.haslayer(UDP) and p[IP].dst == '198.18.1.11'", udp("198.18.1.11", 4446))  # confirms, if none did
+    before = metrics()
+    got = capture("p.haslayer(UDP) and p[IP].dst == '198.18.1.12'", udp("198.18.1.12", 4447))
+    assert got == ["02:00:00:00:01:01 7 198.18.0.1 198.18.1.12 63 4447 5001"] * 5
+    assert metrics()["keel_ingress_chain_reinjects_total"] - before["keel_ingress_chain_reinjects_total"] == 1
+    stage1 = [r for r in tor_flows("priority=110,") if "nw_dst=198.18.1.12" in r]
+    assert stage1 == [], stage1
+    chain_rule = [r for r in tor_flows("priority=110,") if "dl_vlan=" in r and 'output:"keel-tsink"' in r]
+    assert len(chain_rule) == 1 and "n_packets=0," not in chain_rule[0], chain_rule
+
+
 def test_a_flow_for_no_chain_takes_the_normal_path():
     before = metrics()
     got = capture("p.haslayer(UDP) and p[IP].dst == '198.18.50.1'", udp("198.18.50.1", 5555))
