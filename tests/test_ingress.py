@@ -42,6 +42,9 @@ SWITCH_ONLY = 6005  # a dst port the gateway fake assigns to a chain that runs o
 # (as its stage-1 answer says), UNCONFIRMED's it does not (a chain it has not heard of yet)
 REINJECT, UNCONFIRMED = 6006, 6007
 REINJECT_VLAN = {REINJECT: 205, UNCONFIRMED: 206}
+# A switch-only chain the fake gateway's Watch announces with its reinject VLAN, and whose
+# reinject rule the fake torctl's ChainReinjects says is on the switch.
+ANNOUNCED, ANNOUNCED_PORT, ANNOUNCED_VLAN = "c-sw", 7008, 207
 INSTANCE_VLAN = 100  # the VLAN of the fake gateway's instances
 ASSIGN_TIMEOUT_MS = 300
 STAGE1_DELAY_S = 0.01
@@ -118,6 +121,8 @@ class FakeGateway(cgrpc.ControlServicer):
     async def Watch(self, request, context):
         for name, flt in sorted(CHAINS.items()):
             yield cpb.WatchEvent(kind=cpb.WatchEvent.CHAIN_ADDED, chain=cpb.Chain(name=name, filter=flt))
+        yield cpb.WatchEvent(kind=cpb.WatchEvent.CHAIN_ADDED, chain=cpb.Chain(
+            name=ANNOUNCED, filter=f"udp dst port {ANNOUNCED_PORT}", reinject_vlan=ANNOUNCED_VLAN))
         yield cpb.WatchEvent(kind=cpb.WatchEvent.SYNCED)
         while True:  # hold the stream open until cancelled, sending the moves asked for
             try:
@@ -141,6 +146,8 @@ class FakeGateway(cgrpc.ControlServicer):
             return cpb.AssignFlowResponse(assigned=False, chain=request.chain, reason="no free instance")
         if request.flow.dst_port in (SWITCH_ONLY, TOR_FAILS):
             return cpb.AssignFlowResponse(assigned=True, chain=request.chain, switch_only=True)
+        if request.flow.dst_port == ANNOUNCED_PORT:
+            return cpb.AssignFlowResponse(assigned=True, chain=ANNOUNCED, switch_only=True, reinject_vlan=ANNOUNCED_VLAN)
         if request.flow.dst_port in REINJECT_VLAN:
             return cpb.AssignFlowResponse(assigned=True, chain=f"{request.chain}-{request.flow.dst_port}",
                                           switch_only=True, reinject_vlan=REINJECT_VLAN[request.flow.dst_port])
@@ -180,6 +187,7 @@ class FakeTorctl(tgrpc.TorControlServicer):
         self.installs = []  # (time acknowledged, InstallFlowRequest) of every stage-2 rule
         self.removed = []  # (time acknowledged, (sport, dport)) of every RemoveFlow
         self.refuse_vlan = None  # InstallFlows fails rules to this VLAN
+        self.reinject_asks = 0  # ChainReinjects calls (the first answers none: not on the switch yet)
 
     async def InstallFlows(self, request, context):
         self.batches.append(len(request.flows))
@@ -192,6 +200,10 @@ class FakeTorctl(tgrpc.TorControlServicer):
         return tpb.InstallFlowsResponse(results=[
             tpb.InstallFlowResult(error="switch says no", code="UNAVAILABLE") if r.assignment.vlan == self.refuse_vlan
             else tpb.InstallFlowResult(cookie=2) for r in request.flows])
+
+    async def ChainReinjects(self, request, context):
+        self.reinject_asks += 1
+        return tpb.ChainReinjectsResponse(chains={ANNOUNCED: ANNOUNCED_VLAN} if self.reinject_asks > 1 else {})
 
     async def RemoveFlow(self, request, context):
         await asyncio.sleep(STAGE2_DELAY_S)  # the switch's barrier
@@ -362,7 +374,7 @@ def drops(m: dict, reason: str) -> float:
 class Ingress:
     """A keel-ingress process on the veth `host`, talking to the fakes."""
 
-    def __init__(self, tmp_path, host, gateway, torctl, *extra, chains=len(CHAINS)):
+    def __init__(self, tmp_path, host, gateway, torctl, *extra, chains=len(CHAINS) + 1):  # and ANNOUNCED
         self.metrics_addr = f"127.0.0.1:{free_port()}"
         self.stats = tmp_path / "ingress.json"
         token_file = tmp_path / "control-token"
@@ -585,6 +597,28 @@ def test_a_switch_only_chains_reinject_vlan_replaces_stage1_once_torctl_confirms
     assert {vlan_of(fr) for fr, _ in wire.take()} == {0}
     assert all((14100 + f, UNCONFIRMED) in tor.stage1_ack for f in range(3))
     assert ing.metrics()["keel_ingress_chain_reinjects_total"] == n_flows
+
+
+def test_a_switch_only_chain_announced_with_its_reinject_vlan_needs_no_stage1_even_for_its_first_flow(rig):
+    """The Watch announces a switch-only chain with its reinject VLAN; the ingress asks torctl
+    (ChainReinjects) until the chain's rule is on the switch (the first answer says not yet),
+    and then even the chain's first flow goes back tagged, with no stage-1 call."""
+    start, wire, gw, tor, _ = rig
+    ing = start()
+    assert wire.wait_for(lambda: tor.reinject_asks >= 2, timeout=5), tor.reinject_asks
+    time.sleep(0.1)
+    asks = tor.reinject_asks
+    sent = [frame(15000 + f, ANNOUNCED_PORT, s) for f in range(3) for s in range(3)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=5), len(wire.got)
+    got = wire.take()
+    assert {vlan_of(fr) for fr, _ in got} == {ANNOUNCED_VLAN}
+    for key, pkts in by_flow(got).items():
+        assert [s for s, _ in pkts] == [0, 1, 2], key
+        assert key not in tor.stage1_ack, key
+    assert ing.metrics()["keel_ingress_chain_reinjects_total"] == 3
+    time.sleep(0.5)
+    assert tor.reinject_asks == asks, "confirmed: no more asks"
 
 
 def cpu_seconds(pid: int) -> float:

@@ -19,6 +19,9 @@ namespace v1 = keel::v1;
 namespace {
 
 constexpr int kWatchBackoffMinMs = 100;
+/* keel-ing-rinj's asks of torctl for a chain's reinject rule: 10 ms doubling
+ * to 1 s, five at 1 s, then none until the Watch brings another chain. */
+constexpr int kReinjectProbeMinMs = 10, kReinjectProbeMaxMs = 1000, kReinjectProbesAtMax = 5;
 constexpr int kWatchBackoffMaxMs = 5000;
 constexpr int kReleaseTimeoutMs = 1000;
 constexpr int kReportTimeoutMs = 500;
@@ -117,10 +120,12 @@ void Control::Start() {
   req_thread_ = std::thread([this] { RequestLoop(); });
   watch_thread_ = std::thread([this] { WatchLoop(); });
   report_thread_ = std::thread([this] { ReportLoop(); });
+  reinject_thread_ = std::thread([this] { ReinjectLoop(); });
   pthread_setname_np(cq_thread_.native_handle(), "keel-ing-cq");
   pthread_setname_np(req_thread_.native_handle(), "keel-ing-req");
   pthread_setname_np(watch_thread_.native_handle(), "keel-ing-watch");
   pthread_setname_np(report_thread_.native_handle(), "keel-ing-report");
+  pthread_setname_np(reinject_thread_.native_handle(), "keel-ing-rinj");
 }
 
 void Control::Stop() {
@@ -132,8 +137,9 @@ void Control::Stop() {
     if (watch_ctx_) watch_ctx_->TryCancel();
   }
   stop_cv_.notify_all();
+  reinject_cv_.notify_all();
   channel_->WakeControl();
-  for (std::thread* t : {&req_thread_, &watch_thread_, &report_thread_}) {
+  for (std::thread* t : {&req_thread_, &watch_thread_, &report_thread_, &reinject_thread_}) {
     if (t->joinable()) t->join();
   }
   /* Every call was cancelled and no new one starts: the queue drains. */
@@ -672,9 +678,11 @@ bool Control::ReadWatch(grpc::ClientContext* ctx) {
     switch (ev.kind()) {
       case v1::WatchEvent::CHAIN_ADDED:
         chains[ev.chain().name()] = ev.chain().filter();
+        NoteChain(ev.chain());
         break;
       case v1::WatchEvent::CHAIN_REMOVED:
         chains.erase(ev.chain().name());
+        ForgetChain(ev.chain().name());
         break;
       case v1::WatchEvent::SYNCED:
         synced = true;
@@ -692,6 +700,73 @@ bool Control::ReadWatch(grpc::ClientContext* ctx) {
   std::fprintf(stderr, "keel-ingress: watch %s ended: %s (%d); watching again\n", cfg_.gateway.c_str(),
                st.error_message().c_str(), static_cast<int>(st.error_code()));
   return synced;
+}
+
+void Control::NoteChain(const v1::Chain& c) {
+  const uint32_t vlan = c.members_size() == 0 ? c.reinject_vlan() : 0;
+  std::lock_guard<std::mutex> lk(mu_);
+  /* Confirmed VLANs of the chain other than its own now go (a chain re-placed
+   * onto a server has none). */
+  for (auto it = reinject_ready_.begin(); it != reinject_ready_.end();) {
+    it = it->first == c.name() && it->second != vlan ? reinject_ready_.erase(it) : std::next(it);
+  }
+  if (vlan == 0 || vlan >= inband::kMarkVid) {
+    reinject_wanted_.erase(c.name());
+    return;
+  }
+  reinject_wanted_[c.name()] = vlan;
+  if (!reinject_ready_.count({c.name(), vlan})) {
+    reinject_news_ = true;
+    reinject_cv_.notify_all();
+  }
+}
+
+void Control::ForgetChain(const std::string& name) {
+  std::lock_guard<std::mutex> lk(mu_);
+  reinject_wanted_.erase(name);
+  for (auto it = reinject_ready_.begin(); it != reinject_ready_.end();) {
+    it = it->first == name ? reinject_ready_.erase(it) : std::next(it);
+  }
+}
+
+bool Control::ReinjectUnconfirmed() const {
+  for (const auto& [chain, vlan] : reinject_wanted_) {
+    if (!reinject_ready_.count({chain, vlan})) return true;
+  }
+  return false;
+}
+
+void Control::ReinjectLoop() {
+  int backoff_ms = kReinjectProbeMinMs, at_max = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopping_) {
+    if (!ReinjectUnconfirmed() || at_max >= kReinjectProbesAtMax) {
+      /* Nothing to ask (or torctl keeps saying no: the chain's first flow's
+       * stage 1 confirms it then): sleep until the Watch brings a chain. */
+      reinject_cv_.wait(lk, [this] { return stopping_ || reinject_news_; });
+      reinject_news_ = false;
+      backoff_ms = kReinjectProbeMinMs;
+      at_max = 0;
+      continue;
+    }
+    lk.unlock();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(cfg_.install_timeout_ms));
+    AddControlToken(&ctx, cfg_.token);
+    v1::ChainReinjectsResponse resp;
+    const grpc::Status st = torctl_->ChainReinjects(&ctx, v1::ChainReinjectsRequest{}, &resp);
+    lk.lock();
+    if (st.ok()) {
+      for (const auto& [chain, vlan] : resp.chains()) {
+        auto it = reinject_wanted_.find(chain);
+        if (it != reinject_wanted_.end() && it->second == vlan) reinject_ready_.insert({chain, vlan});
+      }
+    }
+    if (!ReinjectUnconfirmed()) continue;
+    reinject_cv_.wait_for(lk, std::chrono::milliseconds(backoff_ms), [this] { return stopping_; });
+    if (backoff_ms >= kReinjectProbeMaxMs) at_max++;
+    backoff_ms = std::min(2 * backoff_ms, kReinjectProbeMaxMs);
+  }
 }
 
 void Control::Publish(const std::map<std::string, std::string>& chains) {

@@ -20,6 +20,11 @@
  *    flow of the FlowMove has its result, one ReportMoves call tells the
  *    gateway.
  *  - keel-ing-report: ReportIngressStats every report interval.
+ *  - keel-ing-rinj: when the Watch announces a switch-only chain with a
+ *    reinject VLAN, asks keel-torctl (ChainReinjects) until the chain's
+ *    reinject rule is on the switch (10 ms, doubling to 1 s, then it waits for
+ *    the next chain), so that even the chain's first flow goes back tagged
+ *    with that VLAN instead of waiting for a stage-1 rule.
  */
 #ifndef KEEL_INGRESS_CONTROL_H_
 #define KEEL_INGRESS_CONTROL_H_
@@ -167,6 +172,12 @@ class Control {
   void WatchLoop();
   /* Reads one Watch stream to its end; true if it got as far as SYNCED. */
   bool ReadWatch(grpc::ClientContext* ctx);
+  /* A chain the Watch announced (or removed): its reinject VLAN wanted or forgotten. */
+  void NoteChain(const keel::v1::Chain& c);
+  void ForgetChain(const std::string& name);
+  /* True while a wanted reinject VLAN is not confirmed (mu_ held). */
+  bool ReinjectUnconfirmed() const;
+  void ReinjectLoop();
   void Publish(const std::map<std::string, std::string>& chains);
 
   void ReportLoop();
@@ -188,6 +199,10 @@ class Control {
    * one of the chain's flows succeeded with that VLAN given (the chain's
    * reinject rule goes in with its program). */
   std::set<std::pair<std::string, uint32_t>> reinject_ready_;
+  /* The switch-only chains the Watch announced with a reinject VLAN (name -> VLAN). */
+  std::map<std::string, uint32_t> reinject_wanted_;
+  std::condition_variable reinject_cv_;  /* a chain wanted, or stopping */
+  bool reinject_news_ = false;           /* a chain wanted since keel-ing-rinj last looked */
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
   std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
   int stage2_in_flight_ = 0;            /* InstallFlows calls out */
@@ -200,7 +215,7 @@ class Control {
 
   std::map<std::string, std::string> published_;  /* the chains the lcore has; watch thread only */
 
-  std::thread req_thread_, cq_thread_, watch_thread_, report_thread_;
+  std::thread req_thread_, cq_thread_, watch_thread_, report_thread_, reinject_thread_;
 };
 
 }  // namespace keel::ingress

@@ -299,6 +299,12 @@ class Controller:
             on = vlan and (STEER_TABLE, PRIO_REINJECT, cookie(KIND_CHAIN_REINJECT, chain_tag(chain), vlan)) in self._installed
         return vlan if on else 0
 
+    def chain_reinjects(self) -> dict[str, int]:
+        """Every chain whose chain reinject rule is on the switch, with its reinject VLAN."""
+        with self._lock:
+            chains = list(self._reinject)
+        return {c: v for c in chains if (v := self.chain_reinject_in(c))}
+
     def _instance_rules(self, p: Program, chain: str, vlan: int, worker: str,
                         port: Callable[[str], int] | None = None) -> list[Rule]:
         """An instance's own rules: the ingress's tagged re-injections and in-band frames in, the

@@ -76,6 +76,9 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
         return torctl_pb2.InstallFlowResponse(cookie=c, install_ms=took * 1e3,
                                               chain_reinject_vlan=self.ctl.chain_reinject_in(request.assignment.chain))
 
+    def ChainReinjects(self, request: Any, context: Any) -> Any:
+        return torctl_pb2.ChainReinjectsResponse(chains=self.ctl.chain_reinjects())
+
     def InstallFlows(self, request: Any, context: Any) -> Any:
         start = time.monotonic()
         flows = []

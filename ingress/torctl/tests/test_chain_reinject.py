@@ -71,6 +71,7 @@ def test_a_flows_first_install_brings_it_and_it_goes_with_the_chain():
     ctl.install(Assignment(FLOW, "c1", "", 0, ""), 0, True)
     assert key("c1", 205) in ctl._installed
     assert ctl.chain_reinject_in("c1") == 205, "what InstallFlow's answer tells the ingress"
+    assert ctl.chain_reinjects() == {"c1": 205}, "what ChainReinjects tells it"
     assert cookie(KIND_CHAIN_REINJECT, chain_tag("c1"), 205) in cookies(switch.commits[-1])
     # A later flow's install does not send it again.
     ctl.install(Assignment(FiveTuple("198.18.0.1", "198.19.0.2", 5001, 53, 17), "c1", "", 0, ""), 0, True)
