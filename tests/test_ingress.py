@@ -619,6 +619,15 @@ def test_a_switch_only_chain_announced_with_its_reinject_vlan_needs_no_stage1_ev
     assert ing.metrics()["keel_ingress_chain_reinjects_total"] == 3
     time.sleep(0.5)
     assert tor.reinject_asks == asks, "confirmed: no more asks"
+    # --chain-reinject off: every flow waits for its own stage-1 rule, as before there were any
+    ing.stop()
+    ing = start("--chain-reinject", "off")
+    sent = [frame(15100 + f, ANNOUNCED_PORT, 0) for f in range(3)]
+    wire.send(sent)
+    assert wire.wait_for(lambda: len(wire.got) >= len(sent), timeout=5), len(wire.got)
+    assert {vlan_of(fr) for fr, _ in wire.take()} == {0}
+    assert all((15100 + f, ANNOUNCED_PORT) in tor.stage1_ack for f in range(3))
+    assert ing.metrics()["keel_ingress_chain_reinjects_total"] == 0 and tor.reinject_asks == asks
 
 
 def cpu_seconds(pid: int) -> float:

@@ -365,7 +365,7 @@ void Control::OnAssigned(const PendingFlow& f, const v1::AssignFlowResponse& res
    * is on the switch (it goes in with the chain's program, behind the same
    * barrier), its packets go back tagged with that VLAN and that rule steers
    * them: no per-flow stage-1 rule, no torctl call before the release. */
-  const uint32_t reinject = resp.switch_only() ? resp.reinject_vlan() : 0;
+  const uint32_t reinject = resp.switch_only() && cfg_.chain_reinject ? resp.reinject_vlan() : 0;
   const bool reinject_ok = reinject > 0 && reinject < inband::kMarkVid;
   if (reinject_ok) {
     bool ready;
@@ -703,7 +703,7 @@ bool Control::ReadWatch(grpc::ClientContext* ctx) {
 }
 
 void Control::NoteChain(const v1::Chain& c) {
-  const uint32_t vlan = c.members_size() == 0 ? c.reinject_vlan() : 0;
+  const uint32_t vlan = c.members_size() == 0 && cfg_.chain_reinject ? c.reinject_vlan() : 0;
   std::lock_guard<std::mutex> lk(mu_);
   /* Confirmed VLANs of the chain other than its own now go (a chain re-placed
    * onto a server has none). */

@@ -56,6 +56,9 @@ struct ControlConfig {
   std::string torctl = "127.0.0.1:50070";
   std::string ingress_id = "ingress-0";
   std::string token;  /* the control-plane token every call carries (control_token.h) */
+  /* --chain-reinject: release a switch-only chain's flows by its reinject VLAN once
+   * torctl confirms the chain's rule (else every flow takes a stage-1 rule). */
+  bool chain_reinject = true;
   uint32_t idle_timeout_s = 0;
   int assign_timeout_ms = 500;
   /* AssignFlows is idempotent (a flow already assigned gets its assignment

@@ -117,6 +117,13 @@ data plane:
                            it naps 25-200 us while flows are set up, which
                            costs 13-17 % of a core at any rate of new
                            flows                                         [on]
+  --chain-reinject on|off  on: a switch-only chain's flows go back to the
+                           ToR tagged with the chain's reinject VLAN (the
+                           gateway's), which one rule per chain steers
+                           through its switch NFs, once keel-torctl says
+                           that rule is on the switch; off: each flow
+                           waits for a stage-1 rule of its own (for
+                           comparison, bench/switch_setup.py)          [on]
   --marker-quiet-us US     once a flow's own rule is in, the ingress sends
                            its instance a marker after the flow's last
                            packet here, when none came for this long; the
@@ -171,6 +178,11 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--port-wake",
        [&](const std::string& v) {
          f->port_wake = v == "on";
+         return v == "on" || v == "off";
+       }},
+      {"--chain-reinject",
+       [&](const std::string& v) {
+         f->control.chain_reinject = v == "on";
          return v == "on" || v == "off";
        }},
       {"--no-chain",
