@@ -277,7 +277,8 @@ func (a *Agent) desiredOf(in *pb.ChainInstance) (reconcile.Desired, bool) {
 // to the first packet of the flow that caused the scale-out. It runs Diff on the instance's
 // desired state and the last pass's view of it, and acts only if that gives an attach and
 // nothing slow; the pass that follows (Kick) checks the result as always. A stale view costs
-// at most an Attach that coopsched refuses.
+// at most an Attach that coopsched refuses. The decision is made here, the attach runs in a
+// goroutine of its own (a.workers).
 func (a *Agent) attachNow(ctx context.Context, id string) {
 	start := time.Now()
 	a.mu.Lock()
@@ -302,13 +303,19 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 	}
 	a.busy[id] = true // the pass leaves it alone meanwhile
 	a.mu.Unlock()
-	for _, x := range acts {
-		a.Log.Info("reconcile", "action", x.String(), "on_event", true, "since_ms", time.Since(start).Milliseconds())
-		a.fast(ctx, x, "event")
-	}
-	a.mu.Lock()
-	delete(a.busy, id)
-	a.mu.Unlock()
+	// In its own goroutine: a scale-out of two chains at once (the first flows after a
+	// deploy) attaches both at once, not one after the other's coopsched call.
+	a.workers.Add(1)
+	go func() {
+		defer a.workers.Done()
+		for _, x := range acts {
+			a.Log.Info("reconcile", "action", x.String(), "on_event", true, "since_ms", time.Since(start).Milliseconds())
+			a.fast(ctx, x, "event")
+		}
+		a.mu.Lock()
+		delete(a.busy, id)
+		a.mu.Unlock()
+	}()
 }
 
 // keepView stores a pass's view of the instances, read from start on, for attachNow (a.mu

@@ -71,6 +71,7 @@ func Test_attachNow_attaches_a_pooled_instance_the_gateway_attached_without_wait
 	a, id, cs := pooledInstance(t)
 	ctx := context.Background()
 	a.attachNow(ctx, id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 1 || got[0] != GroupID(id)+"@1" {
 		t.Fatalf("coopsched got %v, want one attach of %s on core 1", got, GroupID(id))
 	}
@@ -80,12 +81,14 @@ func Test_attachNow_attaches_a_pooled_instance_the_gateway_attached_without_wait
 	// More events for the instance (its flow count changes) before the next pass: no
 	// second attach.
 	a.attachNow(ctx, id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 0 {
 		t.Fatalf("a second event attached again: %v", got)
 	}
 	// Moved to core 2 by the controller: it attaches there (coopsched says whether it can).
 	a.instances[id].Core = 2
 	a.attachNow(ctx, id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 1 || got[0] != GroupID(id)+"@2" {
 		t.Fatalf("coopsched got %v, want an attach on core 2", got)
 	}
@@ -95,6 +98,7 @@ func Test_attachNow_carries_a_batch_change_with_the_attach(t *testing.T) {
 	a, id, cs := pooledInstance(t)
 	a.instances[id].Batch = 8
 	a.attachNow(context.Background(), id)
+	a.workers.Wait()
 	got := cs.taken()
 	if len(got) != 2 || got[0] != GroupID(id)+" batch 8" || got[1] != GroupID(id)+"@1" {
 		t.Fatalf("coopsched got %v, want the batch set, then the attach", got)
@@ -144,6 +148,7 @@ func Test_attachNow_leaves_everything_but_a_plain_attach_to_the_pass(t *testing.
 			change(a, id)
 			busy := a.busy[id]
 			a.attachNow(context.Background(), id)
+			a.workers.Wait()
 			if got := cs.taken(); len(got) != 0 {
 				t.Fatalf("coopsched got %v, want nothing", got)
 			}
@@ -173,6 +178,7 @@ func Test_attachNow_does_not_attach_what_the_pass_attached_after_its_view(t *tes
 		t.Fatalf("the pass's attach: %v", got)
 	}
 	a.attachNow(context.Background(), id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 0 {
 		t.Fatalf("the event attached again after the pass: %v", got)
 	}
@@ -189,6 +195,7 @@ func Test_the_attach_delay_runs_from_the_gateways_event_to_the_attach(t *testing
 		applyEvent(a.chains, a.instances, ev, "w1")
 		a.mu.Unlock()
 		a.attachNow(context.Background(), id)
+		a.workers.Wait()
 	}
 	event(attached)
 	if got := cs.taken(); len(got) != 1 {
@@ -223,12 +230,14 @@ func Test_a_pass_whose_view_was_read_before_an_attach_does_not_undo_its_mark(t *
 	a, id, cs := pooledInstance(t)
 	passStart := time.Now()
 	a.attachNow(context.Background(), id)
+	a.workers.Wait()
 	cs.taken()
 	stale := a.lastActual
 	a.mu.Lock()
 	a.keepView(stale, passStart)
 	a.mu.Unlock()
 	a.attachNow(context.Background(), id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 0 {
 		t.Fatalf("attached again on a view read before the attach: %v", got)
 	}
@@ -238,7 +247,58 @@ func Test_a_pass_whose_view_was_read_before_an_attach_does_not_undo_its_mark(t *
 	a.keepView(stale, time.Now())
 	a.mu.Unlock()
 	a.attachNow(context.Background(), id)
+	a.workers.Wait()
 	if got := cs.taken(); len(got) != 1 {
 		t.Fatalf("a fresh view of a detached instance: %v, want an attach", got)
+	}
+}
+
+// coopschedBarrier holds the first Attach until a second one arrives (or 2 s pass).
+type coopschedBarrier struct {
+	pb.CoopschedClient
+	mu       sync.Mutex
+	calls    int
+	both     chan struct{}
+	together bool
+}
+
+func (c *coopschedBarrier) Attach(_ context.Context, r *pb.AttachRequest, _ ...grpc.CallOption) (*pb.GroupStatus, error) {
+	c.mu.Lock()
+	c.calls++
+	first := c.calls == 1
+	if !first {
+		close(c.both)
+	}
+	c.mu.Unlock()
+	if first {
+		select {
+		case <-c.both:
+			c.mu.Lock()
+			c.together = true
+			c.mu.Unlock()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return &pb.GroupStatus{GroupId: r.GroupId}, nil
+}
+
+func Test_attachNow_attaches_two_scale_outs_at_once(t *testing.T) {
+	// The first flows after a deploy scale out two chains at once: the second attach must not
+	// wait for the first one's coopsched call.
+	a, id, _ := pooledInstance(t)
+	id2 := "chain3/1"
+	a.instances[id2] = &pb.ChainInstance{Id: id2, Chain: "chain3", Worker: "w1", State: "attached", Core: 1, Vlan: 102}
+	d2, _ := a.desiredOf(a.instances[id2])
+	act := a.lastActual[id]
+	act.ID = id2
+	act.Containers = []reconcile.Container{{Position: 0, Spec: d2.Spec, Running: true}, {Position: 1, Spec: d2.Spec, Running: true}}
+	a.lastActual[id2] = act
+	cs := &coopschedBarrier{both: make(chan struct{})}
+	a.Coopsched = cs
+	a.attachNow(context.Background(), id)
+	a.attachNow(context.Background(), id2)
+	a.workers.Wait()
+	if cs.calls != 2 || !cs.together {
+		t.Fatalf("%d attaches, together %v: want both at once", cs.calls, cs.together)
 	}
 }
