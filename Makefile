@@ -195,6 +195,7 @@ bench: build
 	$(PY) bench/ingress_wake.py --out bench/results/ingress_wake.json
 	$(PY) bench/flow_setup.py --out bench/results/flow_setup.json
 	$(PY) bench/scale_out.py --out bench/results/scale_out.json
+	$(PY) bench/switch_setup.py --out bench/results/switch_setup.json
 	$(PY) ingress/torctl/bench_cpu.py --out bench/results/torctl_cpu.json
 	$(PY) bench/migration.py --out bench/results/migration.json
 	$(PY) deploy/local/demo.py --bin $(BUILD)/bin --down

@@ -21,7 +21,6 @@ restarted as make up started it at the end.
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import promtext
 from flow_setup import FAAS_CLI, GATEWAY, ROOT, RUN, deploy_chain3, faas, sh
+from stackparts import restart, wait_until
 
 AGENT_METRICS = "http://127.0.0.1:9101/metrics"
 DELAY = "keel_agent_attach_delay_seconds"
@@ -53,14 +53,6 @@ def delays() -> dict[str, tuple[float, float]]:
     return out
 
 
-def wait_until(what: str, timeout: float, fn) -> None:
-    deadline = time.time() + timeout
-    while not fn():
-        if time.time() > deadline:
-            sys.exit(f"scale_out: {what} within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 def one_flow_scenario(path: Path) -> None:
     """chain3 of the demo's scenario, one flow of a few packets."""
     chains = json.loads(SCENARIO.read_text())["chains"]
@@ -72,28 +64,12 @@ def one_flow_scenario(path: Path) -> None:
 
 def agent_restart(extra: list[str]) -> None:
     """Restarts keel-agent with make up's arguments plus extra (its instances run on)."""
-    pid_file = RUN / "keel-agent.pid"
-    pid = int(pid_file.read_text())
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-    argv = [a.decode() for a in argv if a.decode() != "--attach-on-event=false"]
-    cpus = os.sched_getaffinity(pid)
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.time() + 30
-    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
-        if time.time() > deadline:
-            sys.exit(f"scale_out: keel-agent (pid {pid}) did not stop within 30 s")
-        time.sleep(0.1)
-    with open(RUN / "keel-agent.log", "ab") as log:
-        p = subprocess.Popen(argv + extra, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                             start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
-    pid_file.write_text(f"{p.pid}\n")
-
     def ready() -> bool:
         try:
             return promtext.scrape(AGENT_METRICS).get("keel_agent_gateway_synced", 0) == 1
         except OSError:
             return False
-    wait_until("keel-agent did not follow the gateway again", 60, ready)
+    restart("keel-agent", ready, extra, remove=["--attach-on-event"])
 
 
 def round_(scenario: Path, out: Path) -> dict:
