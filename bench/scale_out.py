@@ -20,7 +20,6 @@ restarted as make up started it at the end.
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,8 +28,8 @@ import time
 from pathlib import Path
 
 import promtext
-from flow_setup import FAAS_CLI, GATEWAY, ROOT, RUN, deploy_chain3, faas, sh
-from stackparts import restart, wait_until
+from flow_setup import ROOT, deploy_chain3, faas
+from stackparts import local_stack, restart, wait_until
 
 AGENT_METRICS = "http://127.0.0.1:9101/metrics"
 DELAY = "keel_agent_attach_delay_seconds"
@@ -105,16 +104,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=6, help="rounds per block")
     p.add_argument("--blocks", type=int, default=2, help="blocks per mode, alternating event, pass, ...")
     a = p.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("scale_out: needs root (make up, network namespaces)")
-    was_up = (RUN / "keel-agent.pid").exists() and (RUN / "keel-gateway.pid").exists()
-    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900)
     rows = []
-    try:
-        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
-        env = {**os.environ, "HOME": str(RUN / "faas-home")}
-        subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
-                       capture_output=True, text=True, env=env, timeout=30, check=True)
+    with local_stack("scale_out"):
         deploy_chain3(fresh=False)
         with tempfile.TemporaryDirectory() as tmp:
             scenario, out = Path(tmp) / "one-flow.json", Path(tmp) / "result.json"
@@ -139,9 +130,6 @@ def main() -> int:
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
         print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
         faas("remove", "chain3")
-    finally:
-        if not was_up:
-            subprocess.run([str(ROOT / "deploy" / "local" / "down.sh")], capture_output=True, timeout=300)
     return 0
 
 

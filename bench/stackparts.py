@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Restarting one part of the local stack (make up's) with other flags, for benchmarks that
-compare two settings of a part side by side on the same stack."""
+"""The local stack for benchmarks: bringing it up with faas-cli logged in (local_stack), and
+restarting one of its parts with other flags (restart), to compare two settings of a part side
+by side on the same stack."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "run"
+GATEWAY = "http://127.0.0.1:8080"
+FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
 
 
 def wait_until(what: str, timeout: float, fn) -> None:
@@ -51,3 +55,23 @@ def restart(part: str, ready, extra: list[str] = (), remove: list[str] = ()) -> 
                              start_new_session=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     pid_file.write_text(f"{p.pid}\n")
     wait_until(f"{part} was not ready again", 60, ready)
+
+
+@contextlib.contextmanager
+def local_stack(name: str):
+    """The local stack for benchmark `name`: make up (deploy/local/up.sh), faas-cli logged in
+    (HOME=run/faas-home); make down at the end only if it was not up before. Needs root."""
+    if os.geteuid() != 0:
+        sys.exit(f"{name}: needs root (make up, network namespaces)")
+    was_up = (RUN / "keel-agent.pid").exists() and (RUN / "keel-gateway.pid").exists()
+    subprocess.run([str(ROOT / "deploy" / "local" / "up.sh")], capture_output=True, text=True, check=True,
+                   timeout=900)
+    try:
+        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
+        env = {**os.environ, "HOME": str(RUN / "faas-home")}
+        subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
+                       capture_output=True, text=True, env=env, timeout=30, check=True)
+        yield
+    finally:
+        if not was_up:
+            subprocess.run([str(ROOT / "deploy" / "local" / "down.sh")], capture_output=True, timeout=300)

@@ -16,7 +16,6 @@ end.
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 import promtext
-from flow_setup import FAAS_CLI, GATEWAY, ROOT, RUN, faas, sh
-from stackparts import restart
+from flow_setup import ROOT, faas
+from stackparts import local_stack, restart
 
 INGRESS_METRICS = "http://127.0.0.1:9103/metrics"
 TORCTL_METRICS = "http://127.0.0.1:9102/metrics"
@@ -81,16 +80,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20, help="per block")
     p.add_argument("--rate", type=float, default=5, help="new chain1 flows a second")
     a = p.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("switch_setup: needs root (make up, network namespaces)")
-    was_up = (RUN / "keel-ingress.pid").exists() and (RUN / "keel-gateway.pid").exists()
-    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900)
     rows = []
-    try:
-        password = (RUN / "secrets" / "basic-auth-password").read_text().strip()
-        env = {**os.environ, "HOME": str(RUN / "faas-home")}
-        subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
-                       capture_output=True, text=True, env=env, timeout=30, check=True)
+    with local_stack("switch_setup"):
         faas("deploy", "-f", "stack.yml", "--filter", "chain1")
         with tempfile.TemporaryDirectory() as tmp:
             scen, out = Path(tmp) / "chain1.json", Path(tmp) / "result.json"
@@ -102,28 +93,25 @@ def main() -> int:
                 print(json.dumps(r), file=sys.stderr, flush=True)
                 rows.append(r)
         ingress_restart("on")
-        summary = {}
-        for mode in ("on", "off"):
-            rs = [r for r in rows if r["mode"] == mode]
-            summary[mode] = {"blocks": len(rs), "flows": sum(r["flows"] or 0 for r in rs),
-                             "setup_p50_ms": round(statistics.mean(r["setup_p50_ms"] for r in rs), 3),
-                             "setup_p99_ms": round(statistics.mean(r["setup_p99_ms"] for r in rs), 3),
-                             "setup_max_ms": max(r["setup_max_ms"] or 0 for r in rs),
-                             "lost": sum(r["lost"] for r in rs), "wrong": sum(r["wrong"] for r in rs),
-                             "chain_reinjects": sum(r["chain_reinjects"] for r in rs),
-                             "stage1_installs": sum(r["stage1_installs"] for r in rs)}
-        result = {"chain_reinject_on": summary["on"], "chain_reinject_off": summary["off"],
-                  "setup_p50_ratio": round(summary["on"]["setup_p50_ms"] / summary["off"]["setup_p50_ms"], 3),
-                  "setup_p99_ratio": round(summary["on"]["setup_p99_ms"] / summary["off"]["setup_p99_ms"], 3),
-                  "rows": rows, "chain": "chain1: Tunnel@switch -> IPv4Fwd@switch",
-                  "method": f"{a.rate:g} new flows/s for {a.seconds:g} s a block; setup_*: keel-trafgen's first "
-                            "packet of each flow, source to sink; p50/p99 the mean of the blocks'"}
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
-        print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
-    finally:
-        if not was_up:
-            subprocess.run([str(ROOT / "deploy" / "local" / "down.sh")], capture_output=True, timeout=300)
+    summary = {}
+    for mode in ("on", "off"):
+        rs = [r for r in rows if r["mode"] == mode]
+        summary[mode] = {"blocks": len(rs), "flows": sum(r["flows"] or 0 for r in rs),
+                         "setup_p50_ms": round(statistics.mean(r["setup_p50_ms"] for r in rs), 3),
+                         "setup_p99_ms": round(statistics.mean(r["setup_p99_ms"] for r in rs), 3),
+                         "setup_max_ms": max(r["setup_max_ms"] or 0 for r in rs),
+                         "lost": sum(r["lost"] for r in rs), "wrong": sum(r["wrong"] for r in rs),
+                         "chain_reinjects": sum(r["chain_reinjects"] for r in rs),
+                         "stage1_installs": sum(r["stage1_installs"] for r in rs)}
+    result = {"chain_reinject_on": summary["on"], "chain_reinject_off": summary["off"],
+              "setup_p50_ratio": round(summary["on"]["setup_p50_ms"] / summary["off"]["setup_p50_ms"], 3),
+              "setup_p99_ratio": round(summary["on"]["setup_p99_ms"] / summary["off"]["setup_p99_ms"], 3),
+              "rows": rows, "chain": "chain1: Tunnel@switch -> IPv4Fwd@switch",
+              "method": f"{a.rate:g} new flows/s for {a.seconds:g} s a block; setup_*: keel-trafgen's first "
+                        "packet of each flow, source to sink; p50/p99 the mean of the blocks'"}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=1))
     return 0
 
 
