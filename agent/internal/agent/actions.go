@@ -31,6 +31,7 @@ func (a *Agent) fast(ctx context.Context, act reconcile.Action, via string) {
 	defer cancel()
 	group := GroupID(act.ID)
 	var err error
+	called := time.Now()
 	switch act.Kind {
 	case reconcile.Attach:
 		_, err = a.Coopsched.Attach(ctx, &pb.AttachRequest{GroupId: group, Core: uint32(act.Core)})
@@ -42,6 +43,7 @@ func (a *Agent) fast(ctx context.Context, act reconcile.Action, via string) {
 	case reconcile.SetBatch:
 		_, err = a.Coopsched.SetBatch(ctx, &pb.SetBatchRequest{GroupId: group, Batch: act.Batch})
 	}
+	done := time.Now() // coopsched runs it from here (an attach): the delay ends here, not after a.mu below
 	a.countAction(act.Kind.String(), err)
 	if err != nil {
 		a.Log.Warn("reconcile: action failed; retried on the next pass", "action", act.String(), "err", err)
@@ -60,10 +62,11 @@ func (a *Agent) fast(ctx context.Context, act reconcile.Action, via string) {
 	}
 	a.mu.Unlock()
 	if ok && act.Kind == reconcile.Attach {
-		d := time.Since(asked)
+		d := done.Sub(asked)
 		a.attachDelay.WithLabelValues(via).Observe(d.Seconds())
 		a.Log.Info("attached a pooled instance", "instance", act.ID, "core", act.Core, "via", via,
-			"since_event_ms", float64(d.Microseconds())/1000)
+			"since_event_ms", float64(d.Microseconds())/1000, "coopsched_ms", float64(done.Sub(called).Microseconds())/1000,
+			"logged_after_ms", float64(time.Since(done).Microseconds())/1000)
 	}
 	a.Kick()
 }
