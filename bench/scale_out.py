@@ -16,10 +16,19 @@ Modes, in alternating blocks of --rounds rounds: "event" (keel-agent as make up 
 pass the event triggers, which first reads Docker, the VFs and coopsched). keel-agent is
 restarted as make up started it at the end.
 
+Then the same rounds with core 0 busy (--loops CPU-bound processes pinned to it during each
+round, as under make demo's traffic), in alternating blocks: "waits" (keel-agent as make up
+starts it: a reconcile pass waits for an attach on the event under way, and the agent has
+two Go Ps) against "no_wait" (--pass-waits-for-attach=false and GOMAXPROCS=1: the pass the
+same event triggers forks ovs-vsctl and ip while the attach's coopsched call waits for the
+agent's one P).
+
     python bench/scale_out.py --out bench/results/scale_out.json [--rounds 6 --blocks 2]
 """
 import argparse
 import json
+import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -71,9 +80,33 @@ def agent_restart(extra: list[str]) -> None:
     restart("keel-agent", ready, extra, remove=["--attach-on-event"])
 
 
-def round_(scenario: Path, out: Path) -> dict:
+def burn(stop) -> None:
+    """A CPU-bound loop on core 0 until stop is set."""
+    os.sched_setaffinity(0, {0})
+    x = 0
+    while not stop.is_set():
+        for i in range(100000):
+            x += i
+
+
+def round_(scenario: Path, out: Path, loops: int = 0) -> dict:
     wait_until("chain3 still had an attached instance", 60, lambda: attached("chain3") == 0)
     time.sleep(0.5)  # the pass after the detach
+    stop = multiprocessing.Event()
+    burners = [multiprocessing.Process(target=burn, args=(stop,), daemon=True) for _ in range(loops)]
+    for b in burners:
+        b.start()
+    try:
+        if loops:
+            time.sleep(0.3)
+        return measure(scenario, out)
+    finally:
+        stop.set()
+        for b in burners:
+            b.join()
+
+
+def measure(scenario: Path, out: Path) -> dict:
     before = delays()
     gen = subprocess.run([str(TRAFGEN), "--scenario", str(scenario), "--out", str(out)],
                          capture_output=True, text=True, timeout=60)
@@ -103,6 +136,7 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale_out.json"))
     p.add_argument("--rounds", type=int, default=6, help="rounds per block")
     p.add_argument("--blocks", type=int, default=2, help="blocks per mode, alternating event, pass, ...")
+    p.add_argument("--loops", type=int, default=4, help="CPU-bound processes on core 0 in the busy rounds")
     a = p.parse_args()
     rows = []
     with local_stack("scale_out"):
@@ -117,12 +151,29 @@ def main() -> int:
                     r = {"mode": mode, **round_(scenario, out)}
                     print(json.dumps(r), file=sys.stderr, flush=True)
                     rows.append(r)
+            for block in range(2 * a.blocks):
+                mode = ("waits", "no_wait")[block % 2]
+                if mode == "no_wait":
+                    os.environ["GOMAXPROCS"] = "1"
+                    agent_restart(["--pass-waits-for-attach=false"])
+                    del os.environ["GOMAXPROCS"]
+                else:
+                    agent_restart([])
+                for _ in range(a.rounds):
+                    r = {"mode": mode, "loops": a.loops, **round_(scenario, out, a.loops)}
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+                    rows.append(r)
         agent_restart([])
+        wt = summary([r for r in rows if r["mode"] == "waits"])
+        nw = summary([r for r in rows if r["mode"] == "no_wait"])
         ev = summary([r for r in rows if r["mode"] == "event"])
         ps = summary([r for r in rows if r["mode"] == "pass"])
         result = {"event": ev, "pass": ps,
                   "first_packet_p50_ratio": round(ev["first_packet_ms_p50"] / ps["first_packet_ms_p50"], 3),
                   "attach_delay_p50_ratio": round(ev["attach_delay_ms_p50"] / ps["attach_delay_ms_p50"], 3),
+                  "busy_core0": {"loops": a.loops, "waits": wt, "no_wait": nw,
+                                 "first_packet_p50_ratio": round(wt["first_packet_ms_p50"] / nw["first_packet_ms_p50"], 3),
+                                 "attach_delay_p50_ratio": round(wt["attach_delay_ms_p50"] / nw["attach_delay_ms_p50"], 3)},
                   "rows": rows, "chain": "chain3: ACL@switch -> NAT@server, one new flow per round onto a "
                   "pooled instance", "method": "first_packet_ms: keel-trafgen source to sink; attach_delay_ms: "
                   "keel_agent_attach_delay_seconds (the gateway's Watch event to coopsched running the instance)"}

@@ -43,6 +43,9 @@ type Config struct {
 	// AttachOnEvent: attachNow attaches a scale-out's pooled instance on the gateway's event
 	// (else the pass the event triggers does).
 	AttachOnEvent bool
+	// PassWaitsForAttach: a pass waits for attachNow's attaches under way before it reads the
+	// worker (waitEventAttaches); false only to compare (bench/scale_out.py).
+	PassWaitsForAttach bool
 }
 
 // Deps are the agent's connections.
@@ -101,6 +104,12 @@ type Agent struct {
 	// instances attached since that view was read.
 	lastActual  map[string]reconcile.Actual
 	attachedNow map[string]attachMark
+	// eventAttaches counts attachNow's attaches under way; a pass waits for them (attachDone,
+	// on mu) before it reads the worker. Its reads fork ovs-vsctl and ip: a Go thread in
+	// vfork keeps its P until the child execs, and on a busy core that held an attach's
+	// coopsched call back by 10-17 ms (perf sched trace, 4 CPU-bound loops on core 0).
+	eventAttaches int
+	attachDone    *sync.Cond
 	// attachAsked: when the gateway attached each pooled instance (its Watch event), until
 	// coopsched has attached it; attachDelay the time in between, by who attached it.
 	attachAsked map[string]time.Time
@@ -119,7 +128,7 @@ func New(cfg Config, deps Deps) *Agent {
 	if cfg.MaxParallel < 1 {
 		cfg.MaxParallel = 2
 	}
-	return &Agent{cfg: cfg, Deps: deps,
+	a := &Agent{cfg: cfg, Deps: deps,
 		chains: map[string]*pb.Chain{}, instances: map[string]*pb.ChainInstance{},
 		busy: map[string]bool{}, fails: map[string]*failure{}, status: map[string]*instStatus{}, actions: map[string]uint64{},
 		nfUsers: map[string]string{}, kick: make(chan struct{}, 1), report: make(chan struct{}, 1),
@@ -128,6 +137,8 @@ func New(cfg Config, deps Deps) *Agent {
 			Help: "From the gateway attaching a pooled instance (its Watch event) to coopsched running it, by who " +
 				"attached it: event (at once, against the last pass's view) or pass (a reconcile pass)",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12)}, []string{"via"})}
+	a.attachDone = sync.NewCond(&a.mu)
+	return a
 }
 
 // Kick asks for a reconcile pass soon.
@@ -175,6 +186,8 @@ func (a *Agent) reconcileOnce(ctx context.Context) {
 	// An instance busy at any moment of the pass is left alone: an action that ends while
 	// the state is read would otherwise be judged on a view from before it ended.
 	a.mu.Lock()
+	a.waitEventAttaches()
+	start = time.Now()
 	busy := map[string]bool{}
 	for id := range a.busy {
 		busy[id] = true
@@ -302,6 +315,7 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 		return
 	}
 	a.busy[id] = true // the pass leaves it alone meanwhile
+	a.eventAttaches++
 	a.mu.Unlock()
 	// In its own goroutine: a scale-out of two chains at once (the first flows after a
 	// deploy) attaches both at once, not one after the other's coopsched call.
@@ -314,8 +328,20 @@ func (a *Agent) attachNow(ctx context.Context, id string) {
 		}
 		a.mu.Lock()
 		delete(a.busy, id)
+		a.eventAttaches--
+		a.attachDone.Broadcast()
 		a.mu.Unlock()
 	}()
+}
+
+// waitEventAttaches returns once no attach of attachNow is under way (a.mu held; released
+// while it waits). A pass calls it first: an attach on the gateway's event goes before the
+// pass, which would only check it, and whose reads (Docker, ovs-vsctl, ip) would compete
+// with it for the agent's threads. Bounded by the attach's coopsched timeout.
+func (a *Agent) waitEventAttaches() {
+	for a.cfg.PassWaitsForAttach && a.eventAttaches > 0 {
+		a.attachDone.Wait()
+	}
 }
 
 // keepView stores a pass's view of the instances, read from start on, for attachNow (a.mu

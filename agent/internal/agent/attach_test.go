@@ -50,7 +50,7 @@ func (c *coopschedAttach) taken() []string {
 // core 1 (a scale-out). It returns the agent, the id and coopsched.
 func pooledInstance(t *testing.T) (*Agent, string, *coopschedAttach) {
 	t.Helper()
-	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{Worker: "w1"}, AttachOnEvent: true}, nil)
+	a, id, _ := agentWithOneInstance(t, Config{SpecConfig: SpecConfig{Worker: "w1"}, AttachOnEvent: true, PassWaitsForAttach: true}, nil)
 	cs := &coopschedAttach{}
 	a.Coopsched = cs
 	a.synced = true
@@ -301,4 +301,64 @@ func Test_attachNow_attaches_two_scale_outs_at_once(t *testing.T) {
 	if cs.calls != 2 || !cs.together {
 		t.Fatalf("%d attaches, together %v: want both at once", cs.calls, cs.together)
 	}
+}
+
+// coopschedHeld holds every Attach until release is closed.
+type coopschedHeld struct {
+	pb.CoopschedClient
+	started chan struct{}
+	release chan struct{}
+}
+
+func (c *coopschedHeld) Attach(_ context.Context, r *pb.AttachRequest, _ ...grpc.CallOption) (*pb.GroupStatus, error) {
+	close(c.started)
+	<-c.release
+	return &pb.GroupStatus{GroupId: r.GroupId}, nil
+}
+
+func Test_a_pass_waits_for_an_attach_on_the_event_before_it_reads_the_worker(t *testing.T) {
+	// The pass the same event kicks must not fork ovs-vsctl and ip while the attach's
+	// coopsched call is under way: it waits, then reads a worker that has the attach.
+	a, id, _ := pooledInstance(t)
+	cs := &coopschedHeld{started: make(chan struct{}), release: make(chan struct{})}
+	a.Coopsched = cs
+	a.attachNow(context.Background(), id)
+	<-cs.started
+	passGoes := make(chan struct{})
+	go func() {
+		a.mu.Lock()
+		a.waitEventAttaches()
+		a.mu.Unlock()
+		close(passGoes)
+	}()
+	select {
+	case <-passGoes:
+		t.Fatal("the pass went on while the attach was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(cs.release)
+	select {
+	case <-passGoes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pass still waited after the attach ended")
+	}
+	a.workers.Wait()
+	a.mu.Lock()
+	if a.eventAttaches != 0 || a.busy[id] {
+		t.Fatalf("after the attach: %d under way, busy %v", a.eventAttaches, a.busy[id])
+	}
+	a.mu.Unlock()
+
+	// --pass-waits-for-attach=false (for comparison): the pass does not wait.
+	a.cfg.PassWaitsForAttach = false
+	a.attachedNow = map[string]attachMark{}
+	cs = &coopschedHeld{started: make(chan struct{}), release: make(chan struct{})}
+	a.Coopsched = cs
+	a.attachNow(context.Background(), id)
+	<-cs.started
+	a.mu.Lock()
+	a.waitEventAttaches()
+	a.mu.Unlock()
+	close(cs.release)
+	a.workers.Wait()
 }
