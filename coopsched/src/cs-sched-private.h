@@ -3,7 +3,9 @@
  * (cs-enforcer.c) and its exit watcher (cs-watcher.c). One lock, s->mu,
  * guards the table and every sgroup's state; control requests are
  * serialised by s->ctl_mu so that the master thread can do slow work
- * (stopping threads) without holding s->mu. */
+ * (stopping threads) without holding s->mu. An Attach is the exception:
+ * it waits for its enforcer without ctl_mu, and a request that finds one
+ * under way for its sgroup waits for it (cs-sched.c, wait_idle). */
 #ifndef KEEL_CS_SCHED_PRIVATE_H_
 #define KEEL_CS_SCHED_PRIVATE_H_
 
@@ -97,6 +99,7 @@ struct cs_sched {
   uint64_t tsc_hz;
   uint64_t handoff_cycles;
   pthread_mutex_t ctl_mu;
+  pthread_mutex_t persist_mu; /* the state file's writes, in order (persist_locked) */
   pthread_mutex_t mu;
   pthread_cond_t done_cv; /* broadcast when a request completes */
   int stopping;

@@ -242,6 +242,7 @@ struct cs_sched *cs_sched_create(const struct cs_options *opt, struct cs_error *
     goto fail;
   }
   pthread_mutex_init(&s->ctl_mu, NULL);
+  pthread_mutex_init(&s->persist_mu, NULL);
   /* Priority inheritance: an RPC thread under CFS holding the table while an
    * enforcer (highest FIFO priority) waits for it runs at that priority. */
   pthread_mutexattr_t ma;
@@ -316,16 +317,34 @@ static enum cs_errclass check_in_service(const struct cs_group *g, struct cs_err
   return CS_OK;
 }
 
-/* Waits (s->mu held) for the enforcer to finish g's request. */
-static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
+/* Waits (s->mu held) until none of g's requests is with an enforcer. An Attach waits for
+ * its own without ctl_mu (cs_sched_attach), so another control call can find one under way. */
+static void wait_idle(struct cs_sched *s, struct cs_group *g) {
+  while (g->op != CS_OP_NONE) pthread_cond_wait(&s->done_cv, &s->mu);
+}
+
+/* Hands g's request to the enforcer of core (s->mu held, g idle). */
+static void post_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
   g->op = op;
   g->op_core = core;
   g->op_done = 0;
   g->op_err.cls = CS_OK;
   g->op_start_ns = cs_mono_ns();
   pthread_cond_signal(&cs_sched_enforcer(s, core)->cv);
+}
+
+/* Waits (s->mu held) for the enforcer to finish g's request; g is idle again after. */
+static void await_op(struct cs_sched *s, struct cs_group *g) {
   while (!g->op_done) pthread_cond_wait(&s->done_cv, &s->mu);
   g->op = CS_OP_NONE;
+  pthread_cond_broadcast(&s->done_cv); /* for wait_idle */
+}
+
+/* Waits (s->mu held) for the enforcer to carry out a request of g. */
+static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
+  wait_idle(s, g);
+  post_op(s, g, op, core);
+  await_op(s, g);
 }
 
 static void release_tasks(struct cs_group *g) {
@@ -461,12 +480,15 @@ fail:
   return err->cls;
 }
 
-/* Writes the sgroups in service to the state file (ctl_mu held, so that writes follow the
- * table's changes in order). A failure is reported, not returned: the change it follows
- * has happened; only a successor's adoption is at stake. */
+/* Writes the sgroups in service to the state file. persist_mu orders the writes as their
+ * snapshots: the last write has the latest table. Not under ctl_mu alone, so that an
+ * Attach, which writes without ctl_mu, is not held up by another caller's write either. A
+ * failure is reported, not returned: the change it follows has happened; only a successor's
+ * adoption is at stake. */
 static void persist_locked(struct cs_sched *s) {
   if (!s->opt.state_file[0]) return;
   size_t n = 0, i = 0;
+  pthread_mutex_lock(&s->persist_mu);
   pthread_mutex_lock(&s->mu);
   for (struct cs_group *g = s->groups; g; g = g->next) n++;
   struct cs_state_entry *v = calloc(n ? n : 1, sizeof *v);
@@ -489,6 +511,7 @@ static void persist_locked(struct cs_sched *s) {
     fprintf(stderr, "keel-coopsched: state file %s not written: out of memory\n", s->opt.state_file);
   else if (cs_state_write(s->opt.state_file, v, i, &err) != CS_OK)
     fprintf(stderr, "keel-coopsched: %s (a successor could not take the chains back)\n", err.msg);
+  pthread_mutex_unlock(&s->persist_mu);
   free(v);
 }
 
@@ -615,15 +638,24 @@ uint64_t cs_sched_refusals(struct cs_sched *s, enum cs_refusal r) {
 
 static void unregister_locked(struct cs_sched *s, struct cs_group *g);
 
-/* Attaches g to core (ctl_mu and mu held). */
-static enum cs_errclass attach_locked(struct cs_sched *s, struct cs_group *g, int core,
-                                      struct cs_error *err) {
+/* Whether g can be attached to core (ctl_mu and mu held); waits for a request of g under
+ * way first. */
+static enum cs_errclass check_attach(struct cs_sched *s, struct cs_group *g, int core,
+                                     struct cs_error *err) {
+  wait_idle(s, g);
   if (!cs_sched_enforcer(s, core))
     return cs_error_set(err, CS_EINVAL, "core %d is not managed by keel-coopsched", core);
   if (check_in_service(g, err)) return err->cls;
   if (g->state != CS_DETACHED)
     return cs_error_set(err, CS_ESTATE, "sgroup \"%s\" is %s on core %d", g->id,
                         cs_group_state_name(g->state), g->core);
+  return CS_OK;
+}
+
+/* Attaches g to core (ctl_mu and mu held). */
+static enum cs_errclass attach_locked(struct cs_sched *s, struct cs_group *g, int core,
+                                      struct cs_error *err) {
+  if (check_attach(s, g, core, err)) return err->cls;
   run_op(s, g, CS_OP_ATTACH, core);
   if (g->op_err.cls) return cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
   return CS_OK;
@@ -635,10 +667,20 @@ enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core
   pthread_mutex_lock(&s->mu);
   struct cs_group *g;
   enum cs_errclass cls = lookup(s, group, &g, err);
-  if (!cls) cls = attach_locked(s, g, core, err);
+  if (!cls) cls = check_attach(s, g, core, err);
+  if (!cls) post_op(s, g, CS_OP_ATTACH, core);
+  /* The enforcer attaches g while other control calls go on: two chains scaling out at once
+   * (the first flows after a deploy) are attached in the same tick, and neither waits for the
+   * other's caller to be scheduled on a busy shared core and write the state file (which
+   * needs only persist_mu). A call that finds g's request under way waits for it
+   * (wait_idle); only Unregister frees g, and it waits too. */
+  pthread_mutex_unlock(&s->ctl_mu);
+  if (!cls) {
+    await_op(s, g);
+    if (g->op_err.cls) cls = cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
+  }
   pthread_mutex_unlock(&s->mu);
   if (!cls) persist_locked(s);
-  pthread_mutex_unlock(&s->ctl_mu);
   return cls;
 }
 
@@ -687,6 +729,7 @@ static void detach_locked(struct cs_sched *s, struct cs_group *g, int *at_bounda
                           uint64_t *wait_us) {
   *at_boundary = 1;
   *wait_us = 0;
+  wait_idle(s, g);
   if (g->state != CS_ATTACHED && g->state != CS_DETACHING) return;
   g->at_boundary = 1;
   run_op(s, g, CS_OP_DETACH, g->core);
@@ -826,5 +869,6 @@ void cs_sched_destroy(struct cs_sched *s) {
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->ctl_mu);
+  pthread_mutex_destroy(&s->persist_mu);
   free(s);
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -657,6 +658,54 @@ TEST_F(CoopschedTest, DetachWaitsForBoundaryAndDetachedThreadsUseNoCpu) {
   ASSERT_TRUE(Detach("det", &det).ok());
   ExpectClean(c);
   EXPECT_EQ(c.a()->ok_rounds, c.rounds());
+}
+
+// Two sgroups attached at once (two chains scaling out together) do not wait for each
+// other's caller: the first Attach's state file write is held (a FIFO where the file is
+// written), and the second sgroup is attached meanwhile. Before, the first held the control
+// lock until its write was done, so the second waited for it.
+TEST_F(CoopschedTest, SecondAttachDoesNotWaitForTheFirstCallersStateWrite) {
+  StartDaemon();
+  Chain& one = NewChain("one", 2);
+  Chain& two = NewChain("two", 2);
+  keel::v1::GroupStatus gs;
+  ASSERT_TRUE(Register(one, "one", &gs).ok());
+  ASSERT_TRUE(Register(two, "two", &gs).ok());
+  const std::string fifo = dir_ + "/lock/coopsched.state.new";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto state_of = [&](const std::string& group) {
+    const keel::v1::StatusResponse st = Status();
+    for (const auto& g : st.groups())
+      if (g.group_id() == group) return g.state();
+    return keel::v1::GROUP_STATE_UNSPECIFIED;
+  };
+  grpc::Status first, second;
+  std::thread a([&] { first = Attach("one"); });
+  ASSERT_TRUE(WaitFor([&] { return state_of("one") == keel::v1::GROUP_STATE_ATTACHED; }, 3000));
+  std::thread b([&] { second = Attach("two"); });
+  const bool attached = WaitFor([&] { return state_of("two") == keel::v1::GROUP_STATE_ATTACHED; }, 3000);
+  // Let the writes through: open the FIFO's reading end and drain it until both calls end.
+  int fd = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::atomic<bool> done{false};
+  std::thread drain([&] {
+    char buf[4096];
+    while (!done) {
+      if (read(fd, buf, sizeof buf) <= 0) usleep(1000);
+    }
+  });
+  a.join();
+  b.join();
+  done = true;
+  drain.join();
+  close(fd);
+  EXPECT_TRUE(attached) << "the second Attach waited for the first one's state file write";
+  EXPECT_TRUE(first.ok()) << first.error_message();
+  EXPECT_TRUE(second.ok()) << second.error_message();
+  for (Chain* c : {&one, &two}) {
+    const uint64_t rounds = c->rounds();
+    EXPECT_TRUE(WaitFor([&] { return c->rounds() > rounds + 100; }, 3000)) << "a chain does not run";
+  }
 }
 
 TEST_F(CoopschedTest, AttachDetachThousandTimesLosesNoRound) {
