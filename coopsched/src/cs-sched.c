@@ -340,9 +340,8 @@ static void await_op(struct cs_sched *s, struct cs_group *g) {
   pthread_cond_broadcast(&s->done_cv); /* for wait_idle */
 }
 
-/* Waits (s->mu held) for the enforcer to carry out a request of g. */
+/* Waits (s->mu held, g idle) for the enforcer to carry out a request of g. */
 static void run_op(struct cs_sched *s, struct cs_group *g, enum cs_op op, int core) {
-  wait_idle(s, g);
   post_op(s, g, op, core);
   await_op(s, g);
 }
@@ -652,13 +651,19 @@ static enum cs_errclass check_attach(struct cs_sched *s, struct cs_group *g, int
   return CS_OK;
 }
 
+/* Waits (s->mu held) for the attach post_op handed to the enforcer; its outcome. */
+static enum cs_errclass await_attach(struct cs_sched *s, struct cs_group *g, struct cs_error *err) {
+  await_op(s, g);
+  if (g->op_err.cls) return cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
+  return CS_OK;
+}
+
 /* Attaches g to core (ctl_mu and mu held). */
 static enum cs_errclass attach_locked(struct cs_sched *s, struct cs_group *g, int core,
                                       struct cs_error *err) {
   if (check_attach(s, g, core, err)) return err->cls;
-  run_op(s, g, CS_OP_ATTACH, core);
-  if (g->op_err.cls) return cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
-  return CS_OK;
+  post_op(s, g, CS_OP_ATTACH, core);
+  return await_attach(s, g, err);
 }
 
 enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core,
@@ -675,10 +680,7 @@ enum cs_errclass cs_sched_attach(struct cs_sched *s, const char *group, int core
    * needs only persist_mu). A call that finds g's request under way waits for it
    * (wait_idle); only Unregister frees g, and it waits too. */
   pthread_mutex_unlock(&s->ctl_mu);
-  if (!cls) {
-    await_op(s, g);
-    if (g->op_err.cls) cls = cs_error_set(err, g->op_err.cls, "%s", g->op_err.msg);
-  }
+  if (!cls) cls = await_attach(s, g, err);
   pthread_mutex_unlock(&s->mu);
   if (!cls) persist_locked(s);
   return cls;
