@@ -131,6 +131,27 @@ def summary(rows: list[dict]) -> dict:
             "attach_delay_ms_max": round(max(att), 3)}
 
 
+def blocks(a, scenario: Path, out: Path, modes: dict[str, list[str]], loops: int,
+           env: dict[str, dict[str, str]] | None = None) -> list[dict]:
+    """a.blocks blocks per mode of a.rounds rounds each, alternating the modes; before each block
+    keel-agent is restarted with the mode's extra flags (and environment, env[mode])."""
+    rows = []
+    for block in range(len(modes) * a.blocks):
+        mode = list(modes)[block % len(modes)]
+        extra_env = (env or {}).get(mode, {})
+        os.environ.update(extra_env)
+        try:
+            agent_restart(modes[mode])
+        finally:
+            for k in extra_env:
+                del os.environ[k]
+        for _ in range(a.rounds):
+            r = {"mode": mode, **({"loops": loops} if loops else {}), **round_(scenario, out, loops)}
+            print(json.dumps(r), file=sys.stderr, flush=True)
+            rows.append(r)
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale_out.json"))
@@ -144,25 +165,10 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             scenario, out = Path(tmp) / "one-flow.json", Path(tmp) / "result.json"
             one_flow_scenario(scenario)
-            for block in range(2 * a.blocks):
-                mode = ("event", "pass")[block % 2]
-                agent_restart([] if mode == "event" else ["--attach-on-event=false"])
-                for _ in range(a.rounds):
-                    r = {"mode": mode, **round_(scenario, out)}
-                    print(json.dumps(r), file=sys.stderr, flush=True)
-                    rows.append(r)
-            for block in range(2 * a.blocks):
-                mode = ("waits", "no_wait")[block % 2]
-                if mode == "no_wait":
-                    os.environ["GOMAXPROCS"] = "1"
-                    agent_restart(["--pass-waits-for-attach=false"])
-                    del os.environ["GOMAXPROCS"]
-                else:
-                    agent_restart([])
-                for _ in range(a.rounds):
-                    r = {"mode": mode, "loops": a.loops, **round_(scenario, out, a.loops)}
-                    print(json.dumps(r), file=sys.stderr, flush=True)
-                    rows.append(r)
+            rows += blocks(a, scenario, out, {"event": [], "pass": ["--attach-on-event=false"]}, loops=0)
+            # "no_wait" is the agent as it was: no wait, and one Go P (GOMAXPROCS=1).
+            rows += blocks(a, scenario, out, {"waits": [], "no_wait": ["--pass-waits-for-attach=false"]},
+                           loops=a.loops, env={"no_wait": {"GOMAXPROCS": "1"}})
         agent_restart([])
         wt = summary([r for r in rows if r["mode"] == "waits"])
         nw = summary([r for r in rows if r["mode"] == "no_wait"])
