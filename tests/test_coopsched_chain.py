@@ -222,6 +222,46 @@ def test_a_fresh_chain_attached_beside_a_running_one_takes_its_packets_at_once(t
     assert took < 0.15, f"the fresh chain took its first packet {took * 1000:.0f} ms after its attach"
 
 
+def test_a_chain_attached_right_after_it_registered_takes_its_packets_at_once(tmp_path, coopsched):
+    """As above, but the chain is attached as soon as it is an sgroup (a pooled instance
+    that a scale-out takes the moment it is ready, as in make demo's first seconds), while
+    a polling chain keeps the managed core busy. The packet thread's wait for coopsched's
+    answer has not run out then; the answer waits for gRPC's SCHED_OTHER threads, which the
+    FIFO threads leave no room: keel-nf held the first packets until its 200 ms bound ran
+    out (make demo: a first packet of ~207 ms on chain 2 or 3 in two runs of four). Now it
+    goes on once coopsched has made it SCHED_FIFO, which coopsched does only after it has
+    accepted the chain."""
+    busy_pcap, fresh_pcap = tmp_path / "busy.pcap", tmp_path / "fresh.pcap"
+    pcapraw.write(busy_pcap, (pcapraw.udp_frame(1000 + i % 100, b"\xff" * 18) for i in range(1000)))
+    pcapraw.write(fresh_pcap, (pcapraw.udp_frame(2000 + i % 100, b"\xff" * 18) for i in range(1000)))
+    core = ["taskset", "-c", str(MANAGED_CORE)]  # what an NF container's cpuset does
+    # --idle-nap-after-ms 0: the busy chain polls its port at FIFO, also once its packets are in
+    busy, _, _ = start_chain(tmp_path, coopsched, "busy", 2, busy_pcap, idle_ms=600_000,
+                             extra=("--idle-nap-after-ms", "0"))
+    coopsched.Attach(pb.AttachRequest(group_id="busy", core=MANAGED_CORE))
+    assert wait_for(lambda: group(coopsched, "busy").packets == 1000, 10)
+    # a SCHED_OTHER thread on the managed core that takes what the FIFO threads leave (as
+    # the instances a scale-out starts there do: make demo starts two at that moment)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        fresh, _, _ = start_chain(tmp_path, coopsched, "fresh", 1, fresh_pcap, idle_ms=600_000, prefix=core)
+        os.sched_setaffinity(spinner.pid, {MANAGED_CORE})
+        time.sleep(0.06)
+        coopsched.Attach(pb.AttachRequest(group_id="fresh", core=MANAGED_CORE))
+        t0 = time.monotonic()
+        ran = wait_for(lambda: group(coopsched, "fresh").packets > 0, 5)
+        took = time.monotonic() - t0
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert ran, "the fresh chain never ran"
+    for gid, procs in (("fresh", fresh), ("busy", busy)):
+        procs[0].terminate()
+        finish(procs, coopsched, gid)
+    print(f"first packet {took * 1000:.1f} ms after the attach")
+    assert took < 0.08, f"the fresh chain took its first packet {took * 1000:.0f} ms after its attach"
+
+
 def send_from(iface: str, frames: list[bytes]) -> None:
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((iface, 0))
