@@ -14,6 +14,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -105,6 +106,8 @@ class Controller:
         self._reinject: dict[str, int] = {}  # switch-only chains' reinject VLANs (0: none)
         self._flows: dict[FiveTuple, Flow] = {}
         self._installed: set[tuple[int, int, int]] = set()
+        # Expiries of rules not in the record, by flow: (cookie, when), oldest first (record)
+        self._expired_unknown: dict[FiveTuple, tuple[int, float]] = {}
         self._synced = False
         self._seen: set[str] = set()
         self._subscribers: list[queue.Queue] = []
@@ -407,10 +410,12 @@ class Controller:
             raise cookie_or_error
         return cookie_or_error
 
-    def install_many(self, flows: list[tuple[Assignment, int, bool]]) -> list[int | Exception]:
+    def install_many(self, flows: list[tuple[Assignment, int, bool]],
+                     rules_out: list[Rule | None] | None = None) -> list[int | Exception]:
         """Install several flows' rules behind one barrier: per flow its cookie, or the
         exception that kept it out (a flow torctl cannot build fails alone; the switch
-        refusing or losing the batch fails every flow in it)."""
+        refusing or losing the batch fails every flow in it). rules_out, if given, gets per
+        flow the rule installed (None for a failed flow)."""
         results: list[int | Exception] = []
         rules: list[Rule] = []
         needed: dict[tuple[int, int, int], Rule] = {}
@@ -448,14 +453,40 @@ class Controller:
         with self._lock:
             self._installed.update(r.key for r in missing)
             for _, a, rule, idle, reinject_only in built:
-                f = self._flows.get(a.flow)
-                if f is None or f.assignment != a:
-                    f = self._flows[a.flow] = Flow(a)
-                f.stage1 |= reinject_only
-                f.stage2 |= not reinject_only
-                f.idle_timeout, f.cookie = idle, rule.cookie
+                self._record(a, rule.cookie, idle, reinject_only)
                 self.installs += 1
+        if rules_out is not None:
+            rules_out[:] = [None] * len(results)
+            for i, _, rule, _, _ in built:
+                rules_out[i] = rule
         return results
+
+    def _record(self, a: Assignment, c: int, idle: int, reinject_only: bool) -> bool:
+        """Notes a flow's rule in torctl's record (lock held); True if the flow was new to it."""
+        f = self._flows.get(a.flow)
+        new = f is None or f.assignment != a
+        if new:
+            f = self._flows[a.flow] = Flow(a)
+        f.stage1 |= reinject_only
+        f.stage2 |= not reinject_only
+        f.idle_timeout, f.cookie = idle, c
+        return new
+
+    def record(self, flows: list[tuple[Assignment, int, int]]) -> int:
+        """Notes stage-2 rules keel-ingress wrote to the switch itself ((assignment, cookie,
+        idle timeout) each) as if torctl had installed them; returns how many were new. A flow
+        whose expiry torctl already reported (the ingress' note came late) is not noted: the
+        record would keep a rule the switch no longer has."""
+        n = 0
+        with self._lock:
+            for a, c, idle in flows:
+                gone = self._expired_unknown.get(a.flow)
+                if gone is not None and gone[0] == c:
+                    continue
+                n += self._record(a, c, idle, False)
+                self.installs += 1
+        self.metrics.recorded.inc(len(flows))
+        return n
 
     def _port_lookup(self) -> Callable[[str], int]:
         """A port-name lookup over one read of the switch's ports (MissingPort if absent)."""
@@ -508,6 +539,8 @@ class Controller:
         flow = FiveTuple.from_match(ofp.match_fields(msg.match))
         with self._lock:
             f = self._flows.pop(flow, None)
+            if f is None:
+                self._note_expired_unknown(flow, msg.cookie)
         if f is not None:
             a = f.assignment
         else:
@@ -528,6 +561,17 @@ class Controller:
                 self.unsubscribe(q)
                 if not self._subscribers:
                     self._keep_unsent([event])
+
+    def _note_expired_unknown(self, flow: FiveTuple, c: int) -> None:
+        """Remembers for a minute the expiry of a rule torctl had no record of (one that
+        keel-ingress wrote and has not yet reported to RecordFlows); lock held."""
+        now = time.monotonic()
+        self._expired_unknown[flow] = (c, now)
+        while len(self._expired_unknown) > self.MAX_EXPIRED_UNKNOWN or \
+                next(iter(self._expired_unknown.values()))[1] < now - 60:
+            self._expired_unknown.pop(next(iter(self._expired_unknown)))
+
+    MAX_EXPIRED_UNKNOWN = 1 << 16
 
     # At most this many removals wait for a watcher (a switch's flow table's worth); beyond,
     # the oldest go and are counted: the gateway's flow reconciliation still finds them.

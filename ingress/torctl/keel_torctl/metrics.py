@@ -15,6 +15,9 @@ class Metrics:
         r = self.registry
         self.installs = Counter("keel_torctl_installs", "flows InstallFlow and InstallFlows answered, by stage and result",
                                 ["stage", "result"], registry=r)
+        self.recorded = Counter("keel_torctl_flows_recorded",
+                                "stage-2 rules keel-ingress wrote to the switch itself and reported (RecordFlows)",
+                                registry=r)
         self.install_latency = Histogram("keel_torctl_install_seconds",
                                          "an InstallFlow or InstallFlows call: request received to barrier reply",
                                          buckets=_LATENCY_BUCKETS, registry=r)

@@ -14,6 +14,9 @@ from .nfs import ChainError
 from .pb import control_pb2, torctl_pb2, torctl_pb2_grpc
 from .rules import FiveTuple, MissingPort
 from .switch import SwitchError, Unavailable
+from .wire import instructions_bytes
+
+OFPFF_SEND_FLOW_REM = 1  # a stage-2 rule's expiry reaches torctl (OpenFlow 1.3 ofp_flow_mod_flags)
 
 # Exceptions to gRPC status codes (the first that matches).
 _CODES = ((Unavailable, grpc.StatusCode.UNAVAILABLE),
@@ -84,20 +87,36 @@ class TorControl(torctl_pb2_grpc.TorControlServicer):
         flows = []
         for r in request.flows:
             flows.append((assignment_from_pb(r.assignment), r.idle_timeout_s, r.reinject_only))
-        results = self.ctl.install_many(flows)
+        rules: list = []
+        results = self.ctl.install_many(flows, rules)
         took = time.monotonic() - start
         out = torctl_pb2.InstallFlowsResponse(install_ms=took * 1e3)
-        for r, res in zip(request.flows, results):
+        dp = self.ctl.switch.dp
+        for r, res, rule in zip(request.flows, results, rules):
             stage = "1" if r.reinject_only else "2"
             if isinstance(res, Exception):
                 code = _code(res) or grpc.StatusCode.INTERNAL
                 self.metrics.installs.labels(stage, type(res).__name__).inc()
                 out.results.add(error=str(res) or type(res).__name__, code=code.name)
-            else:
-                self.metrics.installs.labels(stage, "ok").inc()
-                out.results.add(cookie=res)
+                continue
+            self.metrics.installs.labels(stage, "ok").inc()
+            result = out.results.add(cookie=res)
+            instructions = instructions_bytes(rule) if rule is not None and rule.flow_removed else None
+            if instructions is not None and dp is not None:
+                result.template.CopyFrom(torctl_pb2.RuleTemplate(
+                    datapath_id=dp.id, table_id=rule.table, priority=rule.priority, cookie=rule.cookie,
+                    idle_timeout_s=rule.idle_timeout, flags=OFPFF_SEND_FLOW_REM, instructions=instructions))
         self.metrics.install_latency.observe(took)
         return out
+
+    def RecordFlows(self, request: Any, context: Any) -> Any:
+        try:
+            flows = [(assignment_from_pb(f.assignment), f.cookie, f.idle_timeout_s) for f in request.flows]
+            for a, _, _ in flows:
+                a.flow.check()
+        except ValueError as e:
+            _abort(context, e)
+        return torctl_pb2.RecordFlowsResponse(recorded=self.ctl.record(flows))
 
     def RemoveFlow(self, request: Any, context: Any) -> Any:
         try:

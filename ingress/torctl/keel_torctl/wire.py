@@ -115,6 +115,16 @@ def add_bytes(rule: Rule) -> bytes | None:
         + match + instructions
 
 
+def instructions_bytes(rule: Rule) -> bytes | None:
+    """rule's instructions as its flow-mod carries them (None as for add_bytes): with the
+    rule's table, priority, cookie, timeout and flags, what keel-ingress needs to write the
+    same kind of rule for another flow itself (RuleTemplate)."""
+    try:
+        return b"".join(_instruction(i) for i in rule.instructions)
+    except _Unknown:
+        return None
+
+
 class PackedFlowMod(parser.MsgBase):
     """A flow-mod whose body add_bytes packed; os-ken's datapath sends it like any message
     (set_xid, then serialize puts the header in front)."""

@@ -80,3 +80,33 @@ def test_the_backlog_is_bounded_and_counts_what_it_dropped():
         ctl.flow_removed(expiry(sport))
     assert drain(ctl.subscribe()) == [3, 4, 5]
     assert ctl.metrics.registry.get_sample_value("keel_torctl_flow_removed_dropped_total") == 2
+
+
+# RecordFlows: rules keel-ingress wrote to the switch itself -----------------------------------
+
+def direct(sport: int):
+    """What keel-ingress reports of flow sport's rule, written from chain3/VLAN 100's template."""
+    from keel_torctl.controller import Assignment
+    flow = FiveTuple("198.18.0.1", "198.18.3.1", sport, 5001, 17)
+    return Assignment(flow, "chain3", "chain3-100", 100, "local"), cookie(KIND_FLOW, chain_tag("chain3"), 100), 10
+
+
+def test_recorded_flows_are_in_the_record_until_they_expire():
+    ctl = controller()
+    assert ctl.record([direct(1), direct(2)]) == 2
+    assert ctl.record([direct(2)]) == 0  # idempotent
+    assert sorted(f.assignment.flow.src_port for f in ctl.list_known()) == [1, 2]
+    assert ctl.flow_count() == 2
+    q = ctl.subscribe()
+    ctl.flow_removed(expiry(1))
+    assert drain(q) == [1]
+    assert [f.assignment.flow.src_port for f in ctl.list_known()] == [2]
+
+
+def test_a_report_that_comes_after_the_expiry_does_not_bring_the_flow_back():
+    # the gateway's reconciliation trusts the record: a rule noted after its expiry would
+    # keep its flow, and its instance's core, for good
+    ctl = controller()
+    ctl.flow_removed(expiry(1))
+    assert ctl.record([direct(1), direct(2)]) == 1
+    assert [f.assignment.flow.src_port for f in ctl.list_known()] == [2]

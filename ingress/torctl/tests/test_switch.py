@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """keel-torctl against a real Open vSwitch: rules, barrier semantics, expiry, restarts."""
+import struct
 import time
 
 import grpc
@@ -8,6 +9,7 @@ from scapy.all import Dot1Q, Ether, IP, Raw, UDP
 
 from torctl_env import PORTS, WORKER
 from keel_torctl.pb import control_pb2, torctl_pb2
+from keel_torctl.rules import PRIO_FLOW, STEER_TABLE
 
 MACS = dict(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 
@@ -116,6 +118,48 @@ def test_install_flows_puts_a_batch_behind_one_barrier_and_fails_only_the_bad_fl
     net.send([udp(s) for s in (1100, 1101, 1102, 1103)])
     assert sorted(p[UDP].sport for p in net.recv("trunk")) == [1100, 1101, 1103]
     assert [p[UDP].sport for p in net.recv("ingress", 0.2)] == [1102]
+
+
+def test_a_rule_written_from_the_template_through_another_connection_is_recorded_and_its_expiry_reported(
+        torctl, bridge):
+    """keel-ingress --tor-openflow writes a flow's rule itself, through the bridge's management
+    socket, from the template InstallFlows returned with an earlier flow of the same instance,
+    and reports it (RecordFlows). Here ovs-ofctl writes it the same way: the expiry of a rule
+    torctl did not write still reaches torctl and its watchers, and the record lists it
+    meanwhile (the gateway reconciles its flows against that record)."""
+    a = torctl_pb2.FlowAssignment(flow=five(3300), chain="plain", instance="x/0", vlan=9, worker=WORKER)
+    r = torctl.stub.InstallFlows(torctl_pb2.InstallFlowsRequest(
+        flows=[torctl_pb2.InstallFlowRequest(assignment=a, idle_timeout_s=60)]), timeout=10).results[0]
+    t = r.template
+    assert r.error == "" and t.datapath_id == torctl.stub.Status(torctl_pb2.TorStatusRequest(), timeout=10).datapath_id
+    assert (t.cookie, t.idle_timeout_s, t.flags, t.priority, t.table_id) == (r.cookie, 60, 1, PRIO_FLOW, STEER_TABLE)
+    trunk = PORTS["trunk"][1]
+    assert struct.pack("!HHIH6x", 0, 16, trunk, 0) in t.instructions  # OFPAT_OUTPUT to the worker's port
+    one = torctl_pb2.InstallFlowRequest(assignment=a, reinject_only=True)
+    assert not torctl.stub.InstallFlows(torctl_pb2.InstallFlowsRequest(flows=[one]), timeout=10).results[0] \
+        .HasField("template")  # a stage-1 rule has none
+
+    stream = torctl.stub.WatchFlowRemoved(torctl_pb2.WatchFlowRemovedRequest(watcher="test"), timeout=15)
+    time.sleep(0.3)
+    torctl.ovs.ofctl("add-flow", bridge[0],
+                     f"cookie={t.cookie:#x},table={t.table_id},priority={t.priority},idle_timeout=2,send_flow_rem,"
+                     f"udp,nw_src=198.18.0.1,nw_dst=198.19.0.1,tp_src=3301,tp_dst=53,"
+                     f"actions=push_vlan:0x8100,set_field:{4096 + 9}->vlan_vid,output:{trunk}")
+    b = torctl_pb2.FlowAssignment(flow=five(3301), chain="plain", instance="x/0", vlan=9, worker=WORKER)
+    got = torctl.stub.RecordFlows(torctl_pb2.RecordFlowsRequest(
+        flows=[torctl_pb2.InstalledFlow(assignment=b, idle_timeout_s=2, cookie=t.cookie)]), timeout=10)
+    assert got.recorded == 1
+
+    def recorded():
+        listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(), timeout=10).flows
+        return {f.assignment.flow.src_port for f in listed}
+    assert {3300, 3301} <= recorded()
+    ev = next(iter(stream))
+    stream.cancel()
+    assert (ev.reason, ev.assignment.flow.src_port, ev.assignment.vlan, ev.assignment.chain) == \
+        ("idle_timeout", 3301, 9, "plain")
+    assert 3301 not in recorded() and 3300 in recorded()
+    torctl.stub.RemoveFlow(torctl_pb2.RemoveFlowRequest(flow=five(3300)), timeout=10)
 
 
 def test_stage1_matches_only_reinjected_packets(torctl, bridge):
