@@ -216,6 +216,22 @@ def install_on_tor(flow, assigned, idle_timeout_s: int = 3600) -> None:
         sys.path.remove(str(ROOT / "build" / "py"))
 
 
+def tor_record() -> set[tuple]:
+    """The stage-2 rules keel-torctl holds on the ToR by its record (ListFlows, as the gateway's
+    flow reconciliation reads it), as (src_ip, dst_ip, src_port, dst_port, proto)."""
+    sys.path.insert(0, str(ROOT / "build" / "py"))
+    try:
+        tpb = importlib.import_module("keel.v1.torctl_pb2")
+        tgrpc = importlib.import_module("keel.v1.torctl_pb2_grpc")
+        controltoken = importlib.import_module("keel.v1.controltoken")
+        with controltoken.channel("127.0.0.1:50070", controltoken.read(str(RUN / "secrets" / "control-token"))) as ch:
+            flows = tgrpc.TorControlStub(ch).ListFlows(tpb.ListTorFlowsRequest(), timeout=10).flows
+        return {(f.assignment.flow.src_ip, f.assignment.flow.dst_ip, f.assignment.flow.src_port,
+                 f.assignment.flow.dst_port, f.assignment.flow.proto) for f in flows if not f.reinject_only}
+    finally:
+        sys.path.remove(str(ROOT / "build" / "py"))
+
+
 def coopsched_groups() -> list[str]:
     """The sgroups keel-coopsched holds (its gRPC Status), by id."""
     sys.path.insert(0, str(ROOT / "build" / "py"))

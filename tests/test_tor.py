@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import flowgen  # noqa: E402 - bench/flowgen.py, the flows these tests send
 import promtext  # noqa: E402 - bench/promtext.py, shared with bench/flow_setup.py
 from keelstack import (RUN, SINK_MAC, SKIP_REASON, SRC_MAC, all_ready, capture, control_stub, describe, faas,
-                       instances, pid_of, restart, running_stack, setup_counters, setup_delta, sh, udp, wait_for)
+                       instances, pid_of, restart, running_stack, setup_counters, setup_delta, sh, tor_record, udp,
+                       wait_for)
 
 pytestmark = pytest.mark.skipif(bool(SKIP_REASON), reason=SKIP_REASON or "runs")
 
@@ -132,6 +133,19 @@ def test_first_packets_of_1000_new_flows_arrive_complete_and_in_order(control):
     pb, stub = control
     # the gateway holds every flow until its rule idles out (10 s): the first ones already did
     assert 500 <= len(stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows) <= 1000
+    # Most flows' rules the ingress wrote to the ToR itself (make up gives it --tor-openflow),
+    # from the template torctl returned with an earlier flow of the same instance; the first
+    # flow of an instance, and one per instance and template TTL (1 s), went through torctl.
+    installed = after["keel_ingress_stage2_installed_total"] - before["keel_ingress_stage2_installed_total"]
+    direct = after["keel_ingress_stage2_direct_total"] - before["keel_ingress_stage2_direct_total"]
+    assert installed == 1000 and direct >= 700, (installed, direct, summary)
+    # and torctl's record, which the gateway reconciles its flows with, has every flow the
+    # gateway holds (the ingress reports its own rules within a few seconds)
+    def unrecorded():
+        held = {(f.flow.src_ip, f.flow.dst_ip, f.flow.src_port, f.flow.dst_port, f.flow.proto)
+                for f in stub.ListFlows(pb.ListFlowsRequest(chain="chain3")).flows}
+        return held - tor_record()
+    wait_for("torctl's record to hold every flow the gateway holds", lambda: not unrecorded(), timeout=10)
 
 
 def test_malformed_and_no_chain_flows_among_new_ones_cost_the_others_nothing(control):

@@ -338,8 +338,11 @@ part keel-torctl 30 torctl_ok -- "$VENV/bin/keel-torctl" --listen 127.0.0.1:5007
 ingress_ok() { http_ok http://127.0.0.1:9103/metrics; }
 alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
 # New flows wait out a restarting gateway: AssignFlow is tried 10 times (5 s, a gateway
-# restart takes 1-2 s here) and a flow's first 512 packets are held meanwhile.
+# restart takes 1-2 s here) and a flow's first 512 packets are held meanwhile. A flow's own
+# rule is written to the ToR's OpenFlow socket by the ingress itself, from the template torctl
+# gave with the first flow of its chain instance (--tor-openflow).
 part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 --control-token-file "$TOKEN" \
+  --tor-openflow "$RUN/ovs/keel-tor.mgmt" \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 --assign-attempts 10 --hold-per-flow 512 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 

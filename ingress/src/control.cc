@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "control.h"
 
+#include <grpcpp/alarm.h>
+
 #include <arpa/inet.h>
 #include <poll.h>
 #include <time.h>
@@ -111,6 +113,7 @@ Control::Control(const ControlConfig& cfg, Channel* channel, IngressCounters* co
     : cfg_(cfg), channel_(channel), counters_(counters), assign_batcher_(BatchConfig(cfg)) {
   gateway_ = v1::Control::NewStub(Dial(cfg.gateway));
   torctl_ = v1::TorControl::NewStub(Dial(cfg.torctl));
+  if (!cfg.tor_openflow.empty()) of_ = std::make_unique<TorOpenFlow>(cfg.tor_openflow, cfg.install_timeout_ms);
 }
 
 Control::~Control() { Stop(); }
@@ -126,6 +129,7 @@ void Control::Start() {
   pthread_setname_np(watch_thread_.native_handle(), "keel-ing-watch");
   pthread_setname_np(report_thread_.native_handle(), "keel-ing-report");
   pthread_setname_np(reinject_thread_.native_handle(), "keel-ing-rinj");
+  if (of_) of_->Start();
 }
 
 void Control::Stop() {
@@ -142,6 +146,8 @@ void Control::Stop() {
   for (std::thread* t : {&req_thread_, &watch_thread_, &report_thread_, &reinject_thread_}) {
     if (t->joinable()) t->join();
   }
+  /* Its pending writes end (failed); their completions find stopping_ and post nothing. */
+  if (of_) of_->Stop();
   /* Every call was cancelled and no new one starts: the queue drains. */
   cq_.Shutdown();
   if (cq_thread_.joinable()) cq_thread_.join();
@@ -188,6 +194,23 @@ void Control::CompletionLoop() {
     live_.erase(call);
     delete call;
   }
+}
+
+void Control::Post(std::function<void()> fn) {
+  struct Posted : Call {
+    grpc::Alarm alarm;
+    std::function<void()> fn;
+    void Complete() override { fn(); }
+  };
+  auto* p = new Posted;
+  p->fn = std::move(fn);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopping_) {
+    delete p;
+    return;
+  }
+  live_.insert(p);
+  p->alarm.Set(&cq_, gpr_now(GPR_CLOCK_MONOTONIC), p);
 }
 
 void Control::RequestLoop() {
@@ -429,17 +452,32 @@ void Control::FlushStage2() {
   /* Group commit from this side: while kStage2InFlight calls are out, the
    * flows that become ready queue up and go together in the next call, so at
    * a low rate each flow has its own call and under load one call, one
-   * torctl commit and one switch barrier serve many. */
+   * torctl commit and one switch barrier serve many. A flow whose chain
+   * instance has a fresh template is written to the ToR directly instead,
+   * the lot behind one barrier of its own. */
   auto batch = std::make_shared<std::vector<Stage2>>();
+  std::vector<Stage2> direct;
+  std::vector<RuleTemplate> rules;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stage2_queue_.empty() || stage2_in_flight_ >= kStage2InFlight) return;
+    const uint64_t now = MonotonicNs();
     size_t n = std::min(stage2_queue_.size(), kStage2MaxBatch);
-    batch->assign(std::make_move_iterator(stage2_queue_.begin()),
-                  std::make_move_iterator(stage2_queue_.begin() + static_cast<long>(n)));
+    for (size_t i = 0; i < n; i++) {
+      Stage2& s = stage2_queue_[i];
+      RuleTemplate t;
+      if (of_ && s.move == 0 && !s.via_torctl && TemplateFor(s.request.assignment(), now, &t)) {
+        direct.push_back(std::move(s));
+        rules.push_back(std::move(t));
+      } else {
+        batch->push_back(std::move(s));
+      }
+    }
     stage2_queue_.erase(stage2_queue_.begin(), stage2_queue_.begin() + static_cast<long>(n));
-    stage2_in_flight_++;
+    stage2_in_flight_ += !batch->empty() + !direct.empty();
   }
+  if (!direct.empty()) InstallDirect(std::move(direct), std::move(rules));
+  if (batch->empty()) return;
   v1::InstallFlowsRequest req;
   for (const Stage2& s : *batch) *req.add_flows() = s.request;
   /* A flow whose stage 2 fails stays on the ingress: its packets keep
@@ -451,30 +489,135 @@ void Control::FlushStage2() {
       [this, batch](const grpc::Status& st, const v1::InstallFlowsResponse& resp) {
         const uint64_t now = MonotonicNs();
         for (size_t i = 0; i < batch->size(); i++) {
-          bool ok = st.ok() && i < static_cast<size_t>(resp.results_size()) && resp.results(static_cast<int>(i)).error().empty();
+          const v1::InstallFlowResult* r = st.ok() && i < static_cast<size_t>(resp.results_size())
+                                               ? &resp.results(static_cast<int>(i)) : nullptr;
+          const bool ok = r && r->error().empty();
           const Stage2& s = (*batch)[i];
-          if (s.to_destination) {
-            /* A moved flow's rule to its new instance: the mover releases it, or moves it back. */
-            Msg done{Msg::Kind::kMoveInstalled};
-            done.key = s.key;
-            done.ok = ok;
-            ToLcore(done);
-            continue;
+          if (ok && of_ && r->has_template_() && s.move == 0) {
+            /* The flows of the same instance that follow are written directly. */
+            const v1::RuleTemplate& pt = r->template_();
+            Template t{{}, now + static_cast<uint64_t>(cfg_.template_ttl_ms) * 1'000'000};
+            t.rule.datapath_id = pt.datapath_id();
+            t.rule.table_id = static_cast<uint8_t>(pt.table_id());
+            t.rule.priority = static_cast<uint16_t>(pt.priority());
+            t.rule.cookie = pt.cookie();
+            t.rule.idle_timeout_s = static_cast<uint16_t>(pt.idle_timeout_s());
+            t.rule.flags = static_cast<uint16_t>(pt.flags());
+            t.rule.instructions = pt.instructions();
+            std::lock_guard<std::mutex> lk(mu_);
+            templates_[TemplateKey(s.request.assignment())] = std::move(t);
           }
-          if (!ok) {
-            counters_->stage2_failed.Add(1);
-            continue;
-          }
-          counters_->stage2_installed.Add(1);
-          if (s.request.assignment().vlan() != 0) Installed(s.key, s.req);
-          /* Runs on the completion-queue thread, install_latency's one writer. */
-          if (s.move == 0) counters_->install_latency.Observe(now - s.since_ns);
+          Stage2Done(s, ok, now);
         }
         {
           std::lock_guard<std::mutex> lk(mu_);
           stage2_in_flight_--;
         }
         FlushStage2();
+      });
+}
+
+void Control::Stage2Done(const Stage2& s, bool ok, uint64_t now) {
+  if (s.to_destination) {
+    /* A moved flow's rule to its new instance: the mover releases it, or moves it back. */
+    Msg done{Msg::Kind::kMoveInstalled};
+    done.key = s.key;
+    done.ok = ok;
+    ToLcore(done);
+    return;
+  }
+  if (!ok) {
+    counters_->stage2_failed.Add(1);
+    return;
+  }
+  counters_->stage2_installed.Add(1);
+  if (s.request.assignment().vlan() != 0) Installed(s.key, s.req);
+  /* Runs on the completion-queue thread, install_latency's one writer. */
+  if (s.move == 0) counters_->install_latency.Observe(now - s.since_ns);
+}
+
+std::string Control::TemplateKey(const v1::FlowAssignment& a) {
+  return a.chain() + '\n' + std::to_string(a.vlan()) + '\n' + a.worker();
+}
+
+bool Control::TemplateFor(const v1::FlowAssignment& a, uint64_t now, RuleTemplate* out) const {
+  auto it = templates_.find(TemplateKey(a));
+  if (it == templates_.end() || it->second.until_ns <= now) return false;
+  /* A template of another switch (OVS restarted, or a different bridge) is no use. */
+  if (it->second.rule.datapath_id == 0 || it->second.rule.datapath_id != of_->DatapathId()) return false;
+  *out = it->second.rule;
+  return true;
+}
+
+void Control::InstallDirect(std::vector<Stage2> batch, std::vector<RuleTemplate> rules) {
+  auto b = std::make_shared<std::vector<Stage2>>(std::move(batch));
+  auto r = std::make_shared<std::vector<RuleTemplate>>(std::move(rules));
+  std::vector<std::pair<FlowKey, const RuleTemplate*>> mods;
+  mods.reserve(b->size());
+  for (size_t i = 0; i < b->size(); i++) mods.emplace_back((*b)[i].key, &(*r)[i]);
+  of_->Install(mods, [this, b, r](const std::vector<bool>& ok) {
+    Post([this, b, r, ok] {
+      const uint64_t now = MonotonicNs();
+      for (size_t i = 0; i < b->size(); i++) {
+        Stage2& s = (*b)[i];
+        if (i < ok.size() && ok[i]) {
+          counters_->stage2_direct.Add(1);
+          Stage2Done(s, true, now);
+          v1::InstalledFlow f;
+          *f.mutable_assignment() = s.request.assignment();
+          f.set_idle_timeout_s((*r)[i].idle_timeout_s);
+          f.set_cookie((*r)[i].cookie);
+          std::lock_guard<std::mutex> lk(mu_);
+          records_.push_back(std::move(f));
+          continue;
+        }
+        /* The switch refused it or the connection broke: torctl installs it (and finds out
+         * what is wrong); the instance's template goes until torctl gives a new one. */
+        counters_->stage2_direct_failed.Add(1);
+        s.via_torctl = true;
+        std::lock_guard<std::mutex> lk(mu_);
+        templates_.erase(TemplateKey(s.request.assignment()));
+        stage2_queue_.push_back(std::move(s));
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stage2_in_flight_--;
+      }
+      FlushStage2();
+      FlushRecords(false);
+    });
+  });
+}
+
+void Control::FlushRecords(bool force) {
+  auto req = std::make_shared<v1::RecordFlowsRequest>();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (records_.empty() || record_in_flight_) return;
+    const uint64_t now = MonotonicNs();
+    if (!force && records_.size() < kRecordBatch && now - record_last_ns_ < kRecordEveryNs) return;
+    for (v1::InstalledFlow& f : records_) *req->add_flows() = std::move(f);
+    records_.clear();
+    record_in_flight_ = true;
+    record_last_ns_ = now;
+  }
+  Issue<v1::RecordFlowsResponse>(
+      cfg_.install_timeout_ms,
+      [&](grpc::ClientContext* ctx, grpc::CompletionQueue* cq) { return torctl_->PrepareAsyncRecordFlows(ctx, *req, cq); },
+      [this, req](const grpc::Status& st, const v1::RecordFlowsResponse&) {
+        std::lock_guard<std::mutex> lk(mu_);
+        record_in_flight_ = false;
+        if (st.ok()) return;
+        /* torctl restarting: the reports wait for the next call, oldest first. Should it
+         * stay away long, its read-back of the switch on reconnecting finds the rules anyway. */
+        counters_->record_failed.Add(1);
+        std::vector<v1::InstalledFlow> again(req->flows().begin(), req->flows().end());
+        again.insert(again.end(), std::make_move_iterator(records_.begin()), std::make_move_iterator(records_.end()));
+        if (again.size() > kRecordMax) {
+          counters_->records_dropped.Add(again.size() - kRecordMax);
+          again.erase(again.begin(), again.end() - static_cast<long>(kRecordMax));
+        }
+        records_ = std::move(again);
       });
 }
 
@@ -702,9 +845,15 @@ bool Control::ReadWatch(grpc::ClientContext* ctx) {
   return synced;
 }
 
+void Control::ForgetTemplates(const std::string& chain) {
+  /* (mu_ held) TemplateKey begins with the chain's name and a newline. */
+  templates_.erase(templates_.lower_bound(chain + '\n'), templates_.lower_bound(chain + '\x0b'));
+}
+
 void Control::NoteChain(const v1::Chain& c) {
   const uint32_t vlan = c.members_size() == 0 && cfg_.chain_reinject ? c.reinject_vlan() : 0;
   std::lock_guard<std::mutex> lk(mu_);
+  ForgetTemplates(c.name());
   /* Confirmed VLANs of the chain other than its own now go (a chain re-placed
    * onto a server has none). */
   for (auto it = reinject_ready_.begin(); it != reinject_ready_.end();) {
@@ -723,6 +872,7 @@ void Control::NoteChain(const v1::Chain& c) {
 
 void Control::ForgetChain(const std::string& name) {
   std::lock_guard<std::mutex> lk(mu_);
+  ForgetTemplates(name);
   reinject_wanted_.erase(name);
   for (auto it = reinject_ready_.begin(); it != reinject_ready_.end();) {
     it = it->first == name ? reinject_ready_.erase(it) : std::next(it);
@@ -790,6 +940,7 @@ void Control::ReportLoop() {
   auto last = std::chrono::steady_clock::now();
   bool failing = false;
   while (Pause(cfg_.report_interval_ms)) {
+    FlushRecords(true); /* what a quiet spell left unreported */
     Snapshot s = TakeSnapshot(*counters_);
     auto now = std::chrono::steady_clock::now();
     double dt = std::chrono::duration<double>(now - last).count();

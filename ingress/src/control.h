@@ -11,6 +11,11 @@
  *    (release tagged with the instance's VLAN; a switch-only chain first
  *    has InstallFlow(reinject_only) put in a stage-1 rule), and after the
  *    lcore released the held packets, InstallFlow of the flow's own rule.
+ *    With --tor-openflow, a flow whose chain instance has a fresh rule
+ *    template (torctl returns one with each installed stage-2 rule) has its
+ *    rule written to the ToR by keel-ing-of (tor_openflow.h) instead, and
+ *    reported to torctl in batches (RecordFlows); completions come back to
+ *    this thread (Post), which stays the one writer of the counters.
  *  - keel-ing-watch: follows the gateway's chains (Control.Watch) and hands
  *    the lcore a freshly compiled FilterSet on every change; re-watches
  *    with backoff when the stream ends. A FLOWS_MOVE for this ingress
@@ -34,6 +39,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +50,7 @@
 #include <vector>
 
 #include "assign_batch.h"
+#include "tor_openflow.h"
 #include "channel.h"
 #include "keel/v1/control.grpc.pb.h"
 #include "keel/v1/torctl.grpc.pb.h"
@@ -79,6 +86,10 @@ struct ControlConfig {
   int assign_batch = 64;
   int assign_window_us = 1000;
   int install_timeout_ms = 1000;
+  /* --tor-openflow: the ToR's OpenFlow socket, where the ingress writes flows' own rules
+   * from torctl's templates ("": torctl installs every rule). */
+  std::string tor_openflow;
+  int template_ttl_ms = 1000;
   int report_moves_attempts = 3;  /* ReportMoves is idempotent: a failed call is made again */
   int report_interval_ms = 2000;
 };
@@ -116,6 +127,12 @@ class Control {
     uint64_t req;       /* its setup's request id (the lcore's) */
     uint32_t move = 0;  /* a moving flow's rule: its FlowMove's number */
     bool to_destination = false;  /* the rule to the move's destination (the mover waits for it) */
+    bool via_torctl = false;      /* a direct write failed: torctl installs it */
+  };
+  /* A rule template from torctl and until when it is used. */
+  struct Template {
+    RuleTemplate rule;
+    uint64_t until_ns;
   };
   /* A FlowMove being carried out. */
   struct Move {
@@ -127,6 +144,11 @@ class Control {
   static constexpr int kStage2InFlight = 2;
   static constexpr int kAssignInFlight = 4;
   static constexpr size_t kStage2MaxBatch = 256;
+  /* Flows written to the ToR directly are reported to torctl in one RecordFlows call
+   * when this many wait or the last call is this long ago (expiries take seconds). */
+  static constexpr size_t kRecordBatch = 512;
+  static constexpr uint64_t kRecordEveryNs = 100'000'000;
+  static constexpr size_t kRecordMax = 1u << 20; /* beyond, the oldest reports go (counted) */
 
   template <class Resp, class Prepare, class Done>
   void Issue(int timeout_ms, Prepare prepare, Done done);
@@ -154,6 +176,17 @@ class Control {
   /* Sends the queued rules in one InstallFlows call unless kStage2InFlight
    * calls are out already (the last one's completion sends the rest). */
   void FlushStage2();
+  /* One stage-2 rule's outcome (completion-queue thread). */
+  void Stage2Done(const Stage2& s, bool ok, uint64_t now);
+  /* Writes |batch|'s rules to the ToR (keel-ing-of); a failed one goes back to the queue for torctl. */
+  void InstallDirect(std::vector<Stage2> batch, std::vector<RuleTemplate> rules);
+  /* The fresh template of |a|'s chain instance for the connected switch (mu_ held). */
+  bool TemplateFor(const keel::v1::FlowAssignment& a, uint64_t now, RuleTemplate* out) const;
+  static std::string TemplateKey(const keel::v1::FlowAssignment& a);
+  /* Sends the queued RecordFlows reports if due (|force|: if any). */
+  void FlushRecords(bool force);
+  /* Runs |fn| on the completion-queue thread. */
+  void Post(std::function<void()> fn);
   /* Tells the lcore that setup |req|'s own rule is in: its marker follows. */
   void Installed(const FlowKey& key, uint64_t req);
   void Release(const FlowKey& key, const char* reason);
@@ -178,6 +211,7 @@ class Control {
   /* A chain the Watch announced (or removed): its reinject VLAN wanted or forgotten. */
   void NoteChain(const keel::v1::Chain& c);
   void ForgetChain(const std::string& name);
+  void ForgetTemplates(const std::string& chain);
   /* True while a wanted reinject VLAN is not confirmed (mu_ held). */
   bool ReinjectUnconfirmed() const;
   void ReinjectLoop();
@@ -192,6 +226,7 @@ class Control {
   IngressCounters* counters_;
   std::unique_ptr<keel::v1::Control::Stub> gateway_;
   std::unique_ptr<keel::v1::TorControl::Stub> torctl_;
+  std::unique_ptr<TorOpenFlow> of_;  /* --tor-openflow, else null */
   grpc::CompletionQueue cq_;
 
   std::mutex mu_;  /* guards everything below */
@@ -208,7 +243,11 @@ class Control {
   bool reinject_news_ = false;           /* a chain wanted since keel-ing-rinj last looked */
   std::map<uint64_t, Setup> setups_;    /* assigned flows awaiting stage 2, by request id */
   std::vector<Stage2> stage2_queue_;    /* ready for stage 2, waiting for a call slot */
-  int stage2_in_flight_ = 0;            /* InstallFlows calls out */
+  int stage2_in_flight_ = 0;            /* InstallFlows calls and direct writes out */
+  std::map<std::string, Template> templates_;   /* by TemplateKey: chain, VLAN, worker */
+  std::vector<keel::v1::InstalledFlow> records_;  /* direct rules torctl has not been told of */
+  bool record_in_flight_ = false;
+  uint64_t record_last_ns_ = 0;
   AssignBatcher assign_batcher_;        /* new flows waiting for AssignFlows */
   int assign_in_flight_ = 0;            /* AssignFlows calls out */
   int assigning_ = 0;                   /* flows in AssignFlows calls */

@@ -91,6 +91,20 @@ control plane:
                            (assign timeout x attempts), so a slow or
                            restarting gateway costs latency, not packets [0]
   --install-timeout-ms MS  deadline of one InstallFlow                 [1000]
+  --tor-openflow PATH      the ToR's OpenFlow Unix socket (Open vSwitch:
+                           /var/run/openvswitch/BRIDGE.mgmt): a flow's own
+                           rule is written there by the ingress, from the
+                           rule template keel-torctl returned with an
+                           earlier flow of the same chain instance, and
+                           reported to torctl in batches (RecordFlows);
+                           the first flow of an instance, and any flow
+                           whose write fails, goes through torctl. "":
+                           torctl installs every rule                  [""]
+  --rule-template-ttl-ms MS
+                           how long a rule template is used before the
+                           next flow of its instance asks torctl again
+                           (a chain change the Watch announces drops the
+                           chain's templates at once)                  [1000]
   --idle-timeout S         the ToR rule's idle timeout (0: torctl's default) [0]
   --report-interval-ms MS  ReportIngressStats period                   [2000]
 
@@ -171,6 +185,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   std::map<std::string, std::function<bool(const std::string&)>> strings = {
       {"--gateway", [&](const std::string& v) { f->control.gateway = v; return !v.empty(); }},
       {"--torctl", [&](const std::string& v) { f->control.torctl = v; return !v.empty(); }},
+      {"--tor-openflow", [&](const std::string& v) { f->control.tor_openflow = v; return true; }},
       {"--ingress-id", [&](const std::string& v) { f->control.ingress_id = v; return !v.empty(); }},
       {"--control-token-file", [&](const std::string& v) { f->control_token_file = v; return !v.empty(); }},
       {"--metrics", [&](const std::string& v) { f->metrics = v; return true; }},
@@ -195,6 +210,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
            quiet_us = 10000;
   uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
+  uint64_t template_ttl_ms = 1000;
   uint64_t move_hold_per_flow = 2048, move_hold_max = 8192, move_frame_ms = 200, move_idle_quiet_us = 50000;
   struct Num {
     uint64_t* v;
@@ -209,7 +225,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
       {"--max-flows", {&max_flows, 1, 1u << 24}},         {"--idle-timeout", {&idle_s, 0, 65535}},
       {"--report-interval-ms", {&report_ms, 100, 3600000}}, {"--idle-sleep-max-us", {&sleep_us, 1, 100000}},
-      {"--marker-quiet-us", {&quiet_us, 0, 1000000}},
+      {"--marker-quiet-us", {&quiet_us, 0, 1000000}},     {"--rule-template-ttl-ms", {&template_ttl_ms, 1, 3600000}},
       {"--move-hold-per-flow", {&move_hold_per_flow, 1, 1u << 20}}, {"--move-hold-max", {&move_hold_max, 1, 1u << 22}},
       {"--move-frame-timeout-ms", {&move_frame_ms, 1, 600000}}, {"--move-idle-quiet-us", {&move_idle_quiet_us, 0, 10000000}},
   };
@@ -277,6 +293,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   f->control.assign_batch = static_cast<int>(assign_batch);
   f->control.assign_window_us = static_cast<int>(assign_window_us);
   f->control.install_timeout_ms = static_cast<int>(install_ms);
+  f->control.template_ttl_ms = static_cast<int>(template_ttl_ms);
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);
   f->control.report_interval_ms = static_cast<int>(report_ms);
   f->dataplane.idle_sleep_max_us = static_cast<uint32_t>(sleep_us);

@@ -64,6 +64,10 @@ struct IngressCounters {
   LatencyHistogram install_latency;  /* first packet -> the flow's own rule acknowledged by the switch */
   Counter stage2_installed;
   Counter stage2_failed;
+  Counter stage2_direct;        /* of stage2_installed: written to the ToR by the ingress (--tor-openflow) */
+  Counter stage2_direct_failed; /* direct writes that failed (the flow then went through torctl) */
+  Counter record_failed;        /* RecordFlows calls that failed (their reports wait for the next) */
+  Counter records_dropped;      /* reports dropped unsent (torctl away too long; its read-back finds the rules) */
   Counter chain_reinjects;      /* switch-only flows released by their chain's reinject VLAN (no stage 1) */
   Counter flows_released;       /* ReleaseFlow calls for setups that failed after AssignFlow */
   Counter assign_calls;         /* AssignFlows calls made (new flows / calls: the batch size) */
