@@ -21,6 +21,13 @@ ingress' markers (markers_sent), packets that reached it after their flow's mark
 (packets_after_marker) and, summed over chain3's instances, what their position 0 held and
 released and why (handover: nf-runtime/include/keel/handover.h's counters).
 
+The rows run as make up configures the stack: keel-ingress writes most flows' own rules to
+the ToR itself (--tor-openflow, from torctl's rule templates). At each of --compare-rates the
+same row also runs with every rule installed through keel-torctl (KEEL_TOR_OPENFLOW=off, the
+way before), in alternating rounds, keel-ingress restarted between them: via_torctl_vs_direct
+has each round's two rows and the medians' ratios (direct / via torctl) of the control path's
+CPU per flow and of the install latency.
+
 With --profile-torctl FILE, py-spy samples keel-torctl during the row at --profile-rate and
 FILE gets its collapsed stacks (py-spy's raw format) and FILE.top.txt the functions that
 held the most samples, self and inclusive; the sampling costs core 0 CPU, so a profiled run
@@ -31,6 +38,7 @@ measures the profile, not the figures.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -274,6 +282,46 @@ def handover_delta(before: dict, after: dict) -> dict[str, int]:
     return {k: v for k, v in sorted(total.items()) if v}
 
 
+def ingress_mode(direct: bool) -> None:
+    """Restarts keel-ingress with (direct) or without --tor-openflow (make up's KEEL_TOR_OPENFLOW)."""
+    pid = int((RUN / "keel-ingress.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900,
+       env={**os.environ, "KEEL_TOR_OPENFLOW": "on" if direct else "off"})
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def compare(rate: int, rounds: int, first: int, a) -> tuple[dict, int]:
+    """Rounds of the rate's row via torctl and direct, alternating which goes first."""
+    out: dict = {"rounds": []}
+    for i in range(rounds):
+        pair = {}
+        for direct in ((False, True) if i % 2 == 0 else (True, False)):
+            ingress_mode(direct)
+            deploy_chain3(fresh=True)
+            r = row(rate, a.seconds, a.packets, first, "", a.malformed_every, a.no_chain_every)
+            first += int(rate * a.seconds) + 1000
+            print(json.dumps({"direct": direct, **r}), file=sys.stderr, flush=True)
+            pair["direct" if direct else "via_torctl"] = r
+            time.sleep(2)
+        out["rounds"].append(pair)
+    for k in ("control_cpu_us_per_flow", "install_p50_ms", "install_p99_ms", "lost", "reordered"):
+        t = median([p["via_torctl"][k] for p in out["rounds"]])
+        d = median([p["direct"][k] for p in out["rounds"]])
+        out[k] = {"via_torctl": round(t, 3), "direct": round(d, 3), "ratio": round(d / t, 3) if t else None}
+    torctl_ms = {m: median([p[m]["cpu_ms_per_new_flow"].get("keel-torctl", 0) for p in out["rounds"]])
+                 for m in ("via_torctl", "direct")}
+    out["torctl_cpu_us_per_flow"] = {m: round(1000 * v, 1) for m, v in torctl_ms.items()}
+    return out, first
+
+
 def idle_cpu(seconds: float = 10) -> float:
     pid = int((RUN / "keel-ingress.pid").read_text())
     c0, t0 = cpu_seconds(pid), time.monotonic()
@@ -294,6 +342,8 @@ def main() -> int:
     p.add_argument("--profile-torctl", metavar="FILE", default="",
                    help="py-spy keel-torctl during the --profile-rate row into FILE (and FILE.top.txt)")
     p.add_argument("--profile-rate", type=int, default=1000, help="the row --profile-torctl samples")
+    p.add_argument("--compare-rates", default="1000", help="rates also run with every rule via torctl (\"\": none)")
+    p.add_argument("--compare-rounds", type=int, default=2, help="rounds of each comparison")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("flow_setup: needs root (make up, network namespaces)")
@@ -304,6 +354,7 @@ def main() -> int:
         env = {**os.environ, "HOME": str(RUN / "faas-home")}
         subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
                        capture_output=True, text=True, env=env, timeout=30, check=True)
+        ingress_mode(True)
         deploy_chain3(fresh=False)
         rows, first = [], 100000
         idle = idle_cpu()
@@ -316,7 +367,11 @@ def main() -> int:
             print(json.dumps(r), file=sys.stderr, flush=True)
             rows.append(r)
             time.sleep(2)
-        result = {"rows": rows, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
+        comparisons = {}
+        for rate in (int(r) for r in a.compare_rates.split(",") if r):
+            comparisons[str(rate)], first = compare(rate, a.compare_rounds, first, a)
+        ingress_mode(True)
+        result = {"rows": rows, "via_torctl_vs_direct": comparisons, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
                   "malformed_every": a.malformed_every, "no_chain_every": a.no_chain_every,
                   "seconds_per_row": a.seconds, "chain": "chain3: ACL@switch -> NAT@server",
                   "each_row": "chain3 deployed afresh (empty NAT table)"}

@@ -47,6 +47,9 @@
 #   --flow-moves    the gateway moves live flows between instances (keel-gateway --flow-moves;
 #                   also with KEEL_FLOW_MOVES=1, e.g. KEEL_FLOW_MOVES=1 make up). A gateway that
 #                   runs already keeps its flags: make down first.
+#   KEEL_TOR_OPENFLOW=off  keel-ingress leaves every flow's rule to keel-torctl instead of
+#                   writing most of them to the ToR itself (for comparison: bench/flow_setup.py).
+#                   An ingress that runs already keeps its flags.
 set -euo pipefail
 
 PROG=up.sh
@@ -55,6 +58,7 @@ BIN=${KEEL_BIN:-$ROOT/build/bin}
 VENV=$ROOT/.venv
 SMARTNIC=1
 FLOW_MOVES=${KEEL_FLOW_MOVES:-0}
+TOR_OPENFLOW=${KEEL_TOR_OPENFLOW:-on}
 
 usage() { sed -n '/^# Starts/,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -341,8 +345,10 @@ alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
 # restart takes 1-2 s here) and a flow's first 512 packets are held meanwhile. A flow's own
 # rule is written to the ToR's OpenFlow socket by the ingress itself, from the template torctl
 # gave with the first flow of its chain instance (--tor-openflow).
+tor_openflow=$RUN/ovs/keel-tor.mgmt
+[ "$TOR_OPENFLOW" = off ] && tor_openflow=
 part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 --control-token-file "$TOKEN" \
-  --tor-openflow "$RUN/ovs/keel-tor.mgmt" \
+  --tor-openflow "$tor_openflow" \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 --assign-attempts 10 --hold-per-flow 512 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
