@@ -41,7 +41,8 @@ first packet of each new flow against the chains' traffic filters (pcap-filter
 expressions, followed live from the gateway's Control.Watch; chains in name
 order, first match wins), asks the gateway for a chain instance (AssignFlows:
 the new flows of a millisecond in one call)
-and keel-torctl for the flow's rule (InstallFlow), holding the flow's packets
+and keel-torctl for the flow's rule (InstallFlow; with --tor-openflow the
+ingress writes most rules to the ToR itself), holding the flow's packets
 meanwhile. Once the rule is in, it sends the held packets back through the
 ToR in order, then has the rule widened to every port. A flow that matches
 no chain is sent back unchanged (the ToR forwards it to the uplink) or
