@@ -188,6 +188,8 @@ class FakeTorctl(tgrpc.TorControlServicer):
         self.removed = []  # (time acknowledged, (sport, dport)) of every RemoveFlow
         self.refuse_vlan = None  # InstallFlows fails rules to this VLAN
         self.reinject_asks = 0  # ChainReinjects calls (the first answers none: not on the switch yet)
+        self.template_dpid = 0  # non-zero: stage-2 results carry a rule template for that switch
+        self.recorded = []  # (sport, dport) of each flow RecordFlows reported
 
     async def InstallFlows(self, request, context):
         self.batches.append(len(request.flows))
@@ -199,7 +201,19 @@ class FakeTorctl(tgrpc.TorControlServicer):
         self.installs += [(time.time(), r) for r in request.flows]
         return tpb.InstallFlowsResponse(results=[
             tpb.InstallFlowResult(error="switch says no", code="UNAVAILABLE") if r.assignment.vlan == self.refuse_vlan
-            else tpb.InstallFlowResult(cookie=2) for r in request.flows])
+            else tpb.InstallFlowResult(cookie=2, template=self.template(r)) for r in request.flows])
+
+    def template(self, r):
+        if not self.template_dpid:
+            return None
+        # apply-actions: output to port 3 (what torctl's wire.instructions_bytes gives such a rule)
+        out = struct.pack("!HHIH6x", 0, 16, 3, 0)
+        return tpb.RuleTemplate(datapath_id=self.template_dpid, table_id=0, priority=100, cookie=2,
+                                idle_timeout_s=10, flags=1, instructions=struct.pack("!HH4x", 4, 8 + len(out)) + out)
+
+    async def RecordFlows(self, request, context):
+        self.recorded += [(f.assignment.flow.src_port, f.assignment.flow.dst_port) for f in request.flows]
+        return tpb.RecordFlowsResponse(recorded=len(request.flows))
 
     async def ChainReinjects(self, request, context):
         self.reinject_asks += 1
@@ -726,6 +740,116 @@ def test_no_chain_forward_drop_and_malformed(rig):
     time.sleep(0.5)
     assert wire.take() == []
     assert drops(ing.metrics(), "no_chain") == len(normal)
+
+
+class FakeSwitch:
+    """The ToR's OpenFlow management socket (a Unix socket): answers HELLO, FEATURES_REQUEST
+    (with dpid) and BARRIER_REQUEST, records each flow-mod's UDP source port, and answers an
+    OFPT_ERROR for a flow-mod whose source port is in refuse."""
+
+    def __init__(self, path, dpid: int):
+        self.path, self.dpid = str(path), dpid
+        self.refuse: set[int] = set()
+        self.installed: list[int] = []  # UDP source ports of the flow-mods accepted
+        self.connected = False
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(1)
+        self.srv.settimeout(0.1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _udp_src(msg: bytes) -> int:
+        mlen = struct.unpack("!H", msg[50:52])[0]
+        i = 52
+        while i < 48 + mlen:
+            hdr = struct.unpack("!I", msg[i:i + 4])[0]
+            field, n = (hdr >> 9) & 0x7F, hdr & 0xFF
+            if field == 15:  # OXM_OF_UDP_SRC
+                return struct.unpack("!H", msg[i + 4:i + 6])[0]
+            i += 4 + n
+        return -1
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(0.1)
+            buf = b""
+            while not self._stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except socket.timeout:
+                    continue
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= 8 and len(buf) >= struct.unpack("!H", buf[2:4])[0]:
+                    n = struct.unpack("!H", buf[2:4])[0]
+                    msg, buf = buf[:n], buf[n:]
+                    kind, xid = msg[1], struct.unpack("!I", msg[4:8])[0]
+                    if kind == 0:  # HELLO
+                        conn.sendall(struct.pack("!BBHI", 4, 0, 8, xid))
+                    elif kind == 5:  # FEATURES_REQUEST
+                        conn.sendall(struct.pack("!BBHIQIBB2xII", 4, 6, 32, xid, self.dpid, 0, 0, 0, 0, 0))
+                        self.connected = True
+                    elif kind == 14:  # FLOW_MOD
+                        sport = self._udp_src(msg)
+                        if sport in self.refuse:  # OFPET_FLOW_MOD_FAILED, OFPFMFC_UNKNOWN
+                            conn.sendall(struct.pack("!BBHIHH", 4, 1, 12 + 64, xid, 5, 0) + msg[:64])
+                        else:
+                            self.installed.append(sport)
+                    elif kind == 20:  # BARRIER_REQUEST
+                        conn.sendall(struct.pack("!BBHI", 4, 21, 8, xid))
+            conn.close()
+            self.connected = False
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        self.srv.close()
+
+
+def test_with_tor_openflow_the_ingress_writes_rules_itself_reports_them_and_gives_a_refused_one_to_torctl(
+        rig, tmp_path):
+    """keel-ingress --tor-openflow: the first flow of an instance goes through torctl, whose
+    answer carries the rule's template; the instance's next flows' rules the ingress writes to
+    the switch itself and reports to torctl (RecordFlows); one the switch refuses goes through
+    torctl, and no flow loses a packet or its order."""
+    start, wire, gw, tor, _ = rig
+    dpid = 0x6B65656C
+    tor.template_dpid = dpid
+    switch = FakeSwitch(tmp_path / "tor.mgmt", dpid)
+    try:
+        switch.refuse = {36007}
+        ing = start("--tor-openflow", switch.path)
+        assert wire.wait_for(lambda: switch.connected)
+        wire.send([frame(36000, 5001, s) for s in range(3)])
+        assert wire.wait_for(lambda: any(r.assignment.flow.src_port == 36000 for _, r in tor.installs))
+        time.sleep(0.2)  # its answer, with the template, is in
+        later = [frame(36001 + f, 5001, s) for f in range(10) for s in range(3)]
+        wire.send(later)
+        assert wire.wait_for(lambda: len(wire.got) >= 33), len(wire.got)
+        assert wire.wait_for(lambda: ing.metrics().get("keel_ingress_stage2_installed_total") == 11)
+        m = ing.metrics()
+        direct = sorted(set(range(36001, 36011)) - {36007})
+        assert sorted(switch.installed) == direct
+        assert sorted(r.assignment.flow.src_port for _, r in tor.installs) == [36000, 36007]
+        assert (m["keel_ingress_stage2_direct_total"], m["keel_ingress_stage2_direct_failed_total"],
+                m["keel_ingress_stage2_failed_total"]) == (9, 1, 0), m
+        # reported to torctl, each once (within the 100 ms batching, or the 500 ms report)
+        assert wire.wait_for(lambda: len(tor.recorded) >= 9)
+        time.sleep(0.3)
+        assert sorted(sport for sport, _ in tor.recorded) == direct
+        for f in range(36000, 36011):
+            assert [flow_of(fr)[2] for fr, _ in wire.got if flow_of(fr)[0] == f] == [0, 1, 2], f
+        assert not [k for k, v in m.items() if k.startswith("keel_ingress_drops_total") and v], m
+    finally:
+        switch.close()
 
 
 def test_failed_setups_drop_and_count_while_other_flows_are_served(rig):

@@ -496,7 +496,7 @@ void Control::FlushStage2() {
           if (ok && of_ && r->has_template_() && s.move == 0) {
             /* The flows of the same instance that follow are written directly. */
             const v1::RuleTemplate& pt = r->template_();
-            Template t{{}, now + static_cast<uint64_t>(cfg_.template_ttl_ms) * 1'000'000};
+            Template t{{}, now + static_cast<uint64_t>(cfg_.template_ttl_ms) * 1'000'000, of_->Connects()};
             t.rule.datapath_id = pt.datapath_id();
             t.rule.table_id = static_cast<uint8_t>(pt.table_id());
             t.rule.priority = static_cast<uint16_t>(pt.priority());
@@ -543,8 +543,12 @@ std::string Control::TemplateKey(const v1::FlowAssignment& a) {
 bool Control::TemplateFor(const v1::FlowAssignment& a, uint64_t now, RuleTemplate* out) const {
   auto it = templates_.find(TemplateKey(a));
   if (it == templates_.end() || it->second.until_ns <= now) return false;
-  /* A template of another switch (OVS restarted, or a different bridge) is no use. */
-  if (it->second.rule.datapath_id == 0 || it->second.rule.datapath_id != of_->DatapathId()) return false;
+  /* A template of another switch (a different bridge) is no use, nor one from before the
+   * connection broke: a restarted switch has the instance's rules once torctl put them back,
+   * which the next flow's install through torctl waits for. */
+  if (it->second.rule.datapath_id == 0 || it->second.rule.datapath_id != of_->DatapathId() ||
+      it->second.connection != of_->Connects())
+    return false;
   *out = it->second.rule;
   return true;
 }

@@ -133,6 +133,7 @@ class Control {
   struct Template {
     RuleTemplate rule;
     uint64_t until_ns;
+    uint64_t connection;  /* keel-ing-of's connection it is for (a switch restart ends it) */
   };
   /* A FlowMove being carried out. */
   struct Move {
