@@ -298,12 +298,17 @@ std::string Error(uint32_t xid, const std::string& offending) {
   return Msg{4, 1, xid, std::string("\x00\x05\x00\x01", 4) + offending.substr(0, 64)}.Wire();
 }
 
+/* Starts |of| and completes the handshake with |sw|: |of| is up and knows the datapath id. */
+void Connect(FakeSwitch* sw, TorOpenFlow* of) {
+  of->Start();
+  sw->Handshake();
+  ASSERT_TRUE(WaitFor([&] { return of->DatapathId() != 0; }));
+}
+
 TEST(TorOpenFlowTest, InstallReportsTheRuleTheSwitchRefused) {
   FakeSwitch sw;
   TorOpenFlow of("unix:" + sw.path());
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   EXPECT_EQ(of.DatapathId(), kDpid);
   EXPECT_EQ(of.Connects(), 1u);
 
@@ -331,9 +336,7 @@ TEST(TorOpenFlowTest, InstallReportsTheRuleTheSwitchRefused) {
 TEST(TorOpenFlowTest, RulesForAnotherSwitchAreNotSent) {
   FakeSwitch sw;
   TorOpenFlow of(sw.path());
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   RuleTemplate mine = Template();
   mine.datapath_id = kDpid;
   RuleTemplate other = Template();
@@ -365,9 +368,7 @@ TEST(TorOpenFlowTest, InstallWhenNotConnectedFailsAtOnce) {
 TEST(TorOpenFlowTest, BrokenConnectionFailsPendingAndReconnects) {
   FakeSwitch sw;
   TorOpenFlow of(sw.path());
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   RuleTemplate t = Template();
   Result r;
   of.Install(Rules(2, &t), r.Done());
@@ -390,9 +391,7 @@ TEST(TorOpenFlowTest, BrokenConnectionFailsPendingAndReconnects) {
 TEST(TorOpenFlowTest, NoBarrierReplyInTimeFails) {
   FakeSwitch sw;
   TorOpenFlow of(sw.path(), 200);
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   RuleTemplate t = Template();
   Result r;
   Clock::time_point start = Clock::now();
@@ -419,9 +418,7 @@ TEST(TorOpenFlowTest, NoBarrierReplyInTimeFails) {
 TEST(TorOpenFlowTest, AnswersEchoRequests) {
   FakeSwitch sw;
   TorOpenFlow of(sw.path());
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   sw.Write(Msg{4, 2, 77, "ping"}.Wire());
   Msg m;
   ASSERT_TRUE(sw.Read(&m));
@@ -489,9 +486,7 @@ TEST(TorOpenFlowTest, NewerSwitchWithoutOneThreeIsRefused) {
 TEST(TorOpenFlowTest, StopFailsPendingInstalls) {
   FakeSwitch sw;
   TorOpenFlow of(sw.path());
-  of.Start();
-  sw.Handshake();
-  ASSERT_TRUE(WaitFor([&] { return of.DatapathId() != 0; }));
+  ASSERT_NO_FATAL_FAILURE(Connect(&sw, &of));
   RuleTemplate t = Template();
   Result r;
   of.Install(Rules(1, &t), r.Done());
