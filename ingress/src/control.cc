@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <vector>
 
@@ -562,29 +563,32 @@ void Control::InstallDirect(std::vector<Stage2> batch, std::vector<RuleTemplate>
   of_->Install(mods, [this, b, r](const std::vector<bool>& ok) {
     Post([this, b, r, ok] {
       const uint64_t now = MonotonicNs();
+      std::vector<v1::InstalledFlow> installed;
+      std::vector<Stage2> failed;
       for (size_t i = 0; i < b->size(); i++) {
         Stage2& s = (*b)[i];
         if (i < ok.size() && ok[i]) {
           counters_->stage2_direct.Add(1);
           Stage2Done(s, true, now);
-          v1::InstalledFlow f;
+          v1::InstalledFlow& f = installed.emplace_back();
           *f.mutable_assignment() = s.request.assignment();
           f.set_idle_timeout_s((*r)[i].idle_timeout_s);
           f.set_cookie((*r)[i].cookie);
-          std::lock_guard<std::mutex> lk(mu_);
-          records_.push_back(std::move(f));
           continue;
         }
-        /* The switch refused it or the connection broke: torctl installs it (and finds out
-         * what is wrong); the instance's template goes until torctl gives a new one. */
         counters_->stage2_direct_failed.Add(1);
         s.via_torctl = true;
-        std::lock_guard<std::mutex> lk(mu_);
-        templates_.erase(TemplateKey(s.request.assignment()));
-        stage2_queue_.push_back(std::move(s));
+        failed.push_back(std::move(s));
       }
       {
         std::lock_guard<std::mutex> lk(mu_);
+        std::move(installed.begin(), installed.end(), std::back_inserter(records_));
+        /* The switch refused these or the connection broke: torctl installs them (and finds
+         * out what is wrong); their instances' templates go until torctl gives new ones. */
+        for (Stage2& s : failed) {
+          templates_.erase(TemplateKey(s.request.assignment()));
+          stage2_queue_.push_back(std::move(s));
+        }
         stage2_in_flight_--;
       }
       FlushStage2();
