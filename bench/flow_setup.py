@@ -21,12 +21,18 @@ ingress' markers (markers_sent), packets that reached it after their flow's mark
 (packets_after_marker) and, summed over chain3's instances, what their position 0 held and
 released and why (handover: nf-runtime/include/keel/handover.h's counters).
 
-The rows run as make up configures the stack: keel-ingress writes most flows' own rules to
-the ToR itself (--tor-openflow, from torctl's rule templates). At each of --compare-rates the
-same row also runs with every rule installed through keel-torctl (KEEL_TOR_OPENFLOW=off, the
-way before), in alternating rounds, keel-ingress restarted between them: via_torctl_vs_direct
-has each round's two rows and the medians' ratios (direct / via torctl) of the control path's
-CPU per flow and of the install latency.
+The rows run as make up configures the stack. At each of --compare-rates the same row also
+runs side by side with one setting changed back, in alternating rounds, keel-ingress
+restarted between them; each comparison has each round's two rows and the medians and their
+ratio (make up's setting / the other) of the control path's and the switch's CPU per flow,
+install latency, loss, reordering and flows per AssignFlows call:
+  via_torctl_vs_direct      keel-ingress writes most flows' own rules to the ToR itself
+                            (--tor-openflow, from torctl's rule templates) against every
+                            rule installed by keel-torctl (KEEL_TOR_OPENFLOW=off)
+  assign_window_1ms_vs_5ms  new flows within 5 ms of an AssignFlows call share the next one
+                            (--assign-window-us 5000) against 1 ms
+  ovs_max_idle_10s_vs_1s    the ToR's datapath flows idle out after 1 s (OVS max-idle)
+                            against OVS's default 10 s
 
 With --profile-torctl FILE, py-spy samples keel-torctl during the row at --profile-rate and
 FILE gets its collapsed stacks (py-spy's raw format) and FILE.top.txt the functions that
@@ -282,15 +288,26 @@ def handover_delta(before: dict, after: dict) -> dict[str, int]:
     return {k: v for k, v in sorted(total.items()) if v}
 
 
-def ingress_mode(direct: bool) -> None:
-    """Restarts keel-ingress with (direct) or without --tor-openflow (make up's KEEL_TOR_OPENFLOW)."""
+# Side-by-side comparisons: name -> (what runs as make up configures it, the other setting),
+# each (label, make up's environment for it).
+COMPARISONS = {
+    "via_torctl_vs_direct": (("via_torctl", {"KEEL_TOR_OPENFLOW": "off"}), ("direct", {})),
+    "assign_window_1ms_vs_5ms": (("window_1ms", {"KEEL_INGRESS_FLAGS": "--assign-window-us 1000"}), ("window_5ms", {})),
+    "ovs_max_idle_10s_vs_1s": (("max_idle_10s", {"KEEL_OVS_MAX_IDLE_MS": "10000"}), ("max_idle_1s", {})),
+}
+COMPARED = ("control_cpu_us_per_flow", "switch_cpu_us_per_flow", "install_p50_ms", "install_p99_ms", "lost", "reordered",
+            "flows_per_assign_call")
+
+
+def stack_as(env: dict) -> None:
+    """Restarts keel-ingress and runs make up's script with env (its KEEL_* settings; {}: as make up does)."""
     pid = int((RUN / "keel-ingress.pid").read_text())
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
-    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900,
-       env={**os.environ, "KEEL_TOR_OPENFLOW": "on" if direct else "off"})
+    clean = {k: v for k, v in os.environ.items() if k not in ("KEEL_TOR_OPENFLOW", "KEEL_INGRESS_FLAGS", "KEEL_OVS_MAX_IDLE_MS")}
+    sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900, env={**clean, **env})
 
 
 def median(xs: list[float]) -> float:
@@ -298,27 +315,29 @@ def median(xs: list[float]) -> float:
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
-def compare(rate: int, rounds: int, first: int, a) -> tuple[dict, int]:
-    """Rounds of the rate's row via torctl and direct, alternating which goes first."""
+def compare(name: str, rate: int, rounds: int, first: int, a) -> tuple[dict, int]:
+    """Rounds of the rate's row in COMPARISONS[name]'s two settings, alternating which goes
+    first. Each compared figure gets both medians and their ratio (make up's / the other)."""
+    (other, other_env), (ours, ours_env) = COMPARISONS[name]
     out: dict = {"rounds": []}
     for i in range(rounds):
         pair = {}
-        for direct in ((False, True) if i % 2 == 0 else (True, False)):
-            ingress_mode(direct)
+        for label, env in ((other, other_env), (ours, ours_env))[::1 if i % 2 == 0 else -1]:
+            stack_as(env)
             deploy_chain3(fresh=True)
             r = row(rate, a.seconds, a.packets, first, "", a.malformed_every, a.no_chain_every)
             first += int(rate * a.seconds) + 1000
-            print(json.dumps({"direct": direct, **r}), file=sys.stderr, flush=True)
-            pair["direct" if direct else "via_torctl"] = r
+            print(json.dumps({"compare": name, "setting": label, **r}), file=sys.stderr, flush=True)
+            pair[label] = r
             time.sleep(2)
         out["rounds"].append(pair)
-    for k in ("control_cpu_us_per_flow", "install_p50_ms", "install_p99_ms", "lost", "reordered"):
-        t = median([p["via_torctl"][k] for p in out["rounds"]])
-        d = median([p["direct"][k] for p in out["rounds"]])
-        out[k] = {"via_torctl": round(t, 3), "direct": round(d, 3), "ratio": round(d / t, 3) if t else None}
-    torctl_ms = {m: median([p[m]["cpu_ms_per_new_flow"].get("keel-torctl", 0) for p in out["rounds"]])
-                 for m in ("via_torctl", "direct")}
-    out["torctl_cpu_us_per_flow"] = {m: round(1000 * v, 1) for m, v in torctl_ms.items()}
+    for k in COMPARED:
+        t = median([p[other][k] for p in out["rounds"]])
+        d = median([p[ours][k] for p in out["rounds"]])
+        out[k] = {other: round(t, 3), ours: round(d, 3), "ratio": round(d / t, 3) if t else None}
+    for proc in ("keel-torctl", "keel-gateway", "keel-ingress"):
+        ms = {m: median([p[m]["cpu_ms_per_new_flow"].get(proc, 0) for p in out["rounds"]]) for m in (other, ours)}
+        out[proc.removeprefix("keel-") + "_cpu_us_per_flow"] = {m: round(1000 * v, 1) for m, v in ms.items()}
     return out, first
 
 
@@ -342,7 +361,9 @@ def main() -> int:
     p.add_argument("--profile-torctl", metavar="FILE", default="",
                    help="py-spy keel-torctl during the --profile-rate row into FILE (and FILE.top.txt)")
     p.add_argument("--profile-rate", type=int, default=1000, help="the row --profile-torctl samples")
-    p.add_argument("--compare-rates", default="1000", help="rates also run with every rule via torctl (\"\": none)")
+    p.add_argument("--compare", default=",".join(COMPARISONS),
+                   help="side-by-side comparisons to run at --compare-rates (\"\": none)")
+    p.add_argument("--compare-rates", default="1000", help="rates of each comparison (\"\": none)")
     p.add_argument("--compare-rounds", type=int, default=2, help="rounds of each comparison")
     a = p.parse_args()
     if os.geteuid() != 0:
@@ -354,7 +375,7 @@ def main() -> int:
         env = {**os.environ, "HOME": str(RUN / "faas-home")}
         subprocess.run([FAAS_CLI, "login", "-g", GATEWAY, "-u", "admin", "--password-stdin"], input=password,
                        capture_output=True, text=True, env=env, timeout=30, check=True)
-        ingress_mode(True)
+        stack_as({})
         deploy_chain3(fresh=False)
         rows, first = [], 100000
         idle = idle_cpu()
@@ -367,11 +388,15 @@ def main() -> int:
             print(json.dumps(r), file=sys.stderr, flush=True)
             rows.append(r)
             time.sleep(2)
-        comparisons = {}
-        for rate in (int(r) for r in a.compare_rates.split(",") if r):
-            comparisons[str(rate)], first = compare(rate, a.compare_rounds, first, a)
-        ingress_mode(True)
-        result = {"rows": rows, "via_torctl_vs_direct": comparisons, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
+        comparisons: dict = {name: {} for name in a.compare.split(",") if name}
+        for name in comparisons:
+            if name not in COMPARISONS:
+                sys.exit(f"flow_setup: --compare: no comparison {name!r} (have {', '.join(COMPARISONS)})")
+        for name in comparisons:
+            for rate in (int(r) for r in a.compare_rates.split(",") if r):
+                comparisons[name][str(rate)], first = compare(name, rate, a.compare_rounds, first, a)
+        stack_as({})
+        result = {"rows": rows, **comparisons, "ingress_idle_cpu_pct": idle, "packets_per_flow": a.packets,
                   "malformed_every": a.malformed_every, "no_chain_every": a.no_chain_every,
                   "seconds_per_row": a.seconds, "chain": "chain3: ACL@switch -> NAT@server",
                   "each_row": "chain3 deployed afresh (empty NAT table)"}

@@ -50,6 +50,10 @@
 #   KEEL_TOR_OPENFLOW=off  keel-ingress leaves every flow's rule to keel-torctl instead of
 #                   writing most of them to the ToR itself (for comparison: bench/flow_setup.py).
 #                   An ingress that runs already keeps its flags.
+#   KEEL_OVS_MAX_IDLE_MS=N  how long OVS keeps an idle datapath flow (other_config:max-idle;
+#                   default here 1000).
+#   KEEL_INGRESS_FLAGS="..."  more keel-ingress flags (keel-ingress --help), e.g.
+#                   KEEL_INGRESS_FLAGS="--assign-window-us 1000" (a running ingress keeps its flags).
 set -euo pipefail
 
 PROG=up.sh
@@ -244,6 +248,12 @@ ovs-vsctl --timeout=5 --no-wait init
 # Two VLAN headers matter: an instance's VF port (dot1q-tunnel) keeps the tag an NF pushed
 # inside the instance's VLAN.
 ovs-vsctl --timeout=5 --no-wait set Open_vSwitch . other_config:vlan-limit=2
+# Every new flow gets its own ToR rule, so its own datapath flow; each change of the rule table
+# makes OVS's revalidator walk every datapath flow. A flow's datapath entry idles out after 1 s
+# instead of 10 s (its rule keeps its own idle timeout): fewer entries for each walk, about half
+# the revalidator's CPU at 1000 new flows/s (bench/results/flow_setup.json,
+# ovs_max_idle_10s_vs_1s). KEEL_OVS_MAX_IDLE_MS sets another value.
+ovs-vsctl --timeout=5 --no-wait set Open_vSwitch . other_config:max-idle="${KEEL_OVS_MAX_IDLE_MS:-1000}"
 # The embedded ToR reads its veth ports through AF_PACKET sockets that get the kernel's default
 # receive buffer (net.core.rmem_default, 208 KiB: ~90 packets). When something stalls
 # ovs-vswitchd's main loop for a moment (a port added for a new chain instance, a busy core 0),
@@ -344,11 +354,14 @@ alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
 # New flows wait out a restarting gateway: AssignFlow is tried 10 times (5 s, a gateway
 # restart takes 1-2 s here) and a flow's first 512 packets are held meanwhile. A flow's own
 # rule is written to the ToR's OpenFlow socket by the ingress itself, from the template torctl
-# gave with the first flow of its chain instance (--tor-openflow).
+# gave with the first flow of its chain instance (--tor-openflow). New flows that come within
+# 5 ms of an AssignFlows call share the next one (a flow after a quiet spell goes at once):
+# fewer, larger calls and less control CPU per flow under load (bench/results/flow_setup.json,
+# assign_window_1ms_vs_5ms).
 tor_openflow=$RUN/ovs/keel-tor.mgmt
 [ "$TOR_OPENFLOW" = off ] && tor_openflow=
 part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 --control-token-file "$TOKEN" \
-  --tor-openflow "$tor_openflow" \
+  --tor-openflow "$tor_openflow" --assign-window-us 5000 ${KEEL_INGRESS_FLAGS:-} \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 --assign-attempts 10 --hold-per-flow 512 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 
