@@ -558,6 +558,36 @@ def test_first_packets_of_1000_flows_come_back_in_order_tagged_with_their_instan
     assert st["flows_installed"] == n_flows and st["install_p99_ms"] > 0 and st["hold_count"] == n_flows
 
 
+def test_a_marker_follows_every_packet_that_reached_the_ingress_before_it(rig):
+    """A flow's marker goes once the flow has been quiet here for --marker-quiet-us, and quiet
+    must mean "nothing of it has reached the ingress", not "nothing of it was read": after a
+    stall (its core busy elsewhere; here SIGSTOP) the port's ring holds more than one read's
+    worth of frames, and a packet of the flow that waits behind them must still go out before
+    the flow's marker (the instance passes a marked packet after its flow's marker as it
+    comes: it would overtake nothing, and be overtaken by the flow's direct packets)."""
+    start, wire, gw, tor, _ = rig
+    ing = start("--marker-quiet-us", "400000")
+    wire.send([frame(12000, 5001, 0)])
+    assert wire.wait_for(lambda: ing.metrics()["keel_ingress_stage2_installed_total"] == 1, timeout=10)
+    time.sleep(0.05)  # the lcore has the install (its quiet time counts from it) ...
+    os.kill(ing.proc.pid, signal.SIGSTOP)  # ... and stops well within the quiet time
+    try:
+        # 64 frames the ingress drops (not IPv4), then the flow's late packet, all waiting in
+        # the ring; the stall outlasts the quiet time
+        wire.send([frame(13000 + i, 5001, 0)[:12] + b"\x86\xdd" + frame(13000 + i, 5001, 0)[14:] for i in range(64)]
+                  + [frame(12000, 5001, 1)])
+        time.sleep(0.6)
+    finally:
+        os.kill(ing.proc.pid, signal.SIGCONT)
+    assert wire.wait_for(lambda: wire.markers, timeout=5)
+    assert wire.wait_for(lambda: len(wire.got) == 2, timeout=5), wire.got
+    late = [ts for fr, ts in wire.got if flow_of(fr) == (12000, 5001, 1)]
+    (marker, ts), = wire.markers
+    assert marker_flow(marker)[2:4] == (12000, 5001)
+    assert late and ts > late[0], (ts, late)
+    assert ing.metrics()["keel_ingress_packets_after_marker_total"] == 0
+
+
 def test_a_switch_only_chains_packets_come_back_untagged_after_their_stage1_rule(rig):
     start, wire, gw, tor, _ = rig
     ing = start()

@@ -75,6 +75,7 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
     uint64_t now = NowNs();
     bool busy = DrainControl(now);
     uint16_t n = rte_eth_rx_burst(cfg_.port, 0, burst, kBurst);
+    if (n < kBurst) seen_until_ = now;
     if (n) {
       counters_->packets_in.Add(n);
       for (uint16_t i = 0; i < n; i++) HandlePacket(burst[i], now);
@@ -82,7 +83,7 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
     }
     if (mover_.active()) mover_.Poll(now, &moves_);
     if (!moves_.empty()) ApplyMoves(now);
-    if (!markers_.empty()) SendMarkers(now);
+    if (!markers_.empty()) SendMarkers(seen_until_);
     FlushTx();
     if (now >= next_expire_) {
       scratch_.clear();
@@ -337,12 +338,12 @@ bool DataPlane::InsertMark(rte_mbuf* m) {
   return true;
 }
 
-void DataPlane::SendMarkers(uint64_t now) {
+void DataPlane::SendMarkers(uint64_t seen_until) {
   const uint64_t quiet = uint64_t{cfg_.marker_quiet_us} * 1000;
   size_t kept = 0;
   for (const PendingMarker& p : markers_) {
     uint16_t vlan = 0;
-    switch (table_.MarkerState(p.key, p.req, now, quiet, &vlan)) {
+    switch (table_.MarkerState(p.key, p.req, seen_until, quiet, &vlan)) {
       case MarkerDue::kWait:
         markers_[kept++] = p;
         break;

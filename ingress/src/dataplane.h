@@ -100,7 +100,8 @@ class DataPlane {
   /* Puts the in-band mark into |m| (keel/inband.h); false without headroom. */
   bool InsertMark(rte_mbuf* m);
   /* Sends the markers that are due (DataPlaneConfig::marker_quiet_us). */
-  void SendMarkers(uint64_t now);
+  /* seen_until: a time by which every frame that had reached the port was read. */
+  void SendMarkers(uint64_t seen_until);
   void SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan);
   /* A control message about a move (kMoveBegin, kMoveRuleRemoved, kMoveInstalled). */
   void MoveMsg(const Msg& m, uint64_t now);
@@ -140,6 +141,11 @@ class DataPlane {
   bool woke_control_ = false;        /* a message went to the control thread this round */
   uint32_t idle_us_ = 0;
   uint64_t next_expire_ = 0;
+  /* The last read that emptied the port's ring began at this time: every frame that had
+   * reached the port by then has been seen. A flow is quiet (its marker may go) only by
+   * this clock: after a stall the ring holds more than one read, and a flow's packet
+   * behind the first read must not find its marker gone ahead of it. */
+  uint64_t seen_until_ = 0;
   std::vector<pollfd> wake_;         /* the control eventfd, then cfg_.wake_fds */
   bool port_woke_ = false;           /* the last nap ended by a port socket, nothing came in since */
 };

@@ -74,7 +74,8 @@ MarkerDue FlowTable::MarkerState(const FlowKey& key, uint64_t req_id, uint64_t n
       it->second.marker_sent || it->second.installed == 0)
     return MarkerDue::kGone;
   Flow& f = it->second;
-  if (now - std::max(f.installed, f.since) < quiet_ns) return MarkerDue::kWait;
+  const uint64_t last = std::max(f.installed, f.since);
+  if (now < last || now - last < quiet_ns) return MarkerDue::kWait; /* now may be a read's start, before it */
   f.marker_sent = true;
   *vlan = f.vlan;
   return MarkerDue::kDue;

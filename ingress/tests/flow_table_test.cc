@@ -184,6 +184,9 @@ TEST_F(FlowTableTest, AFlowIsSettlingUntilItsMarkerWent) {
   ASSERT_TRUE(t.Installed(Flow(1), id, 2 * kMs));
   EXPECT_TRUE(t.Settling(Flow(1))); /* its marker is due */
   uint16_t vlan = 0;
+  /* asked with a time before the install (the lcore's last full read of its port began then) */
+  EXPECT_EQ(t.MarkerState(Flow(1), id, kMs, 10 * kMs, &vlan), MarkerDue::kWait);
+  EXPECT_EQ(t.MarkerState(Flow(1), id, 11 * kMs, 10 * kMs, &vlan), MarkerDue::kWait);
   ASSERT_EQ(t.MarkerState(Flow(1), id, 20 * kMs, 10 * kMs, &vlan), MarkerDue::kDue);
   EXPECT_FALSE(t.Settling(Flow(1)));
 }
