@@ -59,6 +59,9 @@ up() {
     vsctl --no-wait init
     # Two VLAN headers: an instance's VF port (dot1q-tunnel) keeps the tag an NF pushed.
     vsctl --no-wait set Open_vSwitch . other_config:vlan-limit=2
+    # A new flow's datapath flow idles out after 1 s, not 10: fewer for OVS's revalidator to
+    # walk at each rule change (as deploy/local/up.sh; bench/results/flow_setup.json).
+    vsctl --no-wait set Open_vSwitch . other_config:max-idle=1000
   fi
   if [ -z "$(pid_of ovs-vswitchd)" ]; then
     ovs-vswitchd "unix:$ovsrun/db.sock" --pidfile="$run/ovs-vswitchd.pid" --no-chdir --detach \
