@@ -16,7 +16,11 @@ bypass the ingress; p50/p99 from its histogram's increase over the row), its hol
 its CPU use, and the CPU each of the stack's processes spent per new flow. The control
 path's CPU per new flow (control_cpu_us_per_flow: keel-ingress + keel-gateway + keel-torctl +
 redis over the row, divided by the row's new flows) stands beside the switch's own
-(switch_cpu_us_per_flow: ovs-vswitchd). The order-preserving handover is counted per row: the
+(switch_cpu_us_per_flow: ovs-vswitchd). A flow's rule expires 10 s after its last packet, mostly
+after its row: in the rate sweep each row then waits until the switch has expired its flows
+(torctl's idle-timeout count) and a second more, and expiry_cpu_us_per_flow is the control
+path's CPU meanwhile per new flow (torctl's FlowRemoved, the gateway's release, Redis; the
+processes' idle cost over those ~12 s included; --no-expiry skips it). The order-preserving handover is counted per row: the
 ingress' markers (markers_sent), packets that reached it after their flow's marker
 (packets_after_marker) and, summed over chain3's instances, what their position 0 held and
 released and why (handover: nf-runtime/include/keel/handover.h's counters).
@@ -59,6 +63,8 @@ RUN = ROOT / "run"
 FLOWGEN = Path(__file__).resolve().parent / "flowgen.py"
 FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
 METRICS = "http://127.0.0.1:9103/metrics"
+TORCTL_METRICS = "http://127.0.0.1:9102/metrics"
+EXPIRED = 'keel_torctl_flow_removed_total{reason="idle_timeout"}'
 GATEWAY = "http://127.0.0.1:8080"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STATS_INTERVAL_S = 1.5  # keel-nf's --stats-interval (1 s) and a margin
@@ -203,6 +209,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert recv.stderr.readline().strip() == "ready", "the sink did not start"
     before, cpu0, t0, stack0 = scrape(), cpu_seconds(pid), time.monotonic(), stack_cpu()
+    expired0 = promtext.scrape(TORCTL_METRICS).get(EXPIRED, 0)
     handover0 = handover_counts()
     held: list[float] = []
     stop = threading.Event()
@@ -264,7 +271,37 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
             "switch_cpu_us_per_flow": us_per_flow(stack0, stack1, (SWITCH_PROC,), flows),
             # until the sink went quiet, so setups still in progress after the last send count
             "cpu_ms_per_new_flow": {k: round(1000 * (stack1[k] - stack0[k]) / flows, 3)
-                                    for k in sorted(stack1) if k in stack0 and stack1[k] - stack0[k] >= 0.005}}
+                                    for k in sorted(stack1) if k in stack0 and stack1[k] - stack0[k] >= 0.005},
+            # for expiry(): what it measures from and against (dropped from the result)
+            "_stack1": stack1, "_flows": flows, "_expired0": expired0,
+            "_installed": int(after.get("keel_ingress_stage2_installed_total", 0)
+                              - before.get("keel_ingress_stage2_installed_total", 0))}
+
+
+def expiry(r: dict, stack1: dict[str, float], expired0: float, timeout_s: float = 25) -> dict:
+    """After a row: waits until the switch has expired the row's flows' rules (torctl's count of
+    idle timeouts grew by as many as the row installed, or timeout_s) and a second more for the
+    gateway to release them, and returns the control path's CPU meanwhile per new flow (each
+    flow's expiry comes 10 s after its last packet, so a row's own window holds few of them)."""
+    want = r["_installed"]
+    deadline = time.monotonic() + timeout_s
+    expired = 0.0
+    while time.monotonic() < deadline:
+        expired = promtext.scrape(TORCTL_METRICS).get(EXPIRED, 0) - expired0
+        if expired >= want:
+            break
+        time.sleep(0.5)
+    time.sleep(1)
+    stack2 = stack_cpu()
+    return {"expired_flows": int(expired),
+            "expiry_cpu_us_per_flow": us_per_flow(stack1, stack2, CONTROL_PROCS, r["_flows"]),
+            "expiry_cpu_ms_per_new_flow": {k: round(1000 * (stack2[k] - stack1[k]) / r["_flows"], 3)
+                                           for k in CONTROL_PROCS}}
+
+
+def public(r: dict) -> dict:
+    """A row without row()'s notes for expiry()."""
+    return {k: v for k, v in r.items() if not k.startswith("_")}
 
 
 def handover_counts() -> dict[str, dict[str, int]]:
@@ -325,7 +362,7 @@ def compare(name: str, rate: int, rounds: int, first: int, a) -> tuple[dict, int
         for label, env in ((other, other_env), (ours, ours_env))[::1 if i % 2 == 0 else -1]:
             stack_as(env)
             deploy_chain3(fresh=True)
-            r = row(rate, a.seconds, a.packets, first, "", a.malformed_every, a.no_chain_every)
+            r = public(row(rate, a.seconds, a.packets, first, "", a.malformed_every, a.no_chain_every))
             first += int(rate * a.seconds) + 1000
             print(json.dumps({"compare": name, "setting": label, **r}), file=sys.stderr, flush=True)
             pair[label] = r
@@ -361,6 +398,8 @@ def main() -> int:
     p.add_argument("--profile-torctl", metavar="FILE", default="",
                    help="py-spy keel-torctl during the --profile-rate row into FILE (and FILE.top.txt)")
     p.add_argument("--profile-rate", type=int, default=1000, help="the row --profile-torctl samples")
+    p.add_argument("--no-expiry", dest="expiry", action="store_false",
+                   help="do not wait after each row of the rate sweep for its flows to expire (expiry_cpu_us_per_flow)")
     p.add_argument("--compare", default=",".join(COMPARISONS),
                    help="side-by-side comparisons to run at --compare-rates (\"\": none)")
     p.add_argument("--compare-rates", default="1000", help="rates of each comparison (\"\": none)")
@@ -384,6 +423,9 @@ def main() -> int:
                 deploy_chain3(fresh=True)
             r = row(rate, a.seconds, a.packets, first, a.profile_torctl if rate == a.profile_rate else "",
                     a.malformed_every, a.no_chain_every)
+            if a.expiry:
+                r.update(expiry(r, r["_stack1"], r["_expired0"]))
+            r = public(r)
             first += int(rate * a.seconds) + 1000
             print(json.dumps(r), file=sys.stderr, flush=True)
             rows.append(r)
