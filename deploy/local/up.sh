@@ -355,13 +355,14 @@ alive keel-ingress > /dev/null || port_free 127.0.0.1:9103
 # restart takes 1-2 s here) and a flow's first 512 packets are held meanwhile. A flow's own
 # rule is written to the ToR's OpenFlow socket by the ingress itself, from the template torctl
 # gave with the first flow of its chain instance (--tor-openflow). New flows that come within
-# 5 ms of an AssignFlows call share the next one (a flow after a quiet spell goes at once):
-# fewer, larger calls and less control CPU per flow under load (bench/results/flow_setup.json,
-# assign_window_1ms_vs_5ms).
+# 5 ms of an AssignFlows call share the next one: fewer, larger calls and less control CPU per
+# flow under load (bench/results/flow_setup.json, assign_window_1ms_vs_5ms). Only under load:
+# below 200 new flows a second, or after a quiet spell, a flow goes at once (a few chains'
+# flows opening in the same millisecond would pay up to 5 ms for nothing).
 tor_openflow=$RUN/ovs/keel-tor.mgmt
 [ "$TOR_OPENFLOW" = off ] && tor_openflow=
 part keel-ingress 30 ingress_ok -- "$BIN/keel-ingress" --gateway 127.0.0.1:50051 --torctl 127.0.0.1:50070 --control-token-file "$TOKEN" \
-  --tor-openflow "$tor_openflow" --assign-window-us 5000 ${KEEL_INGRESS_FLAGS:-} \
+  --tor-openflow "$tor_openflow" --assign-window-us 5000 --assign-busy-rate 200 ${KEEL_INGRESS_FLAGS:-} \
   --ingress-id ingress-0 --metrics 127.0.0.1:9103 --assign-attempts 10 --hold-per-flow 512 -- -l 0 --no-pci --no-huge -m 256 --no-telemetry \
   --log-level=error --file-prefix keel-ingress --vdev net_af_packet0,iface=keel-ing
 

@@ -2,13 +2,18 @@
 #include "assign_batch.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace keel::ingress {
 
 void AssignBatcher::Add(PendingFlow f, uint64_t now) {
+  if (now > recent_at_) recent_ *= std::exp(-static_cast<double>(now - recent_at_) / kRateTauNs);
+  recent_at_ = std::max(recent_at_, now);
+  recent_ += 1;
   if (waiting_.empty()) {
     const bool quiet = !taken_ || now - last_take_ >= cfg_.window_ns;
-    due_ = quiet ? now : now + cfg_.window_ns;
+    const bool slow = recent_ * 1e9 / kRateTauNs < cfg_.busy_rate;
+    due_ = quiet || slow ? now : now + cfg_.window_ns;
   }
   if (f.since == 0) f.since = now;
   waiting_.push_back(std::move(f));

@@ -6,7 +6,11 @@
  * flows or its first flow has waited |window_ns|, so a burst of new flows
  * costs one call and a lone flow waits at most the window. A flow that
  * comes a window or more after the last batch went (new flows are rare)
- * goes at once: batching costs latency only where it saves calls. A flow whose
+ * goes at once: batching costs latency only where it saves calls. So does a
+ * flow while new flows come slower than |busy_rate| a second (counted over
+ * the last ~100 ms): a few flows that come together now and then (three
+ * chains' flows opening in the same millisecond) would pay the window for
+ * no call saved worth having. A flow whose
  * call failed for a moment (the gateway unavailable, the deadline passed)
  * is given back with Retry and goes out again at once, in the next batch,
  * until it has had |max_attempts| calls; AssignFlows is idempotent, so a
@@ -42,6 +46,7 @@ struct AssignBatchConfig {
   uint64_t window_ns = 1'000'000;
   int max_attempts = 3;
   uint64_t patience_ns = 500'000'000;
+  double busy_rate = 0; /* new flows a second from which a flow waits the window; 0: always */
 };
 
 class AssignBatcher {
@@ -71,6 +76,11 @@ class AssignBatcher {
   uint64_t due_ = 0;       /* when the oldest waiting flow's batch is due */
   uint64_t last_take_ = 0; /* when the last batch was taken */
   bool taken_ = false;     /* a batch was taken before */
+  /* Recent new flows: a count that decays by e every kRateTauNs (at a steady
+   * rate r it stands near r x kRateTauNs). */
+  static constexpr double kRateTauNs = 100e6;
+  double recent_ = 0;
+  uint64_t recent_at_ = 0;
 };
 
 }  // namespace keel::ingress

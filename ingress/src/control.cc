@@ -103,6 +103,7 @@ static AssignBatchConfig BatchConfig(const ControlConfig& cfg) {
   AssignBatchConfig b;
   b.max_flows = static_cast<size_t>(cfg.assign_batch);
   b.window_ns = uint64_t(cfg.assign_window_us) * 1000;
+  b.busy_rate = cfg.assign_busy_rate;
   b.max_attempts = cfg.assign_attempts;
   const uint64_t patience_ms = cfg.assign_patience_ms > 0 ? uint64_t(cfg.assign_patience_ms)
                                                            : uint64_t(cfg.assign_timeout_ms) * uint64_t(cfg.assign_attempts);

@@ -85,6 +85,9 @@ struct ControlConfig {
    * flow has waited assign_window_us. */
   int assign_batch = 64;
   int assign_window_us = 1000;
+  /* New flows a second (recent) from which a flow waits assign_window_us for
+   * others; below it goes at once. 0: always waits. */
+  int assign_busy_rate = 0;
   int install_timeout_ms = 1000;
   /* --tor-openflow: the ToR's OpenFlow socket, where the ingress writes flows' own rules
    * from torctl's templates ("": torctl installs every rule). */

@@ -80,6 +80,10 @@ control plane:
                            its AssignFlows call; a full batch goes at
                            once, and so does a flow that comes this long
                            after the last call went                    [1000]
+  --assign-busy-rate N     new flows a second (over the last ~100 ms) from
+                           which a new flow waits --assign-window-us for
+                           others; slower, it goes at once (0: always
+                           waits)                                       [0]
   --max-assigning N        new flows in AssignFlows calls at once; new
                            flows beyond them wait their turn, and one that
                            waited longer than --assign-patience-ms is
@@ -210,7 +214,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   uint64_t assign_ms = 500, assign_attempts = 3, install_ms = 1000, backoff_ms = 200, retire_ms = 2000;
   uint64_t hold_per_flow = 64, hold_max = 16384, max_flows = 65536, idle_s = 0, report_ms = 2000, sleep_us = 2000,
            quiet_us = 10000;
-  uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0;
+  uint64_t max_assigning = 256, assign_batch = 64, assign_window_us = 1000, assign_patience_ms = 0, assign_busy_rate = 0;
   uint64_t template_ttl_ms = 1000;
   uint64_t move_hold_per_flow = 2048, move_hold_max = 8192, move_frame_ms = 200, move_idle_quiet_us = 50000;
   struct Num {
@@ -221,6 +225,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
       {"--assign-timeout-ms", {&assign_ms, 1, 600000}},   {"--install-timeout-ms", {&install_ms, 1, 600000}},
       {"--assign-attempts", {&assign_attempts, 1, 10}},   {"--max-assigning", {&max_assigning, 1, 65536}},
       {"--assign-batch", {&assign_batch, 1, 1024}},       {"--assign-window-us", {&assign_window_us, 0, 100000}},
+      {"--assign-busy-rate", {&assign_busy_rate, 0, 10000000}},
       {"--assign-patience-ms", {&assign_patience_ms, 0, 600000}},
       {"--retry-backoff-ms", {&backoff_ms, 0, 600000}},   {"--retire-ms", {&retire_ms, 1, 3600000}},
       {"--hold-per-flow", {&hold_per_flow, 1, 65536}},    {"--hold-max", {&hold_max, 1, 1u << 22}},
@@ -293,6 +298,7 @@ bool ParseFlags(int argc, char** argv, Flags* f, std::string* err) {
   f->control.assign_patience_ms = static_cast<int>(assign_patience_ms);
   f->control.assign_batch = static_cast<int>(assign_batch);
   f->control.assign_window_us = static_cast<int>(assign_window_us);
+  f->control.assign_busy_rate = static_cast<int>(assign_busy_rate);
   f->control.install_timeout_ms = static_cast<int>(install_ms);
   f->control.template_ttl_ms = static_cast<int>(template_ttl_ms);
   f->control.idle_timeout_s = static_cast<uint32_t>(idle_s);

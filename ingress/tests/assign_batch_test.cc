@@ -48,6 +48,46 @@ TEST(AssignBatcher, FlowAfterAQuietWindowGoesAtOnce) {
   EXPECT_EQ(b.Deadline(), t0 + 2 * kMs + kMs / 4);
 }
 
+TEST(AssignBatcher, BelowTheBusyRateAFlowGoesAtOnceAboveItWaitsTheWindow) {
+  AssignBatchConfig c = Config();
+  c.window_ns = 5 * kMs;
+  c.busy_rate = 200;
+  AssignBatcher b(c);
+  std::vector<PendingFlow> late;
+  uint64_t t = 1000 * kMs;
+  uint32_t n = 0;
+  /* three flows in the same millisecond, once a second: each goes at once */
+  for (int round = 0; round < 3; round++, t += 1000 * kMs) {
+    for (int i = 0; i < 3; i++) {
+      b.Add(FlowN(n++), t + i * kMs / 10);
+      ASSERT_TRUE(b.Due(t + i * kMs / 10)) << round << " " << i;
+      ASSERT_EQ(b.Take(t + i * kMs / 10, 64, &late).size(), 1u);
+    }
+  }
+  /* then a flow every 2 ms (500 a second): once the rate counted over the last
+   * ~100 ms passes 200 a second (the 25th or so), flows wait for others */
+  int waited = 0, first_wait = -1;
+  size_t taken = 0;
+  for (int i = 0; i < 60; i++, t += 2 * kMs) {
+    if (b.Due(t)) taken += b.Take(t, 64, &late).size();
+    b.Add(FlowN(n++), t);
+    if (b.Due(t)) {
+      taken += b.Take(t, 64, &late).size();
+      continue;
+    }
+    waited++;
+    if (first_wait < 0) {
+      first_wait = i;
+      EXPECT_EQ(b.Deadline(), t + 5 * kMs);
+    }
+  }
+  EXPECT_GT(first_wait, 15);
+  EXPECT_LT(first_wait, 35);
+  EXPECT_GT(waited, 25);
+  EXPECT_EQ(taken + b.waiting(), 60u);
+  EXPECT_TRUE(late.empty());
+}
+
 TEST(AssignBatcher, PartialBatchGoesWhenItsFirstFlowWaitedTheWindow) {
   AssignBatcher b(Config());
   const uint64_t t0 = 1000 * kMs;
