@@ -278,12 +278,12 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
                               - before.get("keel_ingress_stage2_installed_total", 0))}
 
 
-def expiry(r: dict, stack1: dict[str, float], expired0: float, timeout_s: float = 25) -> dict:
+def expiry(r: dict, timeout_s: float = 25) -> dict:
     """After a row: waits until the switch has expired the row's flows' rules (torctl's count of
     idle timeouts grew by as many as the row installed, or timeout_s) and a second more for the
     gateway to release them, and returns the control path's CPU meanwhile per new flow (each
     flow's expiry comes 10 s after its last packet, so a row's own window holds few of them)."""
-    want = r["_installed"]
+    want, stack1, expired0 = r["_installed"], r["_stack1"], r["_expired0"]
     deadline = time.monotonic() + timeout_s
     expired = 0.0
     while time.monotonic() < deadline:
@@ -343,7 +343,8 @@ def stack_as(env: dict) -> None:
     deadline = time.monotonic() + 15
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
-    clean = {k: v for k, v in os.environ.items() if k not in ("KEEL_TOR_OPENFLOW", "KEEL_INGRESS_FLAGS", "KEEL_OVS_MAX_IDLE_MS")}
+    compared = {k for pair in COMPARISONS.values() for _, e in pair for k in e}
+    clean = {k: v for k, v in os.environ.items() if k not in compared}
     sh(str(ROOT / "deploy" / "local" / "up.sh"), timeout=900, env={**clean, **env})
 
 
@@ -424,7 +425,7 @@ def main() -> int:
             r = row(rate, a.seconds, a.packets, first, a.profile_torctl if rate == a.profile_rate else "",
                     a.malformed_every, a.no_chain_every)
             if a.expiry:
-                r.update(expiry(r, r["_stack1"], r["_expired0"]))
+                r.update(expiry(r))
             r = public(r)
             first += int(rate * a.seconds) + 1000
             print(json.dumps(r), file=sys.stderr, flush=True)

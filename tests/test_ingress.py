@@ -63,6 +63,11 @@ def frame(sport: int, dport: int, seq: int, proto: int = 17) -> bytes:
     return bytes.fromhex("020000000002020000000001") + b"\x08\x00" + ip + l4 + payload
 
 
+def not_ipv4(fr: bytes) -> bytes:
+    """fr with an IPv6 EtherType (the ingress drops it: not_ipv4)."""
+    return fr[:12] + b"\x86\xdd" + fr[14:]
+
+
 def vlan_of(fr: bytes) -> int:
     """The frame's VLAN id, 0 if untagged."""
     return struct.unpack_from("!H", fr, 14)[0] & 0xFFF if fr[12:14] == b"\x81\x00" else 0
@@ -574,7 +579,7 @@ def test_a_marker_follows_every_packet_that_reached_the_ingress_before_it(rig):
     try:
         # 64 frames the ingress drops (not IPv4), then the flow's late packet, all waiting in
         # the ring; the stall outlasts the quiet time
-        wire.send([frame(13000 + i, 5001, 0)[:12] + b"\x86\xdd" + frame(13000 + i, 5001, 0)[14:] for i in range(64)]
+        wire.send([not_ipv4(frame(13000 + i, 5001, 0)) for i in range(64)]
                   + [frame(12000, 5001, 1)])
         time.sleep(0.6)
     finally:
@@ -749,7 +754,7 @@ def test_no_chain_forward_drop_and_malformed(rig):
     malformed = {
         "truncated": frame(1, 5001, 0)[:30],
         "bad_ihl": (lambda f: f[:14] + b"\x44" + f[15:])(frame(1, 5001, 0)),
-        "not_ipv4": frame(1, 5001, 0)[:12] + b"\x86\xdd" + frame(1, 5001, 0)[14:],
+        "not_ipv4": not_ipv4(frame(1, 5001, 0)),
         "unknown_ethertype": frame(1, 5001, 0)[:12] + b"\x88\xb5" + frame(1, 5001, 0)[14:],
     }
     ing = start("--no-chain", "forward")

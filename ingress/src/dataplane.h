@@ -99,8 +99,8 @@ class DataPlane {
   void SendTagged(rte_mbuf* m, uint16_t vlan);
   /* Puts the in-band mark into |m| (keel/inband.h); false without headroom. */
   bool InsertMark(rte_mbuf* m);
-  /* Sends the markers that are due (DataPlaneConfig::marker_quiet_us). */
-  /* seen_until: a time by which every frame that had reached the port was read. */
+  /* Sends the markers that are due (DataPlaneConfig::marker_quiet_us), quiet measured up to
+   * |seen_until|: a time by which every frame that had reached the port was read. */
   void SendMarkers(uint64_t seen_until);
   void SendMarker(const FlowKey& key, uint64_t req, uint16_t vlan);
   /* A control message about a move (kMoveBegin, kMoveRuleRemoved, kMoveInstalled). */

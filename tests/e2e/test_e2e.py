@@ -193,8 +193,12 @@ def deployment() -> dict[str, tuple]:
     its VLAN and NF containers: id -> (VLAN, container ids)."""
     for c in SERVER_CHAINS:
         wait_for(f"{c} ready", lambda c=c: all_ready(c), timeout=60)
-    return {i: (x["vlan"], sorted(n["ID"] for n in nf_containers(instance=i)))
-            for c in SERVER_CHAINS for i, x in instances(c).items()}
+    return {i: kept(i, x) for c in SERVER_CHAINS for i, x in instances(c).items()}
+
+
+def kept(iid: str, x: dict) -> tuple:
+    """What of instance iid (instances()' entry x) must survive a fault: (VLAN, container ids)."""
+    return x["vlan"], sorted(n["ID"] for n in nf_containers(instance=iid))
 
 
 def assert_kept(before: dict) -> None:
@@ -220,8 +224,7 @@ def settled() -> dict:
 def carrying_flows() -> dict:
     """deployment()'s entries of the instances that carry flows now (without waiting for the
     pool's new instances to be ready)."""
-    return {i: (x["vlan"], sorted(n["ID"] for n in nf_containers(instance=i)))
-            for c in SERVER_CHAINS for i, x in instances(c).items() if x["flows"] > 0}
+    return {i: kept(i, x) for c in SERVER_CHAINS for i, x in instances(c).items() if x["flows"] > 0}
 
 
 @pytest.fixture(scope="module")
