@@ -31,20 +31,27 @@ type flowSync struct {
 	missing map[string]time.Time
 }
 
-// SyncFlows reconciles the gateway's flows with torctl's every interval until ctx ends.
+// SyncFlows reconciles the gateway's flows with torctl's until ctx ends: a first listing at
+// once, then one every interval; a listing that fails is tried again after a second (at most
+// interval), so that flows a previous run of the stack left behind (the gateway started on its
+// Redis, the switch empty) are released one interval after torctl answers, not two.
 func (c *Controller) SyncFlows(ctx context.Context, tor pb.TorControlClient, interval time.Duration, logf func(string, ...any)) {
 	fs := &flowSync{missing: map[string]time.Time{}}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	retry := min(time.Second, interval)
+	for wait := time.Duration(0); ; {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 		n, err := c.syncFlowsOnce(ctx, tor, fs, time.Now(), interval)
+		wait = interval
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			logf("flow reconciliation with keel-torctl skipped: %v", err)
+			wait = retry
 		} else if n > 0 {
 			logf("flow reconciliation: released %d flow(s) whose ToR rules are gone (their expiry was not reported)", n)
 		}

@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,9 +19,14 @@ type listingTor struct {
 	pb.TorControlClient
 	on  map[int]bool
 	err error
+	// calls counts the listings; the first failFirst of them fail (torctl not up yet)
+	calls, failFirst atomic.Int32
 }
 
 func (t *listingTor) ListFlows(context.Context, *pb.ListTorFlowsRequest, ...grpc.CallOption) (*pb.ListTorFlowsResponse, error) {
+	if n := t.calls.Add(1); n <= t.failFirst.Load() {
+		return nil, errors.New("connection refused")
+	}
 	if t.err != nil {
 		return nil, t.err
 	}
@@ -91,5 +97,30 @@ func Test_SyncFlows_releases_flows_the_switch_lost_and_only_those(t *testing.T) 
 	assign(t, srv, 7)
 	if n := round(time.Now()); n != 0 || flows() != 3 {
 		t.Fatalf("released %d, instance has %d flows; want the new flow 7 kept (3: 0, 4, 7)", n, flows())
+	}
+}
+
+// SyncFlows lists at once when it starts and, while listings fail (torctl not up yet), tries
+// again after a second rather than a whole interval: flows a previous run of the stack left in
+// Redis are judged from torctl's first answer on (make demo on a stack brought up again: they
+// pinned their instance, and its core, for ~20 s after the start).
+func Test_SyncFlows_lists_at_start_and_soon_after_a_failed_listing(t *testing.T) {
+	srv, _, _ := flowRack(t, false)
+	tor := &listingTor{on: map[int]bool{}}
+	tor.failFirst.Store(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.SyncFlows(ctx, tor, time.Hour, func(string, ...any) {})
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for tor.calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := tor.calls.Load(); n != 2 {
+		t.Fatalf("%d listings in the first 3 s with an interval of an hour, want 2 (at start, and a second after it failed)", n)
 	}
 }

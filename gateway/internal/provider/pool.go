@@ -67,6 +67,12 @@ func (p *Provider) deployChain(ctx context.Context, f *chain.Function, old *chai
 	if len(c.Placement.Subgroups) == 0 {
 		f.Replicas = 0
 	}
+	// The chain's reinject VLAN: kept from the version it replaces (before the comparison
+	// below, which sees it as part of what the instances run), else a new one, given back if
+	// the deploy fails from here on.
+	if old != nil && old.Chain != nil {
+		c.ReinjectVLAN = old.Chain.ReinjectVLAN
+	}
 	// A rolling update: the old version's instances that carry flows drain (told to the agents
 	// before the new version is), the others go at once; the new version's pool follows.
 	if old != nil {
@@ -76,11 +82,6 @@ func (p *Provider) deployChain(ctx context.Context, f *chain.Function, old *chai
 				return err
 			}
 		}
-	}
-	// The chain's reinject VLAN: kept from the version it replaces, else a new one, given
-	// back if the deploy fails from here on.
-	if old != nil && old.Chain != nil {
-		c.ReinjectVLAN = old.Chain.ReinjectVLAN
 	}
 	fresh := uint32(0)
 	if c.ReinjectVLAN == 0 {

@@ -222,14 +222,26 @@ func Test_Redeploy_with_a_new_spec_drains_attached_instances_and_removes_idle_on
 		t.Fatalf("events %v, want chain3/0 draining, chain3/1 removed, then the new chain", kinds)
 	}
 
-	// A redeploy that changes nothing the instances run (a label) keeps every instance.
-	fd := chainDeployment("chain3", "ACL -> NAT -> Monitor", "keel/chain:latest")
-	(*fd.Labels)["team"] = "blue"
-	if err := p.Deploy(ctx, fd, true); err != nil {
-		t.Fatal(err)
-	}
-	if got := instances(t, p, "chain3"); len(got) != 3 || got["chain3/2"] == nil || !got["chain3/0"].Draining {
-		t.Fatalf("a label change replaced instances: %v", keys(got))
+	// A redeploy that changes nothing the instances run (a label; the same stack.yml again)
+	// keeps every instance: none is removed (a new pool would reuse the old ids).
+	for what, label := range map[string]string{"a label change": "blue", "the same deployment": ""} {
+		fd := chainDeployment("chain3", "ACL -> NAT -> Monitor", "keel/chain:latest")
+		if label != "" {
+			(*fd.Labels)["team"] = label
+		}
+		events, cancel := p.Hub.Subscribe()
+		if err := p.Deploy(ctx, fd, true); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		for len(events) > 0 {
+			if ev := <-events; ev.Kind == pb.WatchEvent_INSTANCE_REMOVED {
+				t.Fatalf("%s removed instance %s", what, ev.Instance.GetId())
+			}
+		}
+		if got := instances(t, p, "chain3"); len(got) != 3 || got["chain3/2"] == nil || !got["chain3/0"].Draining {
+			t.Fatalf("%s replaced instances: %v", what, keys(got))
+		}
 	}
 
 	// The controller's end of the drain removes chain3/0 with its flow.
