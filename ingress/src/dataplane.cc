@@ -81,7 +81,7 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
       for (uint16_t i = 0; i < n; i++) HandlePacket(burst[i], now);
       busy = true;
     }
-    if (mover_.active()) mover_.Poll(now, &moves_);
+    if (mover_.active()) mover_.Poll(now, seen_until_, &moves_);
     if (!moves_.empty()) ApplyMoves(now);
     if (!markers_.empty()) SendMarkers(seen_until_);
     FlushTx();

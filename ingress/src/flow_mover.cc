@@ -152,15 +152,15 @@ FrameVerdict FlowMover::OnFrame(const uint8_t* body, size_t len, uint16_t vlan, 
   return FrameVerdict::kTaken;
 }
 
-void FlowMover::Poll(uint64_t now, MoveActions* out) {
+void FlowMover::Poll(uint64_t now, uint64_t seen_until, MoveActions* out) {
   for (auto it = flows_.begin(); it != flows_.end();) {
     Flow& f = it->second;
     const FlowKey key = it->first;
     ++it; /* Finish erases the flow */
-    if (now < f.deadline) continue;
     if (f.state == State::kQuiet) {
+      if (seen_until < f.deadline) continue;
       SendFrame(&f, key, State::kExporting, FreshExport(key), f.from_vlan, now, out);
-    } else {
+    } else if (now >= f.deadline) {
       Timeout(key, &f, now, out);
     }
   }

@@ -170,8 +170,15 @@ class FlowMover {
   /* A flow_move.h frame (the in-band body, |len| bytes) that came back from
    * the instance tagged |vlan| (0: the VLAN is not known). */
   FrameVerdict OnFrame(const uint8_t* body, size_t len, uint16_t vlan, uint64_t now, MoveActions* out);
-  /* Sends the exports that are due and ends the waits that timed out. */
-  void Poll(uint64_t now, MoveActions* out);
+  /* Sends the exports that are due and ends the waits that timed out.
+   * |seen_until|: every frame that reached the port before it has been read
+   * (the start of the last read that emptied the port's ring). A flow's quiet
+   * time is judged against it, not |now|: after a stall the ring may still
+   * hold the flow's first packet past the switch's let-go, which sets the
+   * quiet time (as for the handover marker, dataplane.h). Timeouts run on
+   * |now|. */
+  void Poll(uint64_t now, uint64_t seen_until, MoveActions* out);
+  void Poll(uint64_t now, MoveActions* out) { Poll(now, now, out); }
 
   /* True while some flow is moving (packets need a lookup). */
   bool active() const { return !flows_.empty(); }

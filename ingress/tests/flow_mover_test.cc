@@ -185,6 +185,24 @@ TEST_F(FlowMoverTest, APacketHeldBeforeTheRemovalIsConfirmedCountsFromTheConfirm
   ExportSent(1, 14 * kMs);
 }
 
+TEST_F(FlowMoverTest, AfterAStallTheQuietTimeWaitsForThePacketsStillInThePortsRing) {
+  BeginRemoved(1); /* removed at 1 ms: with no packet, the export would go at 31 ms */
+  /* The lcore was not scheduled from 2 ms to 40 ms; its first read after the stall
+   * began at 40 ms but did not empty the ring, where F's first held packet (the switch
+   * let go of F at 3 ms) still waits: every frame before 2 ms has been read. Exporting
+   * now would go ahead of packets the switch sent to S just before it let go. */
+  MoveActions a;
+  m.Poll(40 * kMs, 2 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  /* The next read finds the packet: the quiet time runs from there. */
+  ASSERT_EQ(m.OnPacket(Flow(1), P(10), 41 * kMs), HoldVerdict::kHeld);
+  m.Poll(41 * kMs, 41 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  m.Poll(51 * kMs, 50 * kMs, &a);
+  EXPECT_TRUE(a.empty());
+  ExportSent(1, 51 * kMs);
+}
+
 class ExportFailsTest : public FlowMoverTest, public ::testing::WithParamInterface<MoveStatus> {};
 
 TEST_P(ExportFailsTest, TheRecordsGoBackThroughTheSourceAndTheFlowStaysThere) {
