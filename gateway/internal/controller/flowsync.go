@@ -4,9 +4,12 @@ package controller
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"time"
 
+	"github.com/keel-nfv/keel/gateway/internal/pcapfilter"
 	pb "github.com/keel-nfv/keel/proto/keel/v1"
 )
 
@@ -69,11 +72,15 @@ func (c *Controller) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient,
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	installed, err := tor.ListFlows(lctx, &pb.ListTorFlowsRequest{})
+	installed, err := tor.ListFlows(lctx, &pb.ListTorFlowsRequest{KeysOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("keel-torctl ListFlows: %w", err)
 	}
-	onSwitch := map[string]bool{}
+	onSwitch, err := packedFlows(installed.GetPackedFlows())
+	if err != nil {
+		return 0, fmt.Errorf("keel-torctl ListFlows: %w", err)
+	}
+	// (a keel-torctl from before keys_only answers with whole records)
 	for _, f := range installed.GetFlows() {
 		if flow, err := ParseFlow(f.GetAssignment().GetFlow()); err == nil && !f.GetReinjectOnly() {
 			onSwitch[FlowKey(flow)] = true
@@ -104,4 +111,21 @@ func (c *Controller) syncFlowsOnce(ctx context.Context, tor pb.TorControlClient,
 	}
 	fs.missing = missing
 	return released, nil
+}
+
+// packedFlowLen is the size of one flow in ListTorFlowsResponse.packed_flows: IPv4 source and
+// destination, source and destination port (network order), IP protocol.
+const packedFlowLen = 13
+
+// packedFlows is the set of flow keys in a ListTorFlowsResponse.packed_flows.
+func packedFlows(b []byte) (map[string]bool, error) {
+	if len(b)%packedFlowLen != 0 {
+		return nil, fmt.Errorf("packed_flows: %d bytes is not a whole number of %d-byte flows", len(b), packedFlowLen)
+	}
+	out := make(map[string]bool, len(b)/packedFlowLen)
+	for ; len(b) > 0; b = b[packedFlowLen:] {
+		out[FlowKey(pcapfilter.Flow{Src: netip.AddrFrom4([4]byte(b[0:4])), Dst: netip.AddrFrom4([4]byte(b[4:8])),
+			SrcPort: binary.BigEndian.Uint16(b[8:10]), DstPort: binary.BigEndian.Uint16(b[10:12]), Proto: b[12]})] = true
+	}
+	return out, nil
 }

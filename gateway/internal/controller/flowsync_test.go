@@ -4,7 +4,9 @@ package controller
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,9 +23,11 @@ type listingTor struct {
 	err error
 	// calls counts the listings; the first failFirst of them fail (torctl not up yet)
 	calls, failFirst atomic.Int32
+	// whole: answer as a keel-torctl from before keys_only (whole records)
+	whole bool
 }
 
-func (t *listingTor) ListFlows(context.Context, *pb.ListTorFlowsRequest, ...grpc.CallOption) (*pb.ListTorFlowsResponse, error) {
+func (t *listingTor) ListFlows(_ context.Context, req *pb.ListTorFlowsRequest, _ ...grpc.CallOption) (*pb.ListTorFlowsResponse, error) {
 	if n := t.calls.Add(1); n <= t.failFirst.Load() {
 		return nil, errors.New("connection refused")
 	}
@@ -32,9 +36,24 @@ func (t *listingTor) ListFlows(context.Context, *pb.ListTorFlowsRequest, ...grpc
 	}
 	resp := &pb.ListTorFlowsResponse{}
 	for i := range t.on {
-		resp.Flows = append(resp.Flows, &pb.InstalledFlow{Assignment: &pb.FlowAssignment{Flow: tuple(i), Chain: "chain3"}})
+		ft := tuple(i)
+		if req.KeysOnly && !t.whole {
+			resp.PackedFlows = append(resp.PackedFlows, packed(ft)...)
+			continue
+		}
+		resp.Flows = append(resp.Flows, &pb.InstalledFlow{Assignment: &pb.FlowAssignment{Flow: ft, Chain: "chain3"}})
 	}
 	return resp, nil
+}
+
+// packed is a flow as ListTorFlowsResponse.packed_flows carries it.
+func packed(ft *pb.FiveTuple) []byte {
+	b := netip.MustParseAddr(ft.SrcIp).As4()
+	d := netip.MustParseAddr(ft.DstIp).As4()
+	out := append(b[:], d[:]...)
+	out = binary.BigEndian.AppendUint16(out, uint16(ft.SrcPort))
+	out = binary.BigEndian.AppendUint16(out, uint16(ft.DstPort))
+	return append(out, byte(ft.Proto))
 }
 
 // Flows whose expiry the gateway never heard of (FlowRemoved lost while the stream was down)
@@ -42,6 +61,14 @@ func (t *listingTor) ListFlows(context.Context, *pb.ListTorFlowsRequest, ...grpc
 // missing from one listing (being installed, or put back after an OVS restart), a flow newer
 // than the gap and a failed listing release nothing.
 func Test_SyncFlows_releases_flows_the_switch_lost_and_only_those(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "packed listing", true: "whole records (an older keel-torctl)"}[whole], func(t *testing.T) {
+			syncFlowsReleasesLostFlows(t, whole)
+		})
+	}
+}
+
+func syncFlowsReleasesLostFlows(t *testing.T, whole bool) {
 	srv, st, _ := flowRack(t, false)
 	ctx := context.Background()
 	var inst string
@@ -59,7 +86,7 @@ func Test_SyncFlows_releases_flows_the_switch_lost_and_only_those(t *testing.T) 
 	const gap = 10 * time.Second
 	now := time.Now().Add(time.Minute) // every flow was assigned well before
 	fs := &flowSync{missing: map[string]time.Time{}}
-	tor := &listingTor{on: map[int]bool{0: true, 1: true}}
+	tor := &listingTor{on: map[int]bool{0: true, 1: true}, whole: whole}
 	round := func(at time.Time) int {
 		t.Helper()
 		n, err := srv.syncFlowsOnce(ctx, tor, fs, at, gap)
@@ -122,5 +149,25 @@ func Test_SyncFlows_lists_at_start_and_soon_after_a_failed_listing(t *testing.T)
 	<-done
 	if n := tor.calls.Load(); n != 2 {
 		t.Fatalf("%d listings in the first 3 s with an interval of an hour, want 2 (at start, and a second after it failed)", n)
+	}
+}
+
+func Test_packedFlows_reads_13_byte_flows_and_refuses_a_torn_listing(t *testing.T) {
+	b := append(packed(tuple(1)), packed(tuple(2))...)
+	got, err := packedFlows(b)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("packedFlows = %v, %v; want two flows", got, err)
+	}
+	for _, i := range []int{1, 2} {
+		f, err := ParseFlow(tuple(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got[FlowKey(f)] {
+			t.Fatalf("flow %d (%s) not in %v", i, FlowKey(f), got)
+		}
+	}
+	if _, err := packedFlows(b[:20]); err == nil {
+		t.Fatal("a listing of 20 bytes was read")
 	}
 }

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """keel-torctl against a real Open vSwitch: rules, barrier semantics, expiry, restarts."""
+import socket
 import struct
 import time
 
@@ -299,11 +300,30 @@ def test_list_flows_by_record_is_what_the_switch_holds_through_expiries(torctl, 
     for sport in range(3200, 3210):
         install(torctl, sport, vlan=9, worker=WORKER, idle=1 if sport % 2 else 60, instance="x/0")
     install(torctl, 3250, reinject=True, idle=60)  # stage 1: not in either listing's stage 2
+    def keys():
+        """The record's flows as keys_only packs them (the gateway's reconciliation reads these)."""
+        r = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(keys_only=True), timeout=10)
+        assert not r.flows and len(r.packed_flows) % 13 == 0
+        flows = {struct.unpack("!4s4sHHB", r.packed_flows[i:i + 13]) for i in range(0, len(r.packed_flows), 13)}
+        return {(socket.inet_ntoa(src), socket.inet_ntoa(dst), sport, dport, proto)
+                for src, dst, sport, dport, proto in flows if 3200 <= sport < 3300}
+
+    def tuples(read_back):
+        listed = torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(read_back=read_back), timeout=10).flows
+        return {(f.assignment.flow.src_ip, f.assignment.flow.dst_ip, f.assignment.flow.src_port,
+                 f.assignment.flow.dst_port, f.assignment.flow.proto)
+                for f in listed if not f.reinject_only and 3200 <= f.assignment.flow.src_port < 3300}
+
     assert stage2(False) == stage2(True)
     assert {f[0] for f in stage2(False)} == set(range(3200, 3210))
+    assert keys() == tuples(True) and len(keys()) == 10
     wait_for(lambda: {f[0] for f in stage2(True)} == set(range(3200, 3210, 2)), timeout=15,
              what="the idle flows' expiry")
     wait_for(lambda: stage2(False) == stage2(True), timeout=5, what="the record to follow the expiries")
+    assert keys() == tuples(True) and len(keys()) == 5
+    with pytest.raises(grpc.RpcError) as e:
+        torctl.stub.ListFlows(torctl_pb2.ListTorFlowsRequest(keys_only=True, read_back=True), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "keys_only" in e.value.details()
 
 
 def test_install_fails_fast_for_unknown_chain_and_missing_worker_port(torctl):
