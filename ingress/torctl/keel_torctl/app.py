@@ -10,6 +10,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_D
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
+from . import fastparse
 from .switch import Switch
 
 
@@ -25,6 +26,8 @@ class TorApp(app_manager.OSKenApp):
 
     def start(self) -> None:
         super().start()
+        # Each expiring flow's FlowRemoved through a parser of its own (fastparse.py).
+        fastparse.install()
         # Everything torctl's threads send reaches os-ken through this green thread.
         self.threads.append(hub.spawn(self.switch.pump))
 
