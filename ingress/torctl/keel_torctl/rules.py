@@ -60,7 +60,7 @@ The NF tables follow (nfs.py), one per NF kind in Lemur's fixed table order.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
+import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -179,10 +179,11 @@ class FiveTuple:
     def check(self) -> None:
         """Raise ValueError naming the bad field of a flow that no rule can match."""
         for name in ("src_ip", "dst_ip"):
+            # inet_pton: the strict dotted quad, in C (ipaddress costs ~5 us a flow per record)
             try:
-                ipaddress.IPv4Address(getattr(self, name))
-            except ValueError as e:
-                raise ValueError(f"flow.{name}: {e}") from None
+                socket.inet_pton(socket.AF_INET, getattr(self, name))
+            except (OSError, TypeError):
+                raise ValueError(f"flow.{name}: {getattr(self, name)!r} is not an IPv4 address") from None
         if not 0 <= self.proto <= 255:
             raise ValueError(f"flow.proto: {self.proto} is not an IP protocol number")
         for name in ("src_port", "dst_port"):
