@@ -23,7 +23,9 @@ path's CPU meanwhile per new flow (torctl's FlowRemoved, the gateway's release, 
 processes' idle cost over those ~12 s included; --no-expiry skips it). The order-preserving handover is counted per row: the
 ingress' markers (markers_sent), packets that reached it after their flow's marker
 (packets_after_marker) and, summed over chain3's instances, what their position 0 held and
-released and why (handover: nf-runtime/include/keel/handover.h's counters).
+released and why (handover: nf-runtime/include/keel/handover.h's counters). Where lost packets
+went at the instances: what chain3's VFs refused and its NFs dropped, by reason, as keel-agent
+counts them (instance_drops).
 
 The rows run as make up configures the stack. At each of --compare-rates the same row also
 runs side by side with one setting changed back, in alternating rounds, keel-ingress
@@ -64,6 +66,7 @@ FLOWGEN = Path(__file__).resolve().parent / "flowgen.py"
 FAAS_CLI = os.environ.get("FAAS_CLI") or str(ROOT.parent / "shared" / "tools" / "faas-cli")
 METRICS = "http://127.0.0.1:9103/metrics"
 TORCTL_METRICS = "http://127.0.0.1:9102/metrics"
+AGENT_METRICS = "http://127.0.0.1:9101/metrics"
 EXPIRED = 'keel_torctl_flow_removed_total{reason="idle_timeout"}'
 GATEWAY = "http://127.0.0.1:8080"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -210,7 +213,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
     assert recv.stderr.readline().strip() == "ready", "the sink did not start"
     before, cpu0, t0, stack0 = scrape(), cpu_seconds(pid), time.monotonic(), stack_cpu()
     expired0 = promtext.scrape(TORCTL_METRICS).get(EXPIRED, 0)
-    handover0 = handover_counts()
+    handover0, inst_drops0 = handover_counts(), instance_drops()
     held: list[float] = []
     stop = threading.Event()
     sampler = threading.Thread(target=gauge_max, args=(stop, held))
@@ -234,7 +237,7 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
     got = json.loads(out)
     after = scrape()
     time.sleep(STATS_INTERVAL_S)  # the instances' stats files catch up with the last packets
-    handover1 = handover_counts()
+    handover1, inst_drops1 = handover_counts(), instance_drops()
     name = "keel_ingress_install_latency_seconds"
     hold = "keel_ingress_hold_latency_seconds"
     max_before, max_after = before.get("keel_ingress_buffered_max", 0), after.get("keel_ingress_buffered_max", 0)
@@ -265,6 +268,10 @@ def row(rate: int, seconds: float, packets: int, first_flow: int, profile: str =
                                         - before.get("keel_ingress_packets_after_marker_total", 0)),
             "handover": handover_delta(handover0, handover1),
             "ingress_drops": drops,
+            # where lost packets went at chain3's instances (an instance that started during
+            # the row counts from zero; one removed during it is left out)
+            "instance_drops": {k: int(v - inst_drops0.get(k, 0)) for k, v in sorted(inst_drops1.items())
+                               if v - inst_drops0.get(k, 0) > 0},
             "flows_per_assign_call": round((after.get("keel_ingress_new_flows_total", 0) - before.get("keel_ingress_new_flows_total", 0))
                                            / max(after.get("keel_ingress_assign_calls_total", 0) - before.get("keel_ingress_assign_calls_total", 0), 1), 1),
             "control_cpu_us_per_flow": us_per_flow(stack0, stack1, CONTROL_PROCS, flows),
@@ -302,6 +309,21 @@ def expiry(r: dict, timeout_s: float = 25) -> dict:
 def public(r: dict) -> dict:
     """A row without row()'s notes for expiry()."""
     return {k: v for k, v in r.items() if not k.startswith("_")}
+
+
+def instance_drops() -> dict[str, float]:
+    """What chain3's instances did not pass on, summed over them, as the agent counts it: their
+    VFs' refusals (receive side full, "vf") and their NFs' own drop counts by reason."""
+    out: dict[str, float] = {}
+    for k, v in promtext.scrape(AGENT_METRICS).items():
+        if 'chain="chain3"' not in k:
+            continue
+        if k.startswith("keel_agent_instance_vf_dropped_packets_total{"):
+            out["vf"] = out.get("vf", 0) + v
+        elif k.startswith("keel_agent_instance_nf_reported_dropped_packets_total{"):
+            reason = k.split('reason="', 1)[1].split('"', 1)[0]
+            out[reason] = out.get(reason, 0) + v
+    return out
 
 
 def handover_counts() -> dict[str, dict[str, int]]:
