@@ -593,6 +593,39 @@ def test_a_marker_follows_every_packet_that_reached_the_ingress_before_it(rig):
     assert ing.metrics()["keel_ingress_packets_after_marker_total"] == 0
 
 
+def softnet_drops() -> int:
+    """Frames the kernel's per-CPU backlog dropped (/proc/net/softnet_stat, second column)."""
+    return sum(int(line.split()[1], 16) for line in open("/proc/net/softnet_stat"))
+
+
+def test_frames_the_ports_full_ring_dropped_are_counted(rig):
+    """A stall longer than the port's receive ring lasts (the lcore's core busy elsewhere;
+    here SIGSTOP): the kernel drops what does not fit in the ring, and DPDK's af_packet driver
+    does not count it. The ingress reads its port sockets' PACKET_STATISTICS and counts those
+    frames as port_ring_full, so a loss before the ingress shows in keel_ingress_drops_total."""
+    start, wire, gw, tor, _ = rig
+    ing = start()
+    base = ing.metrics()
+    n, ring = 10000, 8192  # the rig's net_af_packet framecnt
+    backlog0 = softnet_drops()
+    os.kill(ing.proc.pid, signal.SIGSTOP)
+    try:
+        wire.send([not_ipv4(frame(20000 + i % 1000, 5001, i)) for i in range(n)])
+        time.sleep(0.2)
+    finally:
+        os.kill(ing.proc.pid, signal.SIGCONT)
+    lost_before = softnet_drops() - backlog0  # never reached the port's socket
+
+    def since(m, reason):
+        return drops(m, reason) - drops(base, reason)
+    assert wire.wait_for(lambda: since(ing.metrics(), "not_ipv4") + since(ing.metrics(), "port_ring_full")
+                         >= n - lost_before, timeout=5), (since(ing.metrics(), "not_ipv4"), lost_before)
+    m = ing.metrics()
+    full = since(m, "port_ring_full")
+    assert since(m, "not_ipv4") + full == n - lost_before
+    assert full >= n - ring - lost_before, (full, lost_before)
+
+
 def test_a_switch_only_chains_packets_come_back_untagged_after_their_stage1_rule(rig):
     start, wire, gw, tor, _ = rig
     ing = start()

@@ -4,7 +4,9 @@
 #include <rte_ethdev.h>
 #include <rte_ether.h>
 #include <rte_mbuf.h>
+#include <linux/if_packet.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -18,6 +20,9 @@ namespace {
 
 constexpr uint16_t kBurst = 32;
 constexpr uint64_t kExpireEveryNs = 10'000'000;
+/* How often the port's sockets are asked what their full ring dropped (one getsockopt
+ * each). */
+constexpr uint64_t kRingStatsEveryNs = 100'000'000;
 /* How long a full TX queue may hold the loop up before its packets are dropped. */
 constexpr uint64_t kTxPatienceNs = 200'000;
 /* Naps while the table has flows (in setup, or forwarding until their rule
@@ -85,6 +90,10 @@ void DataPlane::Run(const std::atomic<bool>& stop) {
     if (!moves_.empty()) ApplyMoves(now);
     if (!markers_.empty()) SendMarkers(seen_until_);
     FlushTx();
+    if (now >= next_ring_stats_) {
+      CountRingDrops();
+      next_ring_stats_ = now + kRingStatsEveryNs;
+    }
     if (now >= next_expire_) {
       scratch_.clear();
       table_.Expire(now, &scratch_);
@@ -426,6 +435,18 @@ void DataPlane::Drop(rte_mbuf* m, DropReason why) {
 void DataPlane::DropAll(std::vector<Packet>* pkts, DropReason why) {
   for (Packet p : *pkts) Drop(p, why);
   pkts->clear();
+}
+
+void DataPlane::CountRingDrops() {
+  for (size_t i = 1; i < wake_.size(); i++) {
+    /* PACKET_STATISTICS returns the counts since the last read and clears them (no one else
+     * reads them: DPDK's af_packet driver does not). tp_drops is the second field of both
+     * tpacket_stats and tpacket_stats_v3. Not an AF_PACKET socket (net_af_xdp): it fails. */
+    tpacket_stats_v3 st{};
+    socklen_t len = sizeof st;
+    if (getsockopt(wake_[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0 && st.tp_drops)
+      counters_->drops[static_cast<size_t>(DropReason::kPortRingFull)].Add(st.tp_drops);
+  }
 }
 
 void DataPlane::PublishGauges() {

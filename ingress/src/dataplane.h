@@ -122,6 +122,9 @@ class DataPlane {
   void DropAll(std::vector<Packet>* pkts, DropReason why);
   void PublishGauges();
   void IdleSleep();
+  /* Counts what the kernel dropped at the port's sockets since the last call (their ring
+   * was full) as port_ring_full. */
+  void CountRingDrops();
 
   DataPlaneConfig cfg_;
   Channel* channel_;
@@ -141,6 +144,7 @@ class DataPlane {
   bool woke_control_ = false;        /* a message went to the control thread this round */
   uint32_t idle_us_ = 0;
   uint64_t next_expire_ = 0;
+  uint64_t next_ring_stats_ = 0;
   /* The last read that emptied the port's ring began at this time: every frame that had
    * reached the port by then has been seen. A flow is quiet (its marker may go) only by
    * this clock: after a stall the ring holds more than one read, and a flow's packet

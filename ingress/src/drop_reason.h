@@ -24,6 +24,9 @@ enum class DropReason {
   kNoHeadroom,     /* no room in front of the frame for the normal path's VLAN tag */
   kNotSynced,      /* a new flow before the gateway's chains arrived (a restart): not sent on
                     * the normal path, which would deliver a chain's packets untransformed */
+  kPortRingFull,   /* the port's receive ring was full: the kernel dropped the frame before
+                    * the ingress read it (the port's sockets' PACKET_STATISTICS, net_af_packet
+                    * with --port-wake on; DPDK's af_packet driver does not count these) */
   kCount,
 };
 
@@ -32,7 +35,7 @@ inline const char* DropReasonName(DropReason r) {
   static const char* const kNames[] = {"truncated",   "bad_ihl",        "fragment",        "unknown_ethertype",
                                        "not_ipv4",    "no_chain",       "buffer_full",     "flow_table_full",
                                        "assign_failed", "install_failed", "timeout",        "control_busy",
-                                       "tx_full",     "no_headroom",    "not_synced"};
+                                       "tx_full",     "no_headroom",    "not_synced",      "port_ring_full"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(DropReason::kCount));
   return kNames[static_cast<size_t>(r)];
 }
