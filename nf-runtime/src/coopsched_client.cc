@@ -72,6 +72,11 @@ bool AnnounceToCoopsched(const std::string& target, const std::string& group, in
   if (stat("/proc/self/ns/pid", &ns) == 0) req.set_pid_ns(ns.st_ino);
   req.set_pktbuf_path(pktbuf);
 
+  /* Read before the call starts: coopsched may register the thread and make it FIFO before
+   * this thread runs again, and a thread that was FIFO before it asked learns nothing from
+   * its policy (it would wait out kAnswerWait: 210 ms first packets, tests/
+   * test_coopsched_chain.py's attach-right-after-register test in a CI run). */
+  const bool was_fifo = sched_getscheduler(0) == SCHED_FIFO;
   std::thread([call, target] {
     pthread_setname_np(pthread_self(), "keel-announce");
     grpc::Status st = call->stub->RegisterThread(&call->ctx, call->req, &call->resp);
@@ -87,8 +92,6 @@ bool AnnounceToCoopsched(const std::string& target, const std::string& group, in
     call->cv.notify_all();
   }).detach();
 
-  /* (a thread that was FIFO before it asked learns nothing from its policy) */
-  const bool was_fifo = sched_getscheduler(0) == SCHED_FIFO;
   const auto until = std::chrono::steady_clock::now() + kAnswerWait;
   std::unique_lock<std::mutex> lk(call->mu);
   while (!call->done) {
