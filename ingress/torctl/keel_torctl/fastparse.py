@@ -90,7 +90,7 @@ def parse_flow_removed(datapath: Any, version: int, msg_type: int, msg_len: int,
                        buf: bytes | bytearray, fallback: Callable[..., Any]) -> Any:
     """An OFPFlowRemoved as os-ken's parser makes it, with a FlowRemovedMatch; what fallback
     (os-ken's parser) makes of a message fastparse does not read."""
-    match = match_fields(buf) if len(buf) >= _MATCH_AT else None
+    match = match_fields(buf)
     if match is None:
         return fallback(datapath, version, msg_type, msg_len, xid, buf)
     msg = parser.OFPFlowRemoved(datapath, *_BODY.unpack_from(buf, ofp.OFP_HEADER_SIZE), match=match)
